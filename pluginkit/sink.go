@@ -1,0 +1,69 @@
+package pluginkit
+
+import (
+	"context"
+	"encoding/json"
+)
+
+// Sink is what a sink plugin implements. The host calls Configure once, then
+// Open, then Deliver any number of times (never concurrently unless the sink
+// says it supports it — see Info.MaxInFlight), then Close. After a plugin
+// process is restarted the sequence starts again with Configure.
+//
+// Every context passed to a Sink carries the host's deadline for that call
+// across the process boundary; a sink must return promptly when it ends.
+type Sink interface {
+	// Info describes the sink. It must not block and must work before
+	// Configure, so that `walcast validate` can check a config block
+	// without opening anything.
+	Info() Info
+
+	// Configure receives the sink's HCL `config` block as JSON, already
+	// checked against Info().Config. It validates and stores the settings
+	// but opens no connection. Return a *ConfigError to point the user at
+	// the offending attribute.
+	Configure(ctx context.Context, config json.RawMessage) error
+
+	// Open connects to the destination. The returned OpenResult may name
+	// the last event id the destination itself has durably recorded (the
+	// Kafka sink's checkpoint topic, for example); the host then never
+	// redelivers events at or below it.
+	Open(ctx context.Context) (OpenResult, error)
+
+	// Deliver hands over a batch of events in id order. A nil error means
+	// every event is durably at the destination: only then does the host
+	// record the acknowledgement. Errors are retryable unless wrapped with
+	// Permanent; Throttled asks the host to pause. The context ends at the
+	// sink's deliver_timeout.
+	Deliver(ctx context.Context, events []Event) (DeliverResult, error)
+
+	// Close releases everything Open acquired.
+	Close(ctx context.Context) error
+}
+
+// Info is a sink's description of itself.
+type Info struct {
+	// Name is the plugin type used in `sink "<name>" "<id>"`.
+	Name string
+	// Version is the sink's own version string.
+	Version string
+	// Config declares the attributes accepted in the `config` block.
+	Config []ConfigField
+	// Ordered asks the host to keep one batch in flight, in global commit
+	// order, whatever the pipeline's delivery block says.
+	Ordered bool
+}
+
+// OpenResult is what a sink reports after connecting.
+type OpenResult struct {
+	// Checkpoint, when non-zero, is the last event id the destination has
+	// durably recorded on its own.
+	Checkpoint EventID
+}
+
+// DeliverResult is what a successful Deliver reports.
+type DeliverResult struct {
+	// Duplicates counts events of the batch the sink recognised as already
+	// delivered and skipped.
+	Duplicates int
+}
