@@ -1,0 +1,236 @@
+package ack
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/walcast/walcast/pluginkit"
+)
+
+// Seq numbers events in the order they were added. Every sink sees every
+// event, so one sequence serves all sinks.
+type Seq uint64
+
+// SinkSpec declares a sink to the tracker.
+type SinkSpec struct {
+	ID string
+	// Durable sinks hold the slot back; non-durable ones never do.
+	Durable bool
+}
+
+// Tracker is safe for concurrent use: capture adds events and commits from
+// one goroutine while each sink's scheduler resolves from its own.
+type Tracker struct {
+	mu      sync.Mutex
+	sinks   []*sinkState
+	next    Seq   // seq of the next event to be added
+	txs     []txn // committed, not yet released, in commit order
+	flush   uint64
+	lastAdd pluginkit.EventID
+	// committed is the tracker's next seq at the last Commit: events at or
+	// above it belong to a transaction whose commit has not been seen.
+	committed Seq
+	changed   bool // some watermark moved since the last Watermarks call
+}
+
+type sinkState struct {
+	SinkSpec
+	low       Seq    // first unresolved seq; all below are resolved
+	ring      []slot // ring[seq % len] for seq in [low, next)
+	watermark pluginkit.EventID
+}
+
+type slot struct {
+	id   pluginkit.EventID
+	done bool
+}
+
+// txn is a committed transaction waiting to be released.
+type txn struct {
+	endSeq Seq // every event of the transaction has seq < endSeq
+	endLSN uint64
+}
+
+// New returns a tracker for the given sinks. start is the flush position
+// already confirmed to PostgreSQL (the slot's confirmed_flush_lsn), so that
+// Flush never reports less than what the server already has.
+func New(sinks []SinkSpec, start uint64) *Tracker {
+	t := &Tracker{flush: start}
+	for _, s := range sinks {
+		t.sinks = append(t.sinks, &sinkState{SinkSpec: s, ring: make([]slot, 1024)})
+	}
+	return t
+}
+
+// Sinks returns the number of sinks; sink indexes run from 0 to Sinks()-1
+// in the order given to New.
+func (t *Tracker) Sinks() int { return len(t.sinks) }
+
+// Add registers the next event of the stream for every sink and returns
+// its sequence number. Ids must be added in increasing order.
+func (t *Tracker) Add(id pluginkit.EventID) (Seq, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.lastAdd.IsZero() && id.Compare(t.lastAdd) <= 0 {
+		return 0, fmt.Errorf("event %s added after %s: ids must increase", id, t.lastAdd)
+	}
+	seq := t.next
+	for _, s := range t.sinks {
+		if Seq(len(s.ring)) <= seq-s.low {
+			s.grow()
+		}
+		s.ring[int(seq%Seq(len(s.ring)))] = slot{id: id}
+	}
+	t.next++
+	t.lastAdd = id
+	return seq, nil
+}
+
+// Commit records that the transaction whose events were just added ended
+// at endLSN (pglogrepl's Commit.TransactionEndLSN). Once all of its events
+// are resolved for every durable sink, Flush reports endLSN.
+func (t *Tracker) Commit(endLSN uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.txs = append(t.txs, txn{endSeq: t.next, endLSN: endLSN})
+	t.committed = t.next
+	t.release()
+}
+
+// Resolve marks events as resolved for sink i. Resolving an event twice,
+// or one that was never added, is a no-op.
+func (t *Tracker) Resolve(i int, seqs ...Seq) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.sinks[i]
+	for _, seq := range seqs {
+		if seq < s.low || seq >= t.next {
+			continue
+		}
+		s.ring[int(seq%Seq(len(s.ring)))].done = true
+	}
+	moved := false
+	for s.low < t.next {
+		sl := &s.ring[int(s.low%Seq(len(s.ring)))]
+		if !sl.done {
+			break
+		}
+		if sl.id.Compare(s.watermark) > 0 {
+			s.watermark = sl.id
+		}
+		*sl = slot{}
+		s.low++
+		moved = true
+	}
+	if moved {
+		t.changed = true
+		if s.Durable {
+			t.release()
+		}
+	}
+}
+
+// release pops every committed transaction that every durable sink has
+// fully resolved. Caller holds mu.
+func (t *Tracker) release() {
+	low := t.next
+	for _, s := range t.sinks {
+		if s.Durable && s.low < low {
+			low = s.low
+		}
+	}
+	n := 0
+	for n < len(t.txs) && t.txs[n].endSeq <= low {
+		if t.txs[n].endLSN > t.flush {
+			t.flush = t.txs[n].endLSN
+		}
+		n++
+	}
+	if n > 0 {
+		t.txs = append(t.txs[:0], t.txs[n:]...)
+	}
+}
+
+// Flush is the LSN that may be confirmed to PostgreSQL: the end LSN of the
+// last transaction every durable sink has resolved, or the start position.
+func (t *Tracker) Flush() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.flush
+}
+
+// AdvanceIdle moves the flush position to walEnd — a keepalive's server WAL
+// end — when nothing is in flight: every added event resolved by every
+// durable sink and every committed transaction released. The caller must
+// also know that no transaction is open on the stream. It reports whether
+// the position moved.
+func (t *Tracker) AdvanceIdle(walEnd uint64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.txs) > 0 || t.committed < t.next || walEnd <= t.flush {
+		return false
+	}
+	for _, s := range t.sinks {
+		if s.Durable && s.low < t.next {
+			return false
+		}
+	}
+	t.flush = walEnd
+	return true
+}
+
+// Idle reports whether every added event is resolved for every sink.
+func (t *Tracker) Idle() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, s := range t.sinks {
+		if s.low < t.next {
+			return false
+		}
+	}
+	return true
+}
+
+// Pending returns how many added events sink i has not resolved.
+func (t *Tracker) Pending(i int) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return int(t.next - t.sinks[i].low)
+}
+
+// SetWatermark seeds sink i's watermark with its stored checkpoint, so
+// that the checkpoint store never writes a lower one before the first
+// replayed event above it is resolved.
+func (t *Tracker) SetWatermark(i int, id pluginkit.EventID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if id.Compare(t.sinks[i].watermark) > 0 {
+		t.sinks[i].watermark = id
+	}
+}
+
+// Watermarks returns every sink's watermark, indexed like the sinks given
+// to New, and whether any moved since the previous call.
+func (t *Tracker) Watermarks() ([]pluginkit.EventID, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]pluginkit.EventID, len(t.sinks))
+	for i, s := range t.sinks {
+		out[i] = s.watermark
+	}
+	changed := t.changed
+	t.changed = false
+	return out, changed
+}
+
+// grow doubles the ring, keeping seq → index mapping for [low, next).
+// Caller holds mu; next is the tracker's next seq at the time.
+func (s *sinkState) grow() {
+	old := s.ring
+	ring := make([]slot, 2*len(old))
+	for i := range old {
+		seq := s.low + Seq(i)
+		ring[int(seq%Seq(len(ring)))] = old[int(seq%Seq(len(old)))]
+	}
+	s.ring = ring
+}

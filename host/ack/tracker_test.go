@@ -1,0 +1,149 @@
+package ack
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/walcast/walcast/pluginkit"
+)
+
+func id(lsn, idx uint64) pluginkit.EventID { return pluginkit.EventID{CommitLSN: lsn, Index: idx} }
+
+func mustAdd(t *testing.T, tr *Tracker, e pluginkit.EventID) Seq {
+	t.Helper()
+	s, err := tr.Add(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestReleaseNeedsEveryDurableSink(t *testing.T) {
+	tr := New([]SinkSpec{{ID: "a", Durable: true}, {ID: "b", Durable: true}, {ID: "sse"}}, 50)
+	// tx1: commit 100, end 110, two events; tx2: commit 200, end 210, one event
+	s0 := mustAdd(t, tr, id(100, 0))
+	s1 := mustAdd(t, tr, id(100, 1))
+	tr.Commit(110)
+	s2 := mustAdd(t, tr, id(200, 0))
+	tr.Commit(210)
+
+	if got := tr.Flush(); got != 50 {
+		t.Fatalf("flush before any ack = %d, want start 50", got)
+	}
+	tr.Resolve(0, s0, s1, s2)
+	if got := tr.Flush(); got != 50 {
+		t.Fatalf("flush with sink b behind = %d, want 50", got)
+	}
+	tr.Resolve(1, s1) // out of order: s0 still open for b
+	if got := tr.Flush(); got != 50 {
+		t.Fatalf("flush with b's first event open = %d, want 50", got)
+	}
+	tr.Resolve(1, s0)
+	if got := tr.Flush(); got != 110 {
+		t.Fatalf("flush = %d, want end of tx1 110", got)
+	}
+	wm, changed := tr.Watermarks()
+	if !changed || wm[0] != id(200, 0) || wm[1] != id(100, 1) || !wm[2].IsZero() {
+		t.Fatalf("watermarks = %v changed=%v", wm, changed)
+	}
+	tr.Resolve(1, s2)
+	if got := tr.Flush(); got != 210 {
+		t.Fatalf("flush = %d, want 210 although the non-durable sink resolved nothing", got)
+	}
+}
+
+func TestMiddleOfTransactionReleasesNothing(t *testing.T) {
+	tr := New([]SinkSpec{{ID: "a", Durable: true}}, 0)
+	s0 := mustAdd(t, tr, id(100, 0))
+	mustAdd(t, tr, id(100, 1))
+	tr.Resolve(0, s0)
+	tr.Commit(110)
+	if got := tr.Flush(); got != 0 {
+		t.Fatalf("flush = %d after acking half a transaction", got)
+	}
+	if tr.AdvanceIdle(500) {
+		t.Fatal("idle advance with an event in flight")
+	}
+}
+
+func TestAdvanceIdle(t *testing.T) {
+	tr := New([]SinkSpec{{ID: "a", Durable: true}}, 10)
+	if !tr.AdvanceIdle(20) || tr.Flush() != 20 {
+		t.Fatalf("idle tracker did not advance: %d", tr.Flush())
+	}
+	if tr.AdvanceIdle(15) || tr.Flush() != 20 {
+		t.Fatal("flush moved backwards")
+	}
+	s := mustAdd(t, tr, id(30, 0))
+	if tr.AdvanceIdle(40) {
+		t.Fatal("advanced over an unresolved event")
+	}
+	tr.Commit(35)
+	tr.Resolve(0, s)
+	if tr.Flush() != 35 || !tr.AdvanceIdle(40) || tr.Flush() != 40 {
+		t.Fatalf("flush = %d", tr.Flush())
+	}
+}
+
+func TestIdsMustIncrease(t *testing.T) {
+	tr := New([]SinkSpec{{ID: "a", Durable: true}}, 0)
+	mustAdd(t, tr, id(100, 1))
+	if _, err := tr.Add(id(100, 1)); err == nil {
+		t.Fatal("re-adding an id was accepted")
+	}
+	if _, err := tr.Add(id(0xA, 5)); err == nil {
+		t.Fatal("a lower id was accepted")
+	}
+}
+
+// TestRandomResolutionOrder resolves many events in random order across ring
+// growth and checks the invariant against a brute-force model.
+func TestRandomResolutionOrder(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	tr := New([]SinkSpec{{ID: "a", Durable: true}, {ID: "b", Durable: true}}, 0)
+	type ev struct {
+		seq    Seq
+		tx     int
+		done   [2]bool
+		commit uint64
+	}
+	var evs []ev
+	var ends []uint64
+	lsn := uint64(1000)
+	for tx := 0; tx < 300; tx++ {
+		n := 1 + r.IntN(20)
+		for i := 0; i < n; i++ {
+			evs = append(evs, ev{seq: mustAdd(t, tr, id(lsn, uint64(i))), tx: tx})
+		}
+		ends = append(ends, lsn+8)
+		tr.Commit(lsn + 8)
+		lsn += 100
+	}
+	order := r.Perm(2 * len(evs))
+	for _, k := range order {
+		sink, i := k%2, k/2
+		evs[i].done[sink] = true
+		tr.Resolve(sink, evs[i].seq)
+		// model: the last tx all of whose events, and all before, are done for both sinks
+		want := uint64(0)
+		for tx := range ends {
+			ok := true
+			for _, e := range evs {
+				if e.tx <= tx && !(e.done[0] && e.done[1]) {
+					ok = false
+					break
+				}
+			}
+			if !ok {
+				break
+			}
+			want = ends[tx]
+		}
+		if got := tr.Flush(); got != want {
+			t.Fatalf("after %d resolutions flush = %d, want %d", len(order), got, want)
+		}
+	}
+	if !tr.Idle() {
+		t.Fatal("not idle after resolving everything")
+	}
+}

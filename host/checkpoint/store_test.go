@@ -1,0 +1,82 @@
+package checkpoint
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/walcast/walcast/host/pgtest"
+	"github.com/walcast/walcast/pluginkit"
+)
+
+var cluster *pgtest.Cluster
+
+func TestMain(m *testing.M) { pgtest.Main(m, &cluster) }
+
+func TestSaveNeverMovesBackwards(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, cluster.Database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s := New(pool, "shop")
+	if err := s.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Init(ctx); err != nil {
+		t.Fatalf("Init is not idempotent: %v", err)
+	}
+	hi := pluginkit.MustParseEventID("0/1A:3")
+	if err := s.Save(ctx, map[string]pluginkit.EventID{"a": hi, "b": pluginkit.MustParseEventID("0/A:0")}); err != nil {
+		t.Fatal(err)
+	}
+	// "0/A:9" is lower than "0/1A:3" although it sorts higher as a string.
+	if err := s.Save(ctx, map[string]pluginkit.EventID{"a": pluginkit.MustParseEventID("0/A:9"), "b": pluginkit.MustParseEventID("0/B:1")}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["a"] != hi || got["b"] != pluginkit.MustParseEventID("0/B:1") {
+		t.Fatalf("checkpoints = %v", got)
+	}
+	other, err := New(pool, "other").Load(ctx)
+	if err != nil || len(other) != 0 {
+		t.Fatalf("other pipeline sees %v, %v", other, err)
+	}
+	if err := s.Forget(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Load(ctx); len(got) != 0 {
+		t.Fatalf("after Forget: %v", got)
+	}
+}
+
+func TestPipelineRecord(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, cluster.Database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s := New(pool, "shop")
+	if _, ok, err := s.LoadPipeline(ctx); ok || err != nil {
+		t.Fatalf("before Init: ok=%v err=%v", ok, err)
+	}
+	if err := s.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecordPipeline(ctx, Pipeline{Slot: "s", Publication: "p", CreatedPublication: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecordPipeline(ctx, Pipeline{Slot: "s", Publication: "p"}); err != nil {
+		t.Fatal(err)
+	}
+	p, ok, err := s.LoadPipeline(ctx)
+	if err != nil || !ok || !p.CreatedPublication {
+		t.Fatalf("pipeline = %+v ok=%v err=%v", p, ok, err)
+	}
+}
