@@ -1,0 +1,143 @@
+package pluginkit
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+
+	sinkv1 "github.com/walcast/walcast/proto/sink/v1"
+)
+
+// Handshake is the go-plugin handshake every walcast sink plugin and the
+// host agree on. ProtocolVersion changes whenever proto/sink/v1 changes
+// incompatibly; the host then refuses to start an older plugin instead of
+// failing on its first call. The cookie only stops a user from running a
+// plugin binary by hand by accident; it is not a security measure (the
+// SHA-256 check of installed plugins is).
+var Handshake = plugin.HandshakeConfig{
+	ProtocolVersion:  1,
+	MagicCookieKey:   "WALCAST_PLUGIN",
+	MagicCookieValue: "d1c8a3f5-walcast-sink",
+}
+
+// PluginName is the name the sink service is dispensed under in the
+// go-plugin plugin set.
+const PluginName = "sink"
+
+// MaxMessageSize is the largest gRPC message either side accepts. gRPC's
+// default of 4 MiB on the receiving side is too small for a batch of wide
+// rows; the host also splits batches by bytes to stay under it.
+const MaxMessageSize = 64 << 20
+
+// EnvLogLevel is the environment variable through which the host tells a
+// plugin which log level it will keep ("trace", "debug", "info", "warn" or
+// "error"), so that a plugin does not format lines the host drops.
+const EnvLogLevel = "WALCAST_PLUGIN_LOG_LEVEL"
+
+// closeTimeout bounds the Close a plugin runs on its own when the host went
+// away without calling it.
+const closeTimeout = 5 * time.Second
+
+// parentPollInterval is how often Serve checks that the host still runs.
+const parentPollInterval = time.Second
+
+// Serve runs s as a walcast sink plugin and returns when the host shuts it
+// down or goes away. It is meant to be the whole of a plugin's main:
+//
+//	func main() { pluginkit.Serve(mysink.New()) }
+//
+// Once Serve runs, os.Stdout and os.Stderr are go-plugin's stdio streams to
+// the host: a sink that writes to os.Stdout must look the variable up after
+// Serve started (in Open, say), not capture it earlier, and must never print
+// to stdout before Serve: that corrupts the handshake. Log with NewLogger.
+//
+// go-plugin does not stop a plugin whose host died, so Serve watches its
+// parent process and, when it is gone, stops serving. In every case Serve
+// calls Close on a sink that was opened and not closed, bounded by a short
+// timeout, before it returns.
+func Serve(s Sink) {
+	srv := &server{sink: s}
+
+	var (
+		mu     sync.Mutex
+		stopFn func()
+	)
+	done := make(chan struct{})
+	defer close(done)
+	go watchParent(done, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopFn == nil {
+			return false
+		}
+		stopFn()
+		return true
+	})
+
+	plugin.Serve(&plugin.ServeConfig{
+		HandshakeConfig: Handshake,
+		Plugins:         plugin.PluginSet{PluginName: &grpcPlugin{srv: srv}},
+		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
+			opts = append(opts,
+				grpc.MaxRecvMsgSize(MaxMessageSize),
+				grpc.MaxSendMsgSize(MaxMessageSize),
+			)
+			g := grpc.NewServer(opts...)
+			mu.Lock()
+			stopFn = g.Stop
+			mu.Unlock()
+			return g
+		},
+		// go-plugin's own messages, in the same JSON form as NewLogger's.
+		Logger: hclog.New(&hclog.LoggerOptions{
+			Output:     os.Stderr,
+			Level:      hclog.LevelFromString(os.Getenv(EnvLogLevel)),
+			JSONFormat: true,
+		}),
+	})
+
+	srv.closeIfOpen(closeTimeout)
+}
+
+// watchParent calls stop once the process that started this plugin is gone
+// (the plugin was re-parented) and retries until stop reports it took
+// effect or done is closed.
+func watchParent(done <-chan struct{}, stop func() bool) {
+	ppid := os.Getppid()
+	t := time.NewTicker(parentPollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			if os.Getppid() != ppid && stop() {
+				return
+			}
+		}
+	}
+}
+
+// grpcPlugin registers the sink service with go-plugin's gRPC server. It
+// serves only; the host has its own client side in host/sinkclient.
+type grpcPlugin struct {
+	plugin.NetRPCUnsupportedPlugin
+	srv *server
+}
+
+var _ plugin.GRPCPlugin = (*grpcPlugin)(nil)
+
+func (p *grpcPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
+	sinkv1.RegisterSinkServer(s, p.srv)
+	return nil
+}
+
+func (p *grpcPlugin) GRPCClient(context.Context, *plugin.GRPCBroker, *grpc.ClientConn) (any, error) {
+	return nil, errors.New("pluginkit serves sinks only; the client is host/sinkclient")
+}

@@ -1,0 +1,123 @@
+package pluginkit
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	sinkv1 "github.com/walcast/walcast/proto/sink/v1"
+)
+
+// server adapts a Sink to the generated gRPC service. It is the only place
+// on the plugin side where proto types meet domain types, and every error
+// leaves through StatusFromError.
+//
+// The context of each call is the gRPC handler's, which carries the host's
+// deadline and is cancelled when the host gives up on the call.
+type server struct {
+	sinkv1.UnimplementedSinkServer
+	sink Sink
+
+	mu     sync.Mutex
+	opened bool // Open succeeded and Close has not been called since
+}
+
+var _ sinkv1.SinkServer = (*server)(nil)
+
+func (s *server) Describe(context.Context, *sinkv1.DescribeRequest) (*sinkv1.DescribeResponse, error) {
+	info := s.sink.Info()
+	resp := &sinkv1.DescribeResponse{
+		Name:    info.Name,
+		Version: info.Version,
+		Ordered: info.Ordered,
+		Config:  make([]*sinkv1.ConfigField, 0, len(info.Config)),
+	}
+	for _, f := range info.Config {
+		resp.Config = append(resp.Config, &sinkv1.ConfigField{
+			Name:     f.Name,
+			Type:     string(f.Type),
+			Required: f.Required,
+			Doc:      f.Doc,
+		})
+	}
+	return resp, nil
+}
+
+func (s *server) Configure(ctx context.Context, req *sinkv1.ConfigureRequest) (*sinkv1.ConfigureResponse, error) {
+	cfg := json.RawMessage(req.GetConfig())
+	if len(cfg) == 0 {
+		// An absent config block is an empty object, so that sinks can
+		// always json.Unmarshal what they are given.
+		cfg = json.RawMessage("{}")
+	}
+	if err := s.sink.Configure(ctx, cfg); err != nil {
+		return nil, StatusFromError(err)
+	}
+	return &sinkv1.ConfigureResponse{}, nil
+}
+
+func (s *server) Open(ctx context.Context, _ *sinkv1.OpenRequest) (*sinkv1.OpenResponse, error) {
+	res, err := s.sink.Open(ctx)
+	if err != nil {
+		return nil, StatusFromError(err)
+	}
+	s.mu.Lock()
+	s.opened = true
+	s.mu.Unlock()
+	resp := &sinkv1.OpenResponse{}
+	if !res.Checkpoint.IsZero() {
+		resp.Checkpoint = res.Checkpoint.String()
+	}
+	return resp, nil
+}
+
+func (s *server) Deliver(ctx context.Context, req *sinkv1.DeliverRequest) (*sinkv1.DeliverResponse, error) {
+	events := make([]Event, len(req.GetEvents()))
+	for i, e := range req.GetEvents() {
+		id, err := ParseEventID(e.GetId())
+		if err != nil {
+			// The host sent something it can never send correctly again.
+			return nil, StatusFromError(Permanent(fmt.Errorf("event %d of batch: %w", i, err)))
+		}
+		events[i] = Event{
+			ID:      id,
+			Schema:  e.GetSchema(),
+			Table:   e.GetTable(),
+			Op:      Op(e.GetOp()),
+			Key:     e.GetKey(),
+			Payload: e.GetPayload(),
+		}
+	}
+	res, err := s.sink.Deliver(ctx, events)
+	if err != nil {
+		return nil, StatusFromError(err)
+	}
+	return &sinkv1.DeliverResponse{Duplicates: int64(res.Duplicates)}, nil
+}
+
+func (s *server) Close(ctx context.Context, _ *sinkv1.CloseRequest) (*sinkv1.CloseResponse, error) {
+	s.mu.Lock()
+	s.opened = false
+	s.mu.Unlock()
+	if err := s.sink.Close(ctx); err != nil {
+		return nil, StatusFromError(err)
+	}
+	return &sinkv1.CloseResponse{}, nil
+}
+
+// closeIfOpen closes a sink the host opened but never closed: the host was
+// killed, or stopped the plugin without the Close call.
+func (s *server) closeIfOpen(timeout time.Duration) {
+	s.mu.Lock()
+	opened := s.opened
+	s.opened = false
+	s.mu.Unlock()
+	if !opened {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	_ = s.sink.Close(ctx) // nobody is left to report the error to
+}
