@@ -223,6 +223,14 @@ func (t *Tracker) Watermarks() ([]pluginkit.EventID, bool) {
 	return out, changed
 }
 
+// MarkChanged makes the next Watermarks call report a change, so that a
+// failed checkpoint write is retried.
+func (t *Tracker) MarkChanged() {
+	t.mu.Lock()
+	t.changed = true
+	t.mu.Unlock()
+}
+
 // grow doubles the ring, keeping seq → index mapping for [low, next).
 // Caller holds mu; next is the tracker's next seq at the time.
 func (s *sinkState) grow() {

@@ -1,0 +1,20 @@
+// Package capture owns the one replication connection of a pipeline.
+//
+// It prepares the source (checks wal_level and the captured tables, creates
+// the publication and the pgoutput slot when missing), streams pgoutput
+// protocol version 1 from the slot, has each message decoded into events and
+// hands them, in stream order, to a Consumer. It never decides what is
+// durable: it confirms to PostgreSQL only the position the Consumer reports,
+// and with nothing in flight lets keepalives advance it so that an idle
+// captured table never pins WAL.
+//
+// The capture goroutine is the only user of the replication connection. It
+// answers the server even while the Consumer applies backpressure: the
+// Consumer calls back (the idle function passed to Event) while it waits,
+// and the status update is sent from there, so a slow sink can never make
+// the walsender time out.
+//
+// After a lost connection it reconnects with backoff; PostgreSQL then
+// resends everything after the slot's confirmed position, so the Consumer
+// sees some events again and must skip the ones it already has.
+package capture

@@ -1,0 +1,363 @@
+// Package daemon wires one pipeline together and supervises it: capture →
+// decode → fan-out → one scheduler per sink → plugin process, with the ack
+// tracker feeding slot confirmations back to capture and watermarks to the
+// checkpoint store.
+//
+// Shutdown order (on ctx end): stop reading from the slot, let every
+// scheduler finish its batch in flight (bounded by ShutdownTimeout), write
+// the final checkpoints, confirm the final position to PostgreSQL, close
+// the plugins.
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/walcast/walcast/host/ack"
+	"github.com/walcast/walcast/host/capture"
+	"github.com/walcast/walcast/host/checkpoint"
+	"github.com/walcast/walcast/host/config"
+	"github.com/walcast/walcast/host/fanout"
+	"github.com/walcast/walcast/host/schedule"
+	"github.com/walcast/walcast/pluginkit"
+)
+
+// Plugin is a running sink plugin as the daemon uses it.
+type Plugin interface {
+	Info(ctx context.Context) (pluginkit.Info, error)
+	Configure(ctx context.Context, config json.RawMessage) error
+	Open(ctx context.Context) (pluginkit.OpenResult, error)
+	Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error)
+	Close(ctx context.Context) error
+}
+
+// Launcher starts the plugin for one sink.
+type Launcher func(ctx context.Context, sink *config.Sink) (Plugin, error)
+
+// Options configures Run.
+type Options struct {
+	Pipeline *config.Pipeline
+	Launch   Launcher
+	Logger   *slog.Logger
+	// ShutdownTimeout bounds how long in-flight deliveries may take to
+	// finish after the stop signal. Default 30s.
+	ShutdownTimeout time.Duration
+	// CheckpointInterval is how often moved watermarks are written.
+	// Default 250ms.
+	CheckpointInterval time.Duration
+	// Ready, when set, is called once streaming starts (tests, demo).
+	Ready func()
+}
+
+type sinkRun struct {
+	cfg    *config.Sink
+	plugin Plugin
+	queue  *fanout.Queue
+	sched  *schedule.Scheduler
+}
+
+// Run runs the pipeline until ctx ends (a clean shutdown, returns nil) or
+// something fails that retrying cannot fix.
+func Run(ctx context.Context, opts Options) (err error) {
+	p := opts.Pipeline
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("pipeline", p.Name)
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = 30 * time.Second
+	}
+	if opts.CheckpointInterval <= 0 {
+		opts.CheckpointInterval = 250 * time.Millisecond
+	}
+
+	pool, err := Connect(ctx, p.Source.DSN)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	store := checkpoint.New(pool, p.Name)
+	ccfg := capture.Config{
+		DSN:             p.Source.DSN,
+		Slot:            p.Source.Slot,
+		Publication:     p.Source.Publication,
+		Tables:          p.Source.Tables,
+		AllowKeyless:    p.Source.AllowKeyless,
+		ApplicationName: "walcast-" + p.Name,
+		PrimaryKey:      primaryKeyLookup(pool),
+		Logger:          log,
+	}
+	prep, err := capture.Prepare(ctx, pool, store, ccfg)
+	if err != nil {
+		return fmt.Errorf("prepare source: %w", err)
+	}
+	if prep.CreatedPublication {
+		log.Info("created publication", "publication", ccfg.Publication)
+	}
+	if prep.CreatedSlot {
+		log.Info("created replication slot", "slot", ccfg.Slot)
+	}
+	for _, t := range prep.Keyless {
+		log.Warn("table has no key; its events carry key null", "table", t)
+	}
+	ccfg.StatusInterval = min(10*time.Second, prep.WalSenderTimeout/4)
+	marks, err := store.Load(ctx)
+	if err != nil {
+		return err
+	}
+
+	// Plugins: launched, configured and opened before any event flows, so
+	// a bad sink fails the start instead of holding the slot.
+	runs := make([]*sinkRun, 0, len(p.Sinks))
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, r := range runs {
+			if cerr := r.plugin.Close(cctx); cerr != nil {
+				log.Warn("close sink", "sink", r.cfg.ID, "err", cerr)
+			}
+		}
+	}()
+	specs := make([]ack.SinkSpec, 0, len(p.Sinks))
+	skip := make([]pluginkit.EventID, 0, len(p.Sinks))
+	for i := range p.Sinks {
+		s := &p.Sinks[i]
+		plugin, cp, err := startSink(ctx, opts.Launch, s)
+		if plugin != nil {
+			runs = append(runs, &sinkRun{cfg: s, plugin: plugin})
+		}
+		if err != nil {
+			return err
+		}
+		through := marks[s.ID]
+		if cp.Compare(through) > 0 {
+			through = cp
+		}
+		specs = append(specs, ack.SinkSpec{ID: s.ID, Durable: s.Durable})
+		skip = append(skip, through)
+	}
+
+	tracker := ack.New(specs, prep.ConfirmedFlush)
+	queues := make([]*fanout.Queue, len(runs))
+	for i, r := range runs {
+		tracker.SetWatermark(i, skip[i])
+		r.queue = fanout.NewQueue(max(4*r.cfg.Delivery.BatchSize, 1024), r.cfg.Durable)
+		queues[i] = r.queue
+		r.sched = schedule.New(schedule.Config{
+			SinkID:         r.cfg.ID,
+			Index:          i,
+			BatchSize:      r.cfg.Delivery.BatchSize,
+			RetryBase:      r.cfg.Delivery.RetryBase,
+			DeliverTimeout: r.cfg.Delivery.DeliverTimeout,
+			SkipThrough:    skip[i],
+			Tables:         set(r.cfg.Tables),
+			Ops:            set(r.cfg.Ops),
+			Logger:         log,
+		}, r.queue, tracker, r.plugin)
+		log.Info("sink ready", "sink", r.cfg.ID, "type", r.cfg.Type, "durable", r.cfg.Durable, "resume_after", skip[i].String())
+	}
+	fan := fanout.New(tracker, queues)
+	capt := capture.New(ccfg, fan)
+
+	// hard ends in-flight deliveries; it outlives ctx by ShutdownTimeout.
+	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHard()
+	stop := make(chan struct{})
+	var stopOnce sync.Once
+	halt := func() { stopOnce.Do(func() { close(stop) }) }
+
+	var sched errgroup.Group
+	for _, r := range runs {
+		sched.Go(func() error { return r.sched.Run(hard, stop) })
+	}
+	flushDone := make(chan struct{})
+	go func() {
+		defer close(flushDone)
+		saveLoop(hard, store, tracker, runs, opts.CheckpointInterval, log)
+	}()
+
+	captureErr := make(chan error, 1)
+	captureCtx, cancelCapture := context.WithCancel(ctx)
+	defer cancelCapture()
+	go func() { captureErr <- capt.Run(captureCtx) }()
+	if opts.Ready != nil {
+		opts.Ready()
+	}
+
+	select {
+	case <-ctx.Done():
+		log.Info("stopping: no new events; waiting for deliveries in flight", "timeout", opts.ShutdownTimeout)
+	case err = <-captureErr:
+		if err != nil {
+			log.Error("capture failed", "err", err)
+		}
+	}
+	cancelCapture()
+	if err == nil {
+		err = <-captureErr
+	}
+	halt()
+	done := make(chan struct{})
+	go func() { sched.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(opts.ShutdownTimeout):
+		log.Warn("deliveries still in flight at shutdown timeout; they will be replayed on restart")
+		cancelHard()
+		<-done
+	}
+	cancelHard()
+	<-flushDone
+	// Final checkpoint and slot position, with a fresh deadline: both only
+	// ever record what sinks acknowledged.
+	fctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if serr := saveMarks(fctx, store, tracker, runs, true); serr != nil {
+		log.Warn("final checkpoint", "err", serr)
+	}
+	if cerr := capt.Close(fctx); cerr != nil {
+		log.Warn("final slot confirmation", "err", cerr)
+	}
+	for _, r := range runs {
+		st := &r.sched.Stats
+		log.Info("sink stopped", "sink", r.cfg.ID, "delivered", st.Delivered.Load(), "skipped", st.Skipped.Load(),
+			"filtered", st.Filtered.Load(), "failed_attempts", st.Failures.Load(), "dropped", r.queue.Dropped())
+	}
+	return err
+}
+
+func startSink(ctx context.Context, launch Launcher, s *config.Sink) (Plugin, pluginkit.EventID, error) {
+	plugin, err := launch(ctx, s)
+	if err != nil {
+		return nil, pluginkit.EventID{}, fmt.Errorf("sink %s: %w", s.ID, err)
+	}
+	info, err := plugin.Info(ctx)
+	if err != nil {
+		return plugin, pluginkit.EventID{}, fmt.Errorf("sink %s: describe plugin: %w", s.ID, err)
+	}
+	raw, diags := config.DecodeSinkConfig(s.Config, info.Config)
+	if diags.HasErrors() {
+		return plugin, pluginkit.EventID{}, fmt.Errorf("sink %s: %s", s.ID, config.FormatDiagnostics(diags))
+	}
+	if err := plugin.Configure(ctx, raw); err != nil {
+		var cerr *pluginkit.ConfigError
+		if errors.As(err, &cerr) {
+			d := config.ConfigErrorDiag(s.Config, s.ConfigRange, cerr, s.ID)
+			return plugin, pluginkit.EventID{}, fmt.Errorf("sink %s: %s", s.ID, config.FormatDiagnostics(hcl.Diagnostics{d}))
+		}
+		return plugin, pluginkit.EventID{}, fmt.Errorf("sink %s: configure: %w", s.ID, err)
+	}
+	res, err := plugin.Open(ctx)
+	if err != nil {
+		return plugin, pluginkit.EventID{}, fmt.Errorf("sink %s: open: %w", s.ID, err)
+	}
+	return plugin, res.Checkpoint, nil
+}
+
+func saveLoop(ctx context.Context, store *checkpoint.Store, tracker *ack.Tracker, runs []*sinkRun, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := saveMarks(ctx, store, tracker, runs, false); err != nil && ctx.Err() == nil {
+			// The database may be restarting; the next tick tries again.
+			log.Warn("write checkpoints", "err", err)
+		}
+	}
+}
+
+func saveMarks(ctx context.Context, store *checkpoint.Store, tracker *ack.Tracker, runs []*sinkRun, force bool) error {
+	wm, changed := tracker.Watermarks()
+	if !changed && !force {
+		return nil
+	}
+	marks := make(map[string]pluginkit.EventID, len(runs))
+	for i, r := range runs {
+		marks[r.cfg.ID] = wm[i]
+	}
+	if err := store.Save(ctx, marks); err != nil {
+		tracker.MarkChanged() // retry on the next tick
+		return err
+	}
+	return nil
+}
+
+// Connect opens the control connection pool and explains the usual ways
+// that fails.
+func Connect(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parse source dsn: %w", err)
+	}
+	cfg.MaxConns = 4
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to source database: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			return nil, fmt.Errorf("connect to source database %s:%d/%s: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, err)
+		}
+		return nil, fmt.Errorf("cannot reach the source database at %s:%d: %w — check the dsn and that PostgreSQL is running and accepts connections", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
+	}
+	return pool, nil
+}
+
+// primaryKeyLookup answers the decoder's question for REPLICA IDENTITY FULL
+// tables: which columns are the primary key.
+func primaryKeyLookup(pool *pgxpool.Pool) func(schema, table string) ([]string, error) {
+	return func(schema, table string) ([]string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		rows, err := pool.Query(ctx, `
+SELECT a.attname FROM pg_index i
+JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) ON true
+JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
+WHERE n.nspname = $1 AND c.relname = $2 AND i.indisprimary
+ORDER BY k.ord`, schema, table)
+		if err != nil {
+			return nil, fmt.Errorf("look up primary key of %s.%s: %w", schema, table, err)
+		}
+		var cols []string
+		for rows.Next() {
+			var c string
+			if err := rows.Scan(&c); err != nil {
+				return nil, err
+			}
+			cols = append(cols, c)
+		}
+		return cols, rows.Err()
+	}
+}
+
+func set[T comparable](xs []T) map[T]bool {
+	if len(xs) == 0 {
+		return nil
+	}
+	m := make(map[T]bool, len(xs))
+	for _, x := range xs {
+		m[x] = true
+	}
+	return m
+}

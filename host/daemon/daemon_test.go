@@ -1,0 +1,154 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walcast/walcast/host/config"
+	"github.com/walcast/walcast/host/pgtest"
+	"github.com/walcast/walcast/pluginkit"
+)
+
+var cluster *pgtest.Cluster
+
+func TestMain(m *testing.M) { pgtest.Main(m, &cluster) }
+
+// memSink is an in-process Plugin: the seam where tests need a sink that
+// fails or stalls on demand.
+type memSink struct {
+	mu     sync.Mutex
+	events []pluginkit.Event
+	gate   chan struct{} // when non-nil, Deliver waits for it
+}
+
+func (m *memSink) Info(context.Context) (pluginkit.Info, error) {
+	return pluginkit.Info{Name: "mem"}, nil
+}
+func (m *memSink) Configure(context.Context, json.RawMessage) error { return nil }
+func (m *memSink) Open(context.Context) (pluginkit.OpenResult, error) {
+	return pluginkit.OpenResult{}, nil
+}
+func (m *memSink) Close(context.Context) error { return nil }
+func (m *memSink) Deliver(ctx context.Context, evs []pluginkit.Event) (pluginkit.DeliverResult, error) {
+	m.mu.Lock()
+	gate := m.gate
+	m.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return pluginkit.DeliverResult{}, ctx.Err()
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.events = append(m.events, evs...)
+	return pluginkit.DeliverResult{}, nil
+}
+func (m *memSink) count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.events)
+}
+
+func pipelineFor(t *testing.T, dsn string, sinks ...string) *config.Pipeline {
+	t.Helper()
+	src := fmt.Sprintf("pipeline = \"p\"\nsource \"postgres\" {\n dsn = %q\n tables = [\"public.items\"]\n}\n", dsn)
+	for _, s := range sinks {
+		src += fmt.Sprintf("sink \"mem\" %q {\n delivery {\n batch_size = 50\n retry_base = \"50ms\"\n }\n config {}\n}\n", s)
+	}
+	p, diags := config.Parse([]byte(src), "test.hcl")
+	if diags.HasErrors() {
+		t.Fatal(config.FormatDiagnostics(diags))
+	}
+	return p
+}
+
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestStreamsAndConfirms(t *testing.T) {
+	ctx := context.Background()
+	dsn := cluster.Database(t)
+	db, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(ctx)
+	if _, err := db.Exec(ctx, `CREATE TABLE items (id int PRIMARY KEY, v text); CREATE TABLE other (id int)`); err != nil {
+		t.Fatal(err)
+	}
+	fast, slow := &memSink{}, &memSink{gate: make(chan struct{})}
+	sinks := map[string]*memSink{"fast": fast, "slow": slow}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	ready := make(chan struct{})
+	go func() {
+		done <- Run(runCtx, Options{
+			Pipeline: pipelineFor(t, dsn, "fast", "slow"),
+			Launch: func(_ context.Context, s *config.Sink) (Plugin, error) {
+				return sinks[s.ID], nil
+			},
+			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+			Ready:  func() { close(ready) },
+		})
+	}()
+	<-ready
+	confirmed := func() uint64 {
+		var lsn string
+		if err := db.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'walcast_p'`).Scan(&lsn); err != nil {
+			t.Fatal(err)
+		}
+		v, _ := pluginkit.ParseLSN(lsn)
+		return v
+	}
+	before := confirmed()
+	for i := 0; i < 500; i++ {
+		if _, err := db.Exec(ctx, `INSERT INTO items VALUES ($1, 'x')`, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "fast sink to get 500 events", 30*time.Second, func() bool { return fast.count() == 500 })
+	// The slow sink has acknowledged nothing: the slot must not move.
+	time.Sleep(300 * time.Millisecond)
+	if got := confirmed(); got != before {
+		t.Fatalf("confirmed_flush_lsn moved from %X to %X while a durable sink acknowledged nothing", before, got)
+	}
+	close(slow.gate)
+	waitFor(t, "slow sink to get 500 events", 30*time.Second, func() bool { return slow.count() == 500 })
+	var end string
+	if err := db.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&end); err != nil {
+		t.Fatal(err)
+	}
+	endLSN, _ := pluginkit.ParseLSN(end)
+	// Idle captured table, writes elsewhere: keepalives advance the slot.
+	if _, err := db.Exec(ctx, `INSERT INTO other SELECT generate_series(1, 100)`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "slot to advance past the idle point", 30*time.Second, func() bool { return confirmed() >= endLSN })
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for i, ev := range fast.events {
+		if ev.ID.Index != 0 || (i > 0 && ev.ID.Compare(fast.events[i-1].ID) <= 0) {
+			t.Fatalf("event %d id %s out of order", i, ev.ID)
+		}
+	}
+}

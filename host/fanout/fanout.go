@@ -1,0 +1,122 @@
+// Package fanout gives each sink its own bounded queue and copies every
+// captured event into all of them.
+//
+// A full queue of a durable sink pauses the stream (backpressure): the
+// capture loop blocks here, answering the server meanwhile through the idle
+// callback, and PostgreSQL keeps the changes in the slot. A non-durable
+// sink never holds the stream back: when its queue is full the event is
+// dropped for that sink and counted.
+//
+// Fanout also makes the stream idempotent towards the sinks: after a
+// reconnect PostgreSQL resends everything after the slot's confirmed
+// position, and every event or commit already handed over is skipped here.
+// The same rule is what a later "rewind" (re-attaching a detached sink by
+// restarting replication) builds on.
+package fanout
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/walcast/walcast/host/ack"
+	"github.com/walcast/walcast/pluginkit"
+)
+
+// Item is one event on its way to one sink.
+type Item struct {
+	Seq   ack.Seq
+	Event pluginkit.Event
+}
+
+// Queue is one sink's inbox.
+type Queue struct {
+	C       chan Item
+	durable bool
+	dropped atomic.Int64
+}
+
+// NewQueue returns a queue holding up to capacity events.
+func NewQueue(capacity int, durable bool) *Queue {
+	return &Queue{C: make(chan Item, capacity), durable: durable}
+}
+
+// Dropped is how many events a non-durable queue dropped because it was full.
+func (q *Queue) Dropped() int64 { return q.dropped.Load() }
+
+// Fanout implements capture.Consumer.
+type Fanout struct {
+	tracker *ack.Tracker
+	queues  []*Queue // indexed like the tracker's sinks
+	last    pluginkit.EventID
+	lastEnd uint64
+	// idleEvery is how often a blocked Event lets capture answer the server.
+	idleEvery time.Duration
+}
+
+// New returns a fan-out over queues; queues[i] belongs to the tracker's
+// sink i.
+func New(tracker *ack.Tracker, queues []*Queue) *Fanout {
+	return &Fanout{tracker: tracker, queues: queues, idleEvery: 200 * time.Millisecond}
+}
+
+// Event registers ev with the tracker and queues it for every sink.
+func (f *Fanout) Event(ctx context.Context, ev pluginkit.Event, idle func()) error {
+	if !f.last.IsZero() && ev.ID.Compare(f.last) <= 0 {
+		return nil // resent after a reconnect: already in the pipeline
+	}
+	seq, err := f.tracker.Add(ev.ID)
+	if err != nil {
+		return fmt.Errorf("fan out event: %w", err)
+	}
+	item := Item{Seq: seq, Event: ev}
+	for i, q := range f.queues {
+		select {
+		case q.C <- item:
+			continue
+		default:
+		}
+		if !q.durable {
+			q.dropped.Add(1)
+			f.tracker.Resolve(i, seq)
+			continue
+		}
+		if err := f.wait(ctx, q, item, idle); err != nil {
+			return err
+		}
+	}
+	f.last = ev.ID
+	return nil
+}
+
+func (f *Fanout) wait(ctx context.Context, q *Queue, item Item, idle func()) error {
+	t := time.NewTicker(f.idleEvery)
+	defer t.Stop()
+	for {
+		select {
+		case q.C <- item:
+			return nil
+		case <-t.C:
+			idle()
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Commit records a transaction's end unless it was already recorded before
+// a reconnect.
+func (f *Fanout) Commit(commitLSN, endLSN uint64) {
+	if endLSN <= f.lastEnd {
+		return
+	}
+	f.lastEnd = endLSN
+	f.tracker.Commit(endLSN)
+}
+
+// Flush implements capture.Consumer.
+func (f *Fanout) Flush() uint64 { return f.tracker.Flush() }
+
+// AdvanceIdle implements capture.Consumer.
+func (f *Fanout) AdvanceIdle(walEnd uint64) bool { return f.tracker.AdvanceIdle(walEnd) }
