@@ -1,0 +1,137 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+
+	"github.com/walcast/walcast/pluginkit"
+)
+
+// Sink writes JSON lines, one envelope per line, flushed once per batch.
+type Sink struct {
+	log *slog.Logger
+
+	mu   sync.Mutex // serialises batches so lines never interleave
+	path string     // empty: stdout
+	file *os.File   // open while path is set and the sink is open
+	w    *bufio.Writer
+}
+
+// Interface guards.
+var _ pluginkit.Sink = (*Sink)(nil)
+
+// New returns a stdout sink that logs through pluginkit.NewLogger.
+func New() *Sink { return newSink(pluginkit.NewLogger()) }
+
+func newSink(log *slog.Logger) *Sink { return &Sink{log: log} }
+
+// Info describes the sink.
+func (s *Sink) Info() pluginkit.Info {
+	return pluginkit.Info{
+		Name:    "stdout",
+		Version: pluginkit.BuildVersion(),
+		Config: []pluginkit.ConfigField{{
+			Name: "path",
+			Type: pluginkit.TypeString,
+			Doc:  "Append to this file and fsync once per batch instead of writing to walcast's stdout.",
+		}},
+	}
+}
+
+type config struct {
+	Path string `json:"path"`
+}
+
+// Configure reads the optional path.
+func (s *Sink) Configure(_ context.Context, raw json.RawMessage) error {
+	var c config
+	if err := json.Unmarshal(raw, &c); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return &pluginkit.ConfigError{Field: te.Field, Msg: "must be a " + te.Type.String()}
+		}
+		return &pluginkit.ConfigError{Msg: fmt.Sprintf("decode config: %v", err)}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.path = c.Path
+	return nil
+}
+
+// Open opens the file, or picks up stdout. os.Stdout is looked up here, not
+// earlier: once pluginkit.Serve runs it is go-plugin's stream to the host's
+// stdout, while before that it is the handshake channel.
+func (s *Sink) Open(context.Context) (pluginkit.OpenResult, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out io.Writer = os.Stdout
+	if s.path != "" {
+		f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			return pluginkit.OpenResult{}, fmt.Errorf("open output file: %w", err)
+		}
+		s.file, out = f, f
+	}
+	s.w = bufio.NewWriterSize(out, 64<<10)
+	s.log.Debug("stdout sink open", "path", s.path)
+	return pluginkit.OpenResult{}, nil
+}
+
+// Deliver writes the batch and flushes it; with a file it also fsyncs, so
+// that a successful Deliver means the lines are on disk.
+func (s *Sink) Deliver(_ context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.w == nil {
+		return pluginkit.DeliverResult{}, pluginkit.Permanent(errors.New("deliver before open"))
+	}
+	for _, e := range events {
+		s.w.Write(e.Payload)
+		s.w.WriteByte('\n')
+	}
+	// bufio.Writer keeps its first error and Flush reports it.
+	if err := s.w.Flush(); err != nil {
+		s.w.Reset(s.out())
+		return pluginkit.DeliverResult{}, fmt.Errorf("write batch: %w", err)
+	}
+	if s.file != nil {
+		if err := s.file.Sync(); err != nil {
+			return pluginkit.DeliverResult{}, fmt.Errorf("fsync %s: %w", s.path, err)
+		}
+	}
+	return pluginkit.DeliverResult{}, nil
+}
+
+// out is the writer under s.w; callers hold s.mu.
+func (s *Sink) out() io.Writer {
+	if s.file != nil {
+		return s.file
+	}
+	return os.Stdout
+}
+
+// Close flushes what is buffered and closes the file.
+func (s *Sink) Close(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var err error
+	if s.w != nil {
+		err = s.w.Flush()
+		s.w = nil
+	}
+	if s.file != nil {
+		err = errors.Join(err, s.file.Close())
+		s.file = nil
+	}
+	if err != nil {
+		return fmt.Errorf("close stdout sink: %w", err)
+	}
+	return nil
+}

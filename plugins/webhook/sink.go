@@ -1,0 +1,292 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/walcast/walcast/pluginkit"
+)
+
+const (
+	defaultTimeout    = 30 * time.Second
+	defaultRetryAfter = 30 * time.Second
+	// errorBodyBytes is how much of a failed response ends up in the error,
+	// enough for a receiver's one-line explanation.
+	errorBodyBytes = 200
+	// drainBytes bounds how much of a response is read only so that the
+	// connection can be reused.
+	drainBytes = 64 << 10
+)
+
+// Sink delivers batches to one webhook URL.
+type Sink struct {
+	log *slog.Logger
+
+	mu      sync.Mutex // guards the settings against Configure during Deliver
+	cfg     settings
+	client  *http.Client
+	nowFunc func() time.Time // for tests; time.Now otherwise
+}
+
+// settings is the validated config.
+type settings struct {
+	url     *url.URL
+	timeout time.Duration
+	headers http.Header
+	key     []byte // signing key; nil disables signing
+}
+
+// Interface guards.
+var _ pluginkit.Sink = (*Sink)(nil)
+
+// New returns a webhook sink that logs through pluginkit.NewLogger.
+func New() *Sink { return newSink(pluginkit.NewLogger()) }
+
+func newSink(log *slog.Logger) *Sink { return &Sink{log: log, nowFunc: time.Now} }
+
+// Info describes the sink.
+func (s *Sink) Info() pluginkit.Info {
+	return pluginkit.Info{
+		Name:    "webhook",
+		Version: pluginkit.BuildVersion(),
+		Config: []pluginkit.ConfigField{
+			{Name: "url", Type: pluginkit.TypeString, Required: true, Doc: "The http or https URL each batch is POSTed to."},
+			{Name: "timeout", Type: pluginkit.TypeDuration, Doc: `How long one POST may take, response included. Default "30s".`},
+			{Name: "headers", Type: pluginkit.TypeStringMap, Doc: "Extra request headers, for example Authorization."},
+			{Name: "secret", Type: pluginkit.TypeString, Doc: `Standard Webhooks signing secret: "whsec_" followed by base64, or raw bytes. Unset: requests are not signed.`},
+		},
+	}
+}
+
+type config struct {
+	URL     string            `json:"url"`
+	Timeout string            `json:"timeout"`
+	Headers map[string]string `json:"headers"`
+	Secret  string            `json:"secret"`
+}
+
+// Configure validates the config; it makes no request.
+func (s *Sink) Configure(_ context.Context, raw json.RawMessage) error {
+	var c config
+	if err := json.Unmarshal(raw, &c); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return &pluginkit.ConfigError{Field: te.Field, Msg: "must be a " + te.Type.String()}
+		}
+		return &pluginkit.ConfigError{Msg: fmt.Sprintf("decode config: %v", err)}
+	}
+	st, err := parseConfig(c)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.cfg = st
+	s.mu.Unlock()
+	s.log.Info("webhook configured", "url", st.url.Redacted(), "timeout", st.timeout.String(), "signed", st.key != nil)
+	return nil
+}
+
+func parseConfig(c config) (settings, error) {
+	var st settings
+	if c.URL == "" {
+		return st, &pluginkit.ConfigError{Field: "url", Msg: "is required"}
+	}
+	u, err := url.Parse(c.URL)
+	if err != nil {
+		return st, &pluginkit.ConfigError{Field: "url", Msg: fmt.Sprintf("not a URL: %v", err)}
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return st, &pluginkit.ConfigError{Field: "url", Msg: fmt.Sprintf("scheme must be http or https, not %q", u.Scheme)}
+	}
+	if u.Host == "" {
+		return st, &pluginkit.ConfigError{Field: "url", Msg: "has no host"}
+	}
+	st.url = u
+
+	st.timeout = defaultTimeout
+	if c.Timeout != "" {
+		d, err := time.ParseDuration(c.Timeout)
+		if err != nil || d <= 0 {
+			return st, &pluginkit.ConfigError{Field: "timeout", Msg: fmt.Sprintf("must be a positive duration such as \"30s\", not %q", c.Timeout)}
+		}
+		st.timeout = d
+	}
+
+	st.headers = make(http.Header, len(c.Headers))
+	for k, v := range c.Headers {
+		if k == "" || strings.ContainsAny(k, " \t\r\n:") || strings.ContainsAny(v, "\r\n") {
+			return st, &pluginkit.ConfigError{Field: "headers", Msg: fmt.Sprintf("invalid header %q", k)}
+		}
+		st.headers.Set(k, v)
+	}
+
+	if c.Secret != "" {
+		st.key, err = signingKey(c.Secret)
+		if err != nil {
+			return st, &pluginkit.ConfigError{Field: "secret", Msg: err.Error()}
+		}
+	}
+	return st, nil
+}
+
+// signingKey turns a configured secret into HMAC key bytes. Standard
+// Webhooks secrets are "whsec_" followed by the base64 key; anything else is
+// used as it is.
+func signingKey(secret string) ([]byte, error) {
+	b64, ok := strings.CutPrefix(secret, "whsec_")
+	if !ok {
+		return []byte(secret), nil
+	}
+	key, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		return nil, fmt.Errorf("the part after whsec_ must be base64: %v", err)
+	}
+	if len(key) == 0 {
+		return nil, errors.New("is empty after whsec_")
+	}
+	return key, nil
+}
+
+// Open prepares the HTTP client; it does not contact the receiver, which
+// may well be down while walcast starts.
+func (s *Sink) Open(context.Context) (pluginkit.OpenResult, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cfg.url == nil {
+		return pluginkit.OpenResult{}, pluginkit.Permanent(errors.New("open before configure"))
+	}
+	s.client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	return pluginkit.OpenResult{}, nil
+}
+
+// Deliver POSTs the batch as one request. The body is assembled from the
+// pre-encoded envelopes without decoding them again.
+func (s *Sink) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error) {
+	if len(events) == 0 {
+		return pluginkit.DeliverResult{}, nil
+	}
+	s.mu.Lock()
+	cfg, client := s.cfg, s.client
+	s.mu.Unlock()
+	if client == nil {
+		return pluginkit.DeliverResult{}, pluginkit.Permanent(errors.New("deliver before open"))
+	}
+
+	body := encodeBody(events)
+	id := batchID(events)
+	ts := strconv.FormatInt(s.nowFunc().Unix(), 10)
+
+	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cfg.url.String(), bytes.NewReader(body))
+	if err != nil {
+		return pluginkit.DeliverResult{}, pluginkit.Permanent(fmt.Errorf("build request: %w", err))
+	}
+	req.Header = cfg.headers.Clone()
+	req.Header.Set("Content-Type", "application/json")
+	// The same batch always carries the same id, so a receiver can
+	// recognise a redelivery.
+	req.Header.Set("Idempotency-Key", id)
+	req.Header.Set("Webhook-Id", id)
+	req.Header.Set("Webhook-Timestamp", ts)
+	if cfg.key != nil {
+		req.Header.Set("Webhook-Signature", sign(cfg.key, id, ts, body))
+	}
+
+	resp, err := client.Do(req)
+	if err != nil {
+		return pluginkit.DeliverResult{}, pluginkit.Retryable(fmt.Errorf("POST %s: %w", cfg.url.Redacted(), err))
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainBytes))
+		return pluginkit.DeliverResult{}, nil
+	}
+
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, errorBodyBytes))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainBytes))
+	err = fmt.Errorf("POST %s: %s: %q", cfg.url.Redacted(), resp.Status, snippet)
+	if resp.StatusCode == http.StatusTooManyRequests {
+		after := retryAfter(resp.Header.Get("Retry-After"), s.nowFunc())
+		s.log.Debug("webhook throttled", "retry_after", after.String())
+		return pluginkit.DeliverResult{}, pluginkit.Throttled(after, err)
+	}
+	return pluginkit.DeliverResult{}, pluginkit.Retryable(err)
+}
+
+// Close releases idle connections.
+func (s *Sink) Close(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.client != nil {
+		s.client.CloseIdleConnections()
+		s.client = nil
+	}
+	return nil
+}
+
+// encodeBody builds {"events":[p1,p2,...]} by concatenation.
+func encodeBody(events []pluginkit.Event) []byte {
+	n := len(`{"events":[]}`) + len(events)
+	for _, e := range events {
+		n += len(e.Payload)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, `{"events":[`...)
+	for i, e := range events {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, e.Payload...)
+	}
+	return append(b, "]}"...)
+}
+
+// batchID names a batch by its first and last event id. Event ids are
+// derived from the WAL, so a redelivered batch gets the same id.
+func batchID(events []pluginkit.Event) string {
+	first, last := events[0].ID, events[len(events)-1].ID
+	return first.String() + ".." + last.String()
+}
+
+// sign computes the Standard Webhooks signature header value.
+func sign(key []byte, id, ts string, body []byte) string {
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(id))
+	mac.Write([]byte{'.'})
+	mac.Write([]byte(ts))
+	mac.Write([]byte{'.'})
+	mac.Write(body)
+	return "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// retryAfter reads a Retry-After header: delay seconds or an HTTP date.
+// Absent or unreadable means defaultRetryAfter; a date in the past means no
+// pause.
+func retryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return defaultRetryAfter
+	}
+	if secs, err := strconv.ParseUint(v, 10, 32); err == nil {
+		return time.Duration(secs) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0)
+	}
+	return defaultRetryAfter
+}
