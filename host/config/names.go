@@ -1,0 +1,151 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+)
+
+// Each check below returns "" for a good value, or the end of a sentence
+// that starts with the value ("... %q " + problem), or a whole sentence
+// for table names.
+
+// maxIdentLen is PostgreSQL's NAMEDATALEN-1; longer names are truncated by
+// the server, or refused for replication slots.
+const maxIdentLen = 63
+
+// checkSlotName applies PostgreSQL's rule for replication slot names, which
+// is also used for publications and the pipeline name so that a name can be
+// written in SQL without quoting.
+func checkSlotName(name string) string {
+	switch {
+	case name == "":
+		return "is empty"
+	case len(name) > maxIdentLen:
+		return fmt.Sprintf("is %d characters long; PostgreSQL allows at most %d", len(name), maxIdentLen)
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
+			return fmt.Sprintf("contains %q; use only lower-case letters, digits and underscores", r)
+		}
+	}
+	return ""
+}
+
+// checkSinkID: ids appear in metrics labels, Kafka transactional ids and
+// checkpoint rows, so they stay in a charset every one of those accepts.
+func checkSinkID(id string) string {
+	if id == "" {
+		return "is empty"
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return fmt.Sprintf("contains %q; use only letters, digits, '_' and '-'", r)
+		}
+	}
+	return ""
+}
+
+// checkSinkType: the type names an executable, walcast-sink-<type>, so it
+// must not be able to name a path.
+func checkSinkType(typ string) string {
+	if typ == "" {
+		return "is empty"
+	}
+	for i, r := range typ {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || (i > 0 && (r == '_' || r == '-'))) {
+			return fmt.Sprintf("contains %q; plugin names use lower-case letters, digits, '_' and '-' and start with a letter or digit", r)
+		}
+	}
+	return ""
+}
+
+// walcastSchema holds walcast's own state; capturing it would feed every
+// checkpoint write back into the stream.
+const walcastSchema = "walcast"
+
+// checkTableName requires "schema.table". Unqualified names are refused
+// rather than read as public.<name>: PostgreSQL resolves them through the
+// search_path, and a publication silently covering another schema's table
+// is worse than a startup error. Names are compared with the catalog as
+// written, so quotes are refused too.
+func checkTableName(t string) string {
+	if strings.ContainsAny(t, "*?") {
+		return fmt.Sprintf("Table %q contains a wildcard; list every table to capture by name.", t)
+	}
+	if strings.ContainsAny(t, "\" \t\r\n") {
+		return fmt.Sprintf(`Table %q contains quotes or spaces; write schema.table as spelled in the catalog, without quotes.`, t)
+	}
+	schema, table, ok := strings.Cut(t, ".")
+	if !ok {
+		return fmt.Sprintf("Table %q must be schema-qualified, as in %q.", t, "public."+t)
+	}
+	if schema == "" || table == "" || strings.Contains(table, ".") {
+		return fmt.Sprintf(`Table %q is not of the form "schema.table".`, t)
+	}
+	if schema == walcastSchema {
+		return fmt.Sprintf("Table %q is in the walcast schema, which holds walcast's own state: the walcast schema is never captured.", t)
+	}
+	return ""
+}
+
+// decodeStringList decodes a list of strings and returns where each element
+// was written, so that a bad element is pointed at rather than the whole
+// list. An expression that is not a literal list (a function call, say)
+// gives every element the range of the whole expression. ok is false when
+// anything failed to decode (and is already reported).
+func (d *decoder) decodeStringList(attr *hcl.Attribute) (vals []string, ranges []hcl.Range, ok bool) {
+	exprs, diags := hcl.ExprList(attr.Expr)
+	if diags.HasErrors() {
+		if !d.decodeAttr(attr, &vals) {
+			return nil, nil, false
+		}
+		ranges = make([]hcl.Range, len(vals))
+		for i := range ranges {
+			ranges[i] = attr.Expr.Range()
+		}
+		return vals, ranges, true
+	}
+	ok = true
+	for _, e := range exprs {
+		var v string
+		if !d.decodeAttr(&hcl.Attribute{Name: attr.Name, Expr: e}, &v) {
+			ok = false
+			continue
+		}
+		vals = append(vals, v)
+		ranges = append(ranges, e.Range())
+	}
+	return vals, ranges, ok
+}
+
+// decodeDuration decodes a duration written as a string such as "30s".
+func (d *decoder) decodeDuration(attr *hcl.Attribute) (time.Duration, bool) {
+	var s string
+	if !d.decodeAttr(attr, &s) {
+		return 0, false
+	}
+	dur, diag := parseDuration(s, attr.Expr.Range())
+	if diag != nil {
+		d.add(diag)
+		return 0, false
+	}
+	return dur, true
+}
+
+// parseDuration is time.ParseDuration with a diagnostic at rng.
+func parseDuration(s string, rng hcl.Range) (time.Duration, *hcl.Diagnostic) {
+	dur, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, &hcl.Diagnostic{
+			Severity: hcl.DiagError,
+			Summary:  "Invalid duration",
+			Detail: fmt.Sprintf(`bad duration %q: %s; write a number and a unit, such as "30s", "2m" or "1h30m".`,
+				s, strings.TrimPrefix(err.Error(), "time: ")),
+			Subject: rng.Ptr(),
+		}
+	}
+	return dur, nil
+}

@@ -1,0 +1,149 @@
+package config
+
+import (
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+
+	"github.com/walcast/walcast/pluginkit"
+)
+
+// Pipeline is one decoded pipeline file: a PostgreSQL source and the sinks
+// its changes fan out to. Every default is already applied.
+type Pipeline struct {
+	// Name names the pipeline; the slot and publication default to
+	// "walcast_<Name>" and the checkpoint rows are keyed by it.
+	Name      string
+	NameRange hcl.Range
+
+	Source Source
+	Sinks  []Sink
+}
+
+// Source is the `source "postgres"` block.
+type Source struct {
+	// Type is the source label; only "postgres" exists.
+	Type string
+	// DSN is a libpq connection string or URL. It usually comes from env()
+	// so that a password never sits in the file.
+	DSN string
+	// Tables are the captured tables, each "schema.table" as spelled in the
+	// PostgreSQL catalog (case-sensitive, no quotes). Never in the walcast
+	// schema.
+	Tables []string
+	// Slot and Publication are the replication slot and publication names.
+	Slot        string
+	Publication string
+	// AllowKeyless delivers tables without a replica identity with a null
+	// key instead of refusing to start.
+	AllowKeyless bool
+
+	DeclRange hcl.Range
+	DSNRange  hcl.Range
+	// TableRanges[i] is where Tables[i] was written, so that the host can
+	// point at it when, say, the table does not exist.
+	TableRanges []hcl.Range
+}
+
+// Sink is one `sink "<type>" "<id>"` block.
+type Sink struct {
+	// Type selects the plugin, the executable walcast-sink-<Type>.
+	Type string
+	// ID is unique in the pipeline; checkpoints and parked events are keyed
+	// by it, so renaming a sink starts it from scratch.
+	ID string
+	// Durable sinks hold the replication slot back until they have
+	// acknowledged; non-durable ones never do.
+	Durable bool
+	// Tables, when non-empty, restricts the sink to these source tables.
+	Tables []string
+	// Ops, when non-empty, restricts the sink to these operations.
+	Ops      []pluginkit.Op
+	Delivery Delivery
+
+	// Config is the sink's `config` block, left undecoded: only the plugin
+	// knows its schema. Decode it with DecodeSinkConfig. It is an empty body
+	// when the block is absent.
+	Config hcl.Body
+	// ConfigRange is the `config` block's header, or DeclRange when the
+	// block is absent; diagnostics about the whole config point here.
+	ConfigRange hcl.Range
+
+	DeclRange hcl.Range
+	TypeRange hcl.Range
+	IDRange   hcl.Range
+}
+
+// Delivery is a sink's delivery policy (DESIGN.md, "Delivery policy").
+type Delivery struct {
+	// BatchSize is the number of events per Deliver call.
+	BatchSize int
+	// RateLimit is in events per second; 0 means unlimited.
+	RateLimit float64
+	// Ordering is OrderingRow or OrderingStrict.
+	Ordering string
+	// MaxInFlight is the number of batches in flight at once under
+	// OrderingRow.
+	MaxInFlight int
+	// RetryBase is the first retry delay; it doubles on every attempt.
+	RetryBase time.Duration
+	// MaxAttempts is the number of failed attempts before an event is
+	// parked.
+	MaxAttempts int
+	// DeliverTimeout bounds one Deliver call; a timeout is a failed attempt.
+	DeliverTimeout time.Duration
+
+	// MaxInFlightRange is where max_in_flight was written, nil when it was
+	// defaulted: a plugin that asks for ordered delivery ignores it, and
+	// that is worth a warning only when the user asked for something else.
+	MaxInFlightRange *hcl.Range
+}
+
+// The ordering modes of a delivery block.
+const (
+	// OrderingRow keeps each row's changes in commit order and lets
+	// different rows flow in parallel.
+	OrderingRow = "row"
+	// OrderingStrict keeps one batch in flight, in global commit order.
+	OrderingStrict = "strict"
+)
+
+// The defaults of a delivery block (DESIGN.md, "Delivery policy").
+const (
+	DefaultBatchSize      = 100
+	DefaultRateLimit      = 0
+	DefaultOrdering       = OrderingRow
+	DefaultMaxInFlight    = 8
+	DefaultRetryBase      = 30 * time.Second
+	DefaultMaxAttempts    = 5
+	DefaultDeliverTimeout = 2 * time.Minute
+
+	// MaxBatchSize bounds batch_size: a batch travels as one gRPC message
+	// and one request to the destination.
+	MaxBatchSize = 10000
+)
+
+// DefaultDelivery returns the policy of a sink without a delivery block.
+func DefaultDelivery() Delivery {
+	return Delivery{
+		BatchSize:      DefaultBatchSize,
+		RateLimit:      DefaultRateLimit,
+		Ordering:       DefaultOrdering,
+		MaxInFlight:    DefaultMaxInFlight,
+		RetryBase:      DefaultRetryBase,
+		MaxAttempts:    DefaultMaxAttempts,
+		DeliverTimeout: DefaultDeliverTimeout,
+	}
+}
+
+// defaultDurable is whether a sink of this type holds the slot back when
+// the file does not say. Every sink type is durable for now; sse will
+// answer false here.
+func defaultDurable(sinkType string) bool {
+	return true
+}
+
+// defaultSlotName is the default of both slot and publication.
+func defaultSlotName(pipeline string) string {
+	return "walcast_" + pipeline
+}

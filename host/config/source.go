@@ -1,0 +1,125 @@
+package config
+
+import (
+	"github.com/hashicorp/hcl/v2"
+)
+
+// sourceSchema is the body of a source block. dsn and tables are required,
+// but checked by hand so that the message points at the block header and
+// says what to write.
+var sourceSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{
+		{Name: "dsn"},
+		{Name: "tables"},
+		{Name: "slot"},
+		{Name: "publication"},
+		{Name: "allow_keyless"},
+	},
+}
+
+// sourceTypePostgres is the one source type there is.
+const sourceTypePostgres = "postgres"
+
+func (d *decoder) decodeSource(block *hcl.Block, p *Pipeline) Source {
+	src := Source{Type: block.Labels[0], DeclRange: block.DefRange}
+	if src.Type != sourceTypePostgres {
+		d.errorf(block.LabelRanges[0], "Unsupported source type",
+			"Source type %q is not supported; walcast captures from PostgreSQL: write source %q.", src.Type, sourceTypePostgres)
+	}
+
+	content, diags := block.Body.Content(sourceSchema)
+	d.add(diags...)
+	attrs := content.Attributes
+
+	if attr, ok := attrs["dsn"]; ok {
+		src.DSNRange = attr.Expr.Range()
+		if d.decodeAttr(attr, &src.DSN) && src.DSN == "" {
+			d.errorf(src.DSNRange, "Empty dsn",
+				"The source needs a PostgreSQL connection string; if it comes from env(), that variable is set but empty.")
+		}
+	} else {
+		d.errorf(block.DefRange, "Missing dsn",
+			`The source needs dsn = "postgres://user@host/db", usually dsn = env("WALCAST_SOURCE_DSN") to keep the password out of the file.`)
+	}
+
+	if attr, ok := attrs["tables"]; ok {
+		var ok bool
+		src.Tables, src.TableRanges, ok = d.decodeStringList(attr)
+		if ok {
+			d.checkSourceTables(src.Tables, src.TableRanges, attr.Expr.Range())
+		}
+	} else {
+		d.errorf(block.DefRange, "Missing tables",
+			`The source needs tables = ["public.orders", ...]: the schema-qualified tables to capture.`)
+	}
+
+	slot, pub := attrs["slot"], attrs["publication"]
+	var def string
+	if slot == nil || pub == nil {
+		def = d.defaultIdent(p)
+	}
+	src.Slot = d.identOr(slot, "slot", def)
+	src.Publication = d.identOr(pub, "publication", def)
+
+	if attr, ok := attrs["allow_keyless"]; ok {
+		d.decodeAttr(attr, &src.AllowKeyless)
+	}
+	return src
+}
+
+// defaultIdent derives the default slot and publication name from the
+// pipeline name, or returns "" when that name is already reported as bad.
+func (d *decoder) defaultIdent(p *Pipeline) string {
+	if checkSlotName(p.Name) != "" {
+		return ""
+	}
+	name := defaultSlotName(p.Name)
+	if problem := checkSlotName(name); problem != "" {
+		d.errorf(p.NameRange, "Pipeline name too long",
+			"The default slot and publication name %q %s; shorten the pipeline name or set slot and publication in the source block.",
+			name, problem)
+	}
+	return name
+}
+
+// identOr decodes and checks the slot or publication attribute, or returns
+// def when attr is nil.
+func (d *decoder) identOr(attr *hcl.Attribute, what, def string) string {
+	if attr == nil {
+		return def
+	}
+	var name string
+	if d.decodeAttr(attr, &name) {
+		if problem := checkSlotName(name); problem != "" {
+			d.errorf(attr.Expr.Range(), "Invalid "+what+" name", "The %s name %q %s.", what, name, problem)
+		}
+	}
+	return name
+}
+
+func (d *decoder) checkPipelineName(name string, rng hcl.Range) {
+	if problem := checkSlotName(name); problem != "" {
+		d.errorf(rng, "Invalid pipeline name",
+			"The pipeline name %q %s. It names the replication slot and publication by default, so it follows PostgreSQL's rule for slot names.", name, problem)
+	}
+}
+
+func (d *decoder) checkSourceTables(tables []string, ranges []hcl.Range, listRange hcl.Range) {
+	if len(tables) == 0 {
+		d.errorf(listRange, "No tables",
+			"The source captures nothing; list at least one schema-qualified table.")
+		return
+	}
+	seen := make(map[string]hcl.Range, len(tables))
+	for i, t := range tables {
+		if problem := checkTableName(t); problem != "" {
+			d.errorf(ranges[i], "Invalid table name", "%s", problem)
+			continue
+		}
+		if first, dup := seen[t]; dup {
+			d.errorf(ranges[i], "Duplicate table", "Table %q is already listed at %s.", t, lineOf(first))
+			continue
+		}
+		seen[t] = ranges[i]
+	}
+}
