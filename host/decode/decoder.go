@@ -1,0 +1,307 @@
+package decode
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/walcast/walcast/pluginkit"
+)
+
+// Options configures a Decoder. The zero value is usable.
+type Options struct {
+	// PrimaryKey returns the primary key column names of a table, in key
+	// order, or none when it has no primary key. It is consulted only for
+	// tables with REPLICA IDENTITY FULL, where pgoutput marks every column
+	// as part of the key; the primary key then becomes the event key, which
+	// is what sinks partition and order on. It is called once per Relation
+	// message, from Decode, so it holds up the stream while it runs: keep it
+	// fast and bounded (e.g. a query with a short timeout, or a map loaded at
+	// startup). May be nil: the key is then every column.
+	PrimaryKey func(schema, table string) ([]string, error)
+}
+
+// Decoder turns the pgoutput messages of one replication stream into
+// events. See the package documentation for its state machine.
+type Decoder struct {
+	opts Options
+	rels map[uint32]*relation
+
+	inTx      bool
+	commitLSN uint64
+	index     uint64
+	// txHead is the pre-encoded `"commit_lsn":…,"xid":…,"commit_time":…,`
+	// part shared by every event of the transaction.
+	txHead []byte
+
+	// Reusable buffers: the envelope being built, its "unchanged" list, and
+	// array elements being unescaped. Their contents never escape a Decode
+	// call; emitted events get copies.
+	buf       []byte
+	unchanged []byte
+	scratch   []byte
+}
+
+// New returns a Decoder with an empty relation cache, outside any
+// transaction.
+func New(opts Options) *Decoder {
+	return &Decoder{opts: opts, rels: make(map[uint32]*relation)}
+}
+
+// Reset drops the relation cache and any open transaction. Call it whenever
+// the replication connection is re-established: the server sends Relation
+// messages afresh on a new connection, and a transaction cut short by the
+// disconnect is replayed from its Begin.
+func (d *Decoder) Reset() {
+	clear(d.rels)
+	d.inTx = false
+	d.commitLSN = 0
+	d.index = 0
+	d.txHead = d.txHead[:0]
+}
+
+// InTransaction reports whether a Begin has been decoded without its Commit.
+// The capture loop must not confirm a keepalive's WAL end while it is true.
+func (d *Decoder) InTransaction() bool { return d.inTx }
+
+// CommitLSN is the commit LSN of the current transaction, or of the last one
+// after its Commit; zero before the first Begin.
+func (d *Decoder) CommitLSN() pglogrepl.LSN { return pglogrepl.LSN(d.commitLSN) }
+
+// Emitted is how many events the current (or last committed) transaction has
+// emitted so far, which is also the index the next event will get.
+func (d *Decoder) Emitted() int { return int(d.index) }
+
+// Decode decodes one message of the stream and calls emit for each event it
+// produces: none for Begin, Commit, Relation, Type, Origin and logical
+// decoding messages and for changes to the control schema, one per change,
+// one per named relation for a Truncate.
+//
+// emit is called synchronously; an event counts as emitted (consumes its
+// index) only when emit returns nil. An error from emit is returned wrapped
+// and leaves the transaction where it was; the caller is expected to
+// reconnect and Reset.
+//
+// Passing the Commit message is optional for the events produced but it is
+// what ends the transaction for InTransaction.
+func (d *Decoder) Decode(msg pglogrepl.Message, emit func(pluginkit.Event) error) error {
+	switch m := msg.(type) {
+	case *pglogrepl.BeginMessage:
+		if m == nil {
+			break
+		}
+		d.begin(m)
+		return nil
+	case *pglogrepl.CommitMessage:
+		if m == nil {
+			break
+		}
+		return d.commit(m)
+	case *pglogrepl.RelationMessage:
+		if m == nil {
+			break
+		}
+		rel, err := newRelation(m, d.opts.PrimaryKey)
+		if err != nil {
+			return fmt.Errorf("decode relation message: %w", err)
+		}
+		d.rels[m.RelationID] = rel
+		return nil
+	case *pglogrepl.InsertMessage:
+		if m == nil {
+			break
+		}
+		return d.insert(m, emit)
+	case *pglogrepl.UpdateMessage:
+		if m == nil {
+			break
+		}
+		return d.update(m, emit)
+	case *pglogrepl.DeleteMessage:
+		if m == nil {
+			break
+		}
+		return d.delete(m, emit)
+	case *pglogrepl.TruncateMessage:
+		if m == nil {
+			break
+		}
+		return d.truncate(m, emit)
+	case *pglogrepl.TypeMessage, *pglogrepl.OriginMessage, *pglogrepl.LogicalDecodingMessage:
+		// Type messages describe user-defined types, which are emitted as
+		// text anyway; origins and logical decoding messages carry no rows.
+		return nil
+	default:
+		return fmt.Errorf("decode: unsupported pgoutput message %T", msg)
+	}
+	return errors.New("decode: nil message")
+}
+
+func (d *Decoder) begin(m *pglogrepl.BeginMessage) {
+	// A Begin while a transaction is open means its Commit was not passed
+	// in (allowed) or the stream restarted; either way the new transaction
+	// starts from scratch.
+	d.inTx = true
+	d.commitLSN = uint64(m.FinalLSN)
+	d.index = 0
+	b := append(d.txHead[:0], `"commit_lsn":"`...)
+	b = pluginkit.AppendLSN(b, d.commitLSN)
+	b = append(b, `","xid":`...)
+	b = strconv.AppendUint(b, uint64(m.Xid), 10)
+	b = append(b, `,"commit_time":"`...)
+	b = m.CommitTime.UTC().AppendFormat(b, "2006-01-02T15:04:05.000000Z07:00")
+	d.txHead = append(b, `",`...)
+}
+
+func (d *Decoder) commit(m *pglogrepl.CommitMessage) error {
+	if !d.inTx {
+		return fmt.Errorf("decode commit %s: no transaction is open", m.CommitLSN)
+	}
+	if uint64(m.CommitLSN) != d.commitLSN {
+		// The ids of the transaction's events were built from Begin's LSN;
+		// if Commit disagrees they are wrong.
+		return fmt.Errorf("decode commit: commit LSN %s does not match the begin's final LSN %s", m.CommitLSN, pglogrepl.LSN(d.commitLSN))
+	}
+	d.inTx = false
+	return nil
+}
+
+// relationFor returns the cache entry for a change, or nil for a relation
+// of the control schema, whose changes are dropped.
+func (d *Decoder) relationFor(op pluginkit.Op, id uint32) (*relation, error) {
+	if !d.inTx {
+		return nil, fmt.Errorf("decode %s on relation %d: no transaction is open", op, id)
+	}
+	rel, ok := d.rels[id]
+	if !ok {
+		return nil, fmt.Errorf("decode %s: unknown relation id %d (no Relation message since the connection started)", op, id)
+	}
+	if rel.skip {
+		return nil, nil
+	}
+	return rel, nil
+}
+
+func (d *Decoder) insert(m *pglogrepl.InsertMessage, emit func(pluginkit.Event) error) error {
+	rel, err := d.relationFor(pluginkit.OpInsert, m.RelationID)
+	if rel == nil {
+		return err
+	}
+	newTuple, err := tupleColumns(rel, m.Tuple)
+	if err != nil {
+		return fmt.Errorf("decode insert on %s.%s: new tuple: %w", rel.schema, rel.table, err)
+	}
+	return d.change(rel, pluginkit.OpInsert, newTuple, nil, 0, emit)
+}
+
+func (d *Decoder) update(m *pglogrepl.UpdateMessage, emit func(pluginkit.Event) error) error {
+	rel, err := d.relationFor(pluginkit.OpUpdate, m.RelationID)
+	if rel == nil {
+		return err
+	}
+	newTuple, err := tupleColumns(rel, m.NewTuple)
+	if err != nil {
+		return fmt.Errorf("decode update on %s.%s: new tuple: %w", rel.schema, rel.table, err)
+	}
+	var oldTuple []*pglogrepl.TupleDataColumn
+	switch m.OldTupleType {
+	case pglogrepl.UpdateMessageTupleTypeNone:
+	case pglogrepl.UpdateMessageTupleTypeKey, pglogrepl.UpdateMessageTupleTypeOld:
+		if oldTuple, err = tupleColumns(rel, m.OldTuple); err != nil {
+			return fmt.Errorf("decode update on %s.%s: old tuple: %w", rel.schema, rel.table, err)
+		}
+	default:
+		return fmt.Errorf("decode update on %s.%s: unknown old tuple type %q", rel.schema, rel.table, m.OldTupleType)
+	}
+	return d.change(rel, pluginkit.OpUpdate, newTuple, oldTuple, m.OldTupleType, emit)
+}
+
+func (d *Decoder) delete(m *pglogrepl.DeleteMessage, emit func(pluginkit.Event) error) error {
+	rel, err := d.relationFor(pluginkit.OpDelete, m.RelationID)
+	if rel == nil {
+		return err
+	}
+	if m.OldTupleType != pglogrepl.DeleteMessageTupleTypeKey && m.OldTupleType != pglogrepl.DeleteMessageTupleTypeOld {
+		return fmt.Errorf("decode delete on %s.%s: unknown old tuple type %q", rel.schema, rel.table, m.OldTupleType)
+	}
+	oldTuple, err := tupleColumns(rel, m.OldTuple)
+	if err != nil {
+		return fmt.Errorf("decode delete on %s.%s: old tuple: %w", rel.schema, rel.table, err)
+	}
+	return d.change(rel, pluginkit.OpDelete, nil, oldTuple, m.OldTupleType, emit)
+}
+
+func (d *Decoder) truncate(m *pglogrepl.TruncateMessage, emit func(pluginkit.Event) error) error {
+	// Resolve every relation first so that an unknown id fails the message
+	// before any of its events is emitted.
+	for _, id := range m.RelationIDs {
+		if _, err := d.relationFor(pluginkit.OpTruncate, id); err != nil {
+			return err
+		}
+	}
+	cascade := m.Option&pglogrepl.TruncateOptionCascade != 0
+	restart := m.Option&pglogrepl.TruncateOptionRestartIdentity != 0
+	for _, id := range m.RelationIDs {
+		rel := d.rels[id]
+		if rel.skip {
+			continue
+		}
+		if err := d.truncateEvent(rel, cascade, restart, emit); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// emit hands the envelope in d.buf to the caller as an event that owns a
+// copy of it; key is the span of the key JSON inside the envelope.
+func (d *Decoder) emit(rel *relation, op pluginkit.Op, keyStart, keyEnd int, emit func(pluginkit.Event) error) error {
+	if emit == nil {
+		return fmt.Errorf("decode %s on %s.%s: nil emit function", op, rel.schema, rel.table)
+	}
+	// One allocation per event: Key is a capacity-limited window into the
+	// payload, where the key object appears verbatim.
+	payload := make([]byte, len(d.buf))
+	copy(payload, d.buf)
+	ev := pluginkit.Event{
+		ID:      pluginkit.EventID{CommitLSN: d.commitLSN, Index: d.index},
+		Schema:  rel.schema,
+		Table:   rel.table,
+		Op:      op,
+		Key:     payload[keyStart:keyEnd:keyEnd],
+		Payload: payload,
+	}
+	if err := emit(ev); err != nil {
+		return fmt.Errorf("emit event %s (%s on %s.%s): %w", ev.ID, op, rel.schema, rel.table, err)
+	}
+	d.index++
+	return nil
+}
+
+// tupleColumns checks that a tuple fits the relation so that encoding it
+// cannot fail half-way: one entry per column, each null, unchanged TOAST or
+// text. Binary values appear only when replication is started with the
+// binary option, which walcast never sets.
+func tupleColumns(rel *relation, t *pglogrepl.TupleData) ([]*pglogrepl.TupleDataColumn, error) {
+	if t == nil {
+		return nil, errors.New("tuple missing")
+	}
+	if len(t.Columns) != len(rel.cols) {
+		return nil, fmt.Errorf("tuple has %d columns, the relation message described %d", len(t.Columns), len(rel.cols))
+	}
+	for i, c := range t.Columns {
+		if c == nil {
+			return nil, fmt.Errorf("column %s: missing", rel.cols[i].quoted)
+		}
+		switch c.DataType {
+		case pglogrepl.TupleDataTypeNull, pglogrepl.TupleDataTypeToast, pglogrepl.TupleDataTypeText:
+		case pglogrepl.TupleDataTypeBinary:
+			return nil, fmt.Errorf("column %s: binary format is not supported (start replication without the binary option)", rel.cols[i].quoted)
+		default:
+			return nil, fmt.Errorf("column %s: unknown tuple data kind %q", rel.cols[i].quoted, c.DataType)
+		}
+	}
+	return t.Columns, nil
+}
