@@ -11,14 +11,12 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/hashicorp/hcl/v2"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
@@ -32,17 +30,16 @@ import (
 	"github.com/walcast/walcast/pluginkit"
 )
 
-// Plugin is a running sink plugin as the daemon uses it.
+// Plugin is a configured, open sink as the daemon uses it.
 type Plugin interface {
-	Info(ctx context.Context) (pluginkit.Info, error)
-	Configure(ctx context.Context, config json.RawMessage) error
-	Open(ctx context.Context) (pluginkit.OpenResult, error)
+	// Deliver hands over a batch; ctx ends at the delivery timeout.
 	Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error)
 	Close(ctx context.Context) error
 }
 
-// Launcher starts the plugin for one sink.
-type Launcher func(ctx context.Context, sink *config.Sink) (Plugin, error)
+// Launcher starts, configures and opens the sink's plugin. The returned
+// OpenResult may carry the destination's own checkpoint.
+type Launcher func(ctx context.Context, sink *config.Sink) (Plugin, pluginkit.OpenResult, error)
 
 // Options configures Run.
 type Options struct {
@@ -238,29 +235,9 @@ func Run(ctx context.Context, opts Options) (err error) {
 }
 
 func startSink(ctx context.Context, launch Launcher, s *config.Sink) (Plugin, pluginkit.EventID, error) {
-	plugin, err := launch(ctx, s)
+	plugin, res, err := launch(ctx, s)
 	if err != nil {
 		return nil, pluginkit.EventID{}, fmt.Errorf("sink %s: %w", s.ID, err)
-	}
-	info, err := plugin.Info(ctx)
-	if err != nil {
-		return plugin, pluginkit.EventID{}, fmt.Errorf("sink %s: describe plugin: %w", s.ID, err)
-	}
-	raw, diags := config.DecodeSinkConfig(s.Config, info.Config)
-	if diags.HasErrors() {
-		return plugin, pluginkit.EventID{}, fmt.Errorf("sink %s: %s", s.ID, config.FormatDiagnostics(diags))
-	}
-	if err := plugin.Configure(ctx, raw); err != nil {
-		var cerr *pluginkit.ConfigError
-		if errors.As(err, &cerr) {
-			d := config.ConfigErrorDiag(s.Config, s.ConfigRange, cerr, s.ID)
-			return plugin, pluginkit.EventID{}, fmt.Errorf("sink %s: %s", s.ID, config.FormatDiagnostics(hcl.Diagnostics{d}))
-		}
-		return plugin, pluginkit.EventID{}, fmt.Errorf("sink %s: configure: %w", s.ID, err)
-	}
-	res, err := plugin.Open(ctx)
-	if err != nil {
-		return plugin, pluginkit.EventID{}, fmt.Errorf("sink %s: open: %w", s.ID, err)
 	}
 	return plugin, res.Checkpoint, nil
 }

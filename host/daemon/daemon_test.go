@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -29,13 +28,6 @@ type memSink struct {
 	gate   chan struct{} // when non-nil, Deliver waits for it
 }
 
-func (m *memSink) Info(context.Context) (pluginkit.Info, error) {
-	return pluginkit.Info{Name: "mem"}, nil
-}
-func (m *memSink) Configure(context.Context, json.RawMessage) error { return nil }
-func (m *memSink) Open(context.Context) (pluginkit.OpenResult, error) {
-	return pluginkit.OpenResult{}, nil
-}
 func (m *memSink) Close(context.Context) error { return nil }
 func (m *memSink) Deliver(ctx context.Context, evs []pluginkit.Event) (pluginkit.DeliverResult, error) {
 	m.mu.Lock()
@@ -102,8 +94,8 @@ func TestStreamsAndConfirms(t *testing.T) {
 	go func() {
 		done <- Run(runCtx, Options{
 			Pipeline: pipelineFor(t, dsn, "fast", "slow"),
-			Launch: func(_ context.Context, s *config.Sink) (Plugin, error) {
-				return sinks[s.ID], nil
+			Launch: func(_ context.Context, s *config.Sink) (Plugin, pluginkit.OpenResult, error) {
+				return sinks[s.ID], pluginkit.OpenResult{}, nil
 			},
 			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 			Ready:  func() { close(ready) },

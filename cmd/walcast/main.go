@@ -1,0 +1,50 @@
+// Command walcast streams every committed change of a PostgreSQL database
+// to sinks (webhooks, Kafka, gRPC services, browsers) with stated
+// guarantees. See README.md.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+const usage = `walcast streams PostgreSQL changes to sinks.
+
+Usage:
+  walcast run PIPELINE.hcl [--plugin-dir DIR]       run the pipeline until SIGINT/SIGTERM
+  walcast validate PIPELINE.hcl [--plugin-dir DIR]  check a pipeline file and its sinks' config
+  walcast teardown PIPELINE.hcl --yes               drop the slot, publication and checkpoints
+  walcast version                                   print the version
+
+Plugins are looked up in --plugin-dir, then $WALCAST_PLUGIN_DIR, then the
+directory of the walcast executable.
+`
+
+// run dispatches a subcommand and returns the process exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "run":
+		return cmdRun(rest, stdout, stderr)
+	case "validate":
+		return cmdValidate(rest, stdout, stderr)
+	case "teardown":
+		return cmdTeardown(rest, stdout, stderr)
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, "walcast", version())
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "walcast: unknown command %q\n\n%s", cmd, usage)
+		return 2
+	}
+}

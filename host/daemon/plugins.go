@@ -1,0 +1,87 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/hashicorp/hcl/v2"
+
+	"github.com/walcast/walcast/host/config"
+	"github.com/walcast/walcast/host/sinkclient"
+	"github.com/walcast/walcast/pluginkit"
+)
+
+// PluginSet finds sink plugins on disk and runs them as supervised
+// processes. It is both the daemon's Launcher and `walcast validate`'s
+// config.PluginChecker.
+type PluginSet struct {
+	// Dirs are searched in order for walcast-sink-<type>.
+	Dirs   []string
+	Logger *slog.Logger
+	// Stdout receives what plugins print (the stdout sink's output).
+	Stdout io.Writer
+}
+
+var _ config.PluginChecker = (*PluginSet)(nil)
+
+func (ps *PluginSet) clientConfig(sinkType, sinkID string) (sinkclient.Config, error) {
+	path, err := sinkclient.Find(sinkType, ps.Dirs)
+	if err != nil {
+		return sinkclient.Config{}, err
+	}
+	return sinkclient.Config{Path: path, SinkID: sinkID, Logger: ps.Logger, Stdout: ps.Stdout}, nil
+}
+
+// Launch implements Launcher: it asks the plugin for its config schema,
+// decodes the sink's config block against it, then starts, configures and
+// opens a supervised plugin process (restarted with backoff if it dies).
+func (ps *PluginSet) Launch(ctx context.Context, s *config.Sink) (Plugin, pluginkit.OpenResult, error) {
+	cfg, err := ps.clientConfig(s.Type, s.ID)
+	if err != nil {
+		return nil, pluginkit.OpenResult{}, err
+	}
+	info, err := sinkclient.Describe(ctx, cfg, nil)
+	if err != nil {
+		return nil, pluginkit.OpenResult{}, fmt.Errorf("describe plugin %s: %w", cfg.Path, err)
+	}
+	raw, diags := config.DecodeSinkConfig(s.Config, info.Config)
+	if diags.HasErrors() {
+		return nil, pluginkit.OpenResult{}, errors.New(config.FormatDiagnostics(diags))
+	}
+	sup, err := sinkclient.Start(ctx, cfg, raw)
+	if err != nil {
+		var cerr *pluginkit.ConfigError
+		if errors.As(err, &cerr) {
+			d := config.ConfigErrorDiag(s.Config, s.ConfigRange, cerr, s.ID)
+			return nil, pluginkit.OpenResult{}, errors.New(config.FormatDiagnostics(hcl.Diagnostics{d}))
+		}
+		return nil, pluginkit.OpenResult{}, fmt.Errorf("start plugin %s: %w", cfg.Path, err)
+	}
+	return sup, sup.OpenResult(), nil
+}
+
+// Describe implements config.PluginChecker.
+func (ps *PluginSet) Describe(ctx context.Context, sinkType string) (pluginkit.Info, error) {
+	cfg, err := ps.clientConfig(sinkType, sinkType)
+	if err != nil {
+		return pluginkit.Info{}, err
+	}
+	return sinkclient.Describe(ctx, cfg, nil)
+}
+
+// CheckConfig implements config.PluginChecker.
+func (ps *PluginSet) CheckConfig(ctx context.Context, sinkType string, raw json.RawMessage) error {
+	cfg, err := ps.clientConfig(sinkType, sinkType)
+	if err != nil {
+		return err
+	}
+	if raw == nil {
+		raw = json.RawMessage("{}")
+	}
+	_, err = sinkclient.Describe(ctx, cfg, raw)
+	return err
+}
