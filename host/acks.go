@@ -1,0 +1,157 @@
+package host
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/walcast/walcast/pluginkit"
+)
+
+// ErrInvalidAck is wrapped by the error Stream.Ack returns for an id that
+// Next never returned or that is lower than an earlier ack. Such an ack is
+// a bug in the consumer; ignoring it silently could hide lost changes.
+var ErrInvalidAck = errors.New("invalid ack")
+
+// acks is the stream's position bookkeeping, shared by the capture
+// goroutine (commit, advanceIdle, position) and the consumer's goroutines
+// (deliver, ack). It tracks transactions, not events, so its memory does
+// not grow with the size of a transaction.
+//
+// A committed transaction is released — its end LSN becomes the flush
+// position — once the cumulative ack reaches its last event. Transactions
+// are released in commit order, so the flush position never passes an
+// unacknowledged event.
+type acks struct {
+	mu sync.Mutex
+	// flush is the position that may be confirmed to PostgreSQL.
+	flush uint64
+	// acked is the highest acknowledged id; everything at or below it is
+	// acknowledged.
+	acked pluginkit.EventID
+	// delivered has one entry per transaction with events returned by
+	// Next and not yet all acknowledged, in commit order. It is what tells
+	// a real id from an invented one.
+	delivered fifo[deliveredTx]
+	// committed holds committed, unreleased transactions in commit order.
+	committed fifo[committedTx]
+}
+
+// deliveredTx: Next has returned events commitLSN:0 .. commitLSN:last.
+// Indexes inside a transaction are contiguous, so two numbers describe
+// them all.
+type deliveredTx struct {
+	commitLSN uint64
+	last      uint64
+}
+
+// committedTx is released when the ack reaches through, the last event
+// handed over before its commit (for a transaction without captured
+// changes, the last event of an earlier one, or zero).
+type committedTx struct {
+	through pluginkit.EventID
+	endLSN  uint64
+}
+
+func newAcks(start uint64) *acks { return &acks{flush: start} }
+
+// deliver records that Next returned id. Ids arrive in stream order.
+func (a *acks) deliver(id pluginkit.EventID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if n := a.delivered.len(); n > 0 {
+		if last := a.delivered.at(n - 1); last.commitLSN == id.CommitLSN {
+			last.last = id.Index
+			return
+		}
+	}
+	a.delivered.push(deliveredTx{commitLSN: id.CommitLSN, last: id.Index})
+}
+
+// ack acknowledges every event at or below id.
+func (a *acks) ack(id pluginkit.EventID) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch c := id.Compare(a.acked); {
+	case c == 0 && !id.IsZero():
+		return nil // acking the same event again changes nothing
+	case c < 0:
+		return fmt.Errorf("ack %s: lower than the earlier ack %s: %w", id, a.acked, ErrInvalidAck)
+	}
+	// Every entry before id's transaction is acknowledged by this ack;
+	// id itself must lie inside a delivered transaction.
+	i := 0
+	for i < a.delivered.len() && a.delivered.at(i).commitLSN < id.CommitLSN {
+		i++
+	}
+	if i == a.delivered.len() || a.delivered.at(i).commitLSN != id.CommitLSN || a.delivered.at(i).last < id.Index {
+		return fmt.Errorf("ack %s: Next never returned this event: %w", id, ErrInvalidAck)
+	}
+	a.delivered.drop(i)
+	a.acked = id
+	a.release()
+	return nil
+}
+
+// commit records the end of a transaction whose last handed-over event is
+// through.
+func (a *acks) commit(through pluginkit.EventID, endLSN uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.committed.push(committedTx{through: through, endLSN: endLSN})
+	// The consumer may have acked the last event before capture read the
+	// commit record.
+	a.release()
+}
+
+// release pops every committed transaction the ack has reached. Caller
+// holds mu.
+func (a *acks) release() {
+	n := 0
+	for n < a.committed.len() && a.committed.at(n).through.Compare(a.acked) <= 0 {
+		a.flush = max(a.flush, a.committed.at(n).endLSN)
+		n++
+	}
+	a.committed.drop(n)
+}
+
+// advanceIdle moves the flush position to a keepalive's WAL end when
+// nothing is in flight: every event handed over (the last being last) is
+// acknowledged and every transaction released. Capture calls it only
+// between transactions.
+func (a *acks) advanceIdle(walEnd uint64, last pluginkit.EventID) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.committed.len() > 0 || a.acked.Compare(last) < 0 || walEnd <= a.flush {
+		return false
+	}
+	a.flush = walEnd
+	return true
+}
+
+// position is the LSN that may be confirmed to PostgreSQL.
+func (a *acks) position() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.flush
+}
+
+// fifo is a queue over a slice that reuses its storage: popping moves a
+// head index, and the live part is moved down once the head passes half.
+type fifo[T any] struct {
+	buf  []T
+	head int
+}
+
+func (q *fifo[T]) len() int    { return len(q.buf) - q.head }
+func (q *fifo[T]) at(i int) *T { return &q.buf[q.head+i] }
+func (q *fifo[T]) push(v T)    { q.buf = append(q.buf, v) }
+func (q *fifo[T]) drop(n int) {
+	q.head += n
+	if q.head == len(q.buf) {
+		q.buf, q.head = q.buf[:0], 0
+	} else if q.head > len(q.buf)/2 {
+		q.buf = q.buf[:copy(q.buf, q.buf[q.head:])]
+		q.head = 0
+	}
+}

@@ -1,0 +1,74 @@
+package host
+
+import (
+	"context"
+	"time"
+
+	"github.com/walcast/walcast/host/capture"
+	"github.com/walcast/walcast/pluginkit"
+)
+
+// consumer is the stream's capture.Consumer: it hands events to Next over
+// a bounded channel and reports the position acks have released. All its
+// methods run on the capture goroutine.
+type consumer struct {
+	events chan<- pluginkit.Event
+	acks   *acks
+	// last and lastEnd are the last event and commit handed over; after a
+	// reconnect PostgreSQL resends from the slot's confirmed position and
+	// everything up to them is skipped.
+	last    pluginkit.EventID
+	lastEnd uint64
+	// idleEvery is how often a blocked Event lets capture answer the
+	// server: well within any sane wal_sender_timeout.
+	idleEvery time.Duration
+}
+
+var _ capture.Consumer = (*consumer)(nil)
+
+// Event blocks while the channel is full — the consumer is behind, and
+// the changes wait in the slot instead of in memory.
+func (c *consumer) Event(ctx context.Context, ev pluginkit.Event, idle func()) error {
+	if !c.last.IsZero() && ev.ID.Compare(c.last) <= 0 {
+		return nil
+	}
+	select {
+	case c.events <- ev:
+	default:
+		if err := c.wait(ctx, ev, idle); err != nil {
+			return err
+		}
+	}
+	c.last = ev.ID
+	return nil
+}
+
+func (c *consumer) wait(ctx context.Context, ev pluginkit.Event, idle func()) error {
+	t := time.NewTicker(c.idleEvery)
+	defer t.Stop()
+	for {
+		select {
+		case c.events <- ev:
+			return nil
+		case <-t.C:
+			idle()
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Commit implements capture.Consumer.
+func (c *consumer) Commit(commitLSN, endLSN uint64) {
+	if endLSN <= c.lastEnd {
+		return
+	}
+	c.lastEnd = endLSN
+	c.acks.commit(c.last, endLSN)
+}
+
+// Flush implements capture.Consumer.
+func (c *consumer) Flush() uint64 { return c.acks.position() }
+
+// AdvanceIdle implements capture.Consumer.
+func (c *consumer) AdvanceIdle(walEnd uint64) bool { return c.acks.advanceIdle(walEnd, c.last) }

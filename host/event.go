@@ -1,0 +1,214 @@
+package host
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/walcast/walcast/pluginkit"
+)
+
+// Event is one committed change, as Stream.Next returns it.
+//
+// The row images are left as JSON (json.RawMessage) rather than decoded
+// into maps: the caller unmarshals them into its own types, nothing is
+// decoded that the caller does not read, and numeric values keep their
+// exact text. Key, New, Old and the bytes returned by JSON share one
+// buffer; treat them as read-only.
+type Event struct {
+	// ID is the event's deterministic id ("<commit_lsn>:<index>"). A
+	// redelivered event carries the identical id, so it is what a
+	// consumer dedupes on, and what Stream.Ack takes.
+	ID pluginkit.EventID
+	// XID is the id of the transaction that made the change.
+	XID uint32
+	// CommitTime is when that transaction committed (UTC).
+	CommitTime time.Time
+	// Schema and Table name the changed table.
+	Schema string
+	Table  string
+	// Op is insert, update, delete or truncate.
+	Op pluginkit.Op
+	// Key holds the replica-identity columns as a JSON object; nil for a
+	// truncate or a table without a key.
+	Key json.RawMessage
+	// New is the row after the change (insert, update); nil for a delete
+	// or a truncate. Columns listed in Unchanged are left out of it.
+	New json.RawMessage
+	// Old is what the replica identity gives about the row before the
+	// change (update, delete): the key columns by default, the whole row
+	// with REPLICA IDENTITY FULL; nil when PostgreSQL sent nothing (an
+	// update with the default identity that did not change the key).
+	Old json.RawMessage
+	// Unchanged names the TOASTed columns of New whose value the update
+	// did not touch: PostgreSQL does not resend them, so they are absent
+	// from New rather than reported as null.
+	Unchanged []string
+	// Cascade and RestartIdentity are the options of a truncate.
+	Cascade         bool
+	RestartIdentity bool
+
+	payload []byte
+}
+
+// JSON returns the event's envelope exactly as the daemon's sinks deliver
+// it, so a library consumer can forward it unchanged. The slice is shared:
+// do not modify it.
+func (e *Event) JSON() []byte { return e.payload }
+
+// newEvent fills an Event from the host's encoded event. The envelope is
+// scanned once, without reflection; values are sub-slices of the payload.
+func newEvent(pe pluginkit.Event) (Event, error) {
+	ev := Event{ID: pe.ID, Schema: pe.Schema, Table: pe.Table, Op: pe.Op, payload: pe.Payload}
+	err := eachMember(pe.Payload, func(name, value []byte) error {
+		switch string(name) {
+		case "xid":
+			x, err := strconv.ParseUint(string(value), 10, 32)
+			if err != nil {
+				return fmt.Errorf("xid: %w", err)
+			}
+			ev.XID = uint32(x)
+		case "commit_time":
+			s, err := strconv.Unquote(string(value))
+			if err != nil {
+				return fmt.Errorf("commit_time: %w", err)
+			}
+			if ev.CommitTime, err = time.Parse(time.RFC3339Nano, s); err != nil {
+				return fmt.Errorf("commit_time: %w", err)
+			}
+		case "key":
+			ev.Key = nullToNil(value)
+		case "new":
+			ev.New = nullToNil(value)
+		case "old":
+			ev.Old = nullToNil(value)
+		case "unchanged":
+			if err := json.Unmarshal(value, &ev.Unchanged); err != nil {
+				return fmt.Errorf("unchanged: %w", err)
+			}
+		case "cascade":
+			ev.Cascade = string(value) == "true"
+		case "restart_identity":
+			ev.RestartIdentity = string(value) == "true"
+		}
+		return nil
+	})
+	if err != nil {
+		return Event{}, fmt.Errorf("read envelope of event %s: %w", pe.ID, err)
+	}
+	return ev, nil
+}
+
+func nullToNil(v []byte) json.RawMessage {
+	if string(v) == "null" {
+		return nil
+	}
+	return v[:len(v):len(v)]
+}
+
+var errSyntax = errors.New("malformed JSON")
+
+// eachMember calls fn with the raw name (between its quotes) and the raw
+// value of every member of the JSON object b. It validates only structure,
+// which is all it needs: the envelope comes from the host's own encoder.
+func eachMember(b []byte, fn func(name, value []byte) error) error {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return errSyntax
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return nil
+	}
+	for {
+		if i >= len(b) || b[i] != '"' {
+			return errSyntax
+		}
+		end, err := skipValue(b, i)
+		if err != nil {
+			return err
+		}
+		name := b[i+1 : end-1]
+		i = skipSpace(b, end)
+		if i >= len(b) || b[i] != ':' {
+			return errSyntax
+		}
+		i = skipSpace(b, i+1)
+		end, err = skipValue(b, i)
+		if err != nil {
+			return err
+		}
+		if err := fn(name, b[i:end]); err != nil {
+			return err
+		}
+		i = skipSpace(b, end)
+		switch {
+		case i >= len(b):
+			return errSyntax
+		case b[i] == '}':
+			return nil
+		case b[i] != ',':
+			return errSyntax
+		}
+		i = skipSpace(b, i+1)
+	}
+}
+
+// skipValue returns the index just past the JSON value starting at b[i].
+func skipValue(b []byte, i int) (int, error) {
+	if i >= len(b) {
+		return 0, errSyntax
+	}
+	switch b[i] {
+	case '"':
+		for j := i + 1; j < len(b); j++ {
+			switch b[j] {
+			case '\\':
+				j++
+			case '"':
+				return j + 1, nil
+			}
+		}
+		return 0, errSyntax
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(b); j++ {
+			switch b[j] {
+			case '"':
+				end, err := skipValue(b, j)
+				if err != nil {
+					return 0, err
+				}
+				j = end - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return j + 1, nil
+				}
+			}
+		}
+		return 0, errSyntax
+	default:
+		// A number or a literal: runs to the next delimiter.
+		j := i
+		for j < len(b) && strings.IndexByte(",}] \t\r\n", b[j]) < 0 {
+			j++
+		}
+		if j == i {
+			return 0, errSyntax
+		}
+		return j, nil
+	}
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
+		i++
+	}
+	return i
+}

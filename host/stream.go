@@ -1,0 +1,228 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/walcast/walcast/host/capture"
+	"github.com/walcast/walcast/host/checkpoint"
+	"github.com/walcast/walcast/pluginkit"
+)
+
+// ErrClosed is returned by Next and Ack once Close has been called.
+var ErrClosed = errors.New("walcast stream closed")
+
+// StreamConfig says what to capture.
+type StreamConfig struct {
+	// DSN is the source database's connection string (URL or key=value
+	// form). The user needs the REPLICATION attribute, and the right to
+	// create the publication and the walcast schema when they are missing.
+	DSN string
+	// Tables are the captured tables, "schema.table".
+	Tables []string
+	// Slot is the replication slot, created when missing. It is the
+	// stream's durable identity: reopening the same slot resumes after the
+	// last released transaction. Use one slot per consumer.
+	Slot string
+	// Publication is created when missing (for Tables). Default: Slot.
+	Publication string
+	// AllowKeyless lets tables without a primary key or replica identity
+	// be captured; their events have a nil Key.
+	AllowKeyless bool
+	// Buffer is how many events capture may read ahead of Next; beyond
+	// that it stops reading and the changes wait in the slot. Default 1024.
+	Buffer int
+	// Logger receives capture's warnings (reconnects and the like).
+	// Default: discard.
+	Logger *slog.Logger
+}
+
+// Stream delivers the committed changes of the captured tables in commit
+// order and advances the slot to what the consumer acknowledges. Next must
+// be called from one goroutine at a time; Ack and Close may be called from
+// any goroutine.
+type Stream struct {
+	events <-chan pluginkit.Event
+	acks   *acks
+	capt   *capture.Capture
+	pool   *pgxpool.Pool
+	log    *slog.Logger
+
+	stop    context.CancelFunc
+	done    chan struct{} // closed when the capture goroutine has returned
+	runErr  error         // capture's error; read after done
+	closeMu sync.Mutex
+	closed  bool
+}
+
+// Open prepares the source (checks wal_level and the tables, creates the
+// publication and the slot when missing) and starts streaming from the
+// slot in a background goroutine. ctx bounds only this setup: the stream
+// runs until Close.
+//
+// Open records the stream in the walcast schema of the source database,
+// as pipeline "library:<slot>", so that walcast's tools know the slot.
+func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
+	if cfg.Publication == "" {
+		cfg.Publication = cfg.Slot
+	}
+	if cfg.Buffer <= 0 {
+		cfg.Buffer = 1024
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	pool, err := connect(ctx, cfg.DSN)
+	if err != nil {
+		return nil, err
+	}
+	ccfg := capture.Config{
+		DSN:             cfg.DSN,
+		Slot:            cfg.Slot,
+		Publication:     cfg.Publication,
+		Tables:          cfg.Tables,
+		AllowKeyless:    cfg.AllowKeyless,
+		ApplicationName: "walcast-library-" + cfg.Slot,
+		PrimaryKey:      primaryKeyLookup(pool),
+		Logger:          cfg.Logger,
+	}
+	store := checkpoint.New(pool, "library:"+cfg.Slot)
+	prep, err := capture.Prepare(ctx, pool, store, ccfg)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("prepare source for slot %s: %w", cfg.Slot, err)
+	}
+	ccfg.StatusInterval = min(10*time.Second, prep.WalSenderTimeout/4)
+
+	events := make(chan pluginkit.Event, cfg.Buffer)
+	a := newAcks(prep.ConfirmedFlush)
+	capt := capture.New(ccfg, &consumer{events: events, acks: a, idleEvery: 200 * time.Millisecond})
+	// The capture goroutine must outlive ctx (which ends with Open) but
+	// keep its values.
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	s := &Stream{events: events, acks: a, capt: capt, pool: pool, log: cfg.Logger, stop: stop, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		// capture calls Event only from here, so closing after Run is
+		// safe; Next then drains what is buffered before reporting why
+		// the stream ended.
+		defer close(events)
+		s.runErr = capt.Run(runCtx)
+	}()
+	return s, nil
+}
+
+func (cfg *StreamConfig) check() error {
+	switch {
+	case cfg.DSN == "":
+		return errors.New("open walcast stream: StreamConfig.DSN is empty")
+	case len(cfg.Tables) == 0:
+		return errors.New("open walcast stream: StreamConfig.Tables is empty; name at least one table as \"schema.table\"")
+	}
+	for _, n := range []struct{ what, name string }{{"Slot", cfg.Slot}, {"Publication", cfg.Publication}} {
+		if problem := checkName(n.name); problem != "" {
+			return fmt.Errorf("open walcast stream: StreamConfig.%s %q %s", n.what, n.name, problem)
+		}
+	}
+	return nil
+}
+
+// checkName applies PostgreSQL's rule for replication slot names (used for
+// the publication too, so that both can be written in SQL unquoted).
+func checkName(name string) string {
+	switch {
+	case name == "":
+		return "is empty"
+	case len(name) > 63:
+		return "is longer than PostgreSQL's 63 characters"
+	case strings.Trim(name, "abcdefghijklmnopqrstuvwxyz0123456789_") != "":
+		return "may contain only lower-case letters, digits and underscores"
+	}
+	return ""
+}
+
+// Next returns the next change, blocking until there is one or ctx ends
+// (then it returns ctx.Err(); the stream stays usable). Events come in
+// commit order and, inside a transaction, in the order they were made.
+// After Close it returns ErrClosed; if capture stopped for good (the slot
+// was dropped) it returns the events already read and then the reason.
+// Connection losses are not errors: capture reconnects on its own.
+func (s *Stream) Next(ctx context.Context) (Event, error) {
+	var pe pluginkit.Event
+	var ok bool
+	select {
+	case pe, ok = <-s.events:
+	case <-ctx.Done():
+		return Event{}, ctx.Err()
+	}
+	if !ok {
+		<-s.done
+		if s.isClosed() {
+			return Event{}, ErrClosed
+		}
+		if s.runErr != nil {
+			return Event{}, fmt.Errorf("walcast stream from slot: %w", s.runErr)
+		}
+		return Event{}, ErrClosed
+	}
+	s.acks.deliver(pe.ID)
+	return newEvent(pe)
+}
+
+// Ack acknowledges every event at or below id. Once the acknowledged
+// events include the last event of a transaction, that transaction is
+// released: the slot may move past it, commit record included, and it is
+// not delivered again after a restart. Acking part of a transaction
+// releases nothing of it; after a restart it is delivered again whole,
+// with identical ids.
+//
+// Ack costs no round trip: the released position reaches PostgreSQL with
+// the next status update (within about 100ms) and on Close. Acking an id
+// Next has not returned, or one lower than an earlier ack, returns an
+// error wrapping ErrInvalidAck; acking the same id again is a no-op.
+func (s *Stream) Ack(id pluginkit.EventID) error {
+	if s.isClosed() {
+		return ErrClosed
+	}
+	return s.acks.ack(id)
+}
+
+// Close stops streaming, confirms the released position to PostgreSQL and
+// closes the connections. Unacknowledged events are delivered again by the
+// next stream on the same slot. Close waits at most about 10 seconds for
+// the final confirmation; calling it again returns nil.
+func (s *Stream) Close() error {
+	s.closeMu.Lock()
+	if s.closed {
+		s.closeMu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.closeMu.Unlock()
+
+	s.stop()
+	<-s.done
+	defer s.pool.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.capt.Close(ctx); err != nil {
+		return fmt.Errorf("close walcast stream: confirm final position %s: %w", pluginkit.FormatLSN(s.acks.position()), err)
+	}
+	return nil
+}
+
+func (s *Stream) isClosed() bool {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	return s.closed
+}
