@@ -158,6 +158,9 @@ func checkName(name string) string {
 // was dropped) it returns the events already read and then the reason.
 // Connection losses are not errors: capture reconnects on its own.
 func (s *Stream) Next(ctx context.Context) (Event, error) {
+	if err := ctx.Err(); err != nil {
+		return Event{}, err
+	}
 	var pe pluginkit.Event
 	var ok bool
 	select {

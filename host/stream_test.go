@@ -1,0 +1,354 @@
+package host_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walcast/walcast/host"
+	"github.com/walcast/walcast/pluginkit"
+)
+
+// setup makes a fresh database with table items and returns its DSN and a
+// connection to it.
+func setup(t *testing.T) (string, *pgx.Conn) {
+	t.Helper()
+	dsn := cluster.Database(t)
+	ctx := context.Background()
+	db, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close(context.Background()) })
+	execT(t, db, `CREATE TABLE items (id int PRIMARY KEY, v text)`)
+	return dsn, db
+}
+
+func execT(t *testing.T, db *pgx.Conn, sql string, args ...any) {
+	t.Helper()
+	if _, err := db.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func open(t *testing.T, dsn, slot string, tables ...string) *host.Stream {
+	t.Helper()
+	if len(tables) == 0 {
+		tables = []string{"public.items"}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := host.Open(ctx, host.StreamConfig{DSN: dsn, Tables: tables, Slot: slot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func next(t *testing.T, s *host.Stream) host.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ev, err := s.Next(ctx)
+	if err != nil {
+		t.Fatalf("next: %v", err)
+	}
+	return ev
+}
+
+func ack(t *testing.T, s *host.Stream, id pluginkit.EventID) {
+	t.Helper()
+	if err := s.Ack(id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// confirmed is the slot's confirmed_flush_lsn.
+func confirmed(t *testing.T, db *pgx.Conn, slot string) uint64 {
+	t.Helper()
+	var s string
+	if err := db.QueryRow(context.Background(), `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&s); err != nil {
+		t.Fatalf("read confirmed_flush_lsn of %s: %v", slot, err)
+	}
+	lsn, err := pluginkit.ParseLSN(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lsn
+}
+
+func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestEventFields(t *testing.T) {
+	dsn, db := setup(t)
+	execT(t, db, `CREATE TABLE docs (id int PRIMARY KEY, title text, body text)`)
+	s := open(t, dsn, "fields", "public.docs")
+	big := strings.Repeat("lorem ipsum ", 10000) // TOASTed, stored out of line
+	execT(t, db, `ALTER TABLE docs ALTER COLUMN body SET STORAGE EXTERNAL`)
+	execT(t, db, `INSERT INTO docs VALUES (1, 'a', $1)`, big)
+	execT(t, db, `UPDATE docs SET title = 'b' WHERE id = 1`)
+	execT(t, db, `UPDATE docs SET id = 2 WHERE id = 1`)
+	execT(t, db, `DELETE FROM docs WHERE id = 2`)
+	execT(t, db, `TRUNCATE docs RESTART IDENTITY`)
+
+	ins := next(t, s)
+	var row struct {
+		ID    int
+		Title string
+		Body  string
+	}
+	if err := json.Unmarshal(ins.New, &row); err != nil {
+		t.Fatal(err)
+	}
+	if ins.Op != pluginkit.OpInsert || ins.Schema != "public" || ins.Table != "docs" || string(ins.Key) != `{"id":1}` ||
+		row.Body != big || ins.Old != nil || ins.XID == 0 || time.Since(ins.CommitTime) > time.Minute {
+		t.Errorf("insert: %+v", ins)
+	}
+	var env map[string]any
+	if err := json.Unmarshal(ins.JSON(), &env); err != nil || env["id"] != ins.ID.String() || env["op"] != "insert" {
+		t.Errorf("insert envelope %v (%v)", env, err)
+	}
+
+	upd := next(t, s)
+	if upd.Op != pluginkit.OpUpdate || string(upd.New) != `{"id":1,"title":"b"}` || len(upd.Unchanged) != 1 || upd.Unchanged[0] != "body" || upd.Old != nil {
+		t.Errorf("update with unchanged TOAST: new %s old %s unchanged %v", upd.New, upd.Old, upd.Unchanged)
+	}
+	key := next(t, s)
+	if string(key.Key) != `{"id":2}` || string(key.Old) != `{"id":1}` {
+		t.Errorf("key change: key %s old %s", key.Key, key.Old)
+	}
+	del := next(t, s)
+	if del.Op != pluginkit.OpDelete || del.New != nil || string(del.Old) != `{"id":2}` || string(del.Key) != `{"id":2}` {
+		t.Errorf("delete: key %s new %s old %s", del.Key, del.New, del.Old)
+	}
+	tr := next(t, s)
+	if tr.Op != pluginkit.OpTruncate || tr.Key != nil || tr.New != nil || tr.Old != nil || !tr.RestartIdentity || tr.Cascade {
+		t.Errorf("truncate: %+v", tr)
+	}
+	ack(t, s, tr.ID)
+}
+
+// Acking a transaction's last event releases it; the slot moves within a
+// status update without Close.
+func TestAckReleasesTransaction(t *testing.T) {
+	dsn, db := setup(t)
+	s := open(t, dsn, "release")
+	execT(t, db, `INSERT INTO items SELECT g, 'a' FROM generate_series(1, 3) g`)
+	execT(t, db, `INSERT INTO items SELECT g, 'b' FROM generate_series(4, 5) g`)
+	var a, b []host.Event
+	for range 3 {
+		a = append(a, next(t, s))
+	}
+	b = append(b, next(t, s))
+	ack(t, s, a[1].ID) // releases nothing yet (see TestPartialAckReplaysWholeTransaction)
+	ack(t, s, a[2].ID)
+	waitFor(t, "the first transaction to be confirmed", 10*time.Second, func() bool {
+		return confirmed(t, db, "release") > a[0].ID.CommitLSN
+	})
+	if got := confirmed(t, db, "release"); got >= b[0].ID.CommitLSN {
+		t.Fatalf("slot at %s passed the unacked second transaction (commit %s)", pluginkit.FormatLSN(got), pluginkit.FormatLSN(b[0].ID.CommitLSN))
+	}
+}
+
+func TestAckValidation(t *testing.T) {
+	dsn, db := setup(t)
+	s := open(t, dsn, "validation")
+	execT(t, db, `INSERT INTO items SELECT g, 'a' FROM generate_series(1, 3) g`)
+	execT(t, db, `INSERT INTO items SELECT g, 'b' FROM generate_series(4, 5) g`)
+	a0, a1, a2, b0 := next(t, s), next(t, s), next(t, s), next(t, s)
+
+	for name, id := range map[string]pluginkit.EventID{
+		"zero id":                    {},
+		"not yet returned":           {CommitLSN: b0.ID.CommitLSN, Index: 1},
+		"beyond its transaction":     {CommitLSN: a0.ID.CommitLSN, Index: 3},
+		"between two transactions":   {CommitLSN: a0.ID.CommitLSN + 1},
+		"before the first delivered": {CommitLSN: a0.ID.CommitLSN - 1, Index: 7},
+	} {
+		if err := s.Ack(id); !errors.Is(err, host.ErrInvalidAck) {
+			t.Errorf("%s: Ack(%s) = %v, want ErrInvalidAck", name, id, err)
+		}
+	}
+	ack(t, s, a1.ID)
+	ack(t, s, a1.ID) // the same id again is fine
+	if err := s.Ack(a0.ID); !errors.Is(err, host.ErrInvalidAck) {
+		t.Errorf("Ack lower than an earlier ack = %v, want ErrInvalidAck", err)
+	}
+	ack(t, s, a2.ID)
+	ack(t, s, b0.ID)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Next(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Next with a cancelled context = %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Next(context.Background()); !errors.Is(err, host.ErrClosed) {
+		t.Errorf("Next after Close = %v, want ErrClosed", err)
+	}
+	if err := s.Ack(b0.ID); !errors.Is(err, host.ErrClosed) {
+		t.Errorf("Ack after Close = %v, want ErrClosed", err)
+	}
+}
+
+// Acking in the middle of a large transaction releases none of it: a new
+// stream delivers all of it again, with identical ids.
+func TestPartialAckReplaysWholeTransaction(t *testing.T) {
+	const rows = 10000
+	dsn, db := setup(t)
+	s := open(t, dsn, "partial")
+	execT(t, db, `INSERT INTO items SELECT g, 'x' FROM generate_series(1, $1::int) g`, rows)
+	var first []pluginkit.EventID
+	for range rows / 2 {
+		ev := next(t, s)
+		first = append(first, ev.ID)
+		ack(t, s, ev.ID)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The slot may have moved over WAL written before the transaction,
+	// never to its commit.
+	if got := confirmed(t, db, "partial"); got >= first[0].CommitLSN {
+		t.Fatalf("slot at %s although transaction %s was only half acked", pluginkit.FormatLSN(got), pluginkit.FormatLSN(first[0].CommitLSN))
+	}
+
+	s = open(t, dsn, "partial")
+	for i := range rows {
+		ev := next(t, s)
+		want := pluginkit.EventID{CommitLSN: first[0].CommitLSN, Index: uint64(i)}
+		if i < len(first) {
+			want = first[i]
+		}
+		if ev.ID != want {
+			t.Fatalf("event %d after reopening has id %s, want %s", i, ev.ID, want)
+		}
+	}
+}
+
+// Crash: a consumer process acks up to a known id and is SIGKILLed. A new
+// stream on the slot starts at the first unreleased transaction — the
+// acked one again if the ack stopped inside it — and misses nothing.
+func TestCrashReplaysFromLastReleasedTransaction(t *testing.T) {
+	const txns, perTx = 20, 5
+	for _, tc := range []struct {
+		name  string
+		slot  string // slot names are per cluster, not per database
+		ackAt int    // the consumer acks its ackAt-th event
+	}{
+		{"ack inside a transaction", "crash_inside", 7*perTx + 2},
+		{"ack at a transaction's end", "crash_end", 8 * perTx},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dsn, db := setup(t)
+			c := startChild(t, "crash", "CHILD_DSN="+dsn, "CHILD_TABLE=public.items", "CHILD_SLOT="+tc.slot, "CHILD_ACK_AT="+strconv.Itoa(tc.ackAt))
+			c.expect(t, "ready", time.Minute)
+			for tx := range txns {
+				execT(t, db, `INSERT INTO items SELECT g, 'x' FROM generate_series($1::int, $2::int) g`, tx*perTx, tx*perTx+perTx-1)
+			}
+			var ids []pluginkit.EventID
+			var acked pluginkit.EventID
+			for len(ids) < txns*perTx || acked.IsZero() {
+				line := c.expect(t, "", 30*time.Second)
+				kind, arg, _ := strings.Cut(line, " ")
+				id, err := pluginkit.ParseEventID(arg)
+				if err != nil {
+					t.Fatalf("consumer said %q: %v", line, err)
+				}
+				switch kind {
+				case "event":
+					ids = append(ids, id)
+				case "acked":
+					acked = id
+				}
+			}
+			if acked != ids[tc.ackAt-1] {
+				t.Fatalf("consumer acked %s, want %s", acked, ids[tc.ackAt-1])
+			}
+			// The rule: transactions whose last event is at or below the
+			// ack are released; the replay starts at the first other one.
+			replayFrom := tc.ackAt
+			for replayFrom > 0 && ids[replayFrom-1].CommitLSN == acked.CommitLSN && acked.Index != perTx-1 {
+				replayFrom--
+			}
+			lastReleased := ids[replayFrom-1].CommitLSN
+			// Kill only once the release reached PostgreSQL, so the check
+			// below is exact rather than "at least".
+			waitFor(t, "the released position to be confirmed", 10*time.Second, func() bool {
+				return confirmed(t, db, tc.slot) > lastReleased
+			})
+			c.kill(t)
+			if got := confirmed(t, db, tc.slot); got >= ids[replayFrom].CommitLSN {
+				t.Fatalf("slot at %s passed the first unreleased transaction %s", pluginkit.FormatLSN(got), ids[replayFrom])
+			}
+
+			s := open(t, dsn, tc.slot)
+			for i := replayFrom; i < len(ids); i++ {
+				if ev := next(t, s); ev.ID != ids[i] {
+					t.Fatalf("replayed event %d is %s, want %s", i, ev.ID, ids[i])
+				}
+			}
+			// Nothing else is pending: the next event is a new change.
+			execT(t, db, `INSERT INTO items VALUES (-1, 'marker')`)
+			if ev := next(t, s); string(ev.Key) != `{"id":-1}` {
+				t.Fatalf("after the replay got %s (%s), want the marker row", ev.ID, ev.Key)
+			}
+			t.Logf("acked %s; replay started at %s (%d of %d events delivered again)", acked, ids[replayFrom], len(ids)-replayFrom, len(ids))
+		})
+	}
+}
+
+// A 200,000-row transaction streams through a consumer process in bounded
+// memory; the figure is the process's peak RSS (VmHWM).
+func TestLargeTransactionMemory(t *testing.T) {
+	const rows = 200_000
+	const limitMB = 150
+	dsn, db := setup(t)
+	c := startChild(t, "rss", "CHILD_DSN="+dsn, "CHILD_TABLE=public.items", "CHILD_SLOT=rss", "CHILD_COUNT="+strconv.Itoa(rows))
+	c.expect(t, "ready", time.Minute)
+	started := time.Now()
+	execT(t, db, `INSERT INTO items SELECT g, repeat('x', 200) FROM generate_series(1, $1::int) g`, rows)
+	committed := time.Since(started)
+	done := c.expect(t, "done", 5*time.Minute)
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.stdin.Close()
+	var hwmKB int
+	for line := range strings.Lines(string(status)) {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			hwmKB, _ = strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+		}
+	}
+	if hwmKB == 0 {
+		t.Fatalf("no VmHWM in /proc/<pid>/status:\n%s", status)
+	}
+	t.Logf("%d-row transaction: insert took %s; consumer read and acked it (%s); peak RSS %.1f MB", rows, committed.Round(time.Millisecond), done, float64(hwmKB)/1024)
+	if hwmKB > limitMB*1024 {
+		t.Fatalf("peak RSS %.1f MB, limit %d MB", float64(hwmKB)/1024, limitMB)
+	}
+	<-c.done
+	if c.cmd.ProcessState.ExitCode() != 0 {
+		t.Fatalf("consumer exited with %s", c.cmd.ProcessState)
+	}
+}
