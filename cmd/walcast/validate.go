@@ -20,7 +20,9 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	p, diags := config.Load(path)
-	if !diags.HasErrors() {
+	// p holds whatever decoded even when diags has errors, so the sinks'
+	// plugins are checked too and one run reports every problem.
+	if p != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))

@@ -66,6 +66,13 @@ type sinkRun struct {
 // Run runs the pipeline until ctx ends (a clean shutdown, returns nil) or
 // something fails that retrying cannot fix.
 func Run(ctx context.Context, opts Options) (err error) {
+	defer func() {
+		// Stopped while still starting: nothing was streamed, nothing to
+		// report.
+		if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			err = nil
+		}
+	}()
 	p := opts.Pipeline
 	log := opts.Logger
 	if log == nil {

@@ -113,7 +113,10 @@ func (c *Cluster) init(ctx context.Context, opts Options) error {
 		"timezone = 'UTC'",
 	}
 	if !opts.Durable {
-		conf = append(conf, "fsync = off", "full_page_writes = off", "synchronous_commit = off")
+		// Crash tests kill processes, never the machine: durable enough.
+		// synchronous_commit stays on so that a committed change is in
+		// flushed WAL (what walsenders and test_decoding read) at once.
+		conf = append(conf, "fsync = off", "full_page_writes = off")
 	}
 	conf = append(conf, opts.Settings...)
 	f, err := os.OpenFile(filepath.Join(c.Data, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
