@@ -161,6 +161,9 @@ func (s *Stream) Next(ctx context.Context) (Event, error) {
 	if err := ctx.Err(); err != nil {
 		return Event{}, err
 	}
+	if s.isClosed() {
+		return Event{}, ErrClosed
+	}
 	var pe pluginkit.Event
 	var ok bool
 	select {
@@ -168,11 +171,13 @@ func (s *Stream) Next(ctx context.Context) (Event, error) {
 	case <-ctx.Done():
 		return Event{}, ctx.Err()
 	}
+	if s.isClosed() {
+		// Events still buffered when Close was called are not handed
+		// out: their acks could no longer reach PostgreSQL.
+		return Event{}, ErrClosed
+	}
 	if !ok {
 		<-s.done
-		if s.isClosed() {
-			return Event{}, ErrClosed
-		}
 		if s.runErr != nil {
 			return Event{}, fmt.Errorf("walcast stream from slot: %w", s.runErr)
 		}
