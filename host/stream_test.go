@@ -45,9 +45,14 @@ func open(t *testing.T, dsn, slot string, tables ...string) *host.Stream {
 	if len(tables) == 0 {
 		tables = []string{"public.items"}
 	}
+	return openConfig(t, host.StreamConfig{DSN: dsn, Tables: tables, Slot: slot})
+}
+
+func openConfig(t *testing.T, cfg host.StreamConfig) *host.Stream {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := host.Open(ctx, host.StreamConfig{DSN: dsn, Tables: tables, Slot: slot})
+	s, err := host.Open(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,5 +413,37 @@ func TestReconnectSkipsResent(t *testing.T) {
 				t.Fatalf("event %d of transaction %d has id %s", i, tx, id)
 			}
 		}
+	}
+}
+
+// A consumer that stops reading must not get the replication connection
+// cut: while the buffer is full, capture keeps answering the server. The
+// test cluster's wal_sender_timeout is 5s; the consumer stalls for 7s.
+func TestStalledConsumerKeepsConnection(t *testing.T) {
+	dsn, db := setup(t)
+	s := openConfig(t, host.StreamConfig{DSN: dsn, Tables: []string{"public.items"}, Slot: "stalled", Buffer: 2})
+	execT(t, db, `INSERT INTO items SELECT g, 'x' FROM generate_series(1, 100) g`)
+	walsender := func() (pid int) {
+		db.QueryRow(context.Background(), `SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'stalled' AND active`).Scan(&pid)
+		return pid
+	}
+	waitFor(t, "the slot to be streamed", 10*time.Second, func() bool { return walsender() != 0 })
+	pid := walsender()
+	stallUntil := time.Now().Add(7 * time.Second)
+	for time.Now().Before(stallUntil) {
+		if got := walsender(); got != pid {
+			t.Fatalf("walsender changed from %d to %d while the consumer stalled: the connection was cut", pid, got)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for i := range 100 {
+		ev := next(t, s)
+		if ev.ID.Index != uint64(i) {
+			t.Fatalf("event %d has id %s", i, ev.ID)
+		}
+		ack(t, s, ev.ID)
+	}
+	if got := walsender(); got != pid {
+		t.Fatalf("walsender changed from %d to %d: the connection was cut", pid, got)
 	}
 }
