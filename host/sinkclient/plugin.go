@@ -1,0 +1,275 @@
+package sinkclient
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"time"
+
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/walcast/walcast/pluginkit"
+	sinkv1 "github.com/walcast/walcast/proto/sink/v1"
+)
+
+// Config says which plugin to launch and where its output goes.
+type Config struct {
+	// Path is the plugin executable, usually from Find.
+	Path string
+	// SinkID is the sink's id in the pipeline; every log record from the
+	// plugin carries it as sink=<id>.
+	SinkID string
+	// Logger receives the plugin's logs and go-plugin's own. Nil discards
+	// them.
+	Logger *slog.Logger
+	// SHA256, when set, is the hex SHA-256 the executable must have (from
+	// the lock file of `walcast plugin install`); Launch refuses to start a
+	// binary that does not match.
+	SHA256 string
+	// Stdout receives what the plugin writes to its stdout, which is how
+	// the stdout sink's output reaches walcast's stdout. Nil means
+	// os.Stdout.
+	Stdout io.Writer
+	// StartTimeout bounds the launch and handshake when the context has no
+	// earlier deadline. Zero means one minute.
+	StartTimeout time.Duration
+}
+
+// Plugin is one running sink plugin process. Its methods may be called
+// concurrently; each passes its context to the plugin as the call's
+// deadline and cancellation.
+type Plugin struct {
+	client *plugin.Client
+	conn   *grpc.ClientConn
+	sink   sinkv1.SinkClient
+	log    *slog.Logger
+}
+
+// Launch starts the plugin at cfg.Path and completes the go-plugin
+// handshake. ctx bounds the launch only, not the life of the process; end
+// that with Close and Kill.
+func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
+	if cfg.Path == "" {
+		return nil, errors.New("launch sink plugin: no executable path")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("sink", cfg.SinkID)
+	hlog := newHCLogSlog(log)
+
+	var secure *plugin.SecureConfig
+	if cfg.SHA256 != "" {
+		sum, err := hex.DecodeString(cfg.SHA256)
+		if err != nil || len(sum) != sha256.Size {
+			return nil, fmt.Errorf("launch sink plugin %s: SHA256 %q is not a hex SHA-256", cfg.Path, cfg.SHA256)
+		}
+		secure = &plugin.SecureConfig{Checksum: sum, Hash: sha256.New()}
+	}
+
+	stdout := cfg.Stdout
+	if stdout == nil {
+		stdout = os.Stdout
+	}
+	startTimeout := cfg.StartTimeout
+	if startTimeout <= 0 {
+		startTimeout = time.Minute
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		startTimeout = min(startTimeout, time.Until(dl))
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("launch sink plugin %s: %w", cfg.Path, err)
+	}
+
+	cmd := exec.Command(cfg.Path)
+	// Tell the plugin which log level we keep; the host environment, which
+	// go-plugin appends, may override it.
+	cmd.Env = []string{pluginkit.EnvLogLevel + "=" + hlog.GetLevel().String()}
+	cmd.SysProcAttr = sysProcAttr()
+
+	client := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig:  pluginkit.Handshake,
+		Plugins:          plugin.PluginSet{pluginkit.PluginName: &grpcPlugin{}},
+		Cmd:              cmd,
+		SecureConfig:     secure,
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		AutoMTLS:         true,
+		StartTimeout:     startTimeout,
+		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
+			grpc.MaxCallRecvMsgSize(pluginkit.MaxMessageSize),
+			grpc.MaxCallSendMsgSize(pluginkit.MaxMessageSize),
+		)},
+		Logger:     hlog,
+		SyncStdout: stdout,
+		SyncStderr: newLineLogger(hlog),
+	})
+	rpc, err := client.Client()
+	if err != nil {
+		client.Kill()
+		return nil, fmt.Errorf("launch sink plugin %s: %w", cfg.Path, err)
+	}
+	raw, err := rpc.Dispense(pluginkit.PluginName)
+	if err != nil {
+		client.Kill()
+		return nil, fmt.Errorf("launch sink plugin %s: dispense %q: %w", cfg.Path, pluginkit.PluginName, err)
+	}
+	p := &Plugin{client: client, sink: raw.(sinkv1.SinkClient), log: log}
+	if gc, ok := rpc.(*plugin.GRPCClient); ok {
+		p.conn = gc.Conn
+	}
+	return p, nil
+}
+
+// grpcPlugin is the client half of the plugin set; pluginkit has the
+// server half.
+type grpcPlugin struct {
+	plugin.NetRPCUnsupportedPlugin
+}
+
+var _ plugin.GRPCPlugin = (*grpcPlugin)(nil)
+
+func (grpcPlugin) GRPCServer(*plugin.GRPCBroker, *grpc.Server) error {
+	return errors.New("sinkclient is the host side and serves nothing")
+}
+
+func (grpcPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, conn *grpc.ClientConn) (any, error) {
+	return sinkv1.NewSinkClient(conn), nil
+}
+
+// Info asks the plugin to describe itself.
+func (p *Plugin) Info(ctx context.Context) (pluginkit.Info, error) {
+	resp, err := p.sink.Describe(ctx, &sinkv1.DescribeRequest{})
+	if err != nil {
+		return pluginkit.Info{}, callError(ctx, "describe", err)
+	}
+	info := pluginkit.Info{
+		Name:    resp.GetName(),
+		Version: resp.GetVersion(),
+		Ordered: resp.GetOrdered(),
+		Config:  make([]pluginkit.ConfigField, 0, len(resp.GetConfig())),
+	}
+	for _, f := range resp.GetConfig() {
+		info.Config = append(info.Config, pluginkit.ConfigField{
+			Name:     f.GetName(),
+			Type:     pluginkit.FieldType(f.GetType()),
+			Required: f.GetRequired(),
+			Doc:      f.GetDoc(),
+		})
+	}
+	return info, nil
+}
+
+// Configure passes the sink's config block, encoded as a JSON object. A
+// rejected attribute comes back as a *pluginkit.ConfigError.
+func (p *Plugin) Configure(ctx context.Context, config json.RawMessage) error {
+	if _, err := p.sink.Configure(ctx, &sinkv1.ConfigureRequest{Config: config}); err != nil {
+		return callError(ctx, "configure", err)
+	}
+	return nil
+}
+
+// Open makes the sink connect to its destination.
+func (p *Plugin) Open(ctx context.Context) (pluginkit.OpenResult, error) {
+	resp, err := p.sink.Open(ctx, &sinkv1.OpenRequest{})
+	if err != nil {
+		return pluginkit.OpenResult{}, callError(ctx, "open", err)
+	}
+	var res pluginkit.OpenResult
+	if cp := resp.GetCheckpoint(); cp != "" {
+		id, err := pluginkit.ParseEventID(cp)
+		if err != nil {
+			return pluginkit.OpenResult{}, pluginkit.Permanent(fmt.Errorf("open: sink reported an invalid checkpoint: %w", err))
+		}
+		res.Checkpoint = id
+	}
+	return res, nil
+}
+
+// Deliver hands one batch to the sink. A nil error means the sink has every
+// event durably; any error is classified by pluginkit.KindOf, and a plugin
+// that died mid-call gives a retryable one.
+func (p *Plugin) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error) {
+	req := &sinkv1.DeliverRequest{Events: make([]*sinkv1.Event, len(events))}
+	for i, e := range events {
+		req.Events[i] = &sinkv1.Event{
+			Id:      e.ID.String(),
+			Schema:  e.Schema,
+			Table:   e.Table,
+			Op:      string(e.Op),
+			Key:     e.Key,
+			Payload: e.Payload,
+		}
+	}
+	resp, err := p.sink.Deliver(ctx, req)
+	if err != nil {
+		return pluginkit.DeliverResult{}, callError(ctx, "deliver", err)
+	}
+	return pluginkit.DeliverResult{Duplicates: int(resp.GetDuplicates())}, nil
+}
+
+// Close asks the sink to release what Open acquired. The process keeps
+// running until Kill.
+func (p *Plugin) Close(ctx context.Context) error {
+	if _, err := p.sink.Close(ctx, &sinkv1.CloseRequest{}); err != nil {
+		return callError(ctx, "close", err)
+	}
+	return nil
+}
+
+// callError turns the error of a call to the plugin into a pluginkit error
+// naming the call. When the caller's context has ended it is wrapped too:
+// the plugin sees the same deadline and may answer with its own failure a
+// moment before gRPC reports the deadline, and the caller must still be able
+// to tell that its deadline passed.
+func callError(ctx context.Context, op string, err error) error {
+	err = pluginkit.ErrorFromStatus(err)
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("%s: %w (%w)", op, err, cerr)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// Kill ends the plugin process: go-plugin asks it to shut down and kills
+// it if it has not exited within two seconds. Kill blocks until then.
+func (p *Plugin) Kill() { p.client.Kill() }
+
+// Exited reports whether the plugin process has exited.
+func (p *Plugin) Exited() bool { return p.client.Exited() }
+
+// Pid returns the plugin's process id, or 0 once it is gone.
+func (p *Plugin) Pid() int {
+	if rc := p.client.ReattachConfig(); rc != nil {
+		return rc.Pid
+	}
+	return 0
+}
+
+// healthTimeout bounds the liveness check after a failed call.
+const healthTimeout = 2 * time.Second
+
+// alive reports whether the plugin process still runs and answers
+// go-plugin's health service. Exited alone lags behind the broken
+// connection that the failed call already saw.
+func (p *Plugin) alive(ctx context.Context) bool {
+	if p.client.Exited() {
+		return false
+	}
+	if p.conn == nil {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), healthTimeout)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(p.conn).Check(ctx, &healthpb.HealthCheckRequest{Service: plugin.GRPCServiceName})
+	return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
+}
