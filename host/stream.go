@@ -86,6 +86,18 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Capture retries a failed replication connection forever (it is
+	// usually PostgreSQL restarting), so a missing privilege would leave
+	// Next blocked with no error: refuse here instead.
+	var canReplicate bool
+	if err := pool.QueryRow(ctx, `SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user`).Scan(&canReplicate); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open walcast stream: check replication privilege: %w", err)
+	}
+	if !canReplicate {
+		pool.Close()
+		return nil, errors.New("open walcast stream: the database user lacks the REPLICATION attribute: run ALTER ROLE <user> REPLICATION")
+	}
 	ccfg := capture.Config{
 		DSN:             cfg.DSN,
 		Slot:            cfg.Slot,

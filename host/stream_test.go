@@ -447,3 +447,32 @@ func TestStalledConsumerKeepsConnection(t *testing.T) {
 		t.Fatalf("walsender changed from %d to %d: the connection was cut", pid, got)
 	}
 }
+
+func TestOpenRefuses(t *testing.T) {
+	dsn, db := setup(t)
+	execT(t, db, `DO $$ BEGIN CREATE ROLE norep LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$`)
+	norep := strings.Replace(dsn, "postgres://postgres@", "postgres://norep@", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		cfg  host.StreamConfig
+		want string
+	}{
+		{host.StreamConfig{Tables: []string{"public.items"}, Slot: "s"}, "DSN is empty"},
+		{host.StreamConfig{DSN: dsn, Slot: "s"}, "Tables is empty"},
+		{host.StreamConfig{DSN: dsn, Tables: []string{"public.items"}}, `Slot "" is empty`},
+		{host.StreamConfig{DSN: dsn, Tables: []string{"public.items"}, Slot: "Bad-Name"}, "lower-case letters"},
+		{host.StreamConfig{DSN: dsn, Tables: []string{"public.nope"}, Slot: "refuse"}, "does not exist"},
+		{host.StreamConfig{DSN: norep, Tables: []string{"public.items"}, Slot: "refuse"}, "REPLICATION attribute"},
+	} {
+		s, err := host.Open(ctx, tc.cfg)
+		if err == nil {
+			s.Close()
+			t.Errorf("Open(%+v) succeeded, want an error mentioning %q", tc.cfg, tc.want)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Open(%+v) = %v, want an error mentioning %q", tc.cfg, err, tc.want)
+		}
+	}
+}
