@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -164,15 +165,23 @@ func skipValue(b []byte, i int) (int, error) {
 	}
 	switch b[i] {
 	case '"':
-		for j := i + 1; j < len(b); j++ {
-			switch b[j] {
-			case '\\':
-				j++
-			case '"':
+		// Jump from quote to quote; a quote preceded by an odd number of
+		// backslashes is escaped.
+		for j := i + 1; ; {
+			k := bytes.IndexByte(b[j:], '"')
+			if k < 0 {
+				return 0, errSyntax
+			}
+			j += k
+			n := 0
+			for n < j-i-1 && b[j-1-n] == '\\' {
+				n++
+			}
+			if n%2 == 0 {
 				return j + 1, nil
 			}
+			j++
 		}
-		return 0, errSyntax
 	case '{', '[':
 		depth := 0
 		for j := i; j < len(b); j++ {
