@@ -38,6 +38,10 @@ type Config struct {
 	RetryBase      time.Duration
 	MaxRetryDelay  time.Duration
 	DeliverTimeout time.Duration
+	// MaxBatchBytes caps the payload bytes of one Deliver (default 16 MiB)
+	// so a batch of large rows stays well inside the gRPC message limit;
+	// a single larger event still goes alone.
+	MaxBatchBytes int
 	// SkipThrough: events at or below it were delivered before (the sink's
 	// checkpoint); they are resolved without being delivered again.
 	SkipThrough pluginkit.EventID
@@ -82,6 +86,9 @@ func New(cfg Config, queue *fanout.Queue, tracker *ack.Tracker, sink Deliverer) 
 	if cfg.DeliverTimeout <= 0 {
 		cfg.DeliverTimeout = 2 * time.Minute
 	}
+	if cfg.MaxBatchBytes <= 0 {
+		cfg.MaxBatchBytes = 16 << 20
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -107,11 +114,13 @@ func (s *Scheduler) Run(ctx context.Context, stop <-chan struct{}) error {
 			batch = append(batch, it)
 		}
 		// Take what is already queued, up to a batch; never wait for more.
+		size := len(batch[0].Event.Payload)
 	fill:
-		for len(batch) < s.cfg.BatchSize {
+		for len(batch) < s.cfg.BatchSize && size < s.cfg.MaxBatchBytes {
 			select {
 			case it := <-s.queue.C:
 				batch = append(batch, it)
+				size += len(it.Event.Payload)
 			default:
 				break fill
 			}
