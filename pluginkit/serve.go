@@ -70,7 +70,9 @@ func Serve(s Sink) {
 	)
 	done := make(chan struct{})
 	defer close(done)
-	go watchParent(done, func() bool {
+	// Read the parent now, not in the goroutine, which may first run after
+	// the parent is already gone.
+	go watchParent(done, os.Getppid(), func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		if stopFn == nil {
@@ -105,11 +107,10 @@ func Serve(s Sink) {
 	srv.closeIfOpen(closeTimeout)
 }
 
-// watchParent calls stop once the process that started this plugin is gone
-// (the plugin was re-parented) and retries until stop reports it took
-// effect or done is closed.
-func watchParent(done <-chan struct{}, stop func() bool) {
-	ppid := os.Getppid()
+// watchParent calls stop once the parent process ppid is gone (the plugin
+// was re-parented) and retries until stop reports it took effect or done
+// is closed.
+func watchParent(done <-chan struct{}, ppid int, stop func() bool) {
 	t := time.NewTicker(parentPollInterval)
 	defer t.Stop()
 	for {

@@ -132,3 +132,6 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// slogWith returns a logger on h with the given attributes.
+func slogWith(h slog.Handler, args ...any) *slog.Logger { return slog.New(h).With(args...) }
