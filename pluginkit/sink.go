@@ -6,8 +6,9 @@ import (
 )
 
 // Sink is what a sink plugin implements. The host calls Configure once, then
-// Open, then Deliver any number of times (never concurrently unless the sink
-// says it supports it — see Info.MaxInFlight), then Close. After a plugin
+// Open, then Deliver any number of times, then Close. Deliver may be called
+// concurrently with batches of different rows (the pipeline's max_in_flight)
+// unless Info.Ordered asks for one batch at a time. After a plugin
 // process is restarted the sequence starts again with Configure.
 //
 // Every context passed to a Sink carries the host's deadline for that call
@@ -20,7 +21,7 @@ type Sink interface {
 
 	// Configure receives the sink's HCL `config` block as JSON, already
 	// checked against Info().Config. It validates and stores the settings
-	// but opens no connection. Return a *ConfigError to point the user at
+	// but opens no connection. IdentityFrom(ctx) names the sink. Return a *ConfigError to point the user at
 	// the offending attribute.
 	Configure(ctx context.Context, config json.RawMessage) error
 

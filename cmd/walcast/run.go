@@ -36,6 +36,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	plugins := newPluginSet(*pluginDir, log, stdout)
+	plugins.Pipeline = p.Name
 	err = daemon.Run(ctx, daemon.Options{
 		Pipeline:        p,
 		Launch:          plugins.Launch,

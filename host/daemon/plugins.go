@@ -20,7 +20,9 @@ import (
 // config.PluginChecker.
 type PluginSet struct {
 	// Dirs are searched in order for walcast-sink-<type>.
-	Dirs   []string
+	Dirs []string
+	// Pipeline names the pipeline to the plugins (pluginkit.IdentityFrom).
+	Pipeline string
 	Logger *slog.Logger
 	// Stdout receives what plugins print (the stdout sink's output).
 	Stdout io.Writer
@@ -33,7 +35,7 @@ func (ps *PluginSet) clientConfig(sinkType, sinkID string) (sinkclient.Config, e
 	if err != nil {
 		return sinkclient.Config{}, err
 	}
-	return sinkclient.Config{Path: path, SinkID: sinkID, Logger: ps.Logger, Stdout: ps.Stdout}, nil
+	return sinkclient.Config{Path: path, SinkID: sinkID, Pipeline: ps.Pipeline, Logger: ps.Logger, Stdout: ps.Stdout}, nil
 }
 
 // Launch implements Launcher: it asks the plugin for its config schema,

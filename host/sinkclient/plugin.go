@@ -26,8 +26,11 @@ type Config struct {
 	// Path is the plugin executable, usually from Find.
 	Path string
 	// SinkID is the sink's id in the pipeline; every log record from the
-	// plugin carries it as sink=<id>.
+	// plugin carries it as sink=<id>, and Configure passes it (with
+	// Pipeline) to the sink, see pluginkit.IdentityFrom.
 	SinkID string
+	// Pipeline is the pipeline's name.
+	Pipeline string
 	// Logger receives the plugin's logs and go-plugin's own. Nil discards
 	// them.
 	Logger *slog.Logger
@@ -52,6 +55,7 @@ type Plugin struct {
 	conn   *grpc.ClientConn
 	sink   sinkv1.SinkClient
 	log    *slog.Logger
+	cfg    Config
 }
 
 // Launch starts the plugin at cfg.Path and completes the go-plugin
@@ -124,7 +128,7 @@ func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
 		client.Kill()
 		return nil, fmt.Errorf("launch sink plugin %s: dispense %q: %w", cfg.Path, pluginkit.PluginName, err)
 	}
-	p := &Plugin{client: client, sink: raw.(sinkv1.SinkClient), log: log}
+	p := &Plugin{client: client, sink: raw.(sinkv1.SinkClient), log: log, cfg: cfg}
 	if gc, ok := rpc.(*plugin.GRPCClient); ok {
 		p.conn = gc.Conn
 	}
@@ -173,7 +177,7 @@ func (p *Plugin) Info(ctx context.Context) (pluginkit.Info, error) {
 // Configure passes the sink's config block, encoded as a JSON object. A
 // rejected attribute comes back as a *pluginkit.ConfigError.
 func (p *Plugin) Configure(ctx context.Context, config json.RawMessage) error {
-	if _, err := p.sink.Configure(ctx, &sinkv1.ConfigureRequest{Config: config}); err != nil {
+	if _, err := p.sink.Configure(ctx, &sinkv1.ConfigureRequest{Config: config, Pipeline: p.cfg.Pipeline, SinkId: p.cfg.SinkID}); err != nil {
 		return callError(ctx, "configure", err)
 	}
 	return nil

@@ -217,7 +217,12 @@ func (x *ConfigField) GetDoc() string {
 type ConfigureRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// config is the sink's `config` block encoded as a JSON object.
-	Config        []byte `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
+	Config []byte `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
+	// pipeline and sink_id name the sink in the host's pipeline file. Sinks
+	// use them for identities that must stay stable across restarts (the
+	// Kafka sink's transactional id, for example).
+	Pipeline      string `protobuf:"bytes,2,opt,name=pipeline,proto3" json:"pipeline,omitempty"`
+	SinkId        string `protobuf:"bytes,3,opt,name=sink_id,json=sinkId,proto3" json:"sink_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -257,6 +262,20 @@ func (x *ConfigureRequest) GetConfig() []byte {
 		return x.Config
 	}
 	return nil
+}
+
+func (x *ConfigureRequest) GetPipeline() string {
+	if x != nil {
+		return x.Pipeline
+	}
+	return ""
+}
+
+func (x *ConfigureRequest) GetSinkId() string {
+	if x != nil {
+		return x.SinkId
+	}
+	return ""
 }
 
 type ConfigureResponse struct {
@@ -643,9 +662,11 @@ const file_sink_v1_sink_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1a\n" +
 	"\brequired\x18\x03 \x01(\bR\brequired\x12\x10\n" +
-	"\x03doc\x18\x04 \x01(\tR\x03doc\"*\n" +
+	"\x03doc\x18\x04 \x01(\tR\x03doc\"_\n" +
 	"\x10ConfigureRequest\x12\x16\n" +
-	"\x06config\x18\x01 \x01(\fR\x06config\"\x13\n" +
+	"\x06config\x18\x01 \x01(\fR\x06config\x12\x1a\n" +
+	"\bpipeline\x18\x02 \x01(\tR\bpipeline\x12\x17\n" +
+	"\asink_id\x18\x03 \x01(\tR\x06sinkId\"\x13\n" +
 	"\x11ConfigureResponse\"\r\n" +
 	"\vOpenRequest\".\n" +
 	"\fOpenResponse\x12\x1e\n" +

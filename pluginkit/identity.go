@@ -1,0 +1,26 @@
+package pluginkit
+
+import "context"
+
+// Identity names a sink inside the host's pipeline. It is stable across
+// restarts of the host and of the plugin, so a sink can derive identities
+// from it that must not change (the Kafka sink's transactional id, which
+// fences zombie producers, is "walcast-<sink id>" by default).
+type Identity struct {
+	Pipeline string
+	SinkID   string
+}
+
+type identityKey struct{}
+
+func withIdentity(ctx context.Context, id Identity) context.Context {
+	return context.WithValue(ctx, identityKey{}, id)
+}
+
+// IdentityFrom returns the identity the host passed with Configure. It is
+// only set on the context of Configure; it is zero when the host did not
+// name the sink (an older host, or a test calling Configure directly).
+func IdentityFrom(ctx context.Context) Identity {
+	id, _ := ctx.Value(identityKey{}).(Identity)
+	return id
+}
