@@ -23,7 +23,7 @@ type PluginSet struct {
 	Dirs []string
 	// Pipeline names the pipeline to the plugins (pluginkit.IdentityFrom).
 	Pipeline string
-	Logger *slog.Logger
+	Logger   *slog.Logger
 	// Stdout receives what plugins print (the stdout sink's output).
 	Stdout io.Writer
 }
