@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walcast/walcast/host"
+	"github.com/walcast/walcast/pluginkit"
 )
 
 // Read the changes to a table and acknowledge them. The database needs
@@ -44,22 +45,30 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	if _, err = db.Exec(ctx, `DELETE FROM orders WHERE id = 42`); err != nil {
+		log.Fatal(err)
+	}
 
-	for range 2 {
+	for range 3 {
 		ev, err := stream.Next(ctx)
 		if err != nil {
 			log.Fatal(err)
 		}
-		var order struct {
-			ID     int    `json:"id"`
-			Status string `json:"status"`
-			Total  string `json:"total"` // numeric arrives as a string: no precision lost
+		if ev.Op == pluginkit.OpDelete {
+			fmt.Printf("%s %s.%s key=%s\n", ev.Op, ev.Schema, ev.Table, ev.Key)
+		} else {
+			var order struct {
+				ID     int    `json:"id"`
+				Status string `json:"status"`
+				Total  string `json:"total"` // numeric arrives as a string: no precision lost
+			}
+			if err := json.Unmarshal(ev.New, &order); err != nil {
+				log.Fatal(err)
+			}
+			fmt.Printf("%s %s.%s key=%s -> %+v\n", ev.Op, ev.Schema, ev.Table, ev.Key, order)
 		}
-		if err := json.Unmarshal(ev.New, &order); err != nil {
-			log.Fatal(err)
-		}
-		fmt.Printf("%s %s.%s key=%s -> %+v\n", ev.Op, ev.Schema, ev.Table, ev.Key, order)
-		// Acking the transaction's last event lets the slot release it.
+		// Ack once the change is handled. Acking a transaction's last
+		// event lets the slot release the whole transaction.
 		if err := stream.Ack(ev.ID); err != nil {
 			log.Fatal(err)
 		}
@@ -67,4 +76,5 @@ func Example() {
 	// Output:
 	// insert public.orders key={"id":42} -> {ID:42 Status:new Total:19.90}
 	// update public.orders key={"id":42} -> {ID:42 Status:paid Total:19.90}
+	// delete public.orders key={"id":42}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,6 +48,13 @@ func open(t *testing.T, dsn, slot string, tables ...string) *host.Stream {
 	}
 	return openConfig(t, host.StreamConfig{DSN: dsn, Tables: tables, Slot: slot})
 }
+
+// slots numbers slot names: slots belong to the cluster, not to a test's
+// database, and a name must stay unique when tests run again (-count).
+var slots atomic.Int64
+
+// slotName returns a slot name starting with base, unique in this process.
+func slotName(base string) string { return fmt.Sprintf("%s_%d", base, slots.Add(1)) }
 
 func openConfig(t *testing.T, cfg host.StreamConfig) *host.Stream {
 	t.Helper()
@@ -105,8 +113,9 @@ func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) 
 
 func TestEventFields(t *testing.T) {
 	dsn, db := setup(t)
+	slot := slotName("fields")
 	execT(t, db, `CREATE TABLE docs (id int PRIMARY KEY, title text, body text)`)
-	s := open(t, dsn, "fields", "public.docs")
+	s := open(t, dsn, slot, "public.docs")
 	big := strings.Repeat("lorem ipsum ", 10000) // TOASTed, stored out of line
 	execT(t, db, `ALTER TABLE docs ALTER COLUMN body SET STORAGE EXTERNAL`)
 	execT(t, db, `INSERT INTO docs VALUES (1, 'a', $1)`, big)
@@ -156,7 +165,8 @@ func TestEventFields(t *testing.T) {
 // status update without Close.
 func TestAckReleasesTransaction(t *testing.T) {
 	dsn, db := setup(t)
-	s := open(t, dsn, "release")
+	slot := slotName("release")
+	s := open(t, dsn, slot)
 	execT(t, db, `INSERT INTO items SELECT g, 'a' FROM generate_series(1, 3) g`)
 	execT(t, db, `INSERT INTO items SELECT g, 'b' FROM generate_series(4, 5) g`)
 	var a, b []host.Event
@@ -167,16 +177,17 @@ func TestAckReleasesTransaction(t *testing.T) {
 	ack(t, s, a[1].ID) // releases nothing yet (see TestPartialAckReplaysWholeTransaction)
 	ack(t, s, a[2].ID)
 	waitFor(t, "the first transaction to be confirmed", 10*time.Second, func() bool {
-		return confirmed(t, db, "release") > a[0].ID.CommitLSN
+		return confirmed(t, db, slot) > a[0].ID.CommitLSN
 	})
-	if got := confirmed(t, db, "release"); got >= b[0].ID.CommitLSN {
+	if got := confirmed(t, db, slot); got >= b[0].ID.CommitLSN {
 		t.Fatalf("slot at %s passed the unacked second transaction (commit %s)", pluginkit.FormatLSN(got), pluginkit.FormatLSN(b[0].ID.CommitLSN))
 	}
 }
 
 func TestAckValidation(t *testing.T) {
 	dsn, db := setup(t)
-	s := open(t, dsn, "validation")
+	slot := slotName("validation")
+	s := open(t, dsn, slot)
 	execT(t, db, `INSERT INTO items SELECT g, 'a' FROM generate_series(1, 3) g`)
 	execT(t, db, `INSERT INTO items SELECT g, 'b' FROM generate_series(4, 5) g`)
 	a0, a1, a2, b0 := next(t, s), next(t, s), next(t, s), next(t, s)
@@ -221,7 +232,8 @@ func TestAckValidation(t *testing.T) {
 func TestPartialAckReplaysWholeTransaction(t *testing.T) {
 	const rows = 10000
 	dsn, db := setup(t)
-	s := open(t, dsn, "partial")
+	slot := slotName("partial")
+	s := open(t, dsn, slot)
 	execT(t, db, `INSERT INTO items SELECT g, 'x' FROM generate_series(1, $1::int) g`, rows)
 	var first []pluginkit.EventID
 	for range rows / 2 {
@@ -234,11 +246,11 @@ func TestPartialAckReplaysWholeTransaction(t *testing.T) {
 	}
 	// The slot may have moved over WAL written before the transaction,
 	// never to its commit.
-	if got := confirmed(t, db, "partial"); got >= first[0].CommitLSN {
+	if got := confirmed(t, db, slot); got >= first[0].CommitLSN {
 		t.Fatalf("slot at %s although transaction %s was only half acked", pluginkit.FormatLSN(got), pluginkit.FormatLSN(first[0].CommitLSN))
 	}
 
-	s = open(t, dsn, "partial")
+	s = open(t, dsn, slot)
 	for i := range rows {
 		ev := next(t, s)
 		want := pluginkit.EventID{CommitLSN: first[0].CommitLSN, Index: uint64(i)}
@@ -258,15 +270,16 @@ func TestCrashReplaysFromLastReleasedTransaction(t *testing.T) {
 	const txns, perTx = 20, 5
 	for _, tc := range []struct {
 		name  string
-		slot  string // slot names are per cluster, not per database
-		ackAt int    // the consumer acks its ackAt-th event
+		slot  string
+		ackAt int // the consumer acks its ackAt-th event
 	}{
 		{"ack inside a transaction", "crash_inside", 7*perTx + 2},
 		{"ack at a transaction's end", "crash_end", 8 * perTx},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dsn, db := setup(t)
-			c := startChild(t, "crash", "CHILD_DSN="+dsn, "CHILD_TABLE=public.items", "CHILD_SLOT="+tc.slot, "CHILD_ACK_AT="+strconv.Itoa(tc.ackAt))
+			slot := slotName(tc.slot)
+			c := startChild(t, "crash", "CHILD_DSN="+dsn, "CHILD_TABLE=public.items", "CHILD_SLOT="+slot, "CHILD_ACK_AT="+strconv.Itoa(tc.ackAt))
 			c.expect(t, "ready", time.Minute)
 			for tx := range txns {
 				execT(t, db, `INSERT INTO items SELECT g, 'x' FROM generate_series($1::int, $2::int) g`, tx*perTx, tx*perTx+perTx-1)
@@ -300,14 +313,14 @@ func TestCrashReplaysFromLastReleasedTransaction(t *testing.T) {
 			// Kill only once the release reached PostgreSQL, so the check
 			// below is exact rather than "at least".
 			waitFor(t, "the released position to be confirmed", 10*time.Second, func() bool {
-				return confirmed(t, db, tc.slot) > lastReleased
+				return confirmed(t, db, slot) > lastReleased
 			})
 			c.kill(t)
-			if got := confirmed(t, db, tc.slot); got >= ids[replayFrom].CommitLSN {
+			if got := confirmed(t, db, slot); got >= ids[replayFrom].CommitLSN {
 				t.Fatalf("slot at %s passed the first unreleased transaction %s", pluginkit.FormatLSN(got), ids[replayFrom])
 			}
 
-			s := open(t, dsn, tc.slot)
+			s := open(t, dsn, slot)
 			for i := replayFrom; i < len(ids); i++ {
 				if ev := next(t, s); ev.ID != ids[i] {
 					t.Fatalf("replayed event %d is %s, want %s", i, ev.ID, ids[i])
@@ -329,7 +342,7 @@ func TestLargeTransactionMemory(t *testing.T) {
 	const rows = 200_000
 	const limitMB = 150
 	dsn, db := setup(t)
-	c := startChild(t, "rss", "CHILD_DSN="+dsn, "CHILD_TABLE=public.items", "CHILD_SLOT=rss", "CHILD_COUNT="+strconv.Itoa(rows))
+	c := startChild(t, "rss", "CHILD_DSN="+dsn, "CHILD_TABLE=public.items", "CHILD_SLOT="+slotName("rss"), "CHILD_COUNT="+strconv.Itoa(rows))
 	c.expect(t, "ready", time.Minute)
 	started := time.Now()
 	execT(t, db, `INSERT INTO items SELECT g, repeat('x', 200) FROM generate_series(1, $1::int) g`, rows)
@@ -421,10 +434,11 @@ func TestReconnectSkipsResent(t *testing.T) {
 // test cluster's wal_sender_timeout is 5s; the consumer stalls for 7s.
 func TestStalledConsumerKeepsConnection(t *testing.T) {
 	dsn, db := setup(t)
-	s := openConfig(t, host.StreamConfig{DSN: dsn, Tables: []string{"public.items"}, Slot: "stalled", Buffer: 2})
+	slot := slotName("stalled")
+	s := openConfig(t, host.StreamConfig{DSN: dsn, Tables: []string{"public.items"}, Slot: slot, Buffer: 2})
 	execT(t, db, `INSERT INTO items SELECT g, 'x' FROM generate_series(1, 100) g`)
 	walsender := func() (pid int) {
-		db.QueryRow(context.Background(), `SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'stalled' AND active`).Scan(&pid)
+		db.QueryRow(context.Background(), `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1 AND active`, slot).Scan(&pid)
 		return pid
 	}
 	waitFor(t, "the slot to be streamed", 10*time.Second, func() bool { return walsender() != 0 })
