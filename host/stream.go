@@ -53,7 +53,6 @@ type Stream struct {
 	acks   *acks
 	capt   *capture.Capture
 	pool   *pgxpool.Pool
-	log    *slog.Logger
 
 	stop    context.CancelFunc
 	done    chan struct{} // closed when the capture goroutine has returned
@@ -112,7 +111,7 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 	prep, err := capture.Prepare(ctx, pool, store, ccfg)
 	if err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("prepare source for slot %s: %w", cfg.Slot, err)
+		return nil, fmt.Errorf("open walcast stream: prepare source for slot %s: %w", cfg.Slot, err)
 	}
 	ccfg.StatusInterval = min(10*time.Second, prep.WalSenderTimeout/4)
 
@@ -122,7 +121,7 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 	// The capture goroutine must outlive ctx (which ends with Open) but
 	// keep its values.
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	s := &Stream{events: events, acks: a, capt: capt, pool: pool, log: cfg.Logger, stop: stop, done: make(chan struct{})}
+	s := &Stream{events: events, acks: a, capt: capt, pool: pool, stop: stop, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
 		// capture calls Event only from here, so closing after Run is
