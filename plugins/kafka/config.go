@@ -1,0 +1,318 @@
+package main
+
+import (
+	"cmp"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/walcast/walcast/pluginkit"
+)
+
+const (
+	defaultTopicPrefix     = "walcast"
+	defaultCheckpointTopic = "walcast.checkpoints"
+	defaultClientID        = "walcast"
+	// defaultTxnTimeout is above the host's default deliver_timeout (2m),
+	// and Deliver aborts on its own well before it (see txnBudget), so the
+	// broker never times a live transaction out: a fencing error then
+	// really means another producer took the transactional id over.
+	defaultTxnTimeout = 3 * time.Minute
+	// defaultMaxMessageBytes is franz-go's and Kafka's default limit on a
+	// record batch, compressed.
+	defaultMaxMessageBytes = 1_000_012
+)
+
+// configFields declares the config block. Nested settings are string maps
+// (`tls = { ca_file = "..." }`) because that is what the host's config
+// decoding offers; their keys are checked here.
+var configFields = []pluginkit.ConfigField{
+	{Name: "brokers", Type: pluginkit.TypeStringList, Required: true, Doc: `Seed brokers, "host:port".`},
+	{Name: "topic_prefix", Type: pluginkit.TypeString, Doc: `Events go to "<topic_prefix>.<schema>.<table>". Default "walcast".`},
+	{Name: "eos", Type: pluginkit.TypeBool, Doc: "true (default): one Kafka transaction per batch, exactly once into the topic for read_committed readers. false: idempotent producer, at least once."},
+	{Name: "transactional_id", Type: pluginkit.TypeString, Doc: `Kafka transactional id (eos only); also the key of this sink's checkpoint record. Must be unique per sink and stable across restarts: it fences zombie producers. Default "walcast-<topic_prefix>".`},
+	{Name: "checkpoint_topic", Type: pluginkit.TypeString, Doc: `Compacted topic holding the last event id committed per transactional id (eos only). Default "walcast.checkpoints".`},
+	{Name: "transaction_timeout", Type: pluginkit.TypeDuration, Doc: `How long the broker lets a transaction stay open before it aborts it; also bounds one Deliver. Default "3m".`},
+	{Name: "max_message_bytes", Type: pluginkit.TypeNumber, Doc: "Largest record batch the producer sends, in bytes; a larger event fails permanently. Keep it at or below the topics' max.message.bytes. Default 1000012."},
+	{Name: "client_id", Type: pluginkit.TypeString, Doc: `Client id sent to the brokers. Default "walcast".`},
+	{Name: "compression", Type: pluginkit.TypeString, Doc: `none (default), gzip, snappy, lz4 or zstd.`},
+	{Name: "create_topics", Type: pluginkit.TypeStringMap, Doc: `Topic creation: enabled ("true" by default: missing topics are created), partitions and replication_factor (default -1: the broker's defaults).`},
+	{Name: "tls", Type: pluginkit.TypeStringMap, Doc: `TLS: enabled ("true" when the map is set), ca_file, cert_file, key_file, server_name, insecure_skip_verify.`},
+	{Name: "sasl", Type: pluginkit.TypeStringMap, Doc: `SASL: mechanism (plain, scram-sha-256 or scram-sha-512), username, password.`},
+}
+
+// config is the JSON the host sends, as written in the pipeline.
+type config struct {
+	Brokers            []string          `json:"brokers"`
+	TopicPrefix        string            `json:"topic_prefix"`
+	EOS                *bool             `json:"eos"`
+	TransactionalID    string            `json:"transactional_id"`
+	CheckpointTopic    string            `json:"checkpoint_topic"`
+	TransactionTimeout string            `json:"transaction_timeout"`
+	MaxMessageBytes    *int64            `json:"max_message_bytes"`
+	ClientID           string            `json:"client_id"`
+	Compression        string            `json:"compression"`
+	CreateTopics       map[string]string `json:"create_topics"`
+	TLS                map[string]string `json:"tls"`
+	SASL               map[string]string `json:"sasl"`
+}
+
+// settings is the validated config.
+type settings struct {
+	brokers         []string
+	topicPrefix     string
+	eos             bool
+	txnID           string
+	checkpointTopic string
+	txnTimeout      time.Duration
+	clientID        string
+	maxMessageBytes int32
+	compression     kgo.CompressionCodec
+	create          bool
+	partitions      int32
+	replication     int16
+	tls             *tls.Config
+	sasl            kgo.Opt // nil: no SASL
+	saslMechanism   string
+	saslUser        string
+}
+
+// legalTopic is Kafka's rule for topic names.
+var legalTopic = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
+
+func decodeConfig(raw json.RawMessage) (settings, error) {
+	var c config
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return settings{}, &pluginkit.ConfigError{Field: te.Field, Msg: "must be a " + te.Type.String()}
+		}
+		return settings{}, &pluginkit.ConfigError{Msg: fmt.Sprintf("decode config: %v", err)}
+	}
+	return parseConfig(c)
+}
+
+func parseConfig(c config) (settings, error) {
+	st := settings{
+		topicPrefix:     cmp.Or(c.TopicPrefix, defaultTopicPrefix),
+		eos:             c.EOS == nil || *c.EOS,
+		checkpointTopic: cmp.Or(c.CheckpointTopic, defaultCheckpointTopic),
+		clientID:        cmp.Or(c.ClientID, defaultClientID),
+		txnTimeout:      defaultTxnTimeout,
+		maxMessageBytes: defaultMaxMessageBytes,
+		create:          true,
+		partitions:      -1,
+		replication:     -1,
+	}
+	if len(c.Brokers) == 0 {
+		return st, &pluginkit.ConfigError{Field: "brokers", Msg: `is required: at least one "host:port"`}
+	}
+	for _, b := range c.Brokers {
+		if _, port, err := net.SplitHostPort(b); err != nil || port == "" {
+			return st, &pluginkit.ConfigError{Field: "brokers", Msg: fmt.Sprintf(`%q is not "host:port"`, b)}
+		}
+	}
+	st.brokers = slices.Clone(c.Brokers)
+
+	// The prefix plus ".<schema>.<table>" must still be a legal name.
+	if !legalTopic.MatchString(st.topicPrefix) || len(st.topicPrefix) > 200 {
+		return st, &pluginkit.ConfigError{Field: "topic_prefix", Msg: fmt.Sprintf("%q: a Kafka topic name uses only letters, digits, '.', '_' and '-' (at most 200 characters for the prefix)", st.topicPrefix)}
+	}
+	if !legalTopic.MatchString(st.checkpointTopic) {
+		return st, &pluginkit.ConfigError{Field: "checkpoint_topic", Msg: fmt.Sprintf("%q is not a legal Kafka topic name", st.checkpointTopic)}
+	}
+	// The host does not tell a plugin its sink id, so the default is
+	// derived from the prefix: two eos sinks writing under one prefix must
+	// set distinct ids themselves.
+	st.txnID = cmp.Or(c.TransactionalID, "walcast-"+st.topicPrefix)
+	if c.TransactionalID != "" && !st.eos {
+		return st, &pluginkit.ConfigError{Field: "transactional_id", Msg: "only applies with eos = true"}
+	}
+
+	if c.TransactionTimeout != "" {
+		d, err := time.ParseDuration(c.TransactionTimeout)
+		if err != nil || d < time.Second {
+			return st, &pluginkit.ConfigError{Field: "transaction_timeout", Msg: fmt.Sprintf("must be a duration of at least 1s, not %q", c.TransactionTimeout)}
+		}
+		st.txnTimeout = d
+	}
+
+	if c.MaxMessageBytes != nil {
+		if n := *c.MaxMessageBytes; n < 1024 || n > 1<<30 {
+			return st, &pluginkit.ConfigError{Field: "max_message_bytes", Msg: fmt.Sprintf("must be between 1024 and 1073741824, not %d", n)}
+		}
+		st.maxMessageBytes = int32(*c.MaxMessageBytes)
+	}
+
+	switch strings.ToLower(cmp.Or(c.Compression, "none")) {
+	case "none":
+		st.compression = kgo.NoCompression()
+	case "gzip":
+		st.compression = kgo.GzipCompression()
+	case "snappy":
+		st.compression = kgo.SnappyCompression()
+	case "lz4":
+		st.compression = kgo.Lz4Compression()
+	case "zstd":
+		st.compression = kgo.ZstdCompression()
+	default:
+		return st, &pluginkit.ConfigError{Field: "compression", Msg: fmt.Sprintf("%q: want none, gzip, snappy, lz4 or zstd", c.Compression)}
+	}
+
+	if err := parseCreateTopics(&st, c.CreateTopics); err != nil {
+		return st, err
+	}
+	if err := parseTLS(&st, c.TLS); err != nil {
+		return st, err
+	}
+	if err := parseSASL(&st, c.SASL); err != nil {
+		return st, err
+	}
+	return st, nil
+}
+
+func parseCreateTopics(st *settings, m map[string]string) error {
+	bad := func(msg string) error { return &pluginkit.ConfigError{Field: "create_topics", Msg: msg} }
+	for k, v := range m {
+		switch k {
+		case "enabled":
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return bad(fmt.Sprintf("enabled must be true or false, not %q", v))
+			}
+			st.create = b
+		case "partitions":
+			n, err := strconv.ParseInt(v, 10, 32)
+			if err != nil || n == 0 || n < -1 {
+				return bad(fmt.Sprintf("partitions must be a positive number or -1 (broker default), not %q", v))
+			}
+			st.partitions = int32(n)
+		case "replication_factor":
+			n, err := strconv.ParseInt(v, 10, 16)
+			if err != nil || n == 0 || n < -1 {
+				return bad(fmt.Sprintf("replication_factor must be a positive number or -1 (broker default), not %q", v))
+			}
+			st.replication = int16(n)
+		default:
+			return bad(fmt.Sprintf("unknown key %q; want enabled, partitions or replication_factor", k))
+		}
+	}
+	return nil
+}
+
+func parseTLS(st *settings, m map[string]string) error {
+	if m == nil {
+		return nil
+	}
+	bad := func(msg string) error { return &pluginkit.ConfigError{Field: "tls", Msg: msg} }
+	enabled := true
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	var certFile, keyFile string
+	for k, v := range m {
+		switch k {
+		case "enabled":
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return bad(fmt.Sprintf("enabled must be true or false, not %q", v))
+			}
+			enabled = b
+		case "ca_file":
+			pem, err := os.ReadFile(v)
+			if err != nil {
+				return bad(fmt.Sprintf("ca_file: %v", err))
+			}
+			cfg.RootCAs = x509.NewCertPool()
+			if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+				return bad(fmt.Sprintf("ca_file %s: no PEM certificate in it", v))
+			}
+		case "cert_file":
+			certFile = v
+		case "key_file":
+			keyFile = v
+		case "server_name":
+			cfg.ServerName = v
+		case "insecure_skip_verify":
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return bad(fmt.Sprintf("insecure_skip_verify must be true or false, not %q", v))
+			}
+			cfg.InsecureSkipVerify = b
+		default:
+			return bad(fmt.Sprintf("unknown key %q; want enabled, ca_file, cert_file, key_file, server_name or insecure_skip_verify", k))
+		}
+	}
+	if (certFile == "") != (keyFile == "") {
+		return bad("cert_file and key_file go together")
+	}
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return bad(fmt.Sprintf("load client certificate: %v", err))
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	if enabled {
+		st.tls = cfg
+	}
+	return nil
+}
+
+func parseSASL(st *settings, m map[string]string) error {
+	if m == nil {
+		return nil
+	}
+	bad := func(msg string) error { return &pluginkit.ConfigError{Field: "sasl", Msg: msg} }
+	for k := range m {
+		if k != "mechanism" && k != "username" && k != "password" {
+			return bad(fmt.Sprintf("unknown key %q; want mechanism, username and password", k))
+		}
+	}
+	user, pass := m["username"], m["password"]
+	if user == "" {
+		return bad("username is required")
+	}
+	mech := strings.ToLower(m["mechanism"])
+	switch mech {
+	case "plain":
+		st.sasl = kgo.SASL(plain.Auth{User: user, Pass: pass}.AsMechanism())
+	case "scram-sha-256":
+		st.sasl = kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha256Mechanism())
+	case "scram-sha-512":
+		st.sasl = kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha512Mechanism())
+	default:
+		return bad(fmt.Sprintf("mechanism %q: want plain, scram-sha-256 or scram-sha-512", m["mechanism"]))
+	}
+	st.saslMechanism, st.saslUser = mech, user
+	return nil
+}
+
+// clientOpts are the options every client of the sink shares: where the
+// brokers are and how to talk to them.
+func (st settings) clientOpts() []kgo.Opt {
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(st.brokers...),
+		kgo.ClientID(st.clientID),
+	}
+	if st.tls != nil {
+		opts = append(opts, kgo.DialTLSConfig(st.tls.Clone()))
+	}
+	if st.sasl != nil {
+		opts = append(opts, st.sasl)
+	}
+	return opts
+}

@@ -1,0 +1,387 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walcast/walcast/pluginkit"
+)
+
+// abortTimeout bounds the best-effort abort after a failed transaction. It
+// runs on a fresh context: the Deliver context has usually ended by then.
+const abortTimeout = 10 * time.Second
+
+// Sink produces batches to Kafka. The host calls it one batch at a time
+// (Info.Ordered); the lock still serialises every call, because Serve may
+// call Close on its own when the host goes away mid-Deliver.
+type Sink struct {
+	log *slog.Logger
+	// lock is a one-slot semaphore rather than a sync.Mutex so that a
+	// caller can give up waiting when its context ends.
+	lock chan struct{}
+
+	// Everything below is guarded by lock.
+	cfg        settings
+	configured bool
+	opened     bool
+	// conn is nil before Open and after a failure: the next Deliver
+	// reconnects, which also settles a commit whose outcome was unknown.
+	conn *conn
+	// checkpoint is the last event id known to be committed under the
+	// transactional id (eos only). Events at or below it are duplicates.
+	checkpoint pluginkit.EventID
+	// fenced is set once another producer took the transactional id over;
+	// from then on nothing is produced or committed, ever.
+	fenced error
+	// topics holds the topics known to exist.
+	topics map[string]bool
+
+	// beforeCommit, when set (tests only), runs after the batch is
+	// produced and before the commit; an error aborts the transaction.
+	beforeCommit func(ctx context.Context) error
+}
+
+// conn is one connection to the cluster: the producer and an admin client
+// over the same connections.
+type conn struct {
+	cl  *kgo.Client
+	adm *kadm.Client
+}
+
+// Interface guards.
+var _ pluginkit.Sink = (*Sink)(nil)
+
+// New returns a Kafka sink that logs through pluginkit.NewLogger.
+func New() *Sink { return newSink(pluginkit.NewLogger()) }
+
+func newSink(log *slog.Logger) *Sink {
+	return &Sink{log: log, lock: make(chan struct{}, 1), topics: map[string]bool{}}
+}
+
+func (s *Sink) acquire(ctx context.Context) error {
+	select {
+	case s.lock <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return pluginkit.Retryable(fmt.Errorf("wait for the sink's previous call: %w", ctx.Err()))
+	}
+}
+
+func (s *Sink) release() { <-s.lock }
+
+// Info describes the sink. Ordered: filtering at or below the checkpoint
+// is only sound when batches commit in id order.
+func (s *Sink) Info() pluginkit.Info {
+	return pluginkit.Info{
+		Name:    "kafka",
+		Version: pluginkit.BuildVersion(),
+		Config:  configFields,
+		Ordered: true,
+	}
+}
+
+// Configure validates the config; it contacts no broker.
+func (s *Sink) Configure(ctx context.Context, raw json.RawMessage) error {
+	st, err := decodeConfig(raw)
+	if err != nil {
+		return err
+	}
+	if err := s.acquire(ctx); err != nil {
+		return err
+	}
+	defer s.release()
+	s.cfg, s.configured = st, true
+	s.log.Info("kafka configured", "brokers", st.brokers, "topic_prefix", st.topicPrefix, "eos", st.eos,
+		"transactional_id", st.txnID, "checkpoint_topic", st.checkpointTopic, "tls", st.tls != nil, "sasl", st.saslMechanism)
+	return nil
+}
+
+// Open connects, and with eos claims the transactional id (fencing any
+// predecessor) and reads the sink's checkpoint back. ctx is the host's
+// open deadline.
+func (s *Sink) Open(ctx context.Context) (pluginkit.OpenResult, error) {
+	if err := s.acquire(ctx); err != nil {
+		return pluginkit.OpenResult{}, err
+	}
+	defer s.release()
+	if !s.configured {
+		return pluginkit.OpenResult{}, pluginkit.Permanent(errors.New("open before configure"))
+	}
+	if err := s.connect(ctx); err != nil {
+		return pluginkit.OpenResult{}, err
+	}
+	s.opened = true
+	return pluginkit.OpenResult{Checkpoint: s.checkpoint}, nil
+}
+
+// connect replaces s.conn with a fresh connection. With eos it is the
+// recovery step too: claiming the transactional id makes the broker finish
+// or abort whatever transaction an earlier connection (ours or a crashed
+// predecessor's) left, so the checkpoint read afterwards is the truth.
+func (s *Sink) connect(ctx context.Context) error {
+	s.dropConn()
+	st := s.cfg
+	opts := append(st.clientOpts(),
+		kgo.ProducerBatchCompression(st.compression),
+		kgo.ProducerBatchMaxBytes(st.maxMessageBytes),
+		kgo.ProducerLinger(0),
+	)
+	if st.eos {
+		opts = append(opts, kgo.TransactionalID(st.txnID), kgo.TransactionTimeout(st.txnTimeout))
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return pluginkit.Permanent(fmt.Errorf("create kafka client: %w", err))
+	}
+	c := &conn{cl: cl, adm: kadm.NewClient(cl)}
+	if err := cl.Ping(ctx); err != nil {
+		cl.Close()
+		return s.classify("connect to the cluster", err)
+	}
+	if !st.eos {
+		s.conn = c
+		return nil
+	}
+	if err := s.ensureTopics(ctx, c, []string{st.checkpointTopic}, true); err != nil {
+		cl.Close()
+		return err
+	}
+	if _, _, err := cl.ProducerID(ctx); err != nil {
+		cl.Close()
+		return s.classify(fmt.Sprintf("claim transactional id %q", st.txnID), err)
+	}
+	cp, err := readCheckpoint(ctx, st, c.adm)
+	if err != nil {
+		cl.Close()
+		return s.classify(fmt.Sprintf("read checkpoint of %q from topic %s", st.txnID, st.checkpointTopic), err)
+	}
+	if cp.Compare(s.checkpoint) < 0 && !s.checkpoint.IsZero() {
+		// Only a checkpoint topic emptied behind our back gets here.
+		s.log.Warn("checkpoint topic is behind what this process committed", "read", cp.String(), "committed", s.checkpoint.String())
+		cp = s.checkpoint
+	}
+	s.checkpoint = cp
+	s.conn = c
+	s.log.Info("kafka connected", "transactional_id", st.txnID, "checkpoint", cp.String())
+	return nil
+}
+
+func (s *Sink) dropConn() {
+	if s.conn != nil {
+		s.conn.cl.Close()
+		s.conn = nil
+	}
+}
+
+// Deliver produces the batch. With eos it is one transaction that also
+// moves the checkpoint, and nil means it committed. ctx ends at the sink's
+// deliver_timeout.
+func (s *Sink) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error) {
+	if len(events) == 0 {
+		return pluginkit.DeliverResult{}, nil
+	}
+	if err := s.acquire(ctx); err != nil {
+		return pluginkit.DeliverResult{}, err
+	}
+	defer s.release()
+	if !s.opened {
+		return pluginkit.DeliverResult{}, pluginkit.Permanent(errors.New("deliver before open"))
+	}
+	if s.fenced != nil {
+		return pluginkit.DeliverResult{}, pluginkit.Permanent(s.fenced)
+	}
+	if s.conn == nil {
+		if err := s.connect(ctx); err != nil {
+			return pluginkit.DeliverResult{}, err
+		}
+	}
+	if !s.cfg.eos {
+		return pluginkit.DeliverResult{}, s.produce(ctx, events)
+	}
+
+	fresh := make([]pluginkit.Event, 0, len(events))
+	for _, e := range events {
+		if e.ID.Compare(s.checkpoint) > 0 {
+			fresh = append(fresh, e)
+		}
+	}
+	res := pluginkit.DeliverResult{Duplicates: len(events) - len(fresh)}
+	if res.Duplicates > 0 {
+		s.log.Debug("skipping events at or below the checkpoint", "duplicates", res.Duplicates, "checkpoint", s.checkpoint.String())
+	}
+	if len(fresh) == 0 {
+		return res, nil
+	}
+	return res, s.transact(ctx, fresh)
+}
+
+// produce sends a batch without a transaction (eos = false).
+func (s *Sink) produce(ctx context.Context, events []pluginkit.Event) error {
+	c := s.conn
+	recs, err := s.records(ctx, c, events)
+	if err != nil {
+		return err
+	}
+	if err := s.produceAll(ctx, c, recs); err != nil {
+		s.dropConn()
+		return err
+	}
+	return nil
+}
+
+// transact runs one transaction: the events, the checkpoint record, commit.
+// On any failure it aborts and drops the connection; the next Deliver
+// reconnects and reads the checkpoint back, so even a commit whose outcome
+// never reached us is settled before anything is produced again.
+func (s *Sink) transact(ctx context.Context, events []pluginkit.Event) error {
+	c := s.conn
+	last := events[len(events)-1].ID
+	// Give up well before the broker would abort the transaction itself:
+	// a broker-side timeout bumps the epoch, which would look like fencing.
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.txnTimeout*8/10)
+	defer cancel()
+
+	recs, err := s.records(ctx, c, events)
+	if err != nil {
+		return err
+	}
+	recs = append(recs, &kgo.Record{
+		Topic: s.cfg.checkpointTopic,
+		Key:   []byte(s.cfg.txnID),
+		Value: []byte(last.String()),
+	})
+	if err := c.cl.BeginTransaction(); err != nil {
+		return s.failed(ctx, c, false, s.classify("begin transaction", err))
+	}
+	err = s.produceAll(ctx, c, recs)
+	if err == nil && s.beforeCommit != nil {
+		err = s.beforeCommit(ctx)
+	}
+	if err != nil {
+		return s.failed(ctx, c, true, err)
+	}
+	if err := c.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		what := fmt.Sprintf("commit transaction of %s..%s", events[0].ID, last)
+		if isFencedCommit(err) {
+			return s.fence(what, err)
+		}
+		// The outcome may be unknown (the request went out and no answer
+		// came back): do not abort, reconnect, which settles it.
+		return s.failed(ctx, c, false, s.classify(what, err))
+	}
+	s.checkpoint = last
+	return nil
+}
+
+// failed ends a failed transaction: aborts it if asked, drops the
+// connection, and remembers a fencing for good.
+func (s *Sink) failed(ctx context.Context, c *conn, abort bool, err error) error {
+	if abort && !isFenced(err) {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
+		aerr := c.cl.AbortBufferedRecords(actx)
+		if aerr == nil {
+			aerr = c.cl.EndTransaction(actx, kgo.TryAbort)
+		}
+		cancel()
+		if aerr != nil {
+			// Reconnecting claims the transactional id again, which
+			// aborts the transaction on the broker anyway.
+			s.log.Warn("abort transaction", "err", aerr)
+		}
+	}
+	if isFenced(err) {
+		return s.fence("", err)
+	}
+	s.dropConn()
+	return err
+}
+
+// fence records for good that another producer took the transactional id
+// over: this process never produces or commits again.
+func (s *Sink) fence(what string, err error) error {
+	if what != "" {
+		err = fmt.Errorf("%s: %w", what, err)
+	}
+	s.fenced = fmt.Errorf("fenced: another producer now uses transactional id %q (a restarted sink, or a second walcast running this sink); this one will never commit again: %w",
+		s.cfg.txnID, err)
+	s.log.Error("producer fenced", "transactional_id", s.cfg.txnID, "err", err)
+	s.dropConn()
+	return pluginkit.Permanent(s.fenced)
+}
+
+// records builds the Kafka records of a batch, creating missing topics.
+func (s *Sink) records(ctx context.Context, c *conn, events []pluginkit.Event) ([]*kgo.Record, error) {
+	recs := make([]*kgo.Record, 0, len(events)+1)
+	var missing []string
+	for _, e := range events {
+		topic := s.cfg.topicPrefix + "." + e.Schema + "." + e.Table
+		if !s.topics[topic] && !slices.Contains(missing, topic) {
+			if !legalTopic.MatchString(topic) {
+				return nil, pluginkit.Permanent(fmt.Errorf("event %s: table %s.%s gives topic name %q, which Kafka does not accept (letters, digits, '.', '_', '-'; at most 249 characters)",
+					e.ID, e.Schema, e.Table, topic))
+			}
+			missing = append(missing, topic)
+		}
+		recs = append(recs, &kgo.Record{
+			Topic: topic,
+			Key:   e.Key,
+			Value: e.Payload,
+			Headers: []kgo.RecordHeader{
+				{Key: "walcast-id", Value: []byte(e.ID.String())},
+				{Key: "walcast-op", Value: []byte(e.Op)},
+				{Key: "walcast-table", Value: []byte(e.Schema + "." + e.Table)},
+			},
+		})
+	}
+	if len(missing) > 0 {
+		if err := s.ensureTopics(ctx, c, missing, false); err != nil {
+			return nil, err
+		}
+	}
+	return recs, nil
+}
+
+// produceAll sends recs and waits for every acknowledgement.
+func (s *Sink) produceAll(ctx context.Context, c *conn, recs []*kgo.Record) error {
+	results := c.cl.ProduceSync(ctx, recs...)
+	for _, r := range results {
+		if r.Err == nil {
+			continue
+		}
+		what := "produce to " + r.Record.Topic
+		if id := header(r.Record, "walcast-id"); id != "" {
+			what = fmt.Sprintf("produce event %s (%d bytes) to %s", id, len(r.Record.Key)+len(r.Record.Value), r.Record.Topic)
+		}
+		return s.classify(what, r.Err)
+	}
+	return nil
+}
+
+// Close disconnects. A transaction is never open between calls, so there
+// is nothing to abort.
+func (s *Sink) Close(ctx context.Context) error {
+	if err := s.acquire(ctx); err != nil {
+		return err
+	}
+	defer s.release()
+	s.dropConn()
+	s.opened = false
+	return nil
+}
+
+func header(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
