@@ -215,7 +215,9 @@ func (s *Sink) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit
 	}
 	res := pluginkit.DeliverResult{Duplicates: len(events) - len(fresh)}
 	if res.Duplicates > 0 {
-		s.log.Debug("skipping events at or below the checkpoint", "duplicates", res.Duplicates, "checkpoint", s.checkpoint.String())
+		// Only after a crash or a lost answer; worth a line.
+		s.log.Info("skipped events already committed to Kafka", "duplicates", res.Duplicates,
+			"first", events[0].ID.String(), "checkpoint", s.checkpoint.String())
 	}
 	if len(fresh) == 0 {
 		return res, nil
