@@ -2,6 +2,8 @@
 #
 #   make demo    throwaway PostgreSQL + a pipeline + changes flowing to stdout
 #   make test    everything CI runs (vet, gofmt, race-enabled tests)
+#   make tools   the external programs the tests use (kcat)
+#   make kafka   a Kafka-protocol broker (kfake) on 127.0.0.1:9092
 
 GO       ?= go
 BIN      := bin
@@ -9,7 +11,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -X main.buildVersion=$(VERSION)
 PLUGINS  := $(notdir $(wildcard plugins/*))
 
-.PHONY: all build test vet fmt-check demo bench clean
+.PHONY: all build test vet fmt-check demo bench clean tools kafka
 
 all: build
 
@@ -30,8 +32,28 @@ fmt-check:
 
 # Tests start their own PostgreSQL clusters from the machine's binaries
 # (host/pgtest) and build the binaries they run themselves.
-test: build vet fmt-check
+test: tools build vet fmt-check
 	$(GO) test -race -timeout 25m -count=1 ./...
+
+# tools installs what the tests run besides Go and PostgreSQL: Debian's kcat,
+# the independent librdkafka client that checks what a read_committed Kafka
+# consumer sees. CI starts from a fresh machine, so this runs before tests.
+tools:
+	@if command -v kcat >/dev/null 2>&1; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then sudo=; \
+	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo=sudo; \
+	else echo "WARNING: kcat is missing and installing it needs root: run 'sudo apt-get install -y kcat'; the Kafka tests fail until it is installed" >&2; exit 0; fi; \
+	echo "installing kcat"; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	$$sudo apt-get install -y kcat || { $$sudo apt-get update && $$sudo apt-get install -y kcat; }
+
+# kafka runs kfake, an in-memory Kafka-protocol broker, on 127.0.0.1 (port
+# KAFKA_PORT, default 9092) until interrupted; KAFKA_DATA keeps its state
+# across restarts. For the demo and for trying the kafka sink by hand.
+KAFKA_PORT ?= 9092
+KAFKA_DATA ?=
+kafka:
+	$(GO) run ./cmd/walcast-kfake -ports $(KAFKA_PORT) $(if $(KAFKA_DATA),-data-dir $(KAFKA_DATA) -sync)
 
 demo: build
 	$(GO) run ./cmd/walcast-demo --bin $(BIN)
