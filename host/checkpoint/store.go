@@ -70,7 +70,7 @@ func New(db Querier, pipeline string) *Store {
 
 // Init creates the walcast schema and its tables when missing.
 func (s *Store) Init(ctx context.Context) error {
-	if _, err := s.db.Exec(ctx, ddl); err != nil {
+	if _, err := s.db.Exec(ctx, ddl+parkedDDL); err != nil {
 		return fmt.Errorf("create walcast schema: %w", err)
 	}
 	return nil
@@ -181,17 +181,32 @@ func (s *Store) LoadPipeline(ctx context.Context) (p Pipeline, ok bool, err erro
 	return p, true, nil
 }
 
-// Forget deletes the pipeline's record and every checkpoint of it.
+// Forget deletes the pipeline's record, checkpoints, parked events, replay
+// requests and usage.
 func (s *Store) Forget(ctx context.Context) error {
-	if _, err := s.db.Exec(ctx, `DELETE FROM walcast.checkpoints WHERE pipeline = $1`, s.pipeline); err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {
-			return nil
+	for _, table := range []string{"checkpoints", "parked", "replay_requests", "usage", "pipelines"} {
+		if _, err := s.db.Exec(ctx, `DELETE FROM walcast.`+table+` WHERE pipeline = $1`, s.pipeline); err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {
+				continue // never initialised: nothing to forget
+			}
+			return fmt.Errorf("delete walcast.%s rows of pipeline %s: %w", table, s.pipeline, err)
 		}
-		return fmt.Errorf("delete checkpoints of pipeline %s: %w", s.pipeline, err)
-	}
-	if _, err := s.db.Exec(ctx, `DELETE FROM walcast.pipelines WHERE pipeline = $1`, s.pipeline); err != nil {
-		return fmt.Errorf("delete pipeline %s: %w", s.pipeline, err)
 	}
 	return nil
+}
+
+// CountParked returns how many events of the pipeline are parked; zero when
+// the walcast schema does not exist.
+func (s *Store) CountParked(ctx context.Context) (int, error) {
+	var n int
+	err := s.db.QueryRow(ctx, `SELECT count(*) FROM walcast.parked WHERE pipeline = $1`, s.pipeline).Scan(&n)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("count parked events: %w", err)
+	}
+	return n, nil
 }

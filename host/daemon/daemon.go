@@ -32,7 +32,10 @@ import (
 
 // Plugin is a configured, open sink as the daemon uses it.
 type Plugin interface {
-	// Deliver hands over a batch; ctx ends at the delivery timeout.
+	// Info is the plugin's description of itself.
+	Info() pluginkit.Info
+	// Deliver hands over a batch; ctx ends at the delivery timeout. It is
+	// called concurrently for different rows unless Info().Ordered.
 	Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error)
 	Close(ctx context.Context) error
 }
@@ -61,6 +64,7 @@ type sinkRun struct {
 	plugin Plugin
 	queue  *fanout.Queue
 	sched  *schedule.Scheduler
+	meter  *schedule.Meter
 }
 
 // Run runs the pipeline until ctx ends (a clean shutdown, returns nil) or
@@ -158,15 +162,31 @@ func Run(ctx context.Context, opts Options) (err error) {
 		tracker.SetWatermark(i, skip[i])
 		r.queue = fanout.NewQueue(max(4*r.cfg.Delivery.BatchSize, 1024), r.cfg.Durable)
 		queues[i] = r.queue
+		d := r.cfg.Delivery
+		strict := d.Ordering == config.OrderingStrict
+		if r.plugin.Info().Ordered && !strict {
+			// The sink needs batches in commit order, one at a time (the
+			// Kafka sink filters at or below its own checkpoint, which is
+			// only sound that way); per-row order holds all the same.
+			log.Info("sink delivers one batch at a time in commit order, as its plugin requires", "sink", r.cfg.ID)
+			strict = true
+		}
+		r.meter = schedule.NewMeter(r.cfg.ID)
 		r.sched = schedule.New(schedule.Config{
 			SinkID:         r.cfg.ID,
 			Index:          i,
-			BatchSize:      r.cfg.Delivery.BatchSize,
-			RetryBase:      r.cfg.Delivery.RetryBase,
-			DeliverTimeout: r.cfg.Delivery.DeliverTimeout,
+			BatchSize:      d.BatchSize,
+			MaxInFlight:    d.MaxInFlight,
+			Strict:         strict,
+			RateLimit:      d.RateLimit,
+			RetryBase:      d.RetryBase,
+			MaxAttempts:    d.MaxAttempts,
+			DeliverTimeout: d.DeliverTimeout,
 			SkipThrough:    skip[i],
 			Tables:         set(r.cfg.Tables),
 			Ops:            set(r.cfg.Ops),
+			Parked:         store,
+			Meter:          r.meter,
 			Logger:         log,
 		}, r.queue, tracker, r.plugin)
 		log.Info("sink ready", "sink", r.cfg.ID, "type", r.cfg.Type, "durable", r.cfg.Durable, "resume_after", skip[i].String())
@@ -182,14 +202,24 @@ func Run(ctx context.Context, opts Options) (err error) {
 	halt := func() { stopOnce.Do(func() { close(stop) }) }
 
 	var sched errgroup.Group
+	schedErr := make(chan error, len(runs))
 	for _, r := range runs {
-		sched.Go(func() error { return r.sched.Run(hard, stop) })
+		sched.Go(func() error {
+			err := r.sched.Run(hard, stop)
+			if err != nil {
+				schedErr <- fmt.Errorf("sink %s: %w", r.cfg.ID, err)
+			}
+			return err
+		})
 	}
 	flushDone := make(chan struct{})
 	go func() {
 		defer close(flushDone)
 		saveLoop(hard, store, tracker, runs, opts.CheckpointInterval, log)
 	}()
+	replayCtx, stopReplays := context.WithCancel(ctx)
+	defer stopReplays()
+	go listenReplays(replayCtx, p.Source.DSN, store, runs, log)
 
 	captureErr := make(chan error, 1)
 	captureCtx, cancelCapture := context.WithCancel(ctx)
@@ -199,17 +229,25 @@ func Run(ctx context.Context, opts Options) (err error) {
 		opts.Ready()
 	}
 
+	captureDone := false
 	select {
 	case <-ctx.Done():
 		log.Info("stopping: no new events; waiting for deliveries in flight", "timeout", opts.ShutdownTimeout)
 	case err = <-captureErr:
+		captureDone = true
 		if err != nil {
 			log.Error("capture failed", "err", err)
 		}
+	case err = <-schedErr:
+		// A sink's scheduler cannot go on: stop everything rather than let
+		// its queue fill and stall the stream silently.
+		log.Error("sink failed", "err", err)
 	}
 	cancelCapture()
-	if err == nil {
-		err = <-captureErr
+	if !captureDone {
+		if cerr := <-captureErr; err == nil {
+			err = cerr
+		}
 	}
 	halt()
 	done := make(chan struct{})
@@ -230,13 +268,17 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if serr := saveMarks(fctx, store, tracker, runs, true); serr != nil {
 		log.Warn("final checkpoint", "err", serr)
 	}
+	if uerr := saveUsage(fctx, store, runs); uerr != nil {
+		log.Warn("final usage", "err", uerr)
+	}
 	if cerr := capt.Close(fctx); cerr != nil {
 		log.Warn("final slot confirmation", "err", cerr)
 	}
 	for _, r := range runs {
 		st := &r.sched.Stats
 		log.Info("sink stopped", "sink", r.cfg.ID, "delivered", st.Delivered.Load(), "skipped", st.Skipped.Load(),
-			"filtered", st.Filtered.Load(), "failed_attempts", st.Failures.Load(), "dropped", r.queue.Dropped())
+			"filtered", st.Filtered.Load(), "failed_attempts", st.Failures.Load(), "throttled", st.Throttles.Load(),
+			"parked", st.Parked.Load(), "replayed", st.Replayed.Load(), "duplicates", st.Duplicates.Load(), "dropped", r.queue.Dropped())
 	}
 	return err
 }
@@ -252,7 +294,7 @@ func startSink(ctx context.Context, launch Launcher, s *config.Sink) (Plugin, pl
 func saveLoop(ctx context.Context, store *checkpoint.Store, tracker *ack.Tracker, runs []*sinkRun, every time.Duration, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
-	for {
+	for tick := 1; ; tick++ {
 		select {
 		case <-ctx.Done():
 			return
@@ -261,6 +303,13 @@ func saveLoop(ctx context.Context, store *checkpoint.Store, tracker *ack.Tracker
 		if err := saveMarks(ctx, store, tracker, runs, false); err != nil && ctx.Err() == nil {
 			// The database may be restarting; the next tick tries again.
 			log.Warn("write checkpoints", "err", err)
+		}
+		// Usage is for humans and bills: every couple of seconds is enough.
+		if time.Duration(tick)*every >= 2*time.Second {
+			tick = 0
+			if err := saveUsage(ctx, store, runs); err != nil && ctx.Err() == nil {
+				log.Warn("write usage", "err", err)
+			}
 		}
 	}
 }
@@ -277,6 +326,20 @@ func saveMarks(ctx context.Context, store *checkpoint.Store, tracker *ack.Tracke
 	if err := store.Save(ctx, marks); err != nil {
 		tracker.MarkChanged() // retry on the next tick
 		return err
+	}
+	return nil
+}
+
+func saveUsage(ctx context.Context, store *checkpoint.Store, runs []*sinkRun) error {
+	for _, r := range runs {
+		us := r.meter.Take()
+		if len(us) == 0 {
+			continue
+		}
+		if err := store.AddUsage(ctx, us); err != nil {
+			r.meter.Restore(us)
+			return err
+		}
 	}
 	return nil
 }

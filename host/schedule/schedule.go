@@ -1,30 +1,51 @@
-// Package schedule runs one sink's deliveries: it takes events from the
-// sink's queue, resolves the ones the sink must not see (already delivered
-// before a restart, filtered out), batches the rest, calls Deliver and
-// retries with backoff until the batch is delivered. Only a resolved
-// Deliver is recorded as an acknowledgement in the tracker.
+// Package schedule runs one sink's deliveries: the sink's filter, batching,
+// per-row ordering lanes, rate limit, retries with backoff, isolation of
+// failing rows, parking and replay. It calls Deliver and records an
+// acknowledgement in the tracker only once Deliver has resolved.
 //
-// Event states for one sink: queued → in flight → resolved. Nothing is ever
-// dropped: a batch that keeps failing is retried until it succeeds or the
-// scheduler is stopped, and then PostgreSQL replays it after a restart.
+// Event states, for one sink:
+//
+//	queued → pending → in flight → delivered            (resolved)
+//	                 ↘ filtered out / skipped           (resolved)
+//	                   in flight → failed → pending (backing off, isolated)
+//	                                      → parked      (resolved)
+//
+// Invariants: two events of the same row (schema.table + key) are never in
+// flight at once and never delivered out of commit order; a row with a
+// parked event has every later event parked behind it until a replay
+// delivers them; nothing is resolved before it is delivered, filtered,
+// skipped as already delivered, or durably parked.
 package schedule
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
 	"github.com/walcast/walcast/host/ack"
+	"github.com/walcast/walcast/host/checkpoint"
 	"github.com/walcast/walcast/host/fanout"
 	"github.com/walcast/walcast/pluginkit"
 )
 
-// Deliverer is the sink as the scheduler sees it (the plugin client).
+// Deliverer is the sink as the scheduler sees it (the plugin client). It
+// must allow concurrent calls when MaxInFlight > 1.
 type Deliverer interface {
 	// Deliver hands over a batch; ctx ends at the delivery timeout.
 	Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error)
+}
+
+// ParkStore persists parked events (walcast.parked).
+type ParkStore interface {
+	Park(ctx context.Context, ps []checkpoint.Parked) error
+	Unpark(ctx context.Context, sink string, ids []pluginkit.EventID) error
+	ParkedRows(ctx context.Context, sink string) ([]string, error)
+	ListParked(ctx context.Context, sink, row string) ([]checkpoint.Parked, error)
+	ParkedRowOf(ctx context.Context, sink string, id pluginkit.EventID) (string, error)
 }
 
 // Config is one sink's delivery policy.
@@ -33,15 +54,22 @@ type Config struct {
 	// Index is the sink's index in the tracker.
 	Index     int
 	BatchSize int
-	// RetryBase is the first backoff; it doubles per failed attempt up to
-	// MaxRetryDelay, with ±10% jitter.
-	RetryBase      time.Duration
-	MaxRetryDelay  time.Duration
-	DeliverTimeout time.Duration
 	// MaxBatchBytes caps the payload bytes of one Deliver (default 16 MiB)
 	// so a batch of large rows stays well inside the gRPC message limit;
 	// a single larger event still goes alone.
 	MaxBatchBytes int
+	// MaxInFlight batches may be delivered at once (ordering "row").
+	MaxInFlight int
+	// Strict keeps one batch in flight in global commit order.
+	Strict bool
+	// RateLimit is events per second; 0 means unlimited.
+	RateLimit float64
+	// RetryBase is the first backoff; it doubles per failed attempt up to
+	// MaxRetryDelay, with ±10% jitter.
+	RetryBase      time.Duration
+	MaxRetryDelay  time.Duration
+	MaxAttempts    int
+	DeliverTimeout time.Duration
 	// SkipThrough: events at or below it were delivered before (the sink's
 	// checkpoint); they are resolved without being delivered again.
 	SkipThrough pluginkit.EventID
@@ -49,6 +77,10 @@ type Config struct {
 	// the sink receives; the others are resolved without delivery.
 	Tables map[string]bool
 	Ops    map[pluginkit.Op]bool
+	// Parked persists parked events; nil disables parking (events are
+	// retried forever), which library-style callers may want.
+	Parked ParkStore
+	Meter  *Meter
 	Logger *slog.Logger
 }
 
@@ -59,7 +91,10 @@ type Stats struct {
 	Filtered   atomic.Int64
 	Attempts   atomic.Int64
 	Failures   atomic.Int64
+	Throttles  atomic.Int64
 	Duplicates atomic.Int64
+	Parked     atomic.Int64
+	Replayed   atomic.Int64
 }
 
 // Scheduler delivers one sink's queue.
@@ -69,7 +104,25 @@ type Scheduler struct {
 	tracker *ack.Tracker
 	sink    Deliverer
 	log     *slog.Logger
+	replays chan checkpoint.ReplayRequest
 	Stats   Stats
+
+	// Owned by the Run goroutine.
+	pend       *pending
+	parkedRows map[string]bool
+	replaying  map[string]bool // parked rows whose events are being replayed
+	window     int
+	bucket     *bucket
+	pausedTill time.Time
+	inFlight   int
+	results    chan result
+}
+
+type result struct {
+	batch []*entry
+	res   pluginkit.DeliverResult
+	err   error
+	took  time.Duration
 }
 
 // New returns a scheduler; call Run.
@@ -77,80 +130,166 @@ func New(cfg Config, queue *fanout.Queue, tracker *ack.Tracker, sink Deliverer) 
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = 100
 	}
+	if cfg.MaxBatchBytes <= 0 {
+		cfg.MaxBatchBytes = 16 << 20
+	}
+	if cfg.MaxInFlight <= 0 || cfg.Strict {
+		cfg.MaxInFlight = 1
+	}
 	if cfg.RetryBase <= 0 {
 		cfg.RetryBase = 30 * time.Second
 	}
 	if cfg.MaxRetryDelay <= 0 {
-		cfg.MaxRetryDelay = max(10*time.Minute, cfg.RetryBase)
+		cfg.MaxRetryDelay = max(time.Hour, cfg.RetryBase)
+	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = 5
 	}
 	if cfg.DeliverTimeout <= 0 {
 		cfg.DeliverTimeout = 2 * time.Minute
-	}
-	if cfg.MaxBatchBytes <= 0 {
-		cfg.MaxBatchBytes = 16 << 20
 	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Scheduler{cfg: cfg, queue: queue, tracker: tracker, sink: sink, log: log.With("sink", cfg.SinkID)}
+	s := &Scheduler{
+		cfg: cfg, queue: queue, tracker: tracker, sink: sink,
+		log:        log.With("sink", cfg.SinkID),
+		replays:    make(chan checkpoint.ReplayRequest, 16),
+		pend:       newPending(),
+		parkedRows: map[string]bool{},
+		replaying:  map[string]bool{},
+		// Enough look-ahead to keep every lane busy while some rows wait.
+		window:  max(2*cfg.MaxInFlight*cfg.BatchSize, 1024),
+		results: make(chan result, cfg.MaxInFlight),
+	}
+	if cfg.RateLimit > 0 {
+		s.bucket = newBucket(cfg.RateLimit)
+	}
+	return s
 }
 
-// Run delivers until stop is closed (it then finishes the batch in flight
-// and returns) or ctx ends (it abandons the batch in flight: those events
-// stay unresolved and are replayed after a restart).
+// Replay asks the scheduler to deliver parked events again. It does not
+// wait for them to be delivered.
+func (s *Scheduler) Replay(ctx context.Context, r checkpoint.ReplayRequest) error {
+	select {
+	case s.replays <- r:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Run delivers until stop is closed (it then lets the batches in flight
+// finish and returns) or ctx ends (it abandons them: those events stay
+// unresolved and are replayed by PostgreSQL after a restart).
 func (s *Scheduler) Run(ctx context.Context, stop <-chan struct{}) error {
-	batch := make([]fanout.Item, 0, s.cfg.BatchSize)
-	events := make([]pluginkit.Event, 0, s.cfg.BatchSize)
-	seqs := make([]ack.Seq, 0, s.cfg.BatchSize)
+	if s.cfg.Parked != nil {
+		var rows []string
+		err := retryStore(ctx, func(ctx context.Context) (err error) {
+			rows, err = s.cfg.Parked.ParkedRows(ctx, s.cfg.SinkID)
+			return err
+		})
+		if err != nil {
+			return nil // ctx ended
+		}
+		for _, r := range rows {
+			s.parkedRows[r] = true
+		}
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	stopping := false
 	for {
-		batch = batch[:0]
+		if ctx.Err() != nil {
+			return nil
+		}
+		var wake time.Time
+		if !stopping {
+			var err error
+			if wake, err = s.dispatch(ctx); err != nil {
+				return err
+			}
+		}
+		if stopping && s.inFlight == 0 {
+			return nil
+		}
+		var queue <-chan fanout.Item
+		if !stopping && s.pend.len() < s.window {
+			queue = s.queue.C
+		}
+		armTimer(timer, wake)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-stop:
-			return nil
-		case it := <-s.queue.C:
-			batch = append(batch, it)
-		}
-		// Take what is already queued, up to a batch; never wait for more.
-		size := len(batch[0].Event.Payload)
-	fill:
-		for len(batch) < s.cfg.BatchSize && size < s.cfg.MaxBatchBytes {
-			select {
-			case it := <-s.queue.C:
-				batch = append(batch, it)
-				size += len(it.Event.Payload)
-			default:
-				break fill
+			stopping = true
+			stop = nil
+		case it := <-queue:
+			if err := s.accept(ctx, it); err != nil {
+				return err
 			}
-		}
-		events, seqs = events[:0], seqs[:0]
-		var resolved []ack.Seq
-		for _, it := range batch {
-			switch {
-			case it.Event.ID.Compare(s.cfg.SkipThrough) <= 0:
-				s.Stats.Skipped.Add(1)
-				resolved = append(resolved, it.Seq)
-			case !s.wants(it.Event):
-				s.Stats.Filtered.Add(1)
-				resolved = append(resolved, it.Seq)
-			default:
-				events = append(events, it.Event)
-				seqs = append(seqs, it.Seq)
+			// Take whatever else is queued right away, so batches fill.
+			for s.pend.len() < s.window {
+				select {
+				case it := <-s.queue.C:
+					if err := s.accept(ctx, it); err != nil {
+						return err
+					}
+					continue
+				default:
+				}
+				break
 			}
+		case r := <-s.results:
+			s.inFlight--
+			if err := s.land(ctx, r); err != nil {
+				return err
+			}
+		case req := <-s.replays:
+			if err := s.startReplay(ctx, req); err != nil {
+				s.log.Error("replay", "err", err)
+			}
+		case <-timer.C:
 		}
-		if len(resolved) > 0 {
-			s.tracker.Resolve(s.cfg.Index, resolved...)
-		}
-		if len(events) == 0 {
-			continue
-		}
-		if !s.deliver(ctx, events) {
-			return nil
-		}
-		s.tracker.Resolve(s.cfg.Index, seqs...)
 	}
+}
+
+func armTimer(t *time.Timer, at time.Time) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+	d := time.Hour
+	if !at.IsZero() {
+		d = max(time.Until(at), time.Millisecond)
+	}
+	t.Reset(d)
+}
+
+// accept takes one event from the queue: resolves it at once when the sink
+// must not see it, parks it behind its row's parked event, or makes it
+// pending.
+func (s *Scheduler) accept(ctx context.Context, it fanout.Item) error {
+	ev := it.Event
+	switch {
+	case ev.ID.Compare(s.cfg.SkipThrough) <= 0:
+		s.Stats.Skipped.Add(1)
+		s.tracker.Resolve(s.cfg.Index, it.Seq)
+		return nil
+	case !s.wants(ev):
+		s.Stats.Filtered.Add(1)
+		s.tracker.Resolve(s.cfg.Index, it.Seq)
+		return nil
+	}
+	e := &entry{seq: it.Seq, ev: ev, row: rowKey(ev), bytes: len(ev.Payload)}
+	if s.parkedRows[e.row] {
+		return s.park(ctx, []*entry{e}, "parked behind an earlier parked event of the same row")
+	}
+	s.pend.add(e)
+	return nil
 }
 
 func (s *Scheduler) wants(ev pluginkit.Event) bool {
@@ -163,55 +302,315 @@ func (s *Scheduler) wants(ev pluginkit.Event) bool {
 	return true
 }
 
-// deliver retries one batch until it is delivered (true) or ctx ends
-// (false).
-func (s *Scheduler) deliver(ctx context.Context, events []pluginkit.Event) bool {
-	failures := 0
-	for {
-		s.Stats.Attempts.Add(1)
-		dctx, cancel := context.WithTimeout(ctx, s.cfg.DeliverTimeout)
-		res, err := s.sink.Deliver(dctx, events)
-		cancel()
-		if err == nil {
-			s.Stats.Delivered.Add(int64(len(events) - res.Duplicates))
-			s.Stats.Duplicates.Add(int64(res.Duplicates))
-			if failures > 0 {
-				s.log.Info("delivery recovered", "after_failures", failures, "first", events[0].ID.String())
+// dispatch starts as many batches as lanes, pause and rate limit allow,
+// and returns when the next one could start (zero: on the next event or
+// result).
+func (s *Scheduler) dispatch(ctx context.Context) (time.Time, error) {
+	var wake time.Time
+	for s.inFlight < s.cfg.MaxInFlight && s.pend.len() > 0 {
+		now := time.Now()
+		if now.Before(s.pausedTill) {
+			return s.pausedTill, nil
+		}
+		lim := limits{events: s.cfg.BatchSize, bytes: s.cfg.MaxBatchBytes, strict: s.cfg.Strict}
+		if s.bucket != nil {
+			n, at := s.bucket.available(now)
+			if n < 1 {
+				return at, nil
 			}
-			return true
+			lim.events = min(lim.events, n)
 		}
-		if ctx.Err() != nil {
-			return false
+		batch, w := s.pend.take(now, lim)
+		if len(batch) == 0 {
+			return w, nil
 		}
-		kind, pause := pluginkit.KindOf(err)
-		if kind == pluginkit.KindThrottled {
-			s.log.Info("sink throttled; pausing", "pause", pause, "err", err)
-		} else {
-			failures++
-			s.Stats.Failures.Add(1)
-			pause = s.backoff(failures)
-			// The full policy (max_attempts, parking) is applied by a
-			// later stage; until then nothing is ever given up on.
-			s.log.Warn("delivery failed; retrying", "kind", kind.String(), "attempt", failures,
-				"first", events[0].ID.String(), "last", events[len(events)-1].ID.String(), "events", len(events),
-				"retry_in", pause, "err", err)
+		wake = w
+		if s.bucket != nil {
+			s.bucket.take(len(batch))
 		}
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return false
-		case <-t.C:
-		}
+		s.inFlight++
+		go s.deliver(ctx, batch)
 	}
+	return wake, nil
 }
 
-func (s *Scheduler) backoff(failures int) time.Duration {
+// deliver runs one attempt in its own goroutine.
+func (s *Scheduler) deliver(ctx context.Context, batch []*entry) {
+	events := make([]pluginkit.Event, len(batch))
+	for i, e := range batch {
+		events[i] = e.ev
+	}
+	s.Stats.Attempts.Add(1)
+	start := time.Now()
+	dctx, cancel := context.WithTimeout(ctx, s.cfg.DeliverTimeout)
+	res, err := s.sink.Deliver(dctx, events)
+	cancel()
+	if err == nil && dctx.Err() == context.DeadlineExceeded {
+		// Answered too late: the host already treats it as failed.
+		err = fmt.Errorf("deliver did not resolve within %s: %w", s.cfg.DeliverTimeout, context.DeadlineExceeded)
+	}
+	if err == nil {
+		// Replayed events leave walcast.parked before they count as
+		// delivered; if that fails they are delivered again later.
+		var ids []pluginkit.EventID
+		for _, e := range batch {
+			if e.replay {
+				ids = append(ids, e.ev.ID)
+			}
+		}
+		if len(ids) > 0 && s.cfg.Parked != nil {
+			err = retryStore(ctx, func(ctx context.Context) error { return s.cfg.Parked.Unpark(ctx, s.cfg.SinkID, ids) })
+		}
+	}
+	s.results <- result{batch: batch, res: res, err: err, took: time.Since(start)}
+}
+
+// land handles a finished attempt.
+func (s *Scheduler) land(ctx context.Context, r result) error {
+	s.pend.landed(r.batch)
+	bytes := 0
+	for _, e := range r.batch {
+		bytes += e.bytes
+	}
+	if r.err == nil {
+		s.Stats.Delivered.Add(int64(len(r.batch) - r.res.Duplicates))
+		s.Stats.Duplicates.Add(int64(r.res.Duplicates))
+		s.cfg.Meter.attempt(len(r.batch), bytes, true)
+		seqs := make([]ack.Seq, 0, len(r.batch))
+		replayed := map[string]bool{}
+		for _, e := range r.batch {
+			if e.replay {
+				s.Stats.Replayed.Add(1)
+				replayed[e.row] = true
+				continue
+			}
+			seqs = append(seqs, e.seq)
+		}
+		s.tracker.Resolve(s.cfg.Index, seqs...)
+		for row := range replayed {
+			if err := s.continueReplay(ctx, row); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if ctx.Err() != nil {
+		return nil // shutting down: the events stay unresolved
+	}
+	kind, pause := pluginkit.KindOf(r.err)
+	if kind == pluginkit.KindThrottled {
+		// Not an attempt: not counted, not metered.
+		s.Stats.Attempts.Add(-1)
+		s.Stats.Throttles.Add(1)
+		until := time.Now().Add(pause)
+		if until.After(s.pausedTill) {
+			s.pausedTill = until
+		}
+		s.log.Info("sink throttled; pausing", "pause", pause, "err", r.err)
+		s.pend.putBack(r.batch)
+		return nil
+	}
+	s.Stats.Failures.Add(1)
+	s.cfg.Meter.attempt(len(r.batch), bytes, false)
+	now := time.Now()
+	multiRow, multi := false, len(r.batch) > 1
+	for _, e := range r.batch[1:] {
+		if e.row != r.batch[0].row {
+			multiRow = true
+			break
+		}
+	}
+	var park []*entry
+	retry := r.batch[:0:0]
+	for _, e := range r.batch {
+		e.attempts++
+		e.lastErr = r.err.Error()
+		if e.firstFail.IsZero() {
+			e.firstFail = now
+		}
+		switch {
+		case multiRow:
+			e.iso = max(e.iso, batchRow)
+		case multi:
+			e.iso = batchOne
+		}
+		// Only an event that failed on its own is parked: in a batch the
+		// culprit is not known, so the batch is split first. A permanent
+		// failure is not retried once the event is alone.
+		alone := !multi
+		if alone && s.cfg.Parked != nil && (e.attempts >= s.cfg.MaxAttempts || kind == pluginkit.KindPermanent) {
+			park = append(park, e)
+			continue
+		}
+		delay := s.backoff(e.attempts)
+		if multi && kind == pluginkit.KindPermanent {
+			delay = min(delay, time.Second) // isolate quickly
+		}
+		e.notBefore = now.Add(delay)
+		retry = append(retry, e)
+	}
+	first, last := r.batch[0].ev.ID, r.batch[len(r.batch)-1].ev.ID
+	s.log.Warn("delivery failed", "kind", kind.String(), "events", len(r.batch), "first", first.String(), "last", last.String(),
+		"attempt", r.batch[0].attempts, "retry_in", s.backoff(r.batch[0].attempts), "err", r.err)
+	s.pend.putBack(retry)
+	if len(park) > 0 {
+		return s.park(ctx, park, "")
+	}
+	return nil
+}
+
+// park writes events to walcast.parked and resolves them; every pending
+// event of their rows is parked behind them, and so is every later one
+// until a replay clears the row.
+func (s *Scheduler) park(ctx context.Context, es []*entry, reason string) error {
+	var all []*entry
+	for _, e := range es {
+		all = append(all, e)
+		switch {
+		case e.replay:
+			// A replayed event failed again: it goes back to
+			// walcast.parked, and the rest of its row's replay stops
+			// (those events are still there, behind it).
+			s.pend.removeRow(e.row)
+			delete(s.replaying, e.row)
+		case !s.parkedRows[e.row]:
+			s.parkedRows[e.row] = true
+			all = append(all, s.pend.removeRow(e.row)...)
+		}
+	}
+	now := time.Now()
+	recs := make([]checkpoint.Parked, 0, len(all))
+	for _, e := range all {
+		p := checkpoint.Parked{Sink: s.cfg.SinkID, Event: e.ev, Row: e.row, Attempts: e.attempts,
+			LastError: e.lastErr, FirstFailure: e.firstFail, LastFailure: now}
+		if p.LastError == "" {
+			p.LastError = reason
+			if p.LastError == "" {
+				p.LastError = "parked behind an earlier parked event of the same row"
+			}
+		}
+		if p.FirstFailure.IsZero() {
+			p.FirstFailure = now
+		}
+		recs = append(recs, p)
+	}
+	if err := retryStore(ctx, func(ctx context.Context) error { return s.cfg.Parked.Park(ctx, recs) }); err != nil {
+		return err
+	}
+	seqs := make([]ack.Seq, 0, len(all))
+	for _, e := range all {
+		if !e.replay {
+			seqs = append(seqs, e.seq)
+		}
+	}
+	s.tracker.Resolve(s.cfg.Index, seqs...)
+	s.Stats.Parked.Add(int64(len(all)))
+	if es[0].attempts > 0 {
+		s.log.Error("event parked after failed attempts", "event", es[0].ev.ID.String(), "table", es[0].ev.Schema+"."+es[0].ev.Table,
+			"attempts", es[0].attempts, "parked_behind", len(all)-len(es), "err", es[0].lastErr)
+	}
+	return nil
+}
+
+// startReplay loads parked events into pending (one row, or all rows).
+func (s *Scheduler) startReplay(ctx context.Context, req checkpoint.ReplayRequest) error {
+	if s.cfg.Parked == nil {
+		return errors.New("this sink does not park events")
+	}
+	row := ""
+	if !req.ID.IsZero() {
+		r, err := s.cfg.Parked.ParkedRowOf(ctx, s.cfg.SinkID, req.ID)
+		if err != nil {
+			return err
+		}
+		if r == "" {
+			return fmt.Errorf("event %s is not parked for sink %s", req.ID, s.cfg.SinkID)
+		}
+		row = r
+	}
+	ps, err := s.cfg.Parked.ListParked(ctx, s.cfg.SinkID, row)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, p := range ps {
+		if s.replaying[p.Row] {
+			continue // loaded already, or being replayed
+		}
+		n += s.loadReplay(ps, p.Row)
+	}
+	s.log.Info("replaying parked events", "events", n)
+	return nil
+}
+
+// loadReplay makes the parked events of one row pending, oldest first, and
+// returns how many. The row stays parked (live events keep parking behind)
+// until continueReplay finds nothing left.
+func (s *Scheduler) loadReplay(ps []checkpoint.Parked, row string) int {
+	var es []*entry
+	for _, p := range ps {
+		if p.Row != row {
+			continue
+		}
+		es = append(es, &entry{ev: p.Event, row: row, bytes: len(p.Event.Payload), replay: true, firstFail: p.FirstFailure})
+	}
+	s.replaying[row] = true
+	s.pend.putBack(es)
+	return len(es)
+}
+
+// continueReplay runs after replayed events of row were delivered: once
+// none of the row's replayed events is pending, it picks up what was parked
+// meanwhile, or, with nothing left, lets the row flow again.
+func (s *Scheduler) continueReplay(ctx context.Context, row string) error {
+	if s.pend.hasReplay(row) || s.pend.inFlight[row] > 0 {
+		return nil
+	}
+	var left []checkpoint.Parked
+	err := retryStore(ctx, func(ctx context.Context) error {
+		var err error
+		left, err = s.cfg.Parked.ListParked(ctx, s.cfg.SinkID, row)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if len(left) > 0 {
+		s.loadReplay(left, row)
+		return nil
+	}
+	delete(s.replaying, row)
+	delete(s.parkedRows, row)
+	return nil
+}
+
+func (s *Scheduler) backoff(attempts int) time.Duration {
 	d := s.cfg.RetryBase
-	for i := 1; i < failures && d < s.cfg.MaxRetryDelay; i++ {
+	for i := 1; i < attempts && d < s.cfg.MaxRetryDelay; i++ {
 		d *= 2
 	}
 	d = min(d, s.cfg.MaxRetryDelay)
 	jitter := time.Duration(rand.Int64N(int64(d)/5+1)) - d/10
 	return d + jitter
+}
+
+// retryStore retries a control-plane write (the database may be
+// restarting) until it succeeds or ctx ends: an event is only resolved once
+// its park record is durable.
+func retryStore(ctx context.Context, f func(context.Context) error) error {
+	delay := 100 * time.Millisecond
+	for {
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := f(wctx)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
 }

@@ -1,0 +1,261 @@
+package checkpoint
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/walcast/walcast/pluginkit"
+)
+
+// parkedDDL is applied by Init with the rest of the schema.
+const parkedDDL = `
+CREATE TABLE IF NOT EXISTS walcast.parked (
+	pipeline        text NOT NULL,
+	sink            text NOT NULL,
+	event_id        text NOT NULL,
+	commit_lsn      pg_lsn NOT NULL,
+	idx             bigint NOT NULL,
+	row_key         text NOT NULL,
+	schema_name     text NOT NULL,
+	table_name      text NOT NULL,
+	op              text NOT NULL,
+	key             bytea NOT NULL,
+	payload         bytea NOT NULL,
+	attempts        int NOT NULL,
+	last_error      text NOT NULL,
+	first_failed_at timestamptz NOT NULL,
+	last_failed_at  timestamptz NOT NULL,
+	PRIMARY KEY (pipeline, sink, commit_lsn, idx)
+);
+CREATE INDEX IF NOT EXISTS parked_row ON walcast.parked (pipeline, sink, row_key, commit_lsn, idx);
+CREATE TABLE IF NOT EXISTS walcast.replay_requests (
+	id           bigserial PRIMARY KEY,
+	pipeline     text NOT NULL,
+	sink         text NOT NULL,
+	event_id     text,
+	requested_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS walcast.usage (
+	pipeline  text NOT NULL,
+	sink      text NOT NULL,
+	hour      timestamptz NOT NULL,
+	attempts  bigint NOT NULL DEFAULT 0,
+	delivered bigint NOT NULL DEFAULT 0,
+	failed    bigint NOT NULL DEFAULT 0,
+	bytes     bigint NOT NULL DEFAULT 0,
+	PRIMARY KEY (pipeline, sink, hour)
+);
+`
+
+// ReplayChannel is the NOTIFY channel `walcast replay` wakes a running
+// daemon with; the payload is the pipeline name.
+const ReplayChannel = "walcast_replay"
+
+// Parked is an event a sink gave up on after max_attempts, with what is
+// needed to deliver it again later.
+type Parked struct {
+	Sink         string
+	Event        pluginkit.Event
+	Row          string
+	Attempts     int
+	LastError    string
+	FirstFailure time.Time
+	LastFailure  time.Time
+}
+
+// Park records events as parked, in one transaction; an event parked again
+// (its replay failed) has its attempts and error updated.
+func (s *Store) Park(ctx context.Context, ps []Parked) error {
+	for _, p := range ps {
+		e := p.Event
+		_, err := s.db.Exec(ctx, `
+INSERT INTO walcast.parked AS p (pipeline, sink, event_id, commit_lsn, idx, row_key, schema_name, table_name, op, key, payload,
+	attempts, last_error, first_failed_at, last_failed_at)
+VALUES ($1, $2, $3, $4::pg_lsn, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+ON CONFLICT (pipeline, sink, commit_lsn, idx) DO UPDATE
+SET attempts = p.attempts + excluded.attempts, last_error = excluded.last_error, last_failed_at = excluded.last_failed_at`,
+			s.pipeline, p.Sink, e.ID.String(), pluginkit.FormatLSN(e.ID.CommitLSN), int64(e.ID.Index), p.Row,
+			e.Schema, e.Table, string(e.Op), e.Key, e.Payload, p.Attempts, p.LastError, p.FirstFailure, p.LastFailure)
+		if err != nil {
+			return fmt.Errorf("park event %s of sink %s: %w", e.ID, p.Sink, err)
+		}
+	}
+	return nil
+}
+
+// Unpark deletes parked events that were delivered on replay.
+func (s *Store) Unpark(ctx context.Context, sink string, ids []pluginkit.EventID) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	strs := make([]string, len(ids))
+	for i, id := range ids {
+		strs[i] = id.String()
+	}
+	if _, err := s.db.Exec(ctx, `DELETE FROM walcast.parked WHERE pipeline = $1 AND sink = $2 AND event_id = ANY($3)`,
+		s.pipeline, sink, strs); err != nil {
+		return fmt.Errorf("remove replayed events of sink %s from walcast.parked: %w", sink, err)
+	}
+	return nil
+}
+
+// ParkedRows returns the rows of sink that have parked events: later events
+// of those rows are parked behind them.
+func (s *Store) ParkedRows(ctx context.Context, sink string) ([]string, error) {
+	rows, err := s.db.Query(ctx, `SELECT DISTINCT row_key FROM walcast.parked WHERE pipeline = $1 AND sink = $2`, s.pipeline, sink)
+	if err != nil {
+		return nil, fmt.Errorf("load parked rows of sink %s: %w", sink, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var r string
+		if err := rows.Scan(&r); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// ListParked returns the parked events of sink (every sink when empty),
+// oldest first per row; row limits the result to one row when not empty.
+func (s *Store) ListParked(ctx context.Context, sink, row string) ([]Parked, error) {
+	rows, err := s.db.Query(ctx, `
+SELECT sink, commit_lsn::text, idx, row_key, schema_name, table_name, op, key, payload, attempts, last_error, first_failed_at, last_failed_at
+FROM walcast.parked
+WHERE pipeline = $1 AND ($2 = '' OR sink = $2) AND ($3 = '' OR row_key = $3)
+ORDER BY sink, commit_lsn, idx`, s.pipeline, sink, row)
+	if err != nil {
+		return nil, fmt.Errorf("list parked events: %w", err)
+	}
+	defer rows.Close()
+	var out []Parked
+	for rows.Next() {
+		var p Parked
+		var lsn, op string
+		var idx int64
+		if err := rows.Scan(&p.Sink, &lsn, &idx, &p.Row, &p.Event.Schema, &p.Event.Table, &op, &p.Event.Key, &p.Event.Payload,
+			&p.Attempts, &p.LastError, &p.FirstFailure, &p.LastFailure); err != nil {
+			return nil, fmt.Errorf("list parked events: %w", err)
+		}
+		l, err := pluginkit.ParseLSN(lsn)
+		if err != nil {
+			return nil, err
+		}
+		p.Event.ID = pluginkit.EventID{CommitLSN: l, Index: uint64(idx)}
+		p.Event.Op = pluginkit.Op(op)
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// ParkedRowOf returns the row of a parked event, or "" when it is not parked.
+func (s *Store) ParkedRowOf(ctx context.Context, sink string, id pluginkit.EventID) (string, error) {
+	rows, err := s.db.Query(ctx, `SELECT row_key FROM walcast.parked WHERE pipeline = $1 AND sink = $2 AND commit_lsn = $3::pg_lsn AND idx = $4`,
+		s.pipeline, sink, pluginkit.FormatLSN(id.CommitLSN), int64(id.Index))
+	if err != nil {
+		return "", fmt.Errorf("look up parked event %s: %w", id, err)
+	}
+	defer rows.Close()
+	var row string
+	for rows.Next() {
+		if err := rows.Scan(&row); err != nil {
+			return "", err
+		}
+	}
+	return row, rows.Err()
+}
+
+// ReplayRequest asks a running daemon to replay parked events.
+type ReplayRequest struct {
+	Sink string
+	// ID names one parked event (its row is replayed from its oldest
+	// parked event on); zero means every parked event of the sink.
+	ID pluginkit.EventID
+}
+
+// RequestReplay stores a replay request and wakes the daemon.
+func (s *Store) RequestReplay(ctx context.Context, r ReplayRequest) error {
+	var id *string
+	if !r.ID.IsZero() {
+		v := r.ID.String()
+		id = &v
+	}
+	if _, err := s.db.Exec(ctx, `INSERT INTO walcast.replay_requests (pipeline, sink, event_id) VALUES ($1, $2, $3)`, s.pipeline, r.Sink, id); err != nil {
+		return fmt.Errorf("request replay: %w", err)
+	}
+	if _, err := s.db.Exec(ctx, `SELECT pg_notify($1, $2)`, ReplayChannel, s.pipeline); err != nil {
+		return fmt.Errorf("notify daemon of replay: %w", err)
+	}
+	return nil
+}
+
+// TakeReplayRequests removes and returns the pipeline's pending requests.
+func (s *Store) TakeReplayRequests(ctx context.Context) ([]ReplayRequest, error) {
+	rows, err := s.db.Query(ctx, `DELETE FROM walcast.replay_requests WHERE pipeline = $1 RETURNING sink, coalesce(event_id, '')`, s.pipeline)
+	if err != nil {
+		return nil, fmt.Errorf("take replay requests: %w", err)
+	}
+	defer rows.Close()
+	var out []ReplayRequest
+	for rows.Next() {
+		var r ReplayRequest
+		var id string
+		if err := rows.Scan(&r.Sink, &id); err != nil {
+			return nil, err
+		}
+		if id != "" {
+			if r.ID, err = pluginkit.ParseEventID(id); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// Usage is one sink's delivery counters for one hour.
+type Usage struct {
+	Sink      string
+	Hour      time.Time
+	Attempts  int64
+	Delivered int64
+	Failed    int64
+	Bytes     int64
+}
+
+// AddUsage adds counters to the hourly totals.
+func (s *Store) AddUsage(ctx context.Context, us []Usage) error {
+	for _, u := range us {
+		_, err := s.db.Exec(ctx, `
+INSERT INTO walcast.usage AS u (pipeline, sink, hour, attempts, delivered, failed, bytes) VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (pipeline, sink, hour) DO UPDATE
+SET attempts = u.attempts + excluded.attempts, delivered = u.delivered + excluded.delivered,
+    failed = u.failed + excluded.failed, bytes = u.bytes + excluded.bytes`,
+			s.pipeline, u.Sink, u.Hour, u.Attempts, u.Delivered, u.Failed, u.Bytes)
+		if err != nil {
+			return fmt.Errorf("record usage of sink %s: %w", u.Sink, err)
+		}
+	}
+	return nil
+}
+
+// LoadUsage returns the hourly counters of the pipeline, newest first.
+func (s *Store) LoadUsage(ctx context.Context) ([]Usage, error) {
+	rows, err := s.db.Query(ctx, `SELECT sink, hour, attempts, delivered, failed, bytes FROM walcast.usage WHERE pipeline = $1 ORDER BY hour DESC, sink`, s.pipeline)
+	if err != nil {
+		return nil, fmt.Errorf("load usage: %w", err)
+	}
+	defer rows.Close()
+	var out []Usage
+	for rows.Next() {
+		var u Usage
+		if err := rows.Scan(&u.Sink, &u.Hour, &u.Attempts, &u.Delivered, &u.Failed, &u.Bytes); err != nil {
+			return nil, err
+		}
+		out = append(out, u)
+	}
+	return out, rows.Err()
+}

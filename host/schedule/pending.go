@@ -1,0 +1,170 @@
+package schedule
+
+import (
+	"sort"
+	"time"
+
+	"github.com/walcast/walcast/host/ack"
+	"github.com/walcast/walcast/pluginkit"
+)
+
+// isolation says how a failing event may be batched on its next attempt.
+// A batch that fails is split so that one bad row cannot hold its
+// batch-mates hostage: first into one batch per row, then, if a row's batch
+// still fails, into single events. Only an event that fails on its own is
+// ever parked.
+type isolation uint8
+
+const (
+	batchAny isolation = iota // normal batching
+	batchRow                  // only with events of its own row
+	batchOne                  // alone
+)
+
+// entry is one event waiting in the scheduler.
+type entry struct {
+	seq   ack.Seq
+	ev    pluginkit.Event
+	row   string
+	bytes int
+	// replay marks an event taken from walcast.parked by `walcast replay`:
+	// it is not tracked by the ack tracker (it was resolved when parked),
+	// and on success it leaves walcast.parked.
+	replay bool
+
+	attempts  int
+	iso       isolation
+	notBefore time.Time
+	firstFail time.Time
+	lastErr   string
+}
+
+// before orders entries: replayed events first (they are older than every
+// live event of their row), then by id.
+func (e *entry) before(o *entry) bool {
+	if e.replay != o.replay {
+		return e.replay
+	}
+	return e.ev.ID.Compare(o.ev.ID) < 0
+}
+
+// rowKey identifies a row: changes to the same row keep their order.
+func rowKey(ev pluginkit.Event) string {
+	return ev.Schema + "." + ev.Table + "\x00" + string(ev.Key)
+}
+
+// pending holds the events a sink has taken from its queue but not yet
+// resolved, in order, plus the per-row state that decides what may go out.
+type pending struct {
+	list     []*entry
+	inFlight map[string]int // rows with a batch in flight
+}
+
+func newPending() *pending { return &pending{inFlight: map[string]int{}} }
+
+func (p *pending) len() int { return len(p.list) }
+
+// add appends a live event (ids arrive in order).
+func (p *pending) add(e *entry) { p.list = append(p.list, e) }
+
+// putBack re-inserts entries (a failed or throttled batch) in order.
+func (p *pending) putBack(es []*entry) {
+	for _, e := range es {
+		i := sort.Search(len(p.list), func(i int) bool { return e.before(p.list[i]) })
+		p.list = append(p.list, nil)
+		copy(p.list[i+1:], p.list[i:])
+		p.list[i] = e
+	}
+}
+
+// limits bound a batch.
+type limits struct {
+	events int
+	bytes  int
+	strict bool // global commit order: never skip an event that cannot go
+}
+
+// take forms the next batch: events in order, skipping (unless strict) the
+// rows that have a batch in flight or an event still backing off, so a
+// row's events never overtake each other and never fly twice at once. It
+// returns nil when nothing can go now, plus the earliest time a backing-off
+// event becomes ready (zero if none).
+func (p *pending) take(now time.Time, lim limits) (batch []*entry, wake time.Time) {
+	blocked := map[string]bool{}
+	size := 0
+	keep := p.list[:0]
+	var taken []*entry
+	for i, e := range p.list {
+		if len(taken) >= lim.events || (len(taken) > 0 && size+e.bytes > lim.bytes) {
+			keep = append(keep, p.list[i:]...)
+			break
+		}
+		ok := !blocked[e.row] && p.inFlight[e.row] == 0
+		if ok && e.notBefore.After(now) {
+			ok = false
+			if wake.IsZero() || e.notBefore.Before(wake) {
+				wake = e.notBefore
+			}
+		}
+		if ok && len(taken) > 0 {
+			first := taken[0]
+			switch {
+			case first.iso == batchOne || e.iso == batchOne:
+				ok = false
+			case (first.iso == batchRow || e.iso == batchRow) && e.row != first.row:
+				ok = false
+			}
+		}
+		if !ok {
+			blocked[e.row] = true // later events of this row must wait too
+			keep = append(keep, e)
+			if lim.strict {
+				keep = append(keep, p.list[i+1:]...)
+				break
+			}
+			continue
+		}
+		taken = append(taken, e)
+		size += e.bytes
+	}
+	p.list = keep
+	for _, e := range taken {
+		p.inFlight[e.row]++
+	}
+	return taken, wake
+}
+
+// landed releases the rows of a batch that came back.
+func (p *pending) landed(batch []*entry) {
+	for _, e := range batch {
+		if p.inFlight[e.row]--; p.inFlight[e.row] <= 0 {
+			delete(p.inFlight, e.row)
+		}
+	}
+}
+
+// removeRow takes every pending entry of row out (to park them behind a
+// parked event), in order.
+func (p *pending) removeRow(row string) []*entry {
+	var out []*entry
+	keep := p.list[:0]
+	for _, e := range p.list {
+		if e.row == row {
+			out = append(out, e)
+		} else {
+			keep = append(keep, e)
+		}
+	}
+	p.list = keep
+	return out
+}
+
+// hasReplay reports whether replayed events of row are pending or in flight.
+func (p *pending) hasReplay(row string) bool {
+	for _, e := range p.list {
+		if e.row == row && e.replay {
+			return true
+		}
+	}
+	return false
+}
