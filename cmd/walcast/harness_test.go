@@ -58,6 +58,15 @@ type receiver struct {
 	reqs int
 	// delay, when set, is slept before answering 200 (a slow sink).
 	delay time.Duration
+	// respond, when set, decides each request's answer from its events
+	// (0 means 200); a non-200 answer records nothing.
+	respond func(h http.Header, body []byte, evs []received) (status int, header http.Header)
+	// arrivals holds the time each event arrived (parallel to got).
+	arrivals []time.Time
+	// inFlight counts requests being handled per row; overlap records a
+	// row that was in two requests at once.
+	inFlight map[string]int
+	overlap  []string
 }
 
 func newReceiver(t testing.TB) *receiver {
@@ -145,9 +154,63 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		evs = append(evs, received{ID: id, Xid: e.Xid, Table: e.Table, Op: e.Op, Key: key.String(), Raw: raw})
 	}
 	r.mu.Lock()
+	respond := r.respond
+	if r.inFlight == nil {
+		r.inFlight = map[string]int{}
+	}
+	rows := map[string]bool{}
+	for _, e := range evs {
+		k := e.Table + e.Key
+		if !rows[k] {
+			rows[k] = true
+			if r.inFlight[k]++; r.inFlight[k] > 1 {
+				r.overlap = append(r.overlap, k)
+			}
+		}
+	}
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		for k := range rows {
+			r.inFlight[k]--
+		}
+		r.mu.Unlock()
+	}()
+	if respond != nil {
+		if status, hdr := respond(req.Header, body, evs); status != 0 && status != http.StatusOK {
+			for k, v := range hdr {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(status)
+			return
+		}
+	}
+	r.mu.Lock()
+	now := time.Now()
 	r.got = append(r.got, evs...)
+	for range evs {
+		r.arrivals = append(r.arrivals, now)
+	}
 	r.mu.Unlock()
 	w.WriteHeader(http.StatusOK)
+}
+
+func (r *receiver) setRespond(f func(h http.Header, body []byte, evs []received) (int, http.Header)) {
+	r.mu.Lock()
+	r.respond = f
+	r.mu.Unlock()
+}
+
+func (r *receiver) arrivalTimes() []time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]time.Time(nil), r.arrivals...)
+}
+
+func (r *receiver) overlaps() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.overlap...)
 }
 
 func (r *receiver) events() []received {
@@ -315,7 +378,11 @@ func writePipeline(t testing.TB, name, dsn string, tables []string, sinks ...sin
 		if s.Durable != nil {
 			fmt.Fprintf(&b, "  durable = %v\n", *s.Durable)
 		}
-		fmt.Fprintf(&b, "  delivery {\n    batch_size = %d\n    retry_base = \"100ms\"\n%s  }\n", batch, s.Extra)
+		retry := "    retry_base = \"100ms\"\n"
+		if strings.Contains(s.Extra, "retry_base") {
+			retry = ""
+		}
+		fmt.Fprintf(&b, "  delivery {\n    batch_size = %d\n%s%s  }\n", batch, retry, s.Extra)
 		cfg := s.Config
 		if cfg == "" {
 			cfg = fmt.Sprintf("    url = %q\n    timeout = \"5s\"\n", s.URL)

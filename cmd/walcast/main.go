@@ -16,7 +16,10 @@ const usage = `walcast streams PostgreSQL changes to sinks.
 Usage:
   walcast run PIPELINE.hcl [--plugin-dir DIR]       run the pipeline until SIGINT/SIGTERM
   walcast validate PIPELINE.hcl [--plugin-dir DIR]  check a pipeline file and its sinks' config
-  walcast teardown PIPELINE.hcl --yes               drop the slot, publication and checkpoints
+  walcast parked PIPELINE.hcl [--sink ID]           list parked events with their last error
+  walcast replay PIPELINE.hcl --sink ID --all|--id EVENT_ID
+                                                    deliver parked events again, in order per row
+  walcast teardown PIPELINE.hcl --yes [--force]     drop the slot, publication and checkpoints
   walcast version                                   print the version
 
 Plugins are looked up in --plugin-dir, then $WALCAST_PLUGIN_DIR, then the
@@ -35,6 +38,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdRun(rest, stdout, stderr)
 	case "validate":
 		return cmdValidate(rest, stdout, stderr)
+	case "parked":
+		return cmdParked(rest, stdout, stderr)
+	case "replay":
+		return cmdReplay(rest, stdout, stderr)
 	case "teardown":
 		return cmdTeardown(rest, stdout, stderr)
 	case "version", "--version", "-version":

@@ -17,6 +17,7 @@ func cmdTeardown(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("teardown", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	yes := fs.Bool("yes", false, "really drop the slot: undelivered changes are lost")
+	force := fs.Bool("force", false, "tear down even though events are parked (they are deleted)")
 	path, ok := parseArgs(fs, args, stderr)
 	if !ok {
 		return 2
@@ -31,7 +32,7 @@ func cmdTeardown(args []string, stdout, stderr io.Writer) int {
   - replication slot %q: every change not yet delivered to all sinks is lost for good,
     and changes made from now on are no longer captured;
   - publication %q, if walcast created it;
-  - the pipeline's checkpoints in the walcast schema.
+  - the pipeline's checkpoints, parked events and usage in the walcast schema.
 Run again with --yes to do it.
 `, p.Name, p.Source.Slot, p.Source.Publication)
 		return 1
@@ -45,6 +46,15 @@ Run again with --yes to do it.
 	}
 	defer pool.Close()
 	store := checkpoint.New(pool, p.Name)
+	n, err := store.CountParked(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "walcast teardown:", err)
+		return 1
+	}
+	if n > 0 && !*force {
+		fmt.Fprintf(stderr, "walcast teardown: %d events of pipeline %q are parked (see walcast parked); replay them first, or run again with --force to delete them too\n", n, p.Name)
+		return 1
+	}
 	if err := capture.Teardown(ctx, pool, store, p.Source.Slot, p.Source.Publication); err != nil {
 		fmt.Fprintln(stderr, "walcast teardown:", err)
 		return 1

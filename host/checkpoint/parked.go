@@ -123,7 +123,7 @@ func (s *Store) ParkedRows(ctx context.Context, sink string) ([]string, error) {
 // oldest first per row; row limits the result to one row when not empty.
 func (s *Store) ListParked(ctx context.Context, sink, row string) ([]Parked, error) {
 	rows, err := s.db.Query(ctx, `
-SELECT sink, commit_lsn::text, idx, row_key, schema_name, table_name, op, key, payload, attempts, last_error, first_failed_at, last_failed_at
+SELECT sink, commit_lsn::text AS lsn_text, idx, row_key, schema_name, table_name, op, key, payload, attempts, last_error, first_failed_at, last_failed_at
 FROM walcast.parked
 WHERE pipeline = $1 AND ($2 = '' OR sink = $2) AND ($3 = '' OR row_key = $3)
 ORDER BY sink, commit_lsn, idx`, s.pipeline, sink, row)

@@ -48,9 +48,11 @@ func (e *entry) before(o *entry) bool {
 	return e.ev.ID.Compare(o.ev.ID) < 0
 }
 
-// rowKey identifies a row: changes to the same row keep their order.
+// rowKey identifies a row: changes to the same row keep their order. The
+// unit separator cannot occur in the JSON key and, unlike NUL, can be
+// stored in a text column (walcast.parked.row_key).
 func rowKey(ev pluginkit.Event) string {
-	return ev.Schema + "." + ev.Table + "\x00" + string(ev.Key)
+	return ev.Schema + "." + ev.Table + "\x1f" + string(ev.Key)
 }
 
 // pending holds the events a sink has taken from its queue but not yet

@@ -186,7 +186,7 @@ func (s *Scheduler) Replay(ctx context.Context, r checkpoint.ReplayRequest) erro
 func (s *Scheduler) Run(ctx context.Context, stop <-chan struct{}) error {
 	if s.cfg.Parked != nil {
 		var rows []string
-		err := retryStore(ctx, func(ctx context.Context) (err error) {
+		err := retryStore(ctx, s.log, func(ctx context.Context) (err error) {
 			rows, err = s.cfg.Parked.ParkedRows(ctx, s.cfg.SinkID)
 			return err
 		})
@@ -359,7 +359,7 @@ func (s *Scheduler) deliver(ctx context.Context, batch []*entry) {
 			}
 		}
 		if len(ids) > 0 && s.cfg.Parked != nil {
-			err = retryStore(ctx, func(ctx context.Context) error { return s.cfg.Parked.Unpark(ctx, s.cfg.SinkID, ids) })
+			err = retryStore(ctx, s.log, func(ctx context.Context) error { return s.cfg.Parked.Unpark(ctx, s.cfg.SinkID, ids) })
 		}
 	}
 	s.results <- result{batch: batch, res: res, err: err, took: time.Since(start)}
@@ -428,7 +428,12 @@ func (s *Scheduler) land(ctx context.Context, r result) error {
 		if e.firstFail.IsZero() {
 			e.firstFail = now
 		}
+		// The first failure retries the batch as it was: most failures
+		// are transient (a plugin restarting, a network blip) and
+		// splitting would turn one batch into many. From the second on,
+		// the batch is split to find the row that really fails.
 		switch {
+		case e.attempts < 2:
 		case multiRow:
 			e.iso = max(e.iso, batchRow)
 		case multi:
@@ -494,7 +499,7 @@ func (s *Scheduler) park(ctx context.Context, es []*entry, reason string) error 
 		}
 		recs = append(recs, p)
 	}
-	if err := retryStore(ctx, func(ctx context.Context) error { return s.cfg.Parked.Park(ctx, recs) }); err != nil {
+	if err := retryStore(ctx, s.log, func(ctx context.Context) error { return s.cfg.Parked.Park(ctx, recs) }); err != nil {
 		return err
 	}
 	seqs := make([]ack.Seq, 0, len(all))
@@ -567,7 +572,7 @@ func (s *Scheduler) continueReplay(ctx context.Context, row string) error {
 		return nil
 	}
 	var left []checkpoint.Parked
-	err := retryStore(ctx, func(ctx context.Context) error {
+	err := retryStore(ctx, s.log, func(ctx context.Context) error {
 		var err error
 		left, err = s.cfg.Parked.ListParked(ctx, s.cfg.SinkID, row)
 		return err
@@ -597,7 +602,7 @@ func (s *Scheduler) backoff(attempts int) time.Duration {
 // retryStore retries a control-plane write (the database may be
 // restarting) until it succeeds or ctx ends: an event is only resolved once
 // its park record is durable.
-func retryStore(ctx context.Context, f func(context.Context) error) error {
+func retryStore(ctx context.Context, log *slog.Logger, f func(context.Context) error) error {
 	delay := 100 * time.Millisecond
 	for {
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -606,6 +611,7 @@ func retryStore(ctx context.Context, f func(context.Context) error) error {
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
+		log.Warn("control-plane write failed; retrying", "retry_in", delay, "err", err)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
