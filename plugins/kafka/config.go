@@ -43,7 +43,7 @@ var configFields = []pluginkit.ConfigField{
 	{Name: "brokers", Type: pluginkit.TypeStringList, Required: true, Doc: `Seed brokers, "host:port".`},
 	{Name: "topic_prefix", Type: pluginkit.TypeString, Doc: `Events go to "<topic_prefix>.<schema>.<table>". Default "walcast".`},
 	{Name: "eos", Type: pluginkit.TypeBool, Doc: "true (default): one Kafka transaction per batch, exactly once into the topic for read_committed readers. false: idempotent producer, at least once."},
-	{Name: "transactional_id", Type: pluginkit.TypeString, Doc: `Kafka transactional id (eos only); also the key of this sink's checkpoint record. Must be unique per sink and stable across restarts: it fences zombie producers. Default "walcast-<topic_prefix>".`},
+	{Name: "transactional_id", Type: pluginkit.TypeString, Doc: `Kafka transactional id (eos only); also the key of this sink's checkpoint record. Must be unique per sink and stable across restarts: it fences zombie producers. Default "walcast-<sink id>".`},
 	{Name: "checkpoint_topic", Type: pluginkit.TypeString, Doc: `Compacted topic holding the last event id committed per transactional id (eos only). Default "walcast.checkpoints".`},
 	{Name: "transaction_timeout", Type: pluginkit.TypeDuration, Doc: `How long the broker lets a transaction stay open before it aborts it; also bounds one Deliver. Default "3m".`},
 	{Name: "max_message_bytes", Type: pluginkit.TypeNumber, Doc: "Largest record batch the producer sends, in bytes; a larger event fails permanently. Keep it at or below the topics' max.message.bytes. Default 1000012."},
@@ -93,7 +93,7 @@ type settings struct {
 // legalTopic is Kafka's rule for topic names.
 var legalTopic = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
 
-func decodeConfig(raw json.RawMessage) (settings, error) {
+func decodeConfig(raw json.RawMessage, id pluginkit.Identity) (settings, error) {
 	var c config
 	dec := json.NewDecoder(strings.NewReader(string(raw)))
 	dec.DisallowUnknownFields()
@@ -104,10 +104,10 @@ func decodeConfig(raw json.RawMessage) (settings, error) {
 		}
 		return settings{}, &pluginkit.ConfigError{Msg: fmt.Sprintf("decode config: %v", err)}
 	}
-	return parseConfig(c)
+	return parseConfig(c, id)
 }
 
-func parseConfig(c config) (settings, error) {
+func parseConfig(c config, id pluginkit.Identity) (settings, error) {
 	st := settings{
 		topicPrefix:     cmp.Or(c.TopicPrefix, defaultTopicPrefix),
 		eos:             c.EOS == nil || *c.EOS,
@@ -136,10 +136,14 @@ func parseConfig(c config) (settings, error) {
 	if !legalTopic.MatchString(st.checkpointTopic) {
 		return st, &pluginkit.ConfigError{Field: "checkpoint_topic", Msg: fmt.Sprintf("%q is not a legal Kafka topic name", st.checkpointTopic)}
 	}
-	// The host does not tell a plugin its sink id, so the default is
-	// derived from the prefix: two eos sinks writing under one prefix must
-	// set distinct ids themselves.
-	st.txnID = cmp.Or(c.TransactionalID, "walcast-"+st.topicPrefix)
+	// The default follows the sink's id, which the host passes and which
+	// stays stable across restarts; a host that does not name the sink
+	// (tests calling Configure directly) gets one derived from the prefix.
+	def := "walcast-" + st.topicPrefix
+	if id.SinkID != "" {
+		def = "walcast-" + id.SinkID
+	}
+	st.txnID = cmp.Or(c.TransactionalID, def)
 	if c.TransactionalID != "" && !st.eos {
 		return st, &pluginkit.ConfigError{Field: "transactional_id", Msg: "only applies with eos = true"}
 	}

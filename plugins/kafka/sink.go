@@ -90,7 +90,7 @@ func (s *Sink) Info() pluginkit.Info {
 
 // Configure validates the config; it contacts no broker.
 func (s *Sink) Configure(ctx context.Context, raw json.RawMessage) error {
-	st, err := decodeConfig(raw)
+	st, err := decodeConfig(raw, pluginkit.IdentityFrom(ctx))
 	if err != nil {
 		return err
 	}

@@ -166,7 +166,7 @@ func TestConfigure(t *testing.T) {
 }
 
 func TestDefaults(t *testing.T) {
-	st, err := decodeConfig(json.RawMessage(`{"brokers":["k:9092"]}`))
+	st, err := decodeConfig(json.RawMessage(`{"brokers":["k:9092"]}`), pluginkit.Identity{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,4 +423,14 @@ func TestTopicAuthorizationFailure(t *testing.T) {
 		t.Fatalf("Open = %v, want a retryable 'not authorized' error", err)
 	}
 	t.Log(err)
+}
+
+func TestTransactionalIDDefaultsToSinkID(t *testing.T) {
+	st, err := decodeConfig(json.RawMessage(`{"brokers":["k:9092"]}`), pluginkit.Identity{Pipeline: "shop", SinkID: "events"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.txnID != "walcast-events" {
+		t.Fatalf("transactional id %q, want walcast-events (the host-given sink id)", st.txnID)
+	}
 }
