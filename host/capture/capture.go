@@ -164,6 +164,15 @@ func (c *Capture) connect(ctx context.Context) error {
 	}
 	conn, err := pgconn.ConnectConfig(ctx, pcfg)
 	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			switch pgErr.Code {
+			case "28000", "28P01", "42501", "3D000":
+				// Wrong password, no REPLICATION privilege, database
+				// gone: waiting will not fix these; say so and stop.
+				return fatalError{fmt.Errorf("open replication connection: %w (check the dsn's user, password and database, and that the user has the REPLICATION attribute)", err)}
+			}
+		}
 		return fmt.Errorf("open replication connection: %w", err)
 	}
 	c.conn = conn
