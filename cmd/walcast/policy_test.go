@@ -106,6 +106,15 @@ func TestParkingAndReplay(t *testing.T) {
 	if len(row13) != 11 || !slices.IsSortedFunc(row13, func(a, b received) int { return a.ID.Compare(b.ID) }) {
 		t.Fatalf("row 13 arrived as %d events, in order: %v", len(row13), slices.IsSortedFunc(row13, func(a, b received) int { return a.ID.Compare(b.ID) }))
 	}
+	// Every attempt is metered (written at shutdown at the latest).
+	var att, delivered, failed, bytes int64
+	if err := db.QueryRow(ctx, `SELECT sum(attempts), sum(delivered), sum(failed), sum(bytes) FROM walcast.usage WHERE pipeline = 'park' AND sink = 'hook'`).
+		Scan(&att, &delivered, &failed, &bytes); err != nil {
+		t.Fatal(err)
+	}
+	if delivered != 401 || failed < 3 || att <= failed || bytes == 0 {
+		t.Fatalf("usage: attempts %d, delivered %d, failed %d, bytes %d; want 401 delivered, at least 3 failed attempts", att, delivered, failed, bytes)
+	}
 }
 
 // TestReplayWithoutDaemon parks a row, stops walcast and replays directly.
@@ -190,6 +199,11 @@ func TestThrottleRetryAfter(t *testing.T) {
 	db.QueryRow(context.Background(), `SELECT count(*) FROM walcast.parked`).Scan(&parked)
 	if parked != 0 {
 		t.Fatal("throttled event was parked: a throttle must not count as an attempt")
+	}
+	var attempts, failed int64
+	db.QueryRow(context.Background(), `SELECT sum(attempts), sum(failed) FROM walcast.usage WHERE pipeline = 'throttle'`).Scan(&attempts, &failed)
+	if attempts != 1 || failed != 0 {
+		t.Fatalf("usage shows %d attempts, %d failed: throttles must not be metered", attempts, failed)
 	}
 }
 
