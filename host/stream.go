@@ -81,9 +81,9 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	pool, err := connect(ctx, cfg.DSN)
+	pool, err := capture.Connect(ctx, cfg.DSN, 2)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("open walcast stream: %w", err)
 	}
 	// Capture retries a failed replication connection forever (it is
 	// usually PostgreSQL restarting), so a missing privilege would leave
@@ -104,7 +104,7 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 		Tables:          cfg.Tables,
 		AllowKeyless:    cfg.AllowKeyless,
 		ApplicationName: "walcast-library-" + cfg.Slot,
-		PrimaryKey:      primaryKeyLookup(pool),
+		PrimaryKey:      capture.PrimaryKeyLookup(pool),
 		Logger:          cfg.Logger,
 	}
 	store := checkpoint.New(pool, "library:"+cfg.Slot)

@@ -17,7 +17,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
@@ -103,7 +102,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 		Tables:          p.Source.Tables,
 		AllowKeyless:    p.Source.AllowKeyless,
 		ApplicationName: "walcast-" + p.Name,
-		PrimaryKey:      primaryKeyLookup(pool),
+		PrimaryKey:      capture.PrimaryKeyLookup(pool),
 		Logger:          log,
 	}
 	prep, err := capture.Prepare(ctx, pool, store, ccfg)
@@ -344,58 +343,9 @@ func saveUsage(ctx context.Context, store *checkpoint.Store, runs []*sinkRun) er
 	return nil
 }
 
-// Connect opens the control connection pool and explains the usual ways
-// that fails.
+// Connect opens the control connection pool of a pipeline's source.
 func Connect(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		return nil, fmt.Errorf("parse source dsn: %w", err)
-	}
-	cfg.MaxConns = 4
-	if cfg.ConnConfig.ConnectTimeout == 0 {
-		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("connect to source database: %w", err)
-	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) {
-			return nil, fmt.Errorf("connect to source database %s:%d/%s: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, err)
-		}
-		return nil, fmt.Errorf("cannot reach the source database at %s:%d: %w — check the dsn and that PostgreSQL is running and accepts connections", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
-	}
-	return pool, nil
-}
-
-// primaryKeyLookup answers the decoder's question for REPLICA IDENTITY FULL
-// tables: which columns are the primary key.
-func primaryKeyLookup(pool *pgxpool.Pool) func(schema, table string) ([]string, error) {
-	return func(schema, table string) ([]string, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		rows, err := pool.Query(ctx, `
-SELECT a.attname FROM pg_index i
-JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) ON true
-JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
-WHERE n.nspname = $1 AND c.relname = $2 AND i.indisprimary
-ORDER BY k.ord`, schema, table)
-		if err != nil {
-			return nil, fmt.Errorf("look up primary key of %s.%s: %w", schema, table, err)
-		}
-		var cols []string
-		for rows.Next() {
-			var c string
-			if err := rows.Scan(&c); err != nil {
-				return nil, err
-			}
-			cols = append(cols, c)
-		}
-		return cols, rows.Err()
-	}
+	return capture.Connect(ctx, dsn, 4)
 }
 
 func set[T comparable](xs []T) map[T]bool {

@@ -1,4 +1,4 @@
-package host
+package capture
 
 import (
 	"context"
@@ -10,41 +10,42 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// connect opens the small pool the stream uses besides its replication
-// connection: setup, and primary key lookups for REPLICA IDENTITY FULL
-// tables. A pool (not one connection) survives a PostgreSQL restart.
-func connect(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
+// Connect opens the small pool every walcast process uses beside its
+// replication connection (setup, checkpoints, parked events, primary key
+// lookups), and explains the usual ways that fails. A pool rather than one
+// connection, so that it survives a PostgreSQL restart.
+func Connect(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("open walcast stream: parse dsn: %w", err)
+		return nil, fmt.Errorf("parse source dsn: %w", err)
 	}
-	cfg.MaxConns = 2
+	cfg.MaxConns = maxConns
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("open walcast stream: connect to source database: %w", err)
+		return nil, fmt.Errorf("connect to source database: %w", err)
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) {
-			return nil, fmt.Errorf("open walcast stream: connect to %s:%d/%s: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, err)
+			return nil, fmt.Errorf("connect to source database %s:%d/%s: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, err)
 		}
-		return nil, fmt.Errorf("open walcast stream: cannot reach the source database at %s:%d (is PostgreSQL running and the dsn right?): %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
+		return nil, fmt.Errorf("cannot reach the source database at %s:%d: %w — check the dsn and that PostgreSQL is running and accepts connections", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
 	}
 	return pool, nil
 }
 
-// primaryKeyLookup answers the decoder's question for REPLICA IDENTITY
-// FULL tables: which columns are the primary key. (The daemon has the
-// same query; both feed capture.Config.PrimaryKey.)
-func primaryKeyLookup(pool *pgxpool.Pool) func(schema, table string) ([]string, error) {
+// PrimaryKeyLookup answers the decoder's question for REPLICA IDENTITY
+// FULL tables (Config.PrimaryKey): which columns are the primary key. It
+// runs inside the capture loop, so it bounds itself to ten seconds.
+func PrimaryKeyLookup(db Querier) func(schema, table string) ([]string, error) {
 	return func(schema, table string) ([]string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		rows, err := pool.Query(ctx, `
+		rows, err := db.Query(ctx, `
 SELECT a.attname FROM pg_index i
 JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
 JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) ON true
