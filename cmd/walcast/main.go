@@ -16,6 +16,7 @@ const usage = `walcast streams PostgreSQL changes to sinks.
 Usage:
   walcast run PIPELINE.hcl [--plugin-dir DIR]       run the pipeline until SIGINT/SIGTERM
   walcast validate PIPELINE.hcl [--plugin-dir DIR]  check a pipeline file and its sinks' config
+  walcast status PIPELINE.hcl                       slot, checkpoints, parked events and usage
   walcast parked PIPELINE.hcl [--sink ID]           list parked events with their last error
   walcast replay PIPELINE.hcl --sink ID --all|--id EVENT_ID
                                                     deliver parked events again, in order per row
@@ -38,6 +39,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdRun(rest, stdout, stderr)
 	case "validate":
 		return cmdValidate(rest, stdout, stderr)
+	case "status":
+		return cmdStatus(rest, stdout, stderr)
 	case "parked":
 		return cmdParked(rest, stdout, stderr)
 	case "replay":

@@ -106,6 +106,11 @@ func TestParkingAndReplay(t *testing.T) {
 	if len(row13) != 11 || !slices.IsSortedFunc(row13, func(a, b received) int { return a.ID.Compare(b.ID) }) {
 		t.Fatalf("row 13 arrived as %d events, in order: %v", len(row13), slices.IsSortedFunc(row13, func(a, b received) int { return a.ID.Compare(b.ID) }))
 	}
+	out, err = walcastCLI(t, "status", pipeline)
+	if err != nil || !strings.Contains(out, "slot walcast_park: inactive") || !strings.Contains(out, "hook") {
+		t.Fatalf("walcast status: %v\n%s", err, out)
+	}
+	t.Logf("walcast status:\n%s", out)
 	// Every attempt is metered (written at shutdown at the latest).
 	var att, delivered, failed, bytes int64
 	if err := db.QueryRow(ctx, `SELECT sum(attempts), sum(delivered), sum(failed), sum(bytes) FROM walcast.usage WHERE pipeline = 'park' AND sink = 'hook'`).
