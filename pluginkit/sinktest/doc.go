@@ -1,0 +1,58 @@
+// Package sinktest is a conformance suite for walcast sinks. A sink's
+// author runs it from the sink's own `go test`, in process, against a real
+// (or faithfully faked) destination:
+//
+//	func TestConformance(t *testing.T) {
+//		dir := t.TempDir()
+//		sinktest.Run(t, sinktest.Config{
+//			New:    func() pluginkit.Sink { return mysink.New() },
+//			Config: json.RawMessage(`{"dir":"` + dir + `"}`),
+//			InvalidConfigs: []sinktest.InvalidConfig{
+//				{Name: "relative dir", Config: json.RawMessage(`{"dir":"out"}`), Field: "dir"},
+//			},
+//			Received: func() [][]byte { return readBack(t, dir) },
+//		})
+//	}
+//
+// It checks the contract the host relies on, which the Sink interface can
+// only state in comments:
+//
+//   - Info works before Configure, does not block, and declares a config
+//     the host can check: a plugin type name, well-formed attribute names
+//     and types, and Config carries every required attribute.
+//   - Configure accepts Config, rejects every InvalidConfig with a
+//     *pluginkit.ConfigError naming the attribute (that is how the host
+//     points at the offending HCL line), and rejects Config minus each
+//     required attribute the same way.
+//   - Deliver of generated envelopes (several tables, every op, ids
+//     increasing across batches) succeeds; with Received set, every payload
+//     reached the destination byte for byte and in order. A nil error means
+//     "durably at the destination": the host acknowledges on it, and the
+//     slot then lets the WAL go.
+//   - Unless Info.Ordered, concurrent Delivers of different rows are safe
+//     (run the suite with -race) and keep each row's order.
+//   - Deliver returns within two seconds of its context ending, whether the
+//     context was already done or the destination hangs (Config.Hang); the
+//     host's deliver_timeout depends on it. Such an error is never
+//     permanent: the batch is retried, not parked.
+//   - Errors are classified: Config.Faults make the destination fail, and
+//     pluginkit.KindOf must give the kind each fault calls for; after the
+//     fault the same batch delivers.
+//   - Close after Open succeeds, and neither a second Close nor a Close
+//     without Open panics: a plugin that panics dies, and the host sees only
+//     a broken connection.
+//   - Nothing the sink started is still running once it is closed: the
+//     suite ends by comparing the goroutines with those alive before it.
+//
+// Run uses t.Run for each check, so `go test -run 'TestConformance/Deliver'`
+// selects parts of it, and Config.Skip skips checks that do not apply.
+// Do not call t.Parallel in the test that calls Run, and do not run other
+// parallel tests in the same package: the goroutine check would count their
+// goroutines as leaks.
+//
+// The suite does not start the plugin process; pluginkit never imports the
+// host. After `go build -o walcast-sink-NAME .`, check the binary end to end
+// with the host itself: `walcast validate pipeline.hcl --plugin-dir DIR`
+// launches it, reads its Info over gRPC and hands it the pipeline's config
+// block; `walcast run` then delivers through it.
+package sinktest
