@@ -308,20 +308,20 @@ func (h *harness) mark() int {
 }
 
 // expectReceived checks that exactly want arrived after mark, in order.
+// A mismatch ends the check: later deliveries would only repeat it.
 func (h *harness) expectReceived(t *testing.T, mark int, want [][]byte) {
 	t.Helper()
 	if h.cfg.Received == nil {
 		return
 	}
 	got := h.waitReceived(mark, func(got [][]byte) bool { return len(got) >= len(want) })
-	if len(got) != len(want) {
-		t.Errorf("the destination received %d payloads after the mark, want %d", len(got), len(want))
-	}
 	for i := range min(len(got), len(want)) {
 		if !bytes.Equal(got[i], want[i]) {
-			t.Errorf("payload %d differs from what was delivered:\n got %s\nwant %s", i, got[i], want[i])
-			return
+			t.Fatalf("payload %d of %d differs from what was delivered:\n got %s\nwant %s", i, len(want), got[i], want[i])
 		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("the destination received %d payloads after the mark, want %d", len(got), len(want))
 	}
 }
 
@@ -337,7 +337,7 @@ func (h *harness) expectReceivedLast(t *testing.T, mark int, want [][]byte) {
 		return len(got) >= len(want) && slices.EqualFunc(got[len(got)-len(want):], want, bytes.Equal)
 	}
 	if got := h.waitReceived(mark, endsWith); !endsWith(got) {
-		t.Errorf("after the retry the destination's last %d payloads are not the batch (received %d since the mark)", len(want), len(got))
+		t.Fatalf("after the retry the destination's last %d payloads are not the batch (received %d since the mark)", len(want), len(got))
 	}
 }
 

@@ -1,0 +1,255 @@
+package sinktest_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/sinktest"
+)
+
+// destination is an in-memory stand-in for what a sink writes to.
+type destination struct {
+	mu      sync.Mutex
+	events  [][]byte
+	hanging chan struct{} // non-nil: writes wait until it is closed
+	fail    error         // non-nil: writes fail with it
+}
+
+func (d *destination) received() [][]byte {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([][]byte(nil), d.events...)
+}
+
+func (d *destination) hang() func() {
+	ch := make(chan struct{})
+	d.mu.Lock()
+	d.hanging = ch
+	d.mu.Unlock()
+	return func() {
+		d.mu.Lock()
+		d.hanging = nil
+		d.mu.Unlock()
+		close(ch)
+	}
+}
+
+func (d *destination) failWith(err error) func() func() {
+	return func() func() {
+		d.mu.Lock()
+		d.fail = err
+		d.mu.Unlock()
+		return func() {
+			d.mu.Lock()
+			d.fail = nil
+			d.mu.Unlock()
+		}
+	}
+}
+
+// memSink is a correct sink over a destination, with switches that break
+// it the ways the suite must notice.
+type memSink struct {
+	dst    *destination
+	broken string
+
+	mu     sync.Mutex
+	topic  string
+	open   bool
+	closed bool
+	stop   chan struct{}
+}
+
+var _ pluginkit.Sink = (*memSink)(nil)
+
+func (s *memSink) Info() pluginkit.Info {
+	name := "mem"
+	if s.broken == "bad-name" {
+		name = "Mem Sink"
+	}
+	return pluginkit.Info{
+		Name:    name,
+		Version: "v0.0.1",
+		Config:  []pluginkit.ConfigField{{Name: "topic", Type: pluginkit.TypeString, Required: true, Doc: "Where events go."}},
+	}
+}
+
+func (s *memSink) Configure(_ context.Context, raw json.RawMessage) error {
+	var c struct {
+		Topic string `json:"topic"`
+	}
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return &pluginkit.ConfigError{Msg: err.Error()}
+	}
+	if c.Topic == "" || strings.ContainsAny(c.Topic, " /") {
+		field := "topic"
+		if s.broken == "wrong-field" {
+			field = ""
+		}
+		return &pluginkit.ConfigError{Field: field, Msg: "must be a non-empty word"}
+	}
+	s.mu.Lock()
+	s.topic = c.Topic
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *memSink) Open(context.Context) (pluginkit.OpenResult, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.open = true
+	s.stop = make(chan struct{})
+	if s.broken == "leak" {
+		go func() { <-make(chan struct{}) }() // never stopped
+	}
+	return pluginkit.OpenResult{}, nil
+}
+
+func (s *memSink) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error) {
+	s.mu.Lock()
+	open := s.open
+	s.mu.Unlock()
+	if !open {
+		return pluginkit.DeliverResult{}, pluginkit.Permanent(errors.New("deliver before open"))
+	}
+	d := s.dst
+	d.mu.Lock()
+	hanging, fail := d.hanging, d.fail
+	d.mu.Unlock()
+	if hanging != nil {
+		if s.broken == "ignore-context" {
+			<-hanging
+		} else {
+			select {
+			case <-hanging:
+			case <-ctx.Done():
+				return pluginkit.DeliverResult{}, fmt.Errorf("write to %s: %w", s.topic, ctx.Err())
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		if s.broken == "permanent-on-cancel" {
+			return pluginkit.DeliverResult{}, pluginkit.Permanent(err)
+		}
+		return pluginkit.DeliverResult{}, fmt.Errorf("write to %s: %w", s.topic, err)
+	}
+	if fail != nil {
+		return pluginkit.DeliverResult{}, fail
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i, e := range events {
+		p := e.Payload
+		switch {
+		case s.broken == "drop-last" && i == len(events)-1 && len(events) > 1:
+			continue
+		case s.broken == "reencode":
+			// Decoding and encoding again reorders keys: the bytes change.
+			var v map[string]any
+			if err := json.Unmarshal(p, &v); err != nil {
+				return pluginkit.DeliverResult{}, pluginkit.Permanent(err)
+			}
+			p, _ = json.Marshal(v)
+		}
+		d.events = append(d.events, p)
+	}
+	return pluginkit.DeliverResult{}, nil
+}
+
+func (s *memSink) Close(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed && s.broken == "panic-on-second-close" {
+		close(s.stop) // closing a closed channel panics
+	}
+	if s.open && !s.closed {
+		close(s.stop)
+	}
+	s.open, s.closed = false, s.open || s.closed
+	return nil
+}
+
+// config returns the suite's config for a memSink broken as named.
+func config(broken string) sinktest.Config {
+	dst := &destination{}
+	return sinktest.Config{
+		New:    func() pluginkit.Sink { return &memSink{dst: dst, broken: broken} },
+		Config: json.RawMessage(`{"topic":"orders"}`),
+		InvalidConfigs: []sinktest.InvalidConfig{
+			{Name: "topic with a space", Config: json.RawMessage(`{"topic":"a b"}`), Field: "topic"},
+		},
+		Received: dst.received,
+		// Writes are visible at once; a short wait keeps failing runs fast.
+		ReceiveTimeout: 200 * time.Millisecond,
+		Hang:           dst.hang,
+		Faults: []sinktest.Fault{
+			{Name: "throttled", Inject: dst.failWith(pluginkit.Throttled(3*time.Second, errors.New("slow down"))), Want: pluginkit.KindThrottled, RetryAfter: 3 * time.Second},
+			{Name: "refused", Inject: dst.failWith(pluginkit.Permanent(errors.New("too large"))), Want: pluginkit.KindPermanent},
+		},
+	}
+}
+
+func TestRunPassesACorrectSink(t *testing.T) {
+	sinktest.Run(t, config(""))
+}
+
+// envBroken names the broken sink TestBrokenSink runs the suite against,
+// in a child process: a failing suite cannot be observed from inside the
+// test it fails.
+const envBroken = "SINKTEST_BROKEN"
+
+func TestBrokenSink(t *testing.T) {
+	broken := os.Getenv(envBroken)
+	if broken == "" {
+		t.Skip("run by TestRunCatchesBrokenSinks")
+	}
+	sinktest.Run(t, config(broken))
+}
+
+// TestRunCatchesBrokenSinks checks that each kind of broken sink fails
+// the suite, with a message that says what is wrong.
+func TestRunCatchesBrokenSinks(t *testing.T) {
+	for _, tc := range []struct {
+		broken   string
+		failing  string // the subtest that must fail
+		wantText string
+	}{
+		{"bad-name", "Info", "Info.Name"},
+		{"wrong-field", "Configure/Invalid/topic_with_a_space", `names field "", want "topic"`},
+		{"drop-last", "Deliver/Batches", "received 2 payloads after the mark, want 3"},
+		{"reencode", "Deliver/Batches", "differs from what was delivered"},
+		{"ignore-context", "Deliver/Hang", "did not return within"},
+		{"permanent-on-cancel", "Deliver/ContextDone", "returned a permanent error"},
+		{"panic-on-second-close", "Close/AfterOpen", "panic: close of closed channel"},
+		{"leak", "GoroutineLeaks", "still running"},
+	} {
+		t.Run(tc.broken, func(t *testing.T) {
+			t.Parallel()
+			c, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(c, os.Args[0], "-test.run=^TestBrokenSink$", "-test.v", "-test.count=1")
+			cmd.Env = append(os.Environ(), envBroken+"="+tc.broken)
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) {
+				t.Fatalf("the suite passed a sink broken by %q (err %v):\n%s", tc.broken, err, out)
+			}
+			if want := "--- FAIL: TestBrokenSink/" + tc.failing + " "; !bytes.Contains(out, []byte(want)) {
+				t.Errorf("output lacks %q:\n%s", want, out)
+			}
+			if !bytes.Contains(out, []byte(tc.wantText)) {
+				t.Errorf("output lacks %q:\n%s", tc.wantText, out)
+			}
+		})
+	}
+}
