@@ -328,11 +328,13 @@ func (h *harness) testDeliverHang(t *testing.T) {
 		t.Skip("sinktest.Config.Hang is not set")
 	}
 	s := h.open(t)
+	// The mark is taken first: a destination in trouble may not be
+	// readable.
+	batch := h.gen.next(3)
+	mark := h.mark()
 	release := sync.OnceFunc(h.cfg.Hang())
 	t.Cleanup(release)
 
-	batch := h.gen.next(3)
-	mark := h.mark()
 	c, cancel := context.WithTimeout(t.Context(), hangDeadline)
 	defer cancel()
 	start := time.Now()
@@ -362,11 +364,11 @@ func (h *harness) testDeliverFaults(t *testing.T) {
 	for _, f := range h.cfg.Faults {
 		t.Run(f.Name, func(t *testing.T) {
 			s := h.open(t)
+			batch := h.gen.next(4)
+			mark := h.mark() // before the fault: a failing destination may not be readable
 			restore := sync.OnceFunc(f.Inject())
 			t.Cleanup(restore)
 
-			batch := h.gen.next(4)
-			mark := h.mark()
 			c := ctx(t)
 			_, err := deliverWithin(c, s, batch, callTimeout)
 			if err == nil {
