@@ -34,7 +34,10 @@
 //   - Deliver returns within two seconds of its context ending, whether the
 //     context was already done or the destination hangs (Config.Hang); the
 //     host's deliver_timeout depends on it. Such an error is never
-//     permanent: the batch is retried, not parked.
+//     permanent: the batch is retried, not parked. With a context that is
+//     already done a sink may still finish quick local work and succeed
+//     (the stdout sink does), but then the batch must have arrived; against
+//     a hanging destination it must fail.
 //   - Errors are classified: Config.Faults make the destination fail, and
 //     pluginkit.KindOf must give the kind each fault calls for; after the
 //     fault the same batch delivers.
