@@ -21,6 +21,7 @@ type Sink struct {
 	mu   sync.Mutex // serialises batches so lines never interleave
 	path string     // empty: stdout
 	file *os.File   // open while path is set and the sink is open
+	sync bool       // file is a regular file, fsynced after each batch
 	w    *bufio.Writer
 }
 
@@ -78,6 +79,16 @@ func (s *Sink) Open(context.Context) (pluginkit.OpenResult, error) {
 			return pluginkit.OpenResult{}, fmt.Errorf("open output file: %w", err)
 		}
 		s.file, out = f, f
+		// Only a regular file can be synced: fsync on a character device
+		// or a pipe (path = "/dev/null", a FIFO) fails with EINVAL, and
+		// there is nothing to make durable there.
+		st, err := f.Stat()
+		if err != nil {
+			f.Close()
+			s.file = nil
+			return pluginkit.OpenResult{}, fmt.Errorf("open output file: %w", err)
+		}
+		s.sync = st.Mode().IsRegular()
 	}
 	s.w = bufio.NewWriterSize(out, 64<<10)
 	s.log.Debug("stdout sink open", "path", s.path)
@@ -101,7 +112,7 @@ func (s *Sink) Deliver(_ context.Context, events []pluginkit.Event) (pluginkit.D
 		s.w.Reset(s.out())
 		return pluginkit.DeliverResult{}, fmt.Errorf("write batch: %w", err)
 	}
-	if s.file != nil {
+	if s.file != nil && s.sync {
 		if err := s.file.Sync(); err != nil {
 			return pluginkit.DeliverResult{}, fmt.Errorf("fsync %s: %w", s.path, err)
 		}

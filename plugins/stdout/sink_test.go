@@ -78,3 +78,23 @@ func TestOpenFailsOnUnwritablePath(t *testing.T) {
 		t.Fatal("Open succeeded on a path in a missing directory")
 	}
 }
+
+// A path that is not a regular file (a character device, a FIFO) cannot
+// be fsynced; writing to it must still succeed.
+func TestDevNullPath(t *testing.T) {
+	ctx := t.Context()
+	s := newSink(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err := s.Configure(ctx, json.RawMessage(`{"path":"/dev/null"}`)); err != nil {
+		t.Fatalf("Configure: %v", err)
+	}
+	if _, err := s.Open(ctx); err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	ev := pluginkit.Event{ID: pluginkit.MustParseEventID("0/16B3748:0"), Payload: []byte(`{"id":"0/16B3748:0"}`)}
+	if _, err := s.Deliver(ctx, []pluginkit.Event{ev}); err != nil {
+		t.Fatalf("Deliver to /dev/null: %v", err)
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+}
