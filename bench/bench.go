@@ -1,0 +1,496 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walcast/walcast/host/pgtest"
+)
+
+// Path names, in the order they run and are reported.
+const (
+	PathRecvlogical = "pg_recvlogical"
+	PathLibrary     = "library"
+	PathStdout      = "daemon-stdout"
+	PathWebhook100  = "daemon-webhook-100"
+	PathWebhook1000 = "daemon-webhook-1000"
+	PathKafka       = "daemon-kafka-eos"
+)
+
+// AllPaths lists every path.
+var AllPaths = []string{PathRecvlogical, PathLibrary, PathStdout, PathWebhook100, PathWebhook1000, PathKafka}
+
+// Config says what to run. Zero values take the issue's sizes.
+type Config struct {
+	// BinDir holds walcast, walcast-sink-*, walcast-kfake and
+	// walcast-bench (the library-mode consumer runs as its own process).
+	BinDir string
+	// Workload, in rows; TxSize rows per transaction.
+	Inserts, Updates, Deletes, TxSize int
+	// Runs is how many times each path drains a fresh slot.
+	Runs int
+	// Paths to run (default AllPaths).
+	Paths []string
+	// LatencyRate (changes/s) and LatencyDuration; a zero duration skips
+	// the latency measurement.
+	LatencyRate     int
+	LatencyDuration time.Duration
+	// BigTx is the size of the one-transaction memory test; 0 skips it.
+	BigTx int
+	// WorkDir receives pipeline files and logs; default a temporary
+	// directory that is removed afterwards.
+	WorkDir string
+	// ProfileDir, when set, runs the daemon paths in-process in
+	// walcast-bench (same code as `walcast run`) writing CPU and
+	// allocation profiles there, and has the library consumer profile too.
+	ProfileDir string
+	// Log receives progress lines (default discard).
+	Log io.Writer
+}
+
+// Default is the issue's benchmark.
+func Default() Config {
+	return Config{
+		Inserts: 1_000_000, Updates: 200_000, Deletes: 100_000, TxSize: 100,
+		Runs: 3, LatencyRate: 2000, LatencyDuration: 20 * time.Second, BigTx: 1_000_000,
+	}
+}
+
+// Scale multiplies the workload and the big transaction by f.
+func (c Config) Scale(f float64) Config {
+	sc := func(n int) int { return max(int(float64(n)*f), 0) }
+	c.Inserts, c.Updates, c.Deletes, c.BigTx = sc(c.Inserts), sc(c.Updates), sc(c.Deletes), sc(c.BigTx)
+	return c
+}
+
+// Results is what a run measured; it is written as JSON.
+type Results struct {
+	Started  time.Time    `json:"started"`
+	Machine  Machine      `json:"machine"`
+	Workload Workload     `json:"workload"`
+	Paths    []PathResult `json:"paths"`
+	Latency  *Latency     `json:"latency,omitempty"`
+	BigTx    *BigTx       `json:"big_tx,omitempty"`
+}
+
+// Machine describes where the figures come from.
+type Machine struct {
+	CPU        string `json:"cpu"`
+	Cores      int    `json:"cores"`
+	MemoryMiB  int64  `json:"memory_mib"`
+	PostgreSQL string `json:"postgresql"`
+	Go         string `json:"go"`
+	Commit     string `json:"commit,omitempty"`
+}
+
+// Workload is what every slot held.
+type Workload struct {
+	Inserts      int     `json:"inserts"`
+	Updates      int     `json:"updates"`
+	Deletes      int     `json:"deletes"`
+	TxSize       int     `json:"tx_size"`
+	Changes      int     `json:"changes"`
+	EndLSN       string  `json:"end_lsn"`
+	WALBytes     int64   `json:"wal_bytes"`
+	GenerateSecs float64 `json:"generate_seconds"`
+}
+
+// Drain is one drain of one slot.
+type Drain struct {
+	Seconds       float64 `json:"seconds"`
+	ChangesPerSec float64 `json:"changes_per_sec"`
+	HostRSSMiB    float64 `json:"host_rss_mib"`
+	PluginRSSMiB  float64 `json:"plugin_rss_mib"`
+	HostCPU       float64 `json:"host_cpu_seconds"`
+	PluginCPU     float64 `json:"plugin_cpu_seconds"`
+	Events        int64   `json:"events,omitempty"` // as counted by the receiver, when it counts
+}
+
+// PathResult is a path's runs and their medians.
+type PathResult struct {
+	Name   string  `json:"name"`
+	Runs   []Drain `json:"runs"`
+	Median Drain   `json:"median"`
+	Ratio  float64 `json:"ratio_to_pg_recvlogical"`
+}
+
+// Latency is commit time → arrival at the webhook receiver.
+type Latency struct {
+	Rate    int     `json:"rate_changes_per_sec"`
+	Seconds float64 `json:"seconds"`
+	Events  int     `json:"events"`
+	P50ms   float64 `json:"p50_ms"`
+	P99ms   float64 `json:"p99_ms"`
+	Maxms   float64 `json:"max_ms"`
+}
+
+// BigTx is one large transaction drained by the daemon with the stdout sink.
+type BigTx struct {
+	Rows          int     `json:"rows"`
+	Seconds       float64 `json:"seconds"`
+	ChangesPerSec float64 `json:"changes_per_sec"`
+	HostRSSMiB    float64 `json:"host_rss_mib"`
+	PluginRSSMiB  float64 `json:"plugin_rss_mib"`
+}
+
+// env is the state shared by the steps of a run.
+type env struct {
+	cfg     Config
+	log     io.Writer
+	cluster *pgtest.Cluster
+	dsn     string
+	conn    *pgx.Conn // the harness's own: setup, workload, polling
+	work    string
+	endLSN  uint64
+	changes int
+}
+
+// Run runs the benchmark.
+func Run(ctx context.Context, cfg Config) (*Results, error) {
+	def := Default()
+	if cfg.TxSize <= 0 {
+		cfg.TxSize = def.TxSize
+	}
+	if cfg.Runs <= 0 {
+		cfg.Runs = 1
+	}
+	if len(cfg.Paths) == 0 {
+		cfg.Paths = AllPaths
+	}
+	for _, p := range cfg.Paths {
+		if !slices.Contains(AllPaths, p) {
+			return nil, fmt.Errorf("unknown path %q (known: %s)", p, strings.Join(AllPaths, ", "))
+		}
+	}
+	if cfg.Log == nil {
+		cfg.Log = io.Discard
+	}
+	bin, err := filepath.Abs(cfg.BinDir)
+	if err != nil {
+		return nil, err
+	}
+	cfg.BinDir = bin
+	e := &env{cfg: cfg, log: cfg.Log}
+	if cfg.WorkDir == "" {
+		dir, err := os.MkdirTemp("", "walcast-bench-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+		e.work = dir
+	} else {
+		e.work = cfg.WorkDir
+		if err := os.MkdirAll(e.work, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	// The cluster's owner (postgres, when we are root) must be able to
+	// write pg_recvlogical's nothing and read nothing of ours; the pipeline
+	// files are read by our own children only.
+	res := &Results{Started: time.Now().UTC()}
+
+	e.logf("starting PostgreSQL")
+	c, err := pgtest.Start(ctx, pgtest.Options{Settings: []string{
+		"max_wal_size = '8GB'",
+		"checkpoint_timeout = '30min'",
+		"wal_sender_timeout = '60s'",
+		"shared_buffers = '256MB'",
+		"logical_decoding_work_mem = '64MB'",
+		"autovacuum = off",
+	}})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	e.cluster = c
+	e.dsn = c.DSN("postgres")
+	if e.conn, err = pgx.Connect(ctx, e.dsn); err != nil {
+		return nil, err
+	}
+	defer e.conn.Close(context.Background())
+	res.Machine = machine(ctx, e.conn)
+
+	if err := e.setup(ctx); err != nil {
+		return nil, err
+	}
+	// One fresh slot per path and run, all created before the workload.
+	slots := map[string][]string{}
+	for _, p := range cfg.Paths {
+		for i := range cfg.Runs {
+			name := fmt.Sprintf("b_%s_%d", strings.NewReplacer("-", "_", "pg_", "").Replace(p), i)
+			if err := e.createSlot(ctx, name); err != nil {
+				return nil, err
+			}
+			slots[p] = append(slots[p], name)
+		}
+	}
+	wl, err := e.workload(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res.Workload = wl
+
+	var base float64
+	for _, p := range cfg.Paths {
+		pr := PathResult{Name: p}
+		for i, slot := range slots[p] {
+			e.logf("%s run %d/%d", p, i+1, cfg.Runs)
+			r, err := e.drain(ctx, p, slot, i)
+			if err != nil {
+				return res, fmt.Errorf("%s run %d: %w", p, i+1, err)
+			}
+			e.logf("  %.0f changes/s in %.2fs, host %.0f MiB %.1fs CPU, plugin %.0f MiB %.1fs CPU",
+				r.ChangesPerSec, r.Seconds, r.HostRSSMiB, r.HostCPU, r.PluginRSSMiB, r.PluginCPU)
+			pr.Runs = append(pr.Runs, r)
+			if err := e.dropSlot(ctx, slot); err != nil {
+				return res, err
+			}
+		}
+		pr.Median = median(pr.Runs)
+		if p == PathRecvlogical {
+			base = pr.Median.ChangesPerSec
+		}
+		res.Paths = append(res.Paths, pr)
+	}
+	if base > 0 {
+		for i := range res.Paths {
+			res.Paths[i].Ratio = res.Paths[i].Median.ChangesPerSec / base
+		}
+	}
+	if cfg.LatencyDuration > 0 && cfg.LatencyRate > 0 {
+		e.logf("latency at %d changes/s for %s", cfg.LatencyRate, cfg.LatencyDuration)
+		if res.Latency, err = e.latency(ctx); err != nil {
+			return res, fmt.Errorf("latency: %w", err)
+		}
+	}
+	if cfg.BigTx > 0 {
+		e.logf("one transaction of %d rows", cfg.BigTx)
+		if res.BigTx, err = e.bigTx(ctx); err != nil {
+			return res, fmt.Errorf("big transaction: %w", err)
+		}
+	}
+	return res, nil
+}
+
+func (e *env) logf(format string, args ...any) {
+	fmt.Fprintf(e.log, time.Now().Format("15:04:05 ")+format+"\n", args...)
+}
+
+const publication = "bench_pub"
+
+func (e *env) setup(ctx context.Context) error {
+	_, err := e.conn.Exec(ctx, `
+CREATE TABLE bench (id bigint PRIMARY KEY, account int, name text, amount numeric(12,2), payload text, updated_at timestamptz);
+CREATE PUBLICATION `+publication+` FOR TABLE bench;`)
+	if err != nil {
+		return fmt.Errorf("create bench table: %w", err)
+	}
+	return nil
+}
+
+func (e *env) createSlot(ctx context.Context, name string) error {
+	if _, err := e.conn.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, name); err != nil {
+		return fmt.Errorf("create slot %s: %w", name, err)
+	}
+	return nil
+}
+
+func (e *env) dropSlot(ctx context.Context, name string) error {
+	// The walsender may take a moment to let go after its client exits.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := e.conn.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, name)
+		if err == nil || time.Now().After(deadline) {
+			if err != nil {
+				return fmt.Errorf("drop slot %s: %w", name, err)
+			}
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// insertSQL makes rows of about 120 bytes.
+const insertSQL = `INSERT INTO bench SELECT g, (g % 1000)::int, 'customer-' || g, (g % 100000) / 100.0,
+  md5(g::text) || md5((g + 1)::text), now() FROM generate_series($1::bigint, $2::bigint) g`
+
+func (e *env) workload(ctx context.Context) (Workload, error) {
+	cfg := e.cfg
+	wl := Workload{Inserts: cfg.Inserts, Updates: min(cfg.Updates, cfg.Inserts), Deletes: min(cfg.Deletes, cfg.Inserts), TxSize: cfg.TxSize}
+	var start uint64
+	if err := e.conn.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn`).Scan(&start); err != nil {
+		return wl, err
+	}
+	e.logf("workload: %d inserts, %d updates, %d deletes in %d-row transactions", wl.Inserts, wl.Updates, wl.Deletes, wl.TxSize)
+	t0 := time.Now()
+	steps := []struct {
+		sql string
+		n   int
+	}{
+		{insertSQL, wl.Inserts},
+		{`UPDATE bench SET amount = amount + 1, updated_at = now() WHERE id BETWEEN $1 AND $2`, wl.Updates},
+		{`DELETE FROM bench WHERE id BETWEEN $1 AND $2`, wl.Deletes},
+	}
+	for _, s := range steps {
+		for lo := 1; lo <= s.n; lo += cfg.TxSize {
+			hi := min(lo+cfg.TxSize-1, s.n)
+			if _, err := e.conn.Exec(ctx, s.sql, lo, hi); err != nil {
+				return wl, fmt.Errorf("workload: %w", err)
+			}
+		}
+	}
+	if err := e.conn.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn`).Scan(&e.endLSN); err != nil {
+		return wl, err
+	}
+	wl.GenerateSecs = time.Since(t0).Seconds()
+	wl.Changes = wl.Inserts + wl.Updates + wl.Deletes
+	wl.EndLSN = fmt.Sprintf("%X/%X", e.endLSN>>32, uint32(e.endLSN))
+	wl.WALBytes = int64(e.endLSN - start)
+	e.changes = wl.Changes
+	e.logf("workload: %d changes, %d MiB of WAL in %.1fs", wl.Changes, wl.WALBytes>>20, wl.GenerateSecs)
+	return wl, nil
+}
+
+// waitActive polls until a walsender is active on slot and returns when
+// it was first seen.
+func (e *env) waitActive(ctx context.Context, conn *pgx.Conn, slot string, exited <-chan struct{}) (time.Time, error) {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var active bool
+		if err := conn.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active); err != nil {
+			return time.Time{}, fmt.Errorf("poll slot %s: %w", slot, err)
+		}
+		if active {
+			return time.Now(), nil
+		}
+		select {
+		case <-exited:
+			return time.Time{}, errors.New("the process exited before streaming")
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		default:
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, errors.New("nothing streamed from the slot within 60s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// waitConfirmed polls until slot's confirmed_flush_lsn reaches lsn.
+func (e *env) waitConfirmed(ctx context.Context, conn *pgx.Conn, slot string, lsn uint64, exited <-chan struct{}, timeout time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		var confirmed uint64
+		if err := conn.QueryRow(ctx, `SELECT confirmed_flush_lsn - '0/0'::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&confirmed); err != nil {
+			return time.Time{}, fmt.Errorf("poll slot %s: %w", slot, err)
+		}
+		if confirmed >= lsn {
+			return time.Now(), nil
+		}
+		select {
+		case <-exited:
+			return time.Time{}, errors.New("the process exited before the slot was drained")
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		default:
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("slot %s not drained within %s (confirmed %X/%X, want %X/%X)", slot, timeout,
+				confirmed>>32, uint32(confirmed), lsn>>32, uint32(lsn))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func median(runs []Drain) Drain {
+	pick := func(f func(Drain) float64) float64 {
+		v := make([]float64, len(runs))
+		for i, r := range runs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		if len(v)%2 == 1 {
+			return v[len(v)/2]
+		}
+		return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	return Drain{
+		Seconds:       pick(func(r Drain) float64 { return r.Seconds }),
+		ChangesPerSec: pick(func(r Drain) float64 { return r.ChangesPerSec }),
+		HostRSSMiB:    pick(func(r Drain) float64 { return r.HostRSSMiB }),
+		PluginRSSMiB:  pick(func(r Drain) float64 { return r.PluginRSSMiB }),
+		HostCPU:       pick(func(r Drain) float64 { return r.HostCPU }),
+		PluginCPU:     pick(func(r Drain) float64 { return r.PluginCPU }),
+	}
+}
+
+func machine(ctx context.Context, conn *pgx.Conn) Machine {
+	m := Machine{Cores: runtime.NumCPU(), Go: runtime.Version()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "model name"); ok {
+				m.CPU = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kib int64
+		fmt.Sscanf(strings.SplitN(string(b), "\n", 2)[0], "MemTotal: %d kB", &kib)
+		m.MemoryMiB = kib >> 10
+	}
+	conn.QueryRow(ctx, `SHOW server_version`).Scan(&m.PostgreSQL)
+	return m
+}
+
+// WriteJSON writes r to path, creating its directory.
+func (r *Results) WriteJSON(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// WriteTable prints the figures as Markdown tables.
+func (r *Results) WriteTable(w io.Writer) {
+	fmt.Fprintf(w, "workload: %d changes (%d inserts, %d updates, %d deletes, %d-row transactions), %d MiB of WAL\n\n",
+		r.Workload.Changes, r.Workload.Inserts, r.Workload.Updates, r.Workload.Deletes, r.Workload.TxSize, r.Workload.WALBytes>>20)
+	fmt.Fprintln(w, "| path | changes/s | ratio | host RSS MiB | plugin RSS MiB | host CPU s | plugin CPU s |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
+	for _, p := range r.Paths {
+		m := p.Median
+		fmt.Fprintf(w, "| %s | %.0f | %.2f | %.0f | %s | %.1f | %s |\n", p.Name, m.ChangesPerSec, p.Ratio, m.HostRSSMiB,
+			dash(m.PluginRSSMiB, "%.0f"), m.HostCPU, dash(m.PluginCPU, "%.1f"))
+	}
+	if l := r.Latency; l != nil {
+		fmt.Fprintf(w, "\nlatency (commit → webhook receiver) at %d changes/s for %.0fs, %d events: p50 %.1f ms, p99 %.1f ms, max %.1f ms\n",
+			l.Rate, l.Seconds, l.Events, l.P50ms, l.P99ms, l.Maxms)
+	}
+	if b := r.BigTx; b != nil {
+		fmt.Fprintf(w, "\none %d-row transaction through the daemon (stdout sink): host peak RSS %.0f MiB, plugin %.0f MiB, %.0f changes/s\n",
+			b.Rows, b.HostRSSMiB, b.PluginRSSMiB, b.ChangesPerSec)
+	}
+}
+
+func dash(v float64, format string) string {
+	if v == 0 {
+		return "–"
+	}
+	return fmt.Sprintf(format, v)
+}

@@ -1,0 +1,126 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/pprof"
+	"syscall"
+	"time"
+
+	"github.com/walcast/walcast/host"
+	"github.com/walcast/walcast/host/config"
+	"github.com/walcast/walcast/host/daemon"
+)
+
+// Library is the library-mode consumer the harness runs as its own
+// process (walcast-bench library ...): it opens the slot with host.Open,
+// takes n events with Next, acks each one and does nothing else, then
+// prints a JSON report (libraryReport) on stdout.
+func Library(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("library", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dsn := fs.String("dsn", "", "source database")
+	slot := fs.String("slot", "", "replication slot")
+	pub := fs.String("publication", "", "publication")
+	table := fs.String("table", "public.bench", "captured table")
+	n := fs.Int64("n", 0, "events to take before stopping")
+	profile := fs.String("profile", "", "write <prefix>.cpu.pprof and <prefix>.allocs.pprof")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	stopProfile, err := startProfile(*profile)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	s, err := host.Open(ctx, host.StreamConfig{DSN: *dsn, Tables: []string{*table}, Slot: *slot, Publication: *pub})
+	if err != nil {
+		return err
+	}
+	var got int64
+	var last time.Time
+	for got < *n {
+		ev, err := s.Next(ctx)
+		if err != nil {
+			s.Close()
+			return fmt.Errorf("after %d events: %w", got, err)
+		}
+		if err := s.Ack(ev.ID); err != nil {
+			s.Close()
+			return err
+		}
+		got++
+	}
+	last = time.Now()
+	if err := s.Close(); err != nil {
+		return err
+	}
+	stopProfile()
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return json.NewEncoder(stdout).Encode(libraryReport{
+		Events: got, LastUnixN: last.UnixNano(), CPU: tv(ru.Utime) + tv(ru.Stime), MaxRSSKiB: ru.Maxrss,
+	})
+}
+
+// Daemon runs a pipeline in this process exactly as `walcast run` does,
+// with CPU and allocation profiles: walcast-bench daemon -profile PREFIX
+// -plugin-dir DIR pipeline.hcl. SIGTERM stops it.
+func Daemon(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("daemon", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	profile := fs.String("profile", "", "write <prefix>.cpu.pprof and <prefix>.allocs.pprof")
+	pluginDir := fs.String("plugin-dir", "", "directory holding walcast-sink-* plugins")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return errors.New("usage: walcast-bench daemon [-profile PREFIX] [-plugin-dir DIR] pipeline.hcl")
+	}
+	p, diags := config.Load(fs.Arg(0))
+	if diags.HasErrors() {
+		return errors.New(config.FormatDiagnostics(diags))
+	}
+	stopProfile, err := startProfile(*profile)
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	plugins := &daemon.PluginSet{Dirs: []string{*pluginDir}, Pipeline: p.Name, Logger: log, Stdout: stdout}
+	return daemon.Run(ctx, daemon.Options{Pipeline: p, Launch: plugins.Launch, Logger: log})
+}
+
+// startProfile starts a CPU profile at prefix.cpu.pprof; the returned
+// function stops it and writes prefix.allocs.pprof.
+func startProfile(prefix string) (func(), error) {
+	if prefix == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(prefix + ".cpu.pprof")
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+		runtime.GC()
+		if a, err := os.Create(prefix + ".allocs.pprof"); err == nil {
+			pprof.Lookup("allocs").WriteTo(a, 0)
+			a.Close()
+		}
+	}, nil
+}

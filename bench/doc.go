@@ -1,0 +1,26 @@
+// Package bench is walcast's throughput, latency and memory benchmark: what
+// `make bench` runs (through cmd/walcast-bench) and what TestSmoke runs
+// once at a tiny size so that it cannot rot.
+//
+// One run:
+//
+//  1. starts a private PostgreSQL cluster (host/pgtest), creates the bench
+//     table and its publication, and creates one fresh pgoutput slot per
+//     (path, repetition) — all before the workload, so that every slot has
+//     the whole workload waiting in it;
+//  2. generates the workload: inserts, then updates, then deletes, in
+//     transactions of TxSize rows;
+//  3. drains one slot per repetition with each path (pg_recvlogical, library
+//     mode, the walcast daemon with the stdout, webhook and kafka sinks),
+//     each as its own process, and measures changes/s, peak RSS (VmHWM) and
+//     CPU seconds (utime+stime) of the host and of the plugin;
+//  4. measures end-to-end latency at a steady rate through the webhook sink,
+//     and the host's peak RSS while one large transaction streams through.
+//
+// Time: t0 is when the path's walsender becomes active on its slot
+// (pg_replication_slots.active_pid, polled every 2ms), t1 is when the last
+// change is drained: pg_recvlogical exiting at --endpos, the library
+// consumer's last Ack, the webhook receiver counting the last event, or the
+// slot's confirmed_flush_lsn reaching the workload's end (stdout, kafka;
+// walcast confirms within ~100ms, which the figures include).
+package bench

@@ -1,0 +1,399 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+const drainTimeout = 30 * time.Minute
+
+// drain empties slot with path p and measures it.
+func (e *env) drain(ctx context.Context, p, slot string, run int) (Drain, error) {
+	poll, err := pgx.Connect(ctx, e.dsn)
+	if err != nil {
+		return Drain{}, err
+	}
+	defer poll.Close(context.Background())
+	switch p {
+	case PathRecvlogical:
+		return e.drainRecvlogical(ctx, poll, slot)
+	case PathLibrary:
+		return e.drainLibrary(ctx, poll, slot)
+	}
+	d := daemonRun{name: fmt.Sprintf("%s_%d", strings.ReplaceAll(p, "-", "_"), run), slot: slot}
+	switch p {
+	case PathStdout:
+		d.sink = `sink "stdout" "out" {
+  config {
+    path = "/dev/null"
+  }
+}`
+	case PathWebhook100, PathWebhook1000:
+		rcv, err := startReceiver(false)
+		if err != nil {
+			return Drain{}, err
+		}
+		defer rcv.close()
+		d.rcv = rcv
+		batch := 100
+		if p == PathWebhook1000 {
+			batch = 1000
+		}
+		d.sink = fmt.Sprintf(`sink "webhook" "hook" {
+  delivery {
+    batch_size = %d
+  }
+  config {
+    url = %q
+  }
+}`, batch, rcv.url)
+	case PathKafka:
+		addr, stop, err := e.startKfake(ctx)
+		if err != nil {
+			return Drain{}, err
+		}
+		defer stop()
+		d.sink = fmt.Sprintf(`sink "kafka" "kafka" {
+  config {
+    brokers          = [%q]
+    eos              = true
+    transactional_id = "bench-%s"
+  }
+}`, addr, d.name)
+	}
+	return e.runDaemon(ctx, poll, d)
+}
+
+func (e *env) drainRecvlogical(ctx context.Context, poll *pgx.Conn, slot string) (Drain, error) {
+	end := fmt.Sprintf("%X/%X", e.endLSN>>32, uint32(e.endLSN))
+	cmd := e.cluster.Command(ctx, "pg_recvlogical", "-d", e.dsn, "--slot", slot, "--start", "--no-loop",
+		"-o", "proto_version=1", "-o", "publication_names="+publication, "-f", "/dev/null", "-E", end)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		return Drain{}, err
+	}
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	t0, err := e.waitActive(ctx, poll, slot, exited)
+	if err != nil {
+		cmd.Process.Kill()
+		<-exited
+		return Drain{}, fmt.Errorf("pg_recvlogical: %w: %s", err, stderr.String())
+	}
+	select {
+	case <-exited:
+	case <-time.After(drainTimeout):
+		cmd.Process.Kill()
+		<-exited
+		return Drain{}, errors.New("pg_recvlogical did not reach the end position")
+	}
+	t1 := time.Now()
+	if waitErr != nil {
+		return Drain{}, fmt.Errorf("pg_recvlogical: %w: %s", waitErr, stderr.String())
+	}
+	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	r := Drain{
+		Seconds:    t1.Sub(t0).Seconds(),
+		HostRSSMiB: float64(ru.Maxrss) / 1024,
+		HostCPU:    tv(ru.Utime) + tv(ru.Stime),
+	}
+	r.ChangesPerSec = float64(e.changes) / r.Seconds
+	return r, nil
+}
+
+func tv(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+
+// libraryReport is what the library-mode consumer prints when done.
+type libraryReport struct {
+	Events    int64   `json:"events"`
+	LastUnixN int64   `json:"last_unix_nano"`
+	CPU       float64 `json:"cpu_seconds"`
+	MaxRSSKiB int64   `json:"max_rss_kib"`
+}
+
+func (e *env) drainLibrary(ctx context.Context, poll *pgx.Conn, slot string) (Drain, error) {
+	args := []string{"library", "-dsn", e.dsn, "-slot", slot, "-publication", publication, "-table", "public.bench",
+		"-n", fmt.Sprint(e.changes)}
+	if e.cfg.ProfileDir != "" {
+		args = append(args, "-profile", filepath.Join(e.cfg.ProfileDir, "library-"+slot))
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(e.cfg.BinDir, "walcast-bench"), args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		return Drain{}, err
+	}
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	t0, err := e.waitActive(ctx, poll, slot, exited)
+	if err != nil {
+		cmd.Process.Kill()
+		<-exited
+		return Drain{}, fmt.Errorf("library consumer: %w: %s", err, stderr.String())
+	}
+	select {
+	case <-exited:
+	case <-time.After(drainTimeout):
+		cmd.Process.Kill()
+		<-exited
+		return Drain{}, errors.New("library consumer did not finish")
+	}
+	if waitErr != nil {
+		return Drain{}, fmt.Errorf("library consumer: %w: %s", waitErr, stderr.String())
+	}
+	var rep libraryReport
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		return Drain{}, fmt.Errorf("library consumer report %q: %w", stdout.String(), err)
+	}
+	r := Drain{
+		Seconds:    time.Unix(0, rep.LastUnixN).Sub(t0).Seconds(),
+		HostRSSMiB: float64(rep.MaxRSSKiB) / 1024,
+		HostCPU:    rep.CPU,
+		Events:     rep.Events,
+	}
+	r.ChangesPerSec = float64(e.changes) / r.Seconds
+	return r, nil
+}
+
+// daemonRun is one walcast daemon drain.
+type daemonRun struct {
+	name string // pipeline name
+	slot string
+	sink string // the sink block
+	rcv  *receiver
+}
+
+// startDaemon writes the pipeline and starts the daemon.
+func (e *env) startDaemon(ctx context.Context, d daemonRun) (*exec.Cmd, <-chan struct{}, *error, error) {
+	pipeline := fmt.Sprintf(`pipeline = %q
+
+source "postgres" {
+  dsn         = %q
+  tables      = ["public.bench"]
+  slot        = %q
+  publication = %q
+}
+
+%s
+`, d.name, e.dsn, d.slot, publication, d.sink)
+	path := filepath.Join(e.work, d.name+".hcl")
+	if err := os.WriteFile(path, []byte(pipeline), 0o644); err != nil {
+		return nil, nil, nil, err
+	}
+	logf, err := os.Create(filepath.Join(e.work, d.name+".log"))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var cmd *exec.Cmd
+	if e.cfg.ProfileDir != "" {
+		cmd = exec.CommandContext(ctx, filepath.Join(e.cfg.BinDir, "walcast-bench"), "daemon",
+			"-profile", filepath.Join(e.cfg.ProfileDir, d.name), "-plugin-dir", e.cfg.BinDir, path)
+	} else {
+		cmd = exec.CommandContext(ctx, filepath.Join(e.cfg.BinDir, "walcast"), "run", "-log-level", "warn", path)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = time.Minute
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, nil, nil, err
+	}
+	exited := make(chan struct{})
+	waitErr := new(error)
+	go func() { *waitErr = cmd.Wait(); logf.Close(); close(exited) }()
+	return cmd, exited, waitErr, nil
+}
+
+func (e *env) stopDaemon(cmd *exec.Cmd, exited <-chan struct{}, waitErr *error, name string) error {
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(time.Minute):
+		cmd.Process.Kill()
+		<-exited
+		return errors.New("the daemon did not stop within a minute of SIGTERM")
+	}
+	if *waitErr != nil {
+		return fmt.Errorf("walcast run: %w\n%s", *waitErr, e.tailLog(name))
+	}
+	return nil
+}
+
+func (e *env) tailLog(name string) string {
+	b, _ := os.ReadFile(filepath.Join(e.work, name+".log"))
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.Join(lines[max(len(lines)-20, 0):], "\n")
+}
+
+func (e *env) runDaemon(ctx context.Context, poll *pgx.Conn, d daemonRun) (Drain, error) {
+	cmd, exited, waitErr, err := e.startDaemon(ctx, d)
+	if err != nil {
+		return Drain{}, err
+	}
+	defer func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			<-exited
+		}
+	}()
+	t0, err := e.waitActive(ctx, poll, d.slot, exited)
+	if err != nil {
+		return Drain{}, fmt.Errorf("walcast: %w\n%s", err, e.tailLog(d.name))
+	}
+	var t1 time.Time
+	if d.rcv != nil {
+		if t1, err = d.rcv.wait(int64(e.changes), exited, drainTimeout); err != nil {
+			return Drain{}, fmt.Errorf("walcast: %w\n%s", err, e.tailLog(d.name))
+		}
+	} else if t1, err = e.waitConfirmed(ctx, poll, d.slot, e.endLSN, exited, drainTimeout); err != nil {
+		return Drain{}, fmt.Errorf("walcast: %w\n%s", err, e.tailLog(d.name))
+	}
+	host, _ := readProc(cmd.Process.Pid)
+	plugin := childrenUsage(cmd.Process.Pid)
+	r := Drain{
+		Seconds:      t1.Sub(t0).Seconds(),
+		HostRSSMiB:   float64(host.HWMKiB) / 1024,
+		PluginRSSMiB: float64(plugin.HWMKiB) / 1024,
+		HostCPU:      host.CPU,
+		PluginCPU:    plugin.CPU,
+	}
+	if d.rcv != nil {
+		r.Events = d.rcv.events.Load()
+		// The daemon confirms what the receiver got within ~100ms; wait
+		// for it so that the slot is clean (and the run honest).
+		if _, err := e.waitConfirmed(ctx, poll, d.slot, e.endLSN, exited, time.Minute); err != nil {
+			return Drain{}, err
+		}
+	}
+	r.ChangesPerSec = float64(e.changes) / r.Seconds
+	return r, e.stopDaemon(cmd, exited, waitErr, d.name)
+}
+
+// startKfake runs walcast-kfake on a free port.
+func (e *env) startKfake(ctx context.Context) (string, func(), error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(e.cfg.BinDir, "walcast-kfake"), "-ports", "0", "-log-level", "warn")
+	cmd.Stderr = io.Discard
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	stop := func() { cmd.Process.Kill(); cmd.Wait() }
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if a, ok := strings.CutPrefix(sc.Text(), "listening on "); ok {
+				addr <- a
+			}
+		}
+		io.Copy(io.Discard, out)
+	}()
+	select {
+	case a := <-addr:
+		return a, stop, nil
+	case <-time.After(30 * time.Second):
+		stop()
+		return "", nil, errors.New("walcast-kfake did not report its address within 30s")
+	}
+}
+
+// receiver is a minimal webhook endpoint: it counts the events of each
+// POST, and with latency set records commit time → arrival per event.
+type receiver struct {
+	url    string
+	srv    *http.Server
+	events atomic.Int64
+	target atomic.Int64
+	done   chan time.Time
+
+	latency bool
+	mu      sync.Mutex
+	lat     []time.Duration
+}
+
+var eventMark = []byte(`{"id":"`)
+
+func startReceiver(latency bool) (*receiver, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	r := &receiver{url: "http://" + ln.Addr().String() + "/hook", done: make(chan time.Time, 1), latency: latency}
+	r.target.Store(-1)
+	buf := sync.Pool{New: func() any { return new(bytes.Buffer) }}
+	r.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		b := buf.Get().(*bytes.Buffer)
+		b.Reset()
+		defer buf.Put(b)
+		if _, err := b.ReadFrom(req.Body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		now := time.Now()
+		n := int64(bytes.Count(b.Bytes(), eventMark))
+		if r.latency {
+			var body struct {
+				Events []struct {
+					CommitTime time.Time `json:"commit_time"`
+				} `json:"events"`
+			}
+			if err := json.Unmarshal(b.Bytes(), &body); err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			r.mu.Lock()
+			for _, ev := range body.Events {
+				r.lat = append(r.lat, now.Sub(ev.CommitTime))
+			}
+			r.mu.Unlock()
+		}
+		total := r.events.Add(n)
+		if t := r.target.Load(); t >= 0 && total >= t && total-n < t {
+			r.done <- now
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})}
+	go r.srv.Serve(ln)
+	return r, nil
+}
+
+// wait returns when the receiver has counted n events.
+func (r *receiver) wait(n int64, exited <-chan struct{}, timeout time.Duration) (time.Time, error) {
+	r.target.Store(n)
+	if r.events.Load() >= n {
+		return time.Now(), nil
+	}
+	select {
+	case t := <-r.done:
+		return t, nil
+	case <-exited:
+		return time.Time{}, fmt.Errorf("the daemon exited after %d of %d events", r.events.Load(), n)
+	case <-time.After(timeout):
+		return time.Time{}, fmt.Errorf("%d of %d events arrived within %s", r.events.Load(), n, timeout)
+	}
+}
+
+func (r *receiver) close() { r.srv.Close() }

@@ -1,0 +1,98 @@
+// Command walcast-bench runs walcast's benchmark (what `make bench` runs):
+// a private PostgreSQL, the issue's workload waiting in fresh slots, then
+// each path drains one — pg_recvlogical, library mode, the daemon with the
+// stdout, webhook and kafka sinks — and the figures are printed and
+// written as JSON. See BENCHMARKS.md.
+//
+//	walcast-bench [-bin bin] [-scale 1] [-runs 3] [-paths a,b] [-out bench/out/results.json]
+//
+// The subcommands `library` and `daemon` are the processes the benchmark
+// runs itself (a library-mode consumer; a profiled in-process daemon).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/walcast/walcast/bench"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		var err error
+		switch args[0] {
+		case "library":
+			err = bench.Library(args[1:], stdout, stderr)
+		case "daemon":
+			err = bench.Daemon(args[1:], stdout, stderr)
+		default:
+			return runBench(args, stdout, stderr)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "walcast-bench %s: %v\n", args[0], err)
+			return 1
+		}
+		return 0
+	}
+	return runBench(args, stdout, stderr)
+}
+
+func runBench(args []string, stdout, stderr io.Writer) int {
+	def := bench.Default()
+	fs := flag.NewFlagSet("walcast-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	bin := fs.String("bin", "bin", "directory holding walcast, walcast-sink-*, walcast-kfake and walcast-bench")
+	scale := fs.Float64("scale", 1, "multiply the workload (1,000,000 inserts, 200,000 updates, 100,000 deletes) and the big transaction by this")
+	runs := fs.Int("runs", def.Runs, "drains per path; the median is reported")
+	paths := fs.String("paths", strings.Join(bench.AllPaths, ","), "comma-separated paths to run")
+	txSize := fs.Int("tx-size", def.TxSize, "rows per transaction of the workload")
+	latRate := fs.Int("latency-rate", def.LatencyRate, "changes/s for the latency measurement")
+	latDur := fs.Duration("latency-duration", def.LatencyDuration, "how long to measure latency (0 skips it)")
+	bigTx := fs.Int("big-tx", def.BigTx, "rows of the one-transaction memory test before -scale (0 skips it)")
+	out := fs.String("out", "bench/out/results.json", "where to write the results as JSON")
+	work := fs.String("work", "", "keep pipeline files and daemon logs in this directory")
+	profile := fs.String("profile", "", "write CPU and allocation profiles of the library consumer and of the daemon (run in-process) into this directory")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg := def
+	cfg.BigTx = *bigTx
+	cfg = cfg.Scale(*scale)
+	cfg.BinDir, cfg.Runs, cfg.TxSize = *bin, *runs, *txSize
+	cfg.LatencyRate, cfg.LatencyDuration = *latRate, *latDur
+	cfg.Paths = strings.Split(*paths, ",")
+	cfg.WorkDir, cfg.Log = *work, stderr
+	if *profile != "" {
+		if err := os.MkdirAll(*profile, 0o755); err != nil {
+			fmt.Fprintln(stderr, "walcast-bench:", err)
+			return 1
+		}
+		cfg.ProfileDir = *profile
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	start := time.Now()
+	res, err := bench.Run(ctx, cfg)
+	if res != nil {
+		res.WriteTable(stdout)
+		if werr := res.WriteJSON(*out); werr != nil {
+			fmt.Fprintln(stderr, "walcast-bench:", werr)
+		} else {
+			fmt.Fprintf(stdout, "\nwritten to %s (%s)\n", *out, time.Since(start).Round(time.Second))
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "walcast-bench:", err)
+		return 1
+	}
+	return 0
+}
