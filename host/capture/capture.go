@@ -68,6 +68,7 @@ type Capture struct {
 	consumer Consumer
 	log      *slog.Logger
 	dec      *decode.Decoder
+	parser   decode.Parser // reuses its row messages: one message at a time
 
 	conn     *pgconn.PgConn
 	sentAt   time.Time
@@ -266,7 +267,7 @@ func (c *Capture) handleCopyData(ctx context.Context, data []byte, idle func()) 
 			return fmt.Errorf("parse XLogData: %w", err)
 		}
 		c.noteReceived(uint64(xld.WALStart))
-		msg, err := decode.Parse(xld.WALData)
+		msg, err := c.parser.Parse(xld.WALData)
 		if err != nil {
 			return fmt.Errorf("parse pgoutput message at %s: %w", pluginkit.FormatLSN(uint64(xld.WALStart)), err)
 		}

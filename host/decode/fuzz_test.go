@@ -3,6 +3,7 @@ package decode
 import (
 	"encoding/binary"
 	"encoding/json"
+	"slices"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -98,13 +99,20 @@ func FuzzDecode(f *testing.F) {
 	))
 	f.Add(stream([]byte{}, []byte("B"), wireInsert(9, tup("1"))))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		d := New(Options{PrimaryKey: func(string, string) ([]string, error) { return []string{"id"}, nil }})
+		// The same stream through Parse and through a reusing Parser must
+		// decode to the same events.
+		opts := Options{PrimaryKey: func(string, string) ([]string, error) { return []string{"id"}, nil }}
+		d, d2 := New(opts), New(opts)
+		var p Parser
+		var got, got2 []string
 		emit := func(ev pluginkit.Event) error {
 			if !json.Valid(ev.Payload) || !json.Valid(ev.Key) {
 				t.Fatalf("invalid JSON event: key %s payload %s", ev.Key, ev.Payload)
 			}
+			got = append(got, string(ev.Payload))
 			return nil
 		}
+		emit2 := func(ev pluginkit.Event) error { got2 = append(got2, string(ev.Payload)); return nil }
 		for len(data) >= 2 {
 			n := int(binary.BigEndian.Uint16(data))
 			data = data[2:]
@@ -112,11 +120,19 @@ func FuzzDecode(f *testing.F) {
 				n = len(data)
 			}
 			msg, err := Parse(data[:n])
+			msg2, err2 := p.Parse(data[:n])
 			data = data[n:]
+			if (err == nil) != (err2 == nil) {
+				t.Fatalf("Parse: %v, Parser.Parse: %v", err, err2)
+			}
 			if err != nil {
 				continue
 			}
 			_ = d.Decode(msg, emit)
+			_ = d2.Decode(msg2, emit2)
+		}
+		if !slices.Equal(got, got2) {
+			t.Fatalf("Parse gave\n%q\nParser.Parse gave\n%q", got, got2)
 		}
 	})
 }

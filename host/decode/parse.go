@@ -190,3 +190,120 @@ func checkFraming(data []byte) error {
 	}
 	return nil
 }
+
+// Parser parses pgoutput messages like Parse, but decodes the messages
+// that carry rows (Insert, Update, Delete) without allocating: it reuses
+// its own message structs and the column values alias data. Such a message
+// is valid until the next call to Parse and only while data is unchanged —
+// which is how the capture loop uses it: decode, encode the envelope (a
+// copy), then read the next message. Other messages are parsed by
+// pglogrepl.Parse and are not reused. A Parser is not safe for concurrent
+// use.
+type Parser struct {
+	ins      pglogrepl.InsertMessage
+	upd      pglogrepl.UpdateMessage
+	del      pglogrepl.DeleteMessage
+	tuples   [2]pglogrepl.TupleData
+	cols     [2][]pglogrepl.TupleDataColumn
+	colPtrs  [2][]*pglogrepl.TupleDataColumn
+	fallback bool // tests: always use pglogrepl.Parse
+}
+
+// Parse parses one pgoutput protocol version 1 message, checking its
+// framing first as the package-level Parse does.
+func (p *Parser) Parse(data []byte) (pglogrepl.Message, error) {
+	if err := checkFraming(data); err != nil {
+		return nil, fmt.Errorf("parse pgoutput message: %w", err)
+	}
+	if !p.fallback {
+		switch pglogrepl.MessageType(data[0]) {
+		// pglogrepl.Parse refuses an insert shorter than 8 bytes and an
+		// update shorter than 6 after the type (tuples without columns);
+		// those go to it so that both answer the same.
+		case pglogrepl.MessageTypeInsert:
+			if len(data) < 9 {
+				break
+			}
+			// 'I', relation id, 'N', tuple.
+			p.ins.RelationID = binary.BigEndian.Uint32(data[1:])
+			p.ins.Tuple = p.tuple(0, data[6:])
+			return &p.ins, nil
+		case pglogrepl.MessageTypeUpdate:
+			if len(data) < 7 {
+				break
+			}
+			// 'U', relation id, ['K' | 'O', tuple], 'N', tuple.
+			m := &p.upd
+			m.RelationID = binary.BigEndian.Uint32(data[1:])
+			m.OldTupleType, m.OldTuple = pglogrepl.UpdateMessageTupleTypeNone, nil
+			rest := data[5:]
+			if c := rest[0]; c == 'K' || c == 'O' {
+				m.OldTupleType = c
+				m.OldTuple = p.tuple(1, rest[1:])
+				rest = rest[1+tupleLen(rest[1:]):]
+			}
+			m.NewTuple = p.tuple(0, rest[1:])
+			return m, nil
+		case pglogrepl.MessageTypeDelete:
+			// 'D', relation id, 'K' | 'O', tuple.
+			m := &p.del
+			m.RelationID = binary.BigEndian.Uint32(data[1:])
+			m.OldTupleType = data[5]
+			m.OldTuple = p.tuple(1, data[6:])
+			return m, nil
+		}
+	}
+	msg, err := pglogrepl.Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("parse pgoutput %s message: %w", pglogrepl.MessageType(data[0]), err)
+	}
+	return msg, nil
+}
+
+// tuple decodes the TupleData at the start of b (framing already checked)
+// into slot i of the parser's storage.
+func (p *Parser) tuple(i int, b []byte) *pglogrepl.TupleData {
+	n := int(binary.BigEndian.Uint16(b))
+	b = b[2:]
+	if cap(p.cols[i]) < n {
+		p.cols[i] = make([]pglogrepl.TupleDataColumn, n)
+		p.colPtrs[i] = make([]*pglogrepl.TupleDataColumn, n)
+		for j := range p.colPtrs[i] {
+			p.colPtrs[i][j] = &p.cols[i][j]
+		}
+	}
+	cols := p.cols[i][:n]
+	for j := range cols {
+		c := &cols[j]
+		c.DataType = b[0]
+		b = b[1:]
+		switch c.DataType {
+		case pglogrepl.TupleDataTypeText, pglogrepl.TupleDataTypeBinary:
+			l := binary.BigEndian.Uint32(b)
+			c.Length = l
+			c.Data = b[4 : 4+l : 4+l]
+			b = b[4+l:]
+		default:
+			c.Length, c.Data = 0, nil
+		}
+	}
+	t := &p.tuples[i]
+	t.ColumnNum = uint16(n)
+	t.Columns = p.colPtrs[i][:n]
+	return t
+}
+
+// tupleLen is the length in bytes of the TupleData at the start of b
+// (framing already checked).
+func tupleLen(b []byte) int {
+	n := int(binary.BigEndian.Uint16(b))
+	off := 2
+	for range n {
+		k := b[off]
+		off++
+		if k == pglogrepl.TupleDataTypeText || k == pglogrepl.TupleDataTypeBinary {
+			off += 4 + int(binary.BigEndian.Uint32(b[off:]))
+		}
+	}
+	return off
+}
