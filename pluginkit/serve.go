@@ -86,10 +86,7 @@ func Serve(s Sink) {
 		HandshakeConfig: Handshake,
 		Plugins:         plugin.PluginSet{PluginName: &grpcPlugin{srv: srv}},
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
-			opts = append(opts,
-				grpc.MaxRecvMsgSize(MaxMessageSize),
-				grpc.MaxSendMsgSize(MaxMessageSize),
-			)
+			opts = append(opts, grpcServerOptions()...)
 			g := grpc.NewServer(opts...)
 			mu.Lock()
 			stopFn = g.Stop

@@ -110,13 +110,10 @@ func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         true,
 		StartTimeout:     startTimeout,
-		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
-			grpc.MaxCallRecvMsgSize(pluginkit.MaxMessageSize),
-			grpc.MaxCallSendMsgSize(pluginkit.MaxMessageSize),
-		)},
-		Logger:     hlog,
-		SyncStdout: stdout,
-		SyncStderr: newLineLogger(hlog),
+		GRPCDialOptions:  pluginkit.GRPCDialOptions(),
+		Logger:           hlog,
+		SyncStdout:       stdout,
+		SyncStderr:       newLineLogger(hlog),
 	})
 	rpc, err := client.Client()
 	if err != nil {
