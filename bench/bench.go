@@ -241,10 +241,12 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	}
 	res.Workload = wl
 
-	var base float64
-	for _, p := range cfg.Paths {
-		pr := PathResult{Name: p}
-		for i, slot := range slots[p] {
+	// Runs interleave (every path once, then again) so that whatever
+	// drifts during a run — page cache, WAL recycling — is shared fairly.
+	runs := make(map[string][]Drain)
+	for i := range cfg.Runs {
+		for _, p := range cfg.Paths {
+			slot := slots[p][i]
 			e.logf("%s run %d/%d", p, i+1, cfg.Runs)
 			r, err := e.drain(ctx, p, slot, i)
 			if err != nil {
@@ -252,12 +254,15 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			}
 			e.logf("  %.0f changes/s in %.2fs, host %.0f MiB %.1fs CPU, plugin %.0f MiB %.1fs CPU",
 				r.ChangesPerSec, r.Seconds, r.HostRSSMiB, r.HostCPU, r.PluginRSSMiB, r.PluginCPU)
-			pr.Runs = append(pr.Runs, r)
+			runs[p] = append(runs[p], r)
 			if err := e.dropSlot(ctx, slot); err != nil {
 				return res, err
 			}
 		}
-		pr.Median = median(pr.Runs)
+	}
+	var base float64
+	for _, p := range cfg.Paths {
+		pr := PathResult{Name: p, Runs: runs[p], Median: median(runs[p])}
 		if p == PathRecvlogical {
 			base = pr.Median.ChangesPerSec
 		}
