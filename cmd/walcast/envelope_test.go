@@ -136,12 +136,16 @@ func TestPostgresRestart(t *testing.T) {
 	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	truthSlot(t, db, "truth_restart")
 	rcv := newReceiver(t)
+	rcv.delay = 20 * time.Millisecond
 	pipeline := writePipeline(t, "restart", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 50})
 	proc := startWalcast(t, pipeline)
 	waitSlot(t, db, "walcast_restart")
 	for i := 0; i < 2000; i += 100 {
 		exec1(t, db, `INSERT INTO items SELECT g, 0, 'x' FROM generate_series($1::int, $2::int) g`, i, i+99)
 	}
+	// Restart while walcast streams: it has delivered something, and the
+	// slow receiver keeps the rest in flight.
+	waitFor(t, "streaming to start", time.Minute, func() bool { return rcv.count() > 0 })
 	db.Close(ctx)
 	if err := own.Restart(ctx, "immediate"); err != nil {
 		t.Fatal(err)
