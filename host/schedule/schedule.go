@@ -160,7 +160,7 @@ func New(cfg Config, queue *fanout.Queue, tracker *ack.Tracker, sink Deliverer) 
 		parkedRows: map[string]bool{},
 		replaying:  map[string]bool{},
 		// Enough look-ahead to keep every lane busy while some rows wait.
-		window:  max(2*cfg.MaxInFlight*cfg.BatchSize, 1024),
+		window:  max((cfg.MaxInFlight+1)*cfg.BatchSize, 1024),
 		results: make(chan result, cfg.MaxInFlight),
 	}
 	if cfg.RateLimit > 0 {
