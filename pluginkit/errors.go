@@ -17,8 +17,15 @@ const (
 	// KindThrottled means the destination asked us to slow down: the host
 	// pauses the sink until RetryAfter and does not count the attempt.
 	KindThrottled
-	// KindPermanent means retrying the same batch cannot succeed.
+	// KindPermanent means retrying the same batch cannot succeed: the host
+	// isolates the event that fails and parks it.
 	KindPermanent
+	// KindFatal means the sink cannot deliver anything any more, whatever
+	// the batch (a Kafka producer fenced by another one with its
+	// transactional id). Parking would park the whole stream, so the host
+	// stops the pipeline instead; the batch stays unacknowledged and is
+	// delivered again after a restart, by a fresh plugin process.
+	KindFatal
 )
 
 func (k Kind) String() string {
@@ -27,6 +34,8 @@ func (k Kind) String() string {
 		return "throttled"
 	case KindPermanent:
 		return "permanent"
+	case KindFatal:
+		return "fatal"
 	default:
 		return "retryable"
 	}
@@ -54,6 +63,9 @@ func Retryable(err error) error { return wrapKind(KindRetryable, 0, err) }
 
 // Permanent marks err as one that retrying cannot fix.
 func Permanent(err error) error { return wrapKind(KindPermanent, 0, err) }
+
+// Fatal marks err as the end of this sink instance: see KindFatal.
+func Fatal(err error) error { return wrapKind(KindFatal, 0, err) }
 
 // Throttled reports that the destination asked to be left alone for d.
 func Throttled(d time.Duration, err error) error {

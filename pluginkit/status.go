@@ -54,6 +54,8 @@ func StatusFromError(err error) error {
 		return withDetails(st, &errdetails.RetryInfo{RetryDelay: durationpb.New(after)})
 	case KindPermanent:
 		return status.Error(codes.FailedPrecondition, msg)
+	case KindFatal:
+		return status.Error(codes.Aborted, msg)
 	default:
 		return status.Error(codes.Unavailable, msg)
 	}
@@ -106,6 +108,8 @@ func ErrorFromStatus(err error) error {
 		}
 	case codes.FailedPrecondition:
 		return &remoteError{msg: msg, err: Permanent(errors.New(msg))}
+	case codes.Aborted:
+		return &remoteError{msg: msg, err: Fatal(errors.New(msg))}
 	case codes.DeadlineExceeded:
 		return Retryable(fmt.Errorf("%s: %w", msg, context.DeadlineExceeded))
 	case codes.Canceled:

@@ -23,6 +23,7 @@ func TestStatusRoundTrip(t *testing.T) {
 		{name: "plain error is retryable", err: errors.New("connection reset"), code: codes.Unavailable, kind: KindRetryable},
 		{name: "retryable", err: Retryable(errors.New("503 from receiver")), code: codes.Unavailable, kind: KindRetryable},
 		{name: "permanent", err: Permanent(errors.New("413 payload too large")), code: codes.FailedPrecondition, kind: KindPermanent},
+		{name: "fatal", err: Fatal(errors.New("fenced")), code: codes.Aborted, kind: KindFatal},
 		{name: "throttled", err: Throttled(7*time.Second, errors.New("429")), code: codes.ResourceExhausted, kind: KindThrottled, after: 7 * time.Second},
 		{name: "wrapped throttled", err: fmt.Errorf("post batch: %w", Throttled(1500*time.Millisecond, nil)), code: codes.ResourceExhausted, kind: KindThrottled, after: 1500 * time.Millisecond},
 		{name: "wrapped permanent", err: fmt.Errorf("post batch: %w", Permanent(errors.New("bad"))), code: codes.FailedPrecondition, kind: KindPermanent},

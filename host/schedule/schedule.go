@@ -398,6 +398,14 @@ func (s *Scheduler) land(ctx context.Context, r result) error {
 		return nil // shutting down: the events stay unresolved
 	}
 	kind, pause := pluginkit.KindOf(r.err)
+	if kind == pluginkit.KindFatal {
+		// The sink cannot deliver anything any more: parking would park
+		// the whole stream. Stop; the batch stays unresolved and comes
+		// again after a restart, to a fresh plugin process.
+		s.Stats.Failures.Add(1)
+		s.cfg.Meter.attempt(len(r.batch), bytes, false)
+		return fmt.Errorf("sink cannot go on (%s); stopping so that a restart starts it afresh: %w", r.batch[0].ev.ID, r.err)
+	}
 	if kind == pluginkit.KindThrottled {
 		// Not an attempt: not counted, not metered.
 		s.Stats.Attempts.Add(-1)

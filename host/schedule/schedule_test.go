@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -360,5 +361,30 @@ func TestPermanentErrorParksAtOnceWhenAlone(t *testing.T) {
 	h.waitResolved(10 * time.Second)
 	if store.len() != 1 || len(sink.delivered()) != 2 {
 		t.Fatalf("parked %d, delivered %d", store.len(), len(sink.delivered()))
+	}
+}
+
+func TestFatalStopsInsteadOfParking(t *testing.T) {
+	sink := &fakeSink{t: t, inFlight: map[string]bool{}, behave: func(context.Context, int, []pluginkit.Event) error {
+		return pluginkit.Fatal(errors.New("fenced"))
+	}}
+	store := &memParked{}
+	tracker := ack.New([]ack.SinkSpec{{ID: "s", Durable: true}}, 0)
+	queue := fanout.NewQueue(10, true)
+	s := New(Config{SinkID: "s", MaxAttempts: 1, Parked: store}, queue, tracker, sink)
+	seq, _ := tracker.Add(pluginkit.EventID{CommitLSN: 1, Index: 0})
+	queue.C <- fanout.Item{Seq: seq, Event: pluginkit.Event{ID: pluginkit.EventID{CommitLSN: 1}, Schema: "public", Table: "t", Key: []byte("1")}}
+	done := make(chan error, 1)
+	go func() { done <- s.Run(context.Background(), make(chan struct{})) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "fenced") {
+			t.Fatalf("Run returned %v, want the fatal error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a fatal sink error did not stop the scheduler")
+	}
+	if store.len() != 0 || tracker.Pending(0) != 1 {
+		t.Fatalf("parked %d, pending %d: a fatal error must leave the event unresolved, not parked", store.len(), tracker.Pending(0))
 	}
 }

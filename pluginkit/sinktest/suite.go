@@ -419,7 +419,7 @@ func (h *harness) checkDeliverError(t *testing.T, err error, what string) (plugi
 	}
 	kind, after := pluginkit.KindOf(err)
 	switch kind {
-	case pluginkit.KindRetryable, pluginkit.KindPermanent:
+	case pluginkit.KindRetryable, pluginkit.KindPermanent, pluginkit.KindFatal:
 	case pluginkit.KindThrottled:
 		if after < 0 {
 			t.Errorf("%s returned a throttle with a negative pause %s", what, after)

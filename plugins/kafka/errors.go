@@ -54,7 +54,7 @@ func (s *Sink) classify(what string, err error) error {
 	st := s.cfg
 	switch {
 	case isFenced(err):
-		return pluginkit.Permanent(fmt.Errorf("%s: %w", what, err))
+		return pluginkit.Fatal(fmt.Errorf("%s: %w", what, err))
 	case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):
 		return pluginkit.Permanent(fmt.Errorf("%s: record too large for max_message_bytes (%d) or the topic's max.message.bytes; raise both to deliver it: %w",
 			what, st.maxMessageBytes, err))

@@ -196,7 +196,7 @@ func (s *Sink) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit
 		return pluginkit.DeliverResult{}, pluginkit.Permanent(errors.New("deliver before open"))
 	}
 	if s.fenced != nil {
-		return pluginkit.DeliverResult{}, pluginkit.Permanent(s.fenced)
+		return pluginkit.DeliverResult{}, pluginkit.Fatal(s.fenced)
 	}
 	if s.conn == nil {
 		if err := s.connect(ctx); err != nil {
@@ -316,7 +316,7 @@ func (s *Sink) fence(what string, err error) error {
 		s.cfg.txnID, err)
 	s.log.Error("producer fenced", "transactional_id", s.cfg.txnID, "err", err)
 	s.dropConn()
-	return pluginkit.Permanent(s.fenced)
+	return pluginkit.Fatal(s.fenced)
 }
 
 // records builds the Kafka records of a batch, creating missing topics.

@@ -288,13 +288,13 @@ func TestZombieIsFenced(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	_, err := zombie.Deliver(ctx, events(0x200, 5))
-	if kind, _ := pluginkit.KindOf(err); kind != pluginkit.KindPermanent || !strings.Contains(err.Error(), "fenced") {
-		t.Fatalf("zombie commit: %v (kind %v), want a permanent fenced error", err, kind)
+	if kind, _ := pluginkit.KindOf(err); kind != pluginkit.KindFatal || !strings.Contains(err.Error(), "fenced") {
+		t.Fatalf("zombie commit: %v (kind %v), want a fatal fenced error", err, kind)
 	}
 	zombie.beforeCommit = nil
 	_, err = zombie.Deliver(ctx, events(0x300, 5))
-	if kind, _ := pluginkit.KindOf(err); kind != pluginkit.KindPermanent {
-		t.Fatalf("zombie after fencing: %v, want a permanent error", err)
+	if kind, _ := pluginkit.KindOf(err); kind != pluginkit.KindFatal {
+		t.Fatalf("zombie after fencing: %v, want a fatal error", err)
 	}
 
 	// The successor took over at the zombie's last commit and goes on.
