@@ -21,6 +21,11 @@ Usage:
   walcast replay PIPELINE.hcl --sink ID --all|--id EVENT_ID
                                                     deliver parked events again, in order per row
   walcast teardown PIPELINE.hcl --yes [--force]     drop the slot, publication and checkpoints
+  walcast plugin install SOURCE [--plugin-dir DIR] [--name TYPE]
+                                                    install a sink plugin (binary, Go package
+                                                    directory or module@version) and lock its SHA-256
+  walcast plugin list [--plugin-dir DIR]            installed plugins, versions and checksum status
+  walcast plugin remove TYPE [--plugin-dir DIR]     delete an installed plugin and its lock entry
   walcast version                                   print the version
 
 Plugins are looked up in --plugin-dir, then $WALCAST_PLUGIN_DIR, then the
@@ -47,6 +52,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdReplay(rest, stdout, stderr)
 	case "teardown":
 		return cmdTeardown(rest, stdout, stderr)
+	case "plugin":
+		return cmdPlugin(rest, stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "walcast", version())
 		return 0
