@@ -393,7 +393,31 @@ func writePipeline(t testing.TB, name, dsn string, tables []string, sinks ...sin
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Slots are cluster-wide: drop this pipeline's slot when the test ends
+	// (after walcast is stopped; cleanups run in reverse), so that the same
+	// test can run again (-count) against the shared cluster.
+	t.Cleanup(func() { dropSlot(dsn, "walcast_"+name) })
 	return path
+}
+
+// dropSlot drops a replication slot, waiting a little for its walsender to
+// notice that walcast is gone. Errors are ignored: the slot may never have
+// been created, or its cluster may be gone.
+func dropSlot(dsn, slot string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return
+	}
+	defer conn.Close(context.Background())
+	for ctx.Err() == nil {
+		_, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+		if err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 func connect(t testing.TB, dsn string) *pgx.Conn {
