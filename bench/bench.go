@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walcast/walcast/host/pgtest"
+	"github.com/walcast/walcast/pluginkit"
 )
 
 // Path names, in the order they run and are reported.
@@ -360,7 +361,7 @@ func (e *env) workload(ctx context.Context) (Workload, error) {
 	}
 	wl.GenerateSecs = time.Since(t0).Seconds()
 	wl.Changes = wl.Inserts + wl.Updates + wl.Deletes
-	wl.EndLSN = fmt.Sprintf("%X/%X", e.endLSN>>32, uint32(e.endLSN))
+	wl.EndLSN = pluginkit.FormatLSN(e.endLSN)
 	wl.WALBytes = int64(e.endLSN - start)
 	e.changes = wl.Changes
 	e.logf("workload: %d changes, %d MiB of WAL in %.1fs", wl.Changes, wl.WALBytes>>20, wl.GenerateSecs)

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/walcast/walcast/pluginkit"
 )
 
 const drainTimeout = 30 * time.Minute
@@ -82,33 +84,14 @@ func (e *env) drain(ctx context.Context, p, slot string, run int) (Drain, error)
 }
 
 func (e *env) drainRecvlogical(ctx context.Context, poll *pgx.Conn, slot string) (Drain, error) {
-	end := fmt.Sprintf("%X/%X", e.endLSN>>32, uint32(e.endLSN))
+	end := pluginkit.FormatLSN(e.endLSN)
 	cmd := e.cluster.Command(ctx, "pg_recvlogical", "-d", e.dsn, "--slot", slot, "--start", "--no-loop",
 		"-o", "proto_version=1", "-o", "publication_names="+publication, "-f", "/dev/null", "-E", end)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		return Drain{}, err
-	}
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(exited) }()
-	t0, err := e.waitActive(ctx, poll, slot, exited)
+	t0, t1, err := e.runDrain(ctx, cmd, poll, slot, "pg_recvlogical", &stderr)
 	if err != nil {
-		cmd.Process.Kill()
-		<-exited
-		return Drain{}, fmt.Errorf("pg_recvlogical: %w: %s", err, stderr.String())
-	}
-	select {
-	case <-exited:
-	case <-time.After(drainTimeout):
-		cmd.Process.Kill()
-		<-exited
-		return Drain{}, errors.New("pg_recvlogical did not reach the end position")
-	}
-	t1 := time.Now()
-	if waitErr != nil {
-		return Drain{}, fmt.Errorf("pg_recvlogical: %w: %s", waitErr, stderr.String())
+		return Drain{}, err
 	}
 	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	r := Drain{
@@ -118,6 +101,37 @@ func (e *env) drainRecvlogical(ctx context.Context, poll *pgx.Conn, slot string)
 	}
 	r.ChangesPerSec = float64(e.changes) / r.Seconds
 	return r, nil
+}
+
+// runDrain starts a child that drains slot and exits at the end of the
+// workload, and returns when its walsender became active and when it
+// exited. A child that fails, or does not finish within drainTimeout, is
+// an error carrying its stderr.
+func (e *env) runDrain(ctx context.Context, cmd *exec.Cmd, poll *pgx.Conn, slot, what string, stderr *bytes.Buffer) (t0, t1 time.Time, err error) {
+	if err := cmd.Start(); err != nil {
+		return t0, t1, fmt.Errorf("start %s: %w", what, err)
+	}
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	t0, err = e.waitActive(ctx, poll, slot, exited)
+	if err != nil {
+		cmd.Process.Kill()
+		<-exited
+		return t0, t1, fmt.Errorf("%s: %w: %s", what, err, stderr.String())
+	}
+	select {
+	case <-exited:
+	case <-time.After(drainTimeout):
+		cmd.Process.Kill()
+		<-exited
+		return t0, t1, fmt.Errorf("%s did not finish draining within %s", what, drainTimeout)
+	}
+	t1 = time.Now()
+	if waitErr != nil {
+		return t0, t1, fmt.Errorf("%s: %w: %s", what, waitErr, stderr.String())
+	}
+	return t0, t1, nil
 }
 
 func tv(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
@@ -139,27 +153,9 @@ func (e *env) drainLibrary(ctx context.Context, poll *pgx.Conn, slot string) (Dr
 	cmd := exec.CommandContext(ctx, filepath.Join(e.cfg.BinDir, "walcast-bench"), args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
-		return Drain{}, err
-	}
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(exited) }()
-	t0, err := e.waitActive(ctx, poll, slot, exited)
+	t0, _, err := e.runDrain(ctx, cmd, poll, slot, "library consumer", &stderr)
 	if err != nil {
-		cmd.Process.Kill()
-		<-exited
-		return Drain{}, fmt.Errorf("library consumer: %w: %s", err, stderr.String())
-	}
-	select {
-	case <-exited:
-	case <-time.After(drainTimeout):
-		cmd.Process.Kill()
-		<-exited
-		return Drain{}, errors.New("library consumer did not finish")
-	}
-	if waitErr != nil {
-		return Drain{}, fmt.Errorf("library consumer: %w: %s", waitErr, stderr.String())
+		return Drain{}, err
 	}
 	var rep libraryReport
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
