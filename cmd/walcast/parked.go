@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/walcast/walcast/host/checkpoint"
 	"github.com/walcast/walcast/host/config"
@@ -19,8 +20,9 @@ import (
 	"github.com/walcast/walcast/pluginkit"
 )
 
-// openStore loads a pipeline and connects to its control plane.
-func openStore(ctx context.Context, path string, stderr io.Writer) (*config.Pipeline, *checkpoint.Store, func(), bool) {
+// openStore loads a pipeline and connects to its control plane. The pool
+// also serves the command's other queries; the caller closes it.
+func openStore(ctx context.Context, path string, stderr io.Writer) (*config.Pipeline, *checkpoint.Store, *pgxpool.Pool, bool) {
 	p, diags := config.Load(path)
 	if diags.HasErrors() {
 		fmt.Fprint(stderr, config.FormatDiagnostics(diags))
@@ -37,7 +39,7 @@ func openStore(ctx context.Context, path string, stderr io.Writer) (*config.Pipe
 		fmt.Fprintln(stderr, "walcast:", err)
 		return nil, nil, nil, false
 	}
-	return p, store, pool.Close, true
+	return p, store, pool, true
 }
 
 func cmdParked(args []string, stdout, stderr io.Writer) int {
@@ -50,11 +52,11 @@ func cmdParked(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, store, done, ok := openStore(ctx, path, stderr)
+	_, store, pool, ok := openStore(ctx, path, stderr)
 	if !ok {
 		return 1
 	}
-	defer done()
+	defer pool.Close()
 	ps, err := store.ListParked(ctx, *sink, "")
 	if err != nil {
 		fmt.Fprintln(stderr, "walcast parked:", err)
@@ -107,11 +109,11 @@ func cmdReplay(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	p, store, done, ok := openStore(ctx, path, stderr)
+	p, store, pool, ok := openStore(ctx, path, stderr)
 	if !ok {
 		return 1
 	}
-	defer done()
+	defer pool.Close()
 	var sink *config.Sink
 	for i := range p.Sinks {
 		if p.Sinks[i].ID == *sinkID {
@@ -144,7 +146,7 @@ func cmdReplay(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "nothing parked to replay")
 		return 0
 	}
-	running, err := slotActive(ctx, p.Source.DSN, p.Source.Slot)
+	running, err := slotActive(ctx, pool, p.Source.Slot)
 	if err != nil {
 		fmt.Fprintln(stderr, "walcast replay:", err)
 		return 1
@@ -246,14 +248,9 @@ func replayDirect(ctx context.Context, p *config.Pipeline, sink *config.Sink, st
 
 // slotActive reports whether a walsender streams from the slot, i.e.
 // whether a daemon runs the pipeline.
-func slotActive(ctx context.Context, dsn, slot string) (bool, error) {
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		return false, fmt.Errorf("connect: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
+func slotActive(ctx context.Context, db checkpoint.Querier, slot string) (bool, error) {
 	var active bool
-	err = conn.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active)
+	err := db.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}

@@ -26,23 +26,17 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	p, store, done, ok := openStore(ctx, path, stderr)
+	p, store, pool, ok := openStore(ctx, path, stderr)
 	if !ok {
 		return 1
 	}
-	defer done()
-	conn, err := pgx.Connect(ctx, p.Source.DSN)
-	if err != nil {
-		fmt.Fprintln(stderr, "walcast status:", err)
-		return 1
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer pool.Close()
 
 	fmt.Fprintf(stdout, "pipeline %s\n", p.Name)
 	var active bool
 	var confirmed string
 	var retained int64
-	err = conn.QueryRow(ctx, `
+	err := pool.QueryRow(ctx, `
 SELECT active, coalesce(confirmed_flush_lsn::text, ''), coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint
 FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &confirmed, &retained)
 	switch {
