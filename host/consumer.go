@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"time"
 
 	"github.com/walcast/walcast/host/capture"
 	"github.com/walcast/walcast/pluginkit"
@@ -19,9 +18,6 @@ type consumer struct {
 	// everything up to them is skipped.
 	last    pluginkit.EventID
 	lastEnd uint64
-	// idleEvery is how often a blocked Event lets capture answer the
-	// server: well within any sane wal_sender_timeout.
-	idleEvery time.Duration
 }
 
 var _ capture.Consumer = (*consumer)(nil)
@@ -32,30 +28,11 @@ func (c *consumer) Event(ctx context.Context, ev pluginkit.Event, idle func()) e
 	if !c.last.IsZero() && ev.ID.Compare(c.last) <= 0 {
 		return nil
 	}
-	select {
-	case c.events <- ev:
-	default:
-		if err := c.wait(ctx, ev, idle); err != nil {
-			return err
-		}
+	if err := capture.Send(ctx, c.events, ev, idle); err != nil {
+		return err
 	}
 	c.last = ev.ID
 	return nil
-}
-
-func (c *consumer) wait(ctx context.Context, ev pluginkit.Event, idle func()) error {
-	t := time.NewTicker(c.idleEvery)
-	defer t.Stop()
-	for {
-		select {
-		case c.events <- ev:
-			return nil
-		case <-t.C:
-			idle()
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
 }
 
 // Commit implements capture.Consumer.

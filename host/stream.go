@@ -117,7 +117,7 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 
 	events := make(chan pluginkit.Event, cfg.Buffer)
 	a := newAcks(prep.ConfirmedFlush)
-	capt := capture.New(ccfg, &consumer{events: events, acks: a, idleEvery: 200 * time.Millisecond})
+	capt := capture.New(ccfg, &consumer{events: events, acks: a})
 	// The capture goroutine must outlive ctx (which ends with Open) but
 	// keep its values.
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))

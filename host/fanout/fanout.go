@@ -18,9 +18,9 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
-	"time"
 
 	"github.com/walcast/walcast/host/ack"
+	"github.com/walcast/walcast/host/capture"
 	"github.com/walcast/walcast/pluginkit"
 )
 
@@ -51,14 +51,14 @@ type Fanout struct {
 	queues  []*Queue // indexed like the tracker's sinks
 	last    pluginkit.EventID
 	lastEnd uint64
-	// idleEvery is how often a blocked Event lets capture answer the server.
-	idleEvery time.Duration
 }
+
+var _ capture.Consumer = (*Fanout)(nil)
 
 // New returns a fan-out over queues; queues[i] belongs to the tracker's
 // sink i.
 func New(tracker *ack.Tracker, queues []*Queue) *Fanout {
-	return &Fanout{tracker: tracker, queues: queues, idleEvery: 200 * time.Millisecond}
+	return &Fanout{tracker: tracker, queues: queues}
 }
 
 // Event registers ev with the tracker and queues it for every sink.
@@ -82,27 +82,12 @@ func (f *Fanout) Event(ctx context.Context, ev pluginkit.Event, idle func()) err
 			f.tracker.Resolve(i, seq)
 			continue
 		}
-		if err := f.wait(ctx, q, item, idle); err != nil {
+		if err := capture.Send(ctx, q.C, item, idle); err != nil {
 			return err
 		}
 	}
 	f.last = ev.ID
 	return nil
-}
-
-func (f *Fanout) wait(ctx context.Context, q *Queue, item Item, idle func()) error {
-	t := time.NewTicker(f.idleEvery)
-	defer t.Stop()
-	for {
-		select {
-		case q.C <- item:
-			return nil
-		case <-t.C:
-			idle()
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
 }
 
 // Commit records a transaction's end unless it was already recorded before

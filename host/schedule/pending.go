@@ -161,7 +161,8 @@ func (p *pending) removeRow(row string) []*entry {
 	return out
 }
 
-// hasReplay reports whether replayed events of row are pending or in flight.
+// hasReplay reports whether replayed events of row are still pending (not
+// in flight: callers check p.inFlight for that).
 func (p *pending) hasReplay(row string) bool {
 	for _, e := range p.list {
 		if e.row == row && e.replay {

@@ -1,0 +1,34 @@
+package capture
+
+import (
+	"context"
+	"time"
+)
+
+// IdleEvery is how often a Consumer blocked by backpressure calls the idle
+// function Event gave it: well within any sane wal_sender_timeout.
+const IdleEvery = 200 * time.Millisecond
+
+// Send puts v on ch, blocking while ch is full — the way a Consumer applies
+// backpressure — and calls idle every IdleEvery meanwhile, so that the
+// capture loop keeps answering the server. It returns ctx's error if ctx
+// ends first.
+func Send[T any](ctx context.Context, ch chan<- T, v T, idle func()) error {
+	select {
+	case ch <- v:
+		return nil
+	default:
+	}
+	t := time.NewTicker(IdleEvery)
+	defer t.Stop()
+	for {
+		select {
+		case ch <- v:
+			return nil
+		case <-t.C:
+			idle()
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
