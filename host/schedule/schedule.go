@@ -428,6 +428,17 @@ func (s *Scheduler) land(ctx context.Context, r result) error {
 			break
 		}
 	}
+	// One delay for the whole batch: with a jitter drawn per event the
+	// events would come due at different moments and the batch would
+	// re-form in pieces, which is what the first retry must not do.
+	attempts := 0
+	for _, e := range r.batch {
+		attempts = max(attempts, e.attempts+1)
+	}
+	delay := s.backoff(attempts)
+	if multi && kind == pluginkit.KindPermanent {
+		delay = min(delay, time.Second) // isolate quickly
+	}
 	var park []*entry
 	retry := r.batch[:0:0]
 	for _, e := range r.batch {
@@ -455,16 +466,12 @@ func (s *Scheduler) land(ctx context.Context, r result) error {
 			park = append(park, e)
 			continue
 		}
-		delay := s.backoff(e.attempts)
-		if multi && kind == pluginkit.KindPermanent {
-			delay = min(delay, time.Second) // isolate quickly
-		}
 		e.notBefore = now.Add(delay)
 		retry = append(retry, e)
 	}
 	first, last := r.batch[0].ev.ID, r.batch[len(r.batch)-1].ev.ID
 	s.log.Warn("delivery failed", "kind", kind.String(), "events", len(r.batch), "first", first.String(), "last", last.String(),
-		"attempt", r.batch[0].attempts, "retry_in", s.backoff(r.batch[0].attempts), "err", r.err)
+		"attempt", attempts, "retry_in", delay, "err", r.err)
 	s.pend.putBack(retry)
 	if len(park) > 0 {
 		return s.park(ctx, park, "")

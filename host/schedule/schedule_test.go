@@ -388,3 +388,20 @@ func TestFatalStopsInsteadOfParking(t *testing.T) {
 		t.Fatalf("parked %d, pending %d: a fatal error must leave the event unresolved, not parked", store.len(), tracker.Pending(0))
 	}
 }
+
+func TestFirstRetryKeepsTheBatchWhole(t *testing.T) {
+	var sizes []int
+	sink := &fakeSink{t: t, inFlight: map[string]bool{}, behave: func(_ context.Context, n int, evs []pluginkit.Event) error {
+		sizes = append(sizes, len(evs))
+		if n == 1 {
+			return errors.New("transient")
+		}
+		return nil
+	}}
+	h := start(t, Config{BatchSize: 10, MaxInFlight: 1, RetryBase: 50 * time.Millisecond}, sink)
+	h.push(1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+	h.waitResolved(10 * time.Second)
+	if len(sizes) != 2 || sizes[0] != 10 || sizes[1] != 10 {
+		t.Fatalf("attempt sizes %v, want the failed batch of 10 retried whole once", sizes)
+	}
+}
