@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"syscall"
 	"time"
@@ -102,7 +103,10 @@ func Daemon(args []string, stdout, stderr io.Writer) error {
 }
 
 // startProfile starts a CPU profile at prefix.cpu.pprof; the returned
-// function stops it and writes prefix.allocs.pprof.
+// function stops it and writes prefix.allocs.pprof. While it runs,
+// prefix.heap.pprof is rewritten whenever the live heap (as of the last
+// GC) reaches a new high, so it shows what was held at the peak rather
+// than what is left once the run has drained.
 func startProfile(prefix string) (func(), error) {
 	if prefix == "" {
 		return func() {}, nil
@@ -114,7 +118,15 @@ func startProfile(prefix string) (func(), error) {
 	if err := pprof.StartCPUProfile(f); err != nil {
 		return nil, err
 	}
+	done := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		watchPeakHeap(prefix+".heap.pprof", done)
+	}()
 	return func() {
+		close(done)
+		<-watched
 		pprof.StopCPUProfile()
 		f.Close()
 		runtime.GC()
@@ -123,4 +135,28 @@ func startProfile(prefix string) (func(), error) {
 			a.Close()
 		}
 	}, nil
+}
+
+// watchPeakHeap samples the live heap every 200ms until done is closed and
+// writes a heap profile to path each time it grows past the previous peak.
+func watchPeakHeap(path string, done <-chan struct{}) {
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	var peak uint64
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		metrics.Read(sample)
+		if live := sample[0].Value.Uint64(); live > peak+peak/20 {
+			peak = live
+			if h, err := os.Create(path); err == nil {
+				pprof.Lookup("heap").WriteTo(h, 0)
+				h.Close()
+			}
+		}
+	}
 }

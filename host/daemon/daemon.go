@@ -159,7 +159,10 @@ func Run(ctx context.Context, opts Options) (err error) {
 	queues := make([]*fanout.Queue, len(runs))
 	for i, r := range runs {
 		tracker.SetWatermark(i, skip[i])
-		r.queue = fanout.NewQueue(max(4*r.cfg.Delivery.BatchSize, 1024), r.cfg.Durable)
+		// The scheduler keeps its own look-ahead (a batch per lane plus one);
+		// the queue absorbs the moments it is busy landing results (one batch
+		// measured ~7% slower than two with batch_size 1000, four no faster).
+		r.queue = fanout.NewQueue(max(2*r.cfg.Delivery.BatchSize, 1024), r.cfg.Durable)
 		queues[i] = r.queue
 		d := r.cfg.Delivery
 		strict := d.Ordering == config.OrderingStrict

@@ -129,6 +129,9 @@ func (p *pending) take(now time.Time, lim limits) (batch []*entry, wake time.Tim
 		taken = append(taken, e)
 		size += e.bytes
 	}
+	// Drop the stale tail so landed entries (and their payloads) are not
+	// kept alive by the backing array until it is overwritten.
+	clear(p.list[len(keep):])
 	p.list = keep
 	for _, e := range taken {
 		p.inFlight[e.row]++
@@ -157,6 +160,7 @@ func (p *pending) removeRow(row string) []*entry {
 			keep = append(keep, e)
 		}
 	}
+	clear(p.list[len(keep):])
 	p.list = keep
 	return out
 }

@@ -111,10 +111,11 @@ type Scheduler struct {
 	pend       *pending
 	parkedRows map[string]bool
 	replaying  map[string]bool // parked rows whose events are being replayed
-	window     int
+	window     int // events held: pending plus in flight
 	bucket     *bucket
 	pausedTill time.Time
-	inFlight   int
+	inFlight   int // batches
+	flying     int // events in those batches
 	results    chan result
 }
 
@@ -159,7 +160,10 @@ func New(cfg Config, queue *fanout.Queue, tracker *ack.Tracker, sink Deliverer) 
 		pend:       newPending(),
 		parkedRows: map[string]bool{},
 		replaying:  map[string]bool{},
-		// Enough look-ahead to keep every lane busy while some rows wait.
+		// Every lane full plus one batch ready for the first lane that
+		// frees up. In-flight events count: they are held until they land,
+		// and counting only the pending ones would double what a sink with
+		// many lanes keeps in memory without making it any faster.
 		window:  max((cfg.MaxInFlight+1)*cfg.BatchSize, 1024),
 		results: make(chan result, cfg.MaxInFlight),
 	}
@@ -215,7 +219,7 @@ func (s *Scheduler) Run(ctx context.Context, stop <-chan struct{}) error {
 			return nil
 		}
 		var queue <-chan fanout.Item
-		if !stopping && s.pend.len() < s.window {
+		if !stopping && s.held() < s.window {
 			queue = s.queue.C
 		}
 		armTimer(timer, wake)
@@ -230,7 +234,7 @@ func (s *Scheduler) Run(ctx context.Context, stop <-chan struct{}) error {
 				return err
 			}
 			// Take whatever else is queued right away, so batches fill.
-			for s.pend.len() < s.window {
+			for s.held() < s.window {
 				select {
 				case it := <-s.queue.C:
 					if err := s.accept(ctx, it); err != nil {
@@ -243,6 +247,7 @@ func (s *Scheduler) Run(ctx context.Context, stop <-chan struct{}) error {
 			}
 		case r := <-s.results:
 			s.inFlight--
+			s.flying -= len(r.batch)
 			if err := s.land(ctx, r); err != nil {
 				return err
 			}
@@ -254,6 +259,9 @@ func (s *Scheduler) Run(ctx context.Context, stop <-chan struct{}) error {
 		}
 	}
 }
+
+// held is how many events the scheduler holds: pending and in flight.
+func (s *Scheduler) held() int { return s.pend.len() + s.flying }
 
 func armTimer(t *time.Timer, at time.Time) {
 	if !t.Stop() {
@@ -329,6 +337,7 @@ func (s *Scheduler) dispatch(ctx context.Context) (time.Time, error) {
 			s.bucket.take(len(batch))
 		}
 		s.inFlight++
+		s.flying += len(batch)
 		go s.deliver(ctx, batch)
 	}
 	return wake, nil
