@@ -111,7 +111,7 @@ type Scheduler struct {
 	pend       *pending
 	parkedRows map[string]bool
 	replaying  map[string]bool // parked rows whose events are being replayed
-	window     int // events held: pending plus in flight
+	window     int             // events held: pending plus in flight
 	bucket     *bucket
 	pausedTill time.Time
 	inFlight   int // batches
