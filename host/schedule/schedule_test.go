@@ -341,8 +341,10 @@ func TestRateLimit(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	n := len(sink.delivered())
 	rate := float64(n) / time.Since(begin).Seconds()
-	if rate < 500*0.85 || rate > 500*1.15 {
-		t.Fatalf("delivered %.0f events/s, want 500 ±15%%", rate)
+	// The limit is the upper bound; the lower one only catches a limiter
+	// that starves the sink, with room for a loaded 2-core CI machine.
+	if rate < 500*0.75 || rate > 500*1.15 {
+		t.Fatalf("delivered %.0f events/s, want 500 (-25%%, +15%%)", rate)
 	}
 }
 
