@@ -20,6 +20,8 @@ Usage:
   walcast parked PIPELINE.hcl [--sink ID]           list parked events with their last error
   walcast replay PIPELINE.hcl --sink ID --all|--id EVENT_ID
                                                     deliver parked events again, in order per row
+  walcast pause PIPELINE.hcl [--sink ID]            stop delivering (to one sink); events wait in the slot
+  walcast resume PIPELINE.hcl [--sink ID]           deliver again after walcast pause
   walcast teardown PIPELINE.hcl --yes [--force]     drop the slot, publication and checkpoints
   walcast plugin install SOURCE [--plugin-dir DIR] [--name TYPE]
                                                     install a sink plugin (binary, Go package
@@ -50,6 +52,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdParked(rest, stdout, stderr)
 	case "replay":
 		return cmdReplay(rest, stdout, stderr)
+	case "pause":
+		return cmdPause(rest, stdout, stderr)
+	case "resume":
+		return cmdResume(rest, stdout, stderr)
 	case "teardown":
 		return cmdTeardown(rest, stdout, stderr)
 	case "plugin":

@@ -67,6 +67,14 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 	for _, pe := range parked {
 		perSink[pe.Sink]++
 	}
+	pauses, err := store.LoadPauses(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "walcast status:", err)
+		return 1
+	}
+	if !pauses.Pipeline.IsZero() {
+		fmt.Fprintf(stdout, "paused since %s (walcast resume %s)\n", pauses.Pipeline.UTC().Format(time.RFC3339), path)
+	}
 	usage, err := store.LoadUsage(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "walcast status:", err)
@@ -89,7 +97,7 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 		d.bytes += u.Bytes
 	}
 	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SINK\tTYPE\tCHECKPOINT\tPARKED\tATTEMPTS 24H\tDELIVERED 24H\tFAILED 24H\tBYTES 24H")
+	fmt.Fprintln(tw, "SINK\tTYPE\tSTATE\tCHECKPOINT\tPARKED\tATTEMPTS 24H\tDELIVERED 24H\tFAILED 24H\tBYTES 24H")
 	for _, s := range p.Sinks {
 		cp := "-"
 		if id, ok := marks[s.ID]; ok {
@@ -99,7 +107,11 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 		if d == nil {
 			d = &day{}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", s.ID, s.Type, cp, perSink[s.ID], d.attempts, d.delivered, d.failed, humanBytes(d.bytes))
+		state := "running"
+		if _, paused := pauses.Paused(s.ID); paused {
+			state = "paused"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", s.ID, s.Type, state, cp, perSink[s.ID], d.attempts, d.delivered, d.failed, humanBytes(d.bytes))
 	}
 	tw.Flush()
 	return 0

@@ -48,10 +48,6 @@ CREATE TABLE IF NOT EXISTS walcast.usage (
 );
 `
 
-// ReplayChannel is the NOTIFY channel `walcast replay` wakes a running
-// daemon with; the payload is the pipeline name.
-const ReplayChannel = "walcast_replay"
-
 // Parked is an event a sink gave up on after max_attempts, with what is
 // needed to deliver it again later.
 type Parked struct {
@@ -186,10 +182,7 @@ func (s *Store) RequestReplay(ctx context.Context, r ReplayRequest) error {
 	if _, err := s.db.Exec(ctx, `INSERT INTO walcast.replay_requests (pipeline, sink, event_id) VALUES ($1, $2, $3)`, s.pipeline, r.Sink, id); err != nil {
 		return fmt.Errorf("request replay: %w", err)
 	}
-	if _, err := s.db.Exec(ctx, `SELECT pg_notify($1, $2)`, ReplayChannel, s.pipeline); err != nil {
-		return fmt.Errorf("notify daemon of replay: %w", err)
-	}
-	return nil
+	return s.notify(ctx)
 }
 
 // TakeReplayRequests removes and returns the pipeline's pending requests.

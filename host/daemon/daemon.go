@@ -193,6 +193,11 @@ func Run(ctx context.Context, opts Options) (err error) {
 		}, r.queue, tracker, r.plugin)
 		log.Info("sink ready", "sink", r.cfg.ID, "type", r.cfg.Type, "durable", r.cfg.Durable, "resume_after", skip[i].String())
 	}
+	// Pauses hold from the first event on, not from the first poll.
+	ctl := &control{store: store, runs: runs, log: log}
+	if err := ctl.applyPauses(ctx); err != nil {
+		return err
+	}
 	fan := fanout.New(tracker, queues)
 	capt := capture.New(ccfg, fan)
 
@@ -219,9 +224,9 @@ func Run(ctx context.Context, opts Options) (err error) {
 		defer close(flushDone)
 		saveLoop(hard, store, tracker, runs, opts.CheckpointInterval, log)
 	}()
-	replayCtx, stopReplays := context.WithCancel(ctx)
-	defer stopReplays()
-	go listenReplays(replayCtx, p.Source.DSN, store, runs, log)
+	controlCtx, stopControl := context.WithCancel(ctx)
+	defer stopControl()
+	go ctl.listen(controlCtx, p.Source.DSN, 5*time.Second)
 
 	captureErr := make(chan error, 1)
 	captureCtx, cancelCapture := context.WithCancel(ctx)

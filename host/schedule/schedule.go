@@ -107,6 +107,10 @@ type Scheduler struct {
 	replays chan checkpoint.ReplayRequest
 	Stats   Stats
 
+	// paused is set by an operator (walcast pause); wake tells Run.
+	paused atomic.Bool
+	wake   chan struct{}
+
 	// Owned by the Run goroutine.
 	pend       *pending
 	parkedRows map[string]bool
@@ -157,6 +161,7 @@ func New(cfg Config, queue *fanout.Queue, tracker *ack.Tracker, sink Deliverer) 
 		cfg: cfg, queue: queue, tracker: tracker, sink: sink,
 		log:        log.With("sink", cfg.SinkID),
 		replays:    make(chan checkpoint.ReplayRequest, 16),
+		wake:       make(chan struct{}, 1),
 		pend:       newPending(),
 		parkedRows: map[string]bool{},
 		replaying:  map[string]bool{},
@@ -184,6 +189,19 @@ func (s *Scheduler) Replay(ctx context.Context, r checkpoint.ReplayRequest) erro
 	}
 }
 
+// SetPaused stops or resumes starting new deliveries. Batches in flight
+// finish; events keep arriving until the look-ahead window is full, and
+// then the sink's queue holds the stream back like any slow durable sink.
+// It may be called before and while Run runs.
+func (s *Scheduler) SetPaused(paused bool) {
+	if s.paused.Swap(paused) != paused {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // Run delivers until stop is closed (it then lets the batches in flight
 // finish and returns) or ctx ends (it abandons them: those events stay
 // unresolved and are replayed by PostgreSQL after a restart).
@@ -204,6 +222,11 @@ func (s *Scheduler) Run(ctx context.Context, stop <-chan struct{}) error {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	stopping := false
+	paused := false
+	if s.paused.Load() {
+		paused = true
+		s.log.Info("sink paused by an operator: no deliveries until walcast resume")
+	}
 	for {
 		if ctx.Err() != nil {
 			return nil
@@ -254,6 +277,15 @@ func (s *Scheduler) Run(ctx context.Context, stop <-chan struct{}) error {
 		case req := <-s.replays:
 			if err := s.startReplay(ctx, req); err != nil {
 				s.log.Error("replay", "err", err)
+			}
+		case <-s.wake:
+			if p := s.paused.Load(); p != paused {
+				paused = p
+				if p {
+					s.log.Info("sink paused by an operator: no new deliveries until walcast resume", "in_flight", s.inFlight)
+				} else {
+					s.log.Info("sink resumed")
+				}
 			}
 		case <-timer.C:
 		}
@@ -315,6 +347,9 @@ func (s *Scheduler) wants(ev pluginkit.Event) bool {
 // result).
 func (s *Scheduler) dispatch(ctx context.Context) (time.Time, error) {
 	var wake time.Time
+	if s.paused.Load() {
+		return wake, nil
+	}
 	for s.inFlight < s.cfg.MaxInFlight && s.pend.len() > 0 {
 		now := time.Now()
 		if now.Before(s.pausedTill) {
