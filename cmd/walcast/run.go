@@ -19,6 +19,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text or json")
 	shutdown := fs.Duration("shutdown-timeout", 0, "how long in-flight deliveries may take after SIGTERM (default 30s)")
+	metrics := fs.String("metrics-listen", "", "serve Prometheus /metrics and /healthz on this address, e.g. 127.0.0.1:9187")
 	path, ok := parseArgs(fs, args, stderr)
 	if !ok {
 		return 2
@@ -42,6 +43,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		Launch:          plugins.Launch,
 		Logger:          log,
 		ShutdownTimeout: *shutdown,
+		MetricsListen:   *metrics,
 	})
 	if err != nil {
 		log.Error("walcast run failed", "err", err)

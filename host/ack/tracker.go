@@ -223,6 +223,18 @@ func (t *Tracker) Watermarks() ([]pluginkit.EventID, bool) {
 	return out, changed
 }
 
+// Peek returns every sink's watermark like Watermarks, without consuming
+// the changed flag (for readers other than the checkpoint writer).
+func (t *Tracker) Peek() []pluginkit.EventID {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]pluginkit.EventID, len(t.sinks))
+	for i, s := range t.sinks {
+		out[i] = s.watermark
+	}
+	return out
+}
+
 // MarkChanged makes the next Watermarks call report a change, so that a
 // failed checkpoint write is retried.
 func (t *Tracker) MarkChanged() {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -74,6 +75,10 @@ type Capture struct {
 	sentAt   time.Time
 	sentPos  uint64
 	received uint64 // highest WAL position seen on the stream
+
+	// Copies for readers on other goroutines (metrics).
+	receivedAt atomic.Uint64
+	streaming  atomic.Bool
 }
 
 // New returns a capture for cfg feeding consumer.
@@ -197,6 +202,8 @@ func (c *Capture) stream(ctx context.Context) error {
 		}
 		return fmt.Errorf("start replication from slot %s: %w", c.cfg.Slot, err)
 	}
+	c.streaming.Store(true)
+	defer c.streaming.Store(false)
 	c.log.Info("streaming from slot", "slot", c.cfg.Slot, "publication", c.cfg.Publication, "confirmed", pluginkit.FormatLSN(c.consumer.Flush()))
 	c.sentAt = time.Time{}
 	c.sentPos = 0
@@ -288,8 +295,17 @@ func (c *Capture) handleCopyData(ctx context.Context, data []byte, idle func()) 
 func (c *Capture) noteReceived(lsn uint64) {
 	if lsn > c.received {
 		c.received = lsn
+		c.receivedAt.Store(lsn)
 	}
 }
+
+// Received is the highest WAL position received from the server (for
+// metrics; safe to call from any goroutine).
+func (c *Capture) Received() uint64 { return c.receivedAt.Load() }
+
+// Streaming reports whether the replication stream is up (for metrics;
+// safe to call from any goroutine).
+func (c *Capture) Streaming() bool { return c.streaming.Load() }
 
 // maybeSendStatus confirms the consumer's flush position when it moved
 // (after feedbackDelay) or when StatusInterval has passed.

@@ -56,6 +56,9 @@ type Options struct {
 	CheckpointInterval time.Duration
 	// Ready, when set, is called once streaming starts (tests, demo).
 	Ready func()
+	// MetricsListen, when set, is the address /metrics (Prometheus) and
+	// /healthz are served on, e.g. "127.0.0.1:9187".
+	MetricsListen string
 }
 
 type sinkRun struct {
@@ -156,6 +159,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 
 	tracker := ack.New(specs, prep.ConfirmedFlush)
+	deliverSeconds := newDeliverSeconds()
 	queues := make([]*fanout.Queue, len(runs))
 	for i, r := range runs {
 		tracker.SetWatermark(i, skip[i])
@@ -190,6 +194,9 @@ func Run(ctx context.Context, opts Options) (err error) {
 			Parked:         store,
 			Meter:          r.meter,
 			Logger:         log,
+			Observe: func(took time.Duration, outcome string) {
+				deliverSeconds.WithLabelValues(r.cfg.ID, outcome).Observe(took.Seconds())
+			},
 		}, r.queue, tracker, r.plugin)
 		log.Info("sink ready", "sink", r.cfg.ID, "type", r.cfg.Type, "durable", r.cfg.Durable, "resume_after", skip[i].String())
 	}
@@ -200,6 +207,18 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 	fan := fanout.New(tracker, queues)
 	capt := capture.New(ccfg, fan)
+	if opts.MetricsListen != "" {
+		reg := newRegistry(p.Name, newPipelineCollector(runs, tracker, fan, capt), deliverSeconds)
+		healthy := func() error {
+			if !capt.Streaming() {
+				return errors.New("replication stream down: connecting or reconnecting to PostgreSQL")
+			}
+			return nil
+		}
+		if err := serveMetrics(ctx, opts.MetricsListen, p.Name, reg, healthy, log); err != nil {
+			return err
+		}
+	}
 
 	// hard ends in-flight deliveries; it outlives ctx by ShutdownTimeout.
 	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))

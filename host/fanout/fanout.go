@@ -51,7 +51,11 @@ type Fanout struct {
 	queues  []*Queue // indexed like the tracker's sinks
 	last    pluginkit.EventID
 	lastEnd uint64
+	events  atomic.Int64
 }
+
+// Events is how many events were fanned out (safe from any goroutine).
+func (f *Fanout) Events() int64 { return f.events.Load() }
 
 var _ capture.Consumer = (*Fanout)(nil)
 
@@ -87,6 +91,7 @@ func (f *Fanout) Event(ctx context.Context, ev pluginkit.Event, idle func()) err
 		}
 	}
 	f.last = ev.ID
+	f.events.Add(1)
 	return nil
 }
 

@@ -82,11 +82,15 @@ type Config struct {
 	Parked ParkStore
 	Meter  *Meter
 	Logger *slog.Logger
+	// Observe, when set, is told how long each Deliver took and how it
+	// ended: "ok" or a pluginkit.Kind's name (for metrics).
+	Observe func(took time.Duration, outcome string)
 }
 
 // Stats are cumulative counters, safe to read concurrently.
 type Stats struct {
 	Delivered  atomic.Int64
+	Bytes      atomic.Int64 // payload bytes of delivered events
 	Skipped    atomic.Int64
 	Filtered   atomic.Int64
 	Attempts   atomic.Int64
@@ -95,6 +99,11 @@ type Stats struct {
 	Duplicates atomic.Int64
 	Parked     atomic.Int64
 	Replayed   atomic.Int64
+
+	// Gauges.
+	Held        atomic.Int64 // events pending or in flight
+	InFlight    atomic.Int64 // batches in flight
+	LastSuccess atomic.Int64 // Unix nanoseconds of the last successful Deliver
 }
 
 // Scheduler delivers one sink's queue.
@@ -189,6 +198,9 @@ func (s *Scheduler) Replay(ctx context.Context, r checkpoint.ReplayRequest) erro
 	}
 }
 
+// Paused reports whether an operator paused the sink.
+func (s *Scheduler) Paused() bool { return s.paused.Load() }
+
 // SetPaused stops or resumes starting new deliveries. Batches in flight
 // finish; events keep arriving until the look-ahead window is full, and
 // then the sink's queue holds the stream back like any slow durable sink.
@@ -241,6 +253,8 @@ func (s *Scheduler) Run(ctx context.Context, stop <-chan struct{}) error {
 		if stopping && s.inFlight == 0 {
 			return nil
 		}
+		s.Stats.Held.Store(int64(s.held()))
+		s.Stats.InFlight.Store(int64(s.inFlight))
 		var queue <-chan fanout.Item
 		if !stopping && s.held() < s.window {
 			queue = s.queue.C
@@ -416,8 +430,18 @@ func (s *Scheduler) land(ctx context.Context, r result) error {
 	for _, e := range r.batch {
 		bytes += e.bytes
 	}
+	if s.cfg.Observe != nil && ctx.Err() == nil {
+		outcome := "ok"
+		if r.err != nil {
+			k, _ := pluginkit.KindOf(r.err)
+			outcome = k.String()
+		}
+		s.cfg.Observe(r.took, outcome)
+	}
 	if r.err == nil {
 		s.Stats.Delivered.Add(int64(len(r.batch) - r.res.Duplicates))
+		s.Stats.Bytes.Add(int64(bytes))
+		s.Stats.LastSuccess.Store(time.Now().UnixNano())
 		s.Stats.Duplicates.Add(int64(r.res.Duplicates))
 		s.cfg.Meter.attempt(len(r.batch), bytes, true)
 		seqs := make([]ack.Seq, 0, len(r.batch))
