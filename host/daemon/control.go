@@ -95,8 +95,9 @@ func (c *control) listen(ctx context.Context, dsn string, poll time.Duration) {
 		for ctx.Err() == nil {
 			wctx, cancel := context.WithTimeout(ctx, poll)
 			_, err := conn.WaitForNotification(wctx)
+			polled := wctx.Err() != nil // read before cancel, which sets it
 			cancel()
-			if err != nil && ctx.Err() == nil && wctx.Err() == nil {
+			if err != nil && ctx.Err() == nil && !polled {
 				break // connection lost: reconnect
 			}
 			c.serve(ctx) // notified, or the periodic poll
