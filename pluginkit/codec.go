@@ -48,6 +48,11 @@ type codec struct{}
 func (codec) Name() string { return "proto" }
 
 func (codec) Marshal(v any) (mem.BufferSlice, error) {
+	if b, ok := v.(DeliverBatch); ok {
+		bp := sharedPool.Get(b.Size())
+		*bp = b.AppendWire((*bp)[:0])
+		return mem.BufferSlice{mem.NewBuffer(bp, sharedPool)}, nil
+	}
 	m, ok := v.(proto.Message)
 	if !ok {
 		return nil, fmt.Errorf("proto codec: cannot marshal %T", v)
@@ -71,6 +76,13 @@ func (codec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 func (codec) Unmarshal(data mem.BufferSlice, v any) error {
+	if r, ok := v.(*deliverRequest); ok {
+		// A buffer of its own, not from the pool: the events point into
+		// it, and a sink may keep them.
+		var err error
+		r.events, err = decodeDeliverRequest(data.Materialize())
+		return err
+	}
 	m, ok := v.(proto.Message)
 	if !ok {
 		return fmt.Errorf("proto codec: cannot unmarshal into %T", v)

@@ -10,8 +10,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
-
-	sinkv1 "github.com/walcast/walcast/proto/sink/v1"
 )
 
 // Handshake is the go-plugin handshake every walcast sink plugin and the
@@ -132,7 +130,7 @@ type grpcPlugin struct {
 var _ plugin.GRPCPlugin = (*grpcPlugin)(nil)
 
 func (p *grpcPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
-	sinkv1.RegisterSinkServer(s, p.srv)
+	s.RegisterService(serviceDesc(), p.srv)
 	return nil
 }
 

@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
+
+	"google.golang.org/grpc"
 
 	sinkv1 "github.com/walcast/walcast/proto/sink/v1"
 )
@@ -74,28 +77,55 @@ func (s *server) Open(ctx context.Context, _ *sinkv1.OpenRequest) (*sinkv1.OpenR
 	return resp, nil
 }
 
+// Deliver serves the generated interface; the registered service routes
+// Deliver through deliverHandler instead, which skips the generated types.
 func (s *server) Deliver(ctx context.Context, req *sinkv1.DeliverRequest) (*sinkv1.DeliverResponse, error) {
 	events := make([]Event, len(req.GetEvents()))
 	for i, e := range req.GetEvents() {
 		id, err := ParseEventID(e.GetId())
 		if err != nil {
-			// The host sent something it can never send correctly again.
 			return nil, StatusFromError(Permanent(fmt.Errorf("event %d of batch: %w", i, err)))
 		}
-		events[i] = Event{
-			ID:      id,
-			Schema:  e.GetSchema(),
-			Table:   e.GetTable(),
-			Op:      Op(e.GetOp()),
-			Key:     e.GetKey(),
-			Payload: e.GetPayload(),
-		}
+		events[i] = Event{ID: id, Schema: e.GetSchema(), Table: e.GetTable(), Op: Op(e.GetOp()), Key: e.GetKey(), Payload: e.GetPayload()}
 	}
+	return s.deliver(ctx, events)
+}
+
+func (s *server) deliver(ctx context.Context, events []Event) (*sinkv1.DeliverResponse, error) {
 	res, err := s.sink.Deliver(ctx, events)
 	if err != nil {
 		return nil, StatusFromError(err)
 	}
 	return &sinkv1.DeliverResponse{Duplicates: int64(res.Duplicates)}, nil
+}
+
+// serviceDesc is sinkv1.Sink_ServiceDesc with Deliver decoded by
+// decodeDeliverRequest (see wire.go).
+func serviceDesc() *grpc.ServiceDesc {
+	desc := sinkv1.Sink_ServiceDesc
+	desc.Methods = slices.Clone(desc.Methods)
+	for i := range desc.Methods {
+		if desc.Methods[i].MethodName == "Deliver" {
+			desc.Methods[i].Handler = deliverHandler
+		}
+	}
+	return &desc
+}
+
+func deliverHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	in := new(deliverRequest)
+	if err := dec(in); err != nil {
+		// The host sent something it can never send correctly again.
+		return nil, StatusFromError(Permanent(err))
+	}
+	s := srv.(*server)
+	if interceptor == nil {
+		return s.deliver(ctx, in.events)
+	}
+	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: sinkv1.Sink_Deliver_FullMethodName}
+	return interceptor(ctx, in, info, func(ctx context.Context, req any) (any, error) {
+		return s.deliver(ctx, req.(*deliverRequest).events)
+	})
 }
 
 func (s *server) Close(ctx context.Context, _ *sinkv1.CloseRequest) (*sinkv1.CloseResponse, error) {

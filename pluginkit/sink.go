@@ -35,7 +35,9 @@ type Sink interface {
 	// every event is durably at the destination: only then does the host
 	// record the acknowledgement. Errors are retryable unless wrapped with
 	// Permanent; Throttled asks the host to pause. The context ends at the
-	// sink's deliver_timeout.
+	// sink's deliver_timeout. The events and their Key and Payload bytes
+	// are the sink's: they are never reused, so keeping them after Deliver
+	// returns is safe (a kept event holds its whole batch's buffer).
 	Deliver(ctx context.Context, events []Event) (DeliverResult, error)
 
 	// Close releases everything Open acquired.

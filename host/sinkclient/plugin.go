@@ -125,11 +125,8 @@ func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
 		client.Kill()
 		return nil, fmt.Errorf("launch sink plugin %s: dispense %q: %w", cfg.Path, pluginkit.PluginName, err)
 	}
-	p := &Plugin{client: client, sink: raw.(sinkv1.SinkClient), log: log, cfg: cfg}
-	if gc, ok := rpc.(*plugin.GRPCClient); ok {
-		p.conn = gc.Conn
-	}
-	return p, nil
+	c := raw.(*grpcClient)
+	return &Plugin{client: client, sink: c.SinkClient, conn: c.conn, log: log, cfg: cfg}, nil
 }
 
 // grpcPlugin is the client half of the plugin set; pluginkit has the
@@ -145,7 +142,15 @@ func (grpcPlugin) GRPCServer(*plugin.GRPCBroker, *grpc.Server) error {
 }
 
 func (grpcPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, conn *grpc.ClientConn) (any, error) {
-	return sinkv1.NewSinkClient(conn), nil
+	return &grpcClient{SinkClient: sinkv1.NewSinkClient(conn), conn: conn}, nil
+}
+
+// grpcClient is what the plugin set dispenses: the generated client, and
+// the connection for Deliver (sent without the generated types) and health
+// checks.
+type grpcClient struct {
+	sinkv1.SinkClient
+	conn *grpc.ClientConn
 }
 
 // Info asks the plugin to describe itself.
@@ -201,19 +206,10 @@ func (p *Plugin) Open(ctx context.Context) (pluginkit.OpenResult, error) {
 // event durably; any error is classified by pluginkit.KindOf, and a plugin
 // that died mid-call gives a retryable one.
 func (p *Plugin) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error) {
-	req := &sinkv1.DeliverRequest{Events: make([]*sinkv1.Event, len(events))}
-	for i, e := range events {
-		req.Events[i] = &sinkv1.Event{
-			Id:      e.ID.String(),
-			Schema:  e.Schema,
-			Table:   e.Table,
-			Op:      string(e.Op),
-			Key:     e.Key,
-			Payload: e.Payload,
-		}
-	}
-	resp, err := p.sink.Deliver(ctx, req)
-	if err != nil {
+	// Sent as a pluginkit.DeliverBatch, which the codec encodes straight
+	// into the sink.v1.DeliverRequest wire format.
+	var resp sinkv1.DeliverResponse
+	if err := p.conn.Invoke(ctx, sinkv1.Sink_Deliver_FullMethodName, pluginkit.DeliverBatch(events), &resp); err != nil {
 		return pluginkit.DeliverResult{}, callError(ctx, "deliver", err)
 	}
 	return pluginkit.DeliverResult{Duplicates: int(resp.GetDuplicates())}, nil
@@ -265,9 +261,6 @@ const healthTimeout = 2 * time.Second
 func (p *Plugin) alive(ctx context.Context) bool {
 	if p.client.Exited() {
 		return false
-	}
-	if p.conn == nil {
-		return true
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), healthTimeout)
 	defer cancel()

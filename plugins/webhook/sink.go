@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -11,8 +10,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -187,15 +188,21 @@ func (s *Sink) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit
 	}
 
 	body := encodeBody(events)
+	size := bodySize(body)
 	id := batchID(events)
 	ts := strconv.FormatInt(s.nowFunc().Unix(), 10)
 
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cfg.url.String(), bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cfg.url.String(), http.NoBody)
 	if err != nil {
 		return pluginkit.DeliverResult{}, pluginkit.Permanent(fmt.Errorf("build request: %w", err))
 	}
+	// The body is written from the events' own bytes, never copied into
+	// one buffer: with large batches and many lanes that copy was most
+	// of this process's memory.
+	req.Body, req.ContentLength = bodyReader(body), size
+	req.GetBody = func() (io.ReadCloser, error) { return bodyReader(body), nil }
 	req.Header = cfg.headers.Clone()
 	req.Header.Set("Content-Type", "application/json")
 	// The same batch always carries the same id, so a receiver can
@@ -239,21 +246,35 @@ func (s *Sink) Close(context.Context) error {
 	return nil
 }
 
-// encodeBody builds {"events":[p1,p2,...]} by concatenation.
-func encodeBody(events []pluginkit.Event) []byte {
-	n := len(`{"events":[]}`) + len(events)
-	for _, e := range events {
-		n += len(e.Payload)
-	}
-	b := make([]byte, 0, n)
-	b = append(b, `{"events":[`...)
+// encodeBody lays out {"events":[p1,p2,...]} as the pieces of the body,
+// pointing at the payloads instead of copying them.
+func encodeBody(events []pluginkit.Event) net.Buffers {
+	b := make(net.Buffers, 0, 2*len(events)+1)
+	b = append(b, []byte(`{"events":[`))
 	for i, e := range events {
 		if i > 0 {
-			b = append(b, ',')
+			b = append(b, comma)
 		}
-		b = append(b, e.Payload...)
+		b = append(b, e.Payload)
 	}
-	return append(b, "]}"...)
+	return append(b, []byte("]}"))
+}
+
+var comma = []byte{','}
+
+func bodySize(b net.Buffers) int64 {
+	n := 0
+	for _, p := range b {
+		n += len(p)
+	}
+	return int64(n)
+}
+
+// bodyReader reads the pieces from the start; net.Buffers consumes the
+// slice it reads from, so each reader gets its own copy of the headers.
+func bodyReader(b net.Buffers) io.ReadCloser {
+	c := slices.Clone(b)
+	return io.NopCloser(&c)
 }
 
 // batchID names a batch by its first and last event id. Event ids are
@@ -264,13 +285,15 @@ func batchID(events []pluginkit.Event) string {
 }
 
 // sign computes the Standard Webhooks signature header value.
-func sign(key []byte, id, ts string, body []byte) string {
+func sign(key []byte, id, ts string, body net.Buffers) string {
 	mac := hmac.New(sha256.New, key)
 	mac.Write([]byte(id))
 	mac.Write([]byte{'.'})
 	mac.Write([]byte(ts))
 	mac.Write([]byte{'.'})
-	mac.Write(body)
+	for _, p := range body {
+		mac.Write(p)
+	}
 	return "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
 }
 

@@ -1,0 +1,144 @@
+package pluginkit
+
+import (
+	"bytes"
+	"reflect"
+	"testing"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
+
+	sinkv1 "github.com/walcast/walcast/proto/sink/v1"
+)
+
+func toProto(events []Event) *sinkv1.DeliverRequest {
+	req := &sinkv1.DeliverRequest{}
+	for _, e := range events {
+		req.Events = append(req.Events, &sinkv1.Event{Id: e.ID.String(), Schema: e.Schema, Table: e.Table, Op: string(e.Op), Key: e.Key, Payload: e.Payload})
+	}
+	return req
+}
+
+func sampleBatch() []Event {
+	return []Event{
+		{ID: EventID{CommitLSN: 0x1A2B3C8, Index: 0}, Schema: "public", Table: "orders", Op: OpInsert, Key: []byte(`{"id":1}`), Payload: []byte(`{"id":"0/1A2B3C8:0"}`)},
+		{ID: EventID{CommitLSN: 0x1A2B3C8, Index: 1}, Schema: "public", Table: "orders", Op: OpUpdate, Key: []byte(`{"id":2}`), Payload: bytes.Repeat([]byte("x"), 300)},
+		{ID: EventID{CommitLSN: 0xFFFFFFFF_FFFFFFFF, Index: 1<<64 - 1}, Schema: "s", Table: "t", Op: OpTruncate, Key: []byte("null"), Payload: []byte("{}")},
+		{ID: EventID{}, Schema: "", Table: "", Op: OpDelete}, // empty fields are left out, as proto3 does
+	}
+}
+
+// The host's encoding is byte for byte what the generated code produces,
+// and the plugin's decoding reads what the generated code writes.
+func TestDeliverWireMatchesGeneratedCode(t *testing.T) {
+	events := sampleBatch()
+	want, err := proto.MarshalOptions{Deterministic: true}.Marshal(toProto(events))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := DeliverBatch(events).AppendWire(nil)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("encoding differs from the generated code:\n got %x\nwant %x", got, want)
+	}
+	if n := DeliverBatch(events).Size(); n != len(want) {
+		t.Fatalf("Size() = %d, encoded %d", n, len(want))
+	}
+	back, err := decodeDeliverRequest(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, events) {
+		t.Fatalf("decoded %+v\nwant %+v", back, events)
+	}
+	// A sink appending to one event's payload must not overwrite the next.
+	_ = append(back[0].Payload, "XXXXXXXX"...)
+	if !bytes.Equal(back[1].Key, events[1].Key) {
+		t.Fatal("appending to a payload overwrote the next event's key")
+	}
+}
+
+// Through the codec, as gRPC calls it on each side.
+func TestDeliverCodec(t *testing.T) {
+	events := sampleBatch()
+	bs, err := codec{}.Marshal(DeliverBatch(events))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var generated sinkv1.DeliverRequest
+	if err := proto.Unmarshal(bs.Materialize(), &generated); err != nil || !proto.Equal(&generated, toProto(events)) {
+		t.Fatalf("generated code reads back %v (%v)", &generated, err)
+	}
+	var req deliverRequest
+	if err := (codec{}).Unmarshal(bs, &req); err != nil {
+		t.Fatal(err)
+	}
+	bs.Free()
+	if len(req.events) != len(events) || req.events[1].ID != events[1].ID || string(req.events[1].Payload) != string(events[1].Payload) {
+		t.Fatalf("codec round trip: %+v", req.events)
+	}
+	bad := mem.BufferSlice{mem.SliceBuffer([]byte{0x0a, 0x05, 0x0a, 0x03, 'x', 'y', 'z'})}
+	if err := (codec{}).Unmarshal(bad, &req); err == nil {
+		t.Fatal("an event with a malformed id decoded without error")
+	}
+}
+
+func FuzzDeliverWire(f *testing.F) {
+	f.Add(uint64(0x1A2B3C8), uint64(0), "public", "orders", "insert", []byte(`{"id":1}`), []byte(`{}`), 3)
+	f.Add(uint64(0), uint64(1<<63), "", "", "", []byte(nil), []byte(nil), 1)
+	f.Fuzz(func(t *testing.T, lsn, idx uint64, schema, table, op string, key, payload []byte, n int) {
+		n = (n%5+5)%5 + 1
+		events := make([]Event, n)
+		for i := range events {
+			events[i] = Event{ID: EventID{CommitLSN: lsn, Index: idx + uint64(i)}, Schema: schema, Table: table, Op: Op(op), Key: key, Payload: payload}
+			if len(key) == 0 {
+				events[i].Key = nil
+			}
+			if len(payload) == 0 {
+				events[i].Payload = nil
+			}
+		}
+		wire := DeliverBatch(events).AppendWire(nil)
+		if len(wire) != DeliverBatch(events).Size() {
+			t.Fatalf("Size %d, encoded %d", DeliverBatch(events).Size(), len(wire))
+		}
+		// proto3 strings must be UTF-8 for the generated code (PostgreSQL
+		// names always are in a UTF-8 database).
+		if utf8.ValidString(schema) && utf8.ValidString(table) && utf8.ValidString(op) &&
+			!proto.Equal(mustUnmarshal(t, wire), toProto(events)) {
+			t.Fatal("generated code reads something else")
+		}
+		back, err := decodeDeliverRequest(wire)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(back, events) {
+			t.Fatalf("decoded %+v, want %+v", back, events)
+		}
+	})
+}
+
+// Arbitrary bytes never panic the plugin's decoder.
+func FuzzDecodeDeliverRequest(f *testing.F) {
+	f.Add(DeliverBatch(sampleBatch()).AppendWire(nil))
+	f.Add([]byte{0x0a, 0xff})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		events, err := decodeDeliverRequest(data)
+		if err != nil {
+			return
+		}
+		var generated sinkv1.DeliverRequest
+		if proto.Unmarshal(data, &generated) == nil && len(generated.GetEvents()) != len(events) {
+			t.Fatalf("decoded %d events, generated code %d", len(events), len(generated.GetEvents()))
+		}
+	})
+}
+
+func mustUnmarshal(t *testing.T, b []byte) *sinkv1.DeliverRequest {
+	t.Helper()
+	var m sinkv1.DeliverRequest
+	if err := proto.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return &m
+}
