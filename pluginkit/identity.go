@@ -13,7 +13,10 @@ type Identity struct {
 
 type identityKey struct{}
 
-func withIdentity(ctx context.Context, id Identity) context.Context {
+// WithIdentity returns ctx carrying id, as Serve passes it to Configure.
+// Tests (pluginkit/sinktest) and programs that run a sink in-process use
+// it to give the sink the identity the host would.
+func WithIdentity(ctx context.Context, id Identity) context.Context {
 	return context.WithValue(ctx, identityKey{}, id)
 }
 

@@ -10,7 +10,7 @@ func TestIdentityTravelsInContext(t *testing.T) {
 		t.Fatalf("identity on a bare context: %+v", got)
 	}
 	want := Identity{Pipeline: "shop", SinkID: "billing"}
-	if got := IdentityFrom(withIdentity(context.Background(), want)); got != want {
+	if got := IdentityFrom(WithIdentity(context.Background(), want)); got != want {
 		t.Fatalf("IdentityFrom = %+v, want %+v", got, want)
 	}
 }

@@ -55,7 +55,7 @@ func (s *server) Configure(ctx context.Context, req *sinkv1.ConfigureRequest) (*
 		// always json.Unmarshal what they are given.
 		cfg = json.RawMessage("{}")
 	}
-	ctx = withIdentity(ctx, Identity{Pipeline: req.GetPipeline(), SinkID: req.GetSinkId()})
+	ctx = WithIdentity(ctx, Identity{Pipeline: req.GetPipeline(), SinkID: req.GetSinkId()})
 	if err := s.sink.Configure(ctx, cfg); err != nil {
 		return nil, StatusFromError(err)
 	}

@@ -21,6 +21,10 @@ type Config struct {
 	// check and closes every sink it opened.
 	New func() pluginkit.Sink
 
+	// Identity is what the sink finds with pluginkit.IdentityFrom in
+	// Configure. Default: pipeline "sinktest", sink id "sinktest".
+	Identity pluginkit.Identity
+
 	// Config is a valid config block as the host hands it to Configure: a
 	// JSON object holding only attributes Info declares, every required one
 	// included, each of the declared type.
@@ -171,6 +175,13 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
+func (h *harness) identity() pluginkit.Identity {
+	if h.cfg.Identity == (pluginkit.Identity{}) {
+		return pluginkit.Identity{Pipeline: "sinktest", SinkID: "sinktest"}
+	}
+	return h.cfg.Identity
+}
+
 // configured returns a fresh sink that accepted Config.
 func (h *harness) configured(t *testing.T) pluginkit.Sink {
 	t.Helper()
@@ -178,7 +189,7 @@ func (h *harness) configured(t *testing.T) pluginkit.Sink {
 	if s == nil {
 		t.Fatal("Config.New returned nil")
 	}
-	c := ctx(t)
+	c := pluginkit.WithIdentity(ctx(t), h.identity())
 	if err := call(callTimeout, func() error { return s.Configure(c, h.cfg.Config) }); err != nil {
 		t.Fatalf("Configure(valid config): %v", err)
 	}

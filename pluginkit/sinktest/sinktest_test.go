@@ -84,7 +84,10 @@ func (s *memSink) Info() pluginkit.Info {
 	}
 }
 
-func (s *memSink) Configure(_ context.Context, raw json.RawMessage) error {
+func (s *memSink) Configure(ctx context.Context, raw json.RawMessage) error {
+	if id := pluginkit.IdentityFrom(ctx); id.Pipeline == "" || id.SinkID == "" {
+		return fmt.Errorf("configured without an identity: %+v", id)
+	}
 	var c struct {
 		Topic string `json:"topic"`
 	}
@@ -201,6 +204,35 @@ func config(broken string) sinktest.Config {
 
 func TestRunPassesACorrectSink(t *testing.T) {
 	sinktest.Run(t, config(""))
+}
+
+// A sink that names things after its id sees the identity given.
+func TestIdentity(t *testing.T) {
+	var seen []pluginkit.Identity
+	var mu sync.Mutex
+	cfg := config("")
+	next := cfg.New
+	cfg.New = func() pluginkit.Sink { return &identitySink{Sink: next(), seen: &seen, mu: &mu} }
+	cfg.Identity = pluginkit.Identity{Pipeline: "shop", SinkID: "billing"}
+	sinktest.Run(t, cfg)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) == 0 || seen[0] != cfg.Identity {
+		t.Fatalf("Configure saw %v, want %v", seen, cfg.Identity)
+	}
+}
+
+type identitySink struct {
+	pluginkit.Sink
+	mu   *sync.Mutex
+	seen *[]pluginkit.Identity
+}
+
+func (s *identitySink) Configure(ctx context.Context, raw json.RawMessage) error {
+	s.mu.Lock()
+	*s.seen = append(*s.seen, pluginkit.IdentityFrom(ctx))
+	s.mu.Unlock()
+	return s.Sink.Configure(ctx, raw)
 }
 
 // envBroken names the broken sink TestBrokenSink runs the suite against,

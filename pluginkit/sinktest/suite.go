@@ -174,7 +174,7 @@ func (h *harness) testConfigure(t *testing.T) {
 func (h *harness) expectConfigError(t *testing.T, raw json.RawMessage, field string) {
 	t.Helper()
 	s := h.cfg.New()
-	c := ctx(t)
+	c := pluginkit.WithIdentity(ctx(t), h.identity())
 	err := call(callTimeout, func() error { return s.Configure(c, raw) })
 	var ce *pluginkit.ConfigError
 	switch {
