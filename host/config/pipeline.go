@@ -137,10 +137,10 @@ func DefaultDelivery() Delivery {
 }
 
 // defaultDurable is whether a sink of this type holds the slot back when
-// the file does not say. Every sink type is durable for now; sse will
-// answer false here.
+// the file does not say. sse streams to browsers that come and go: it
+// must never hold WAL for them.
 func defaultDurable(sinkType string) bool {
-	return true
+	return sinkType != "sse"
 }
 
 // defaultSlotName is the default of both slot and publication.

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/walcast/walcast/pluginkit"
+)
+
+// ring is the retention window: the last events delivered, oldest first,
+// bounded by count and age, each already rendered as an SSE frame so that
+// a thousand clients cost one encoding. Appending never waits for a
+// client: clients read at their own pace and learn from a gap frame when
+// the window moved past them.
+type ring struct {
+	maxEvents int
+	maxAge    time.Duration
+	now       func() time.Time
+
+	mu   sync.Mutex
+	buf  []stored // retained events, oldest first
+	next uint64   // sequence number the next appended event gets
+	// lastEvicted is the id of the newest event that left the window, zero
+	// when none has: a client resuming exactly there has missed nothing.
+	lastEvicted pluginkit.EventID
+	// wake is closed (and replaced) whenever events are appended.
+	wake chan struct{}
+}
+
+// stored is one retained event.
+type stored struct {
+	seq   uint64
+	id    pluginkit.EventID
+	table string // schema.table, for per-client filters
+	op    pluginkit.Op
+	at    time.Time
+	frame []byte
+}
+
+func newRing(maxEvents int, maxAge time.Duration, now func() time.Time) *ring {
+	return &ring{maxEvents: maxEvents, maxAge: maxAge, now: now, wake: make(chan struct{})}
+}
+
+// append adds events in id order. Events at or below the newest retained
+// id are redeliveries (the host retried a batch) and are skipped, so ids
+// in the window only grow and Last-Event-ID stays meaningful.
+func (r *ring) append(events []pluginkit.Event) {
+	now := r.now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	added := false
+	for _, e := range events {
+		if n := len(r.buf); n > 0 && e.ID.Compare(r.buf[n-1].id) <= 0 {
+			continue
+		}
+		if e.ID.Compare(r.lastEvicted) <= 0 && !r.lastEvicted.IsZero() {
+			continue
+		}
+		r.buf = append(r.buf, stored{seq: r.next, id: e.ID, table: e.Schema + "." + e.Table, op: e.Op, at: now, frame: changeFrame(e)})
+		r.next++
+		added = true
+	}
+	r.evictLocked(now)
+	if added {
+		close(r.wake)
+		r.wake = make(chan struct{})
+	}
+}
+
+// evictLocked drops what is past the count or the age limit.
+func (r *ring) evictLocked(now time.Time) {
+	drop := max(0, len(r.buf)-r.maxEvents)
+	for drop < len(r.buf) && r.maxAge > 0 && now.Sub(r.buf[drop].at) > r.maxAge {
+		drop++
+	}
+	if drop == 0 {
+		return
+	}
+	r.lastEvicted = r.buf[drop-1].id
+	clear(r.buf[:drop]) // let the frames go
+	r.buf = r.buf[drop:]
+	if cap(r.buf) > 2*r.maxEvents && len(r.buf) < cap(r.buf)/4 {
+		r.buf = append([]stored(nil), r.buf...) // give the old array back
+	}
+}
+
+// cursor says where a client is: the sequence number of the next event it
+// should get.
+type cursor uint64
+
+// gapInfo describes events a client cannot get any more.
+type gapInfo struct {
+	Requested string `json:"requested"`
+	Oldest    string `json:"oldest"`
+}
+
+// resume returns the cursor for a client that last saw id, and a gap when
+// events after id may have left the window (or were never in it: before
+// this process started).
+func (r *ring) resume(id pluginkit.EventID) (cursor, *gapInfo) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.evictLocked(r.now())
+	// The first retained event after id.
+	i := len(r.buf)
+	for j, s := range r.buf {
+		if s.id.Compare(id) > 0 {
+			i = j
+			break
+		}
+	}
+	c := cursor(r.next - uint64(len(r.buf)) + uint64(i))
+	continuous := (len(r.buf) > 0 && id.Compare(r.buf[0].id) >= 0) || (!r.lastEvicted.IsZero() && id == r.lastEvicted)
+	if continuous {
+		return c, nil
+	}
+	g := &gapInfo{Requested: id.String()}
+	if len(r.buf) > 0 {
+		g.Oldest = r.buf[0].id.String()
+	}
+	return c, g
+}
+
+// live returns the cursor of the next event to arrive.
+func (r *ring) live() cursor {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return cursor(r.next)
+}
+
+// read returns the retained events from c on and the cursor after them;
+// missed is set when the window has moved past c (the events in between
+// are gone), and wake is closed when more events arrive.
+func (r *ring) read(c cursor) (events []stored, after cursor, missed bool, wake <-chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.evictLocked(r.now())
+	first := r.next - uint64(len(r.buf))
+	if uint64(c) < first {
+		missed, c = true, cursor(first)
+	}
+	// A copy: eviction clears the slots of the shared array, and the
+	// caller writes these out without the lock. The frames themselves
+	// are never modified.
+	events = append([]stored(nil), r.buf[uint64(c)-first:]...)
+	return events, cursor(r.next), missed, r.wake
+}
+
+// oldest is the id of the oldest retained event, or "" when none is.
+func (r *ring) oldest() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.buf) == 0 {
+		return ""
+	}
+	return r.buf[0].id.String()
+}
+
+// changeFrame renders an event as an SSE frame. The envelope is compact
+// JSON and so one line; a payload with a line break is split over several
+// data lines, which a client joins back with "\n".
+func changeFrame(e pluginkit.Event) []byte {
+	var b bytes.Buffer
+	b.Grow(len(e.Payload) + 48)
+	b.WriteString("id: ")
+	b.WriteString(e.ID.String())
+	b.WriteString("\nevent: change\n")
+	writeData(&b, e.Payload)
+	return b.Bytes()
+}
+
+func gapFrame(g *gapInfo) []byte {
+	data, _ := json.Marshal(g)
+	var b bytes.Buffer
+	b.WriteString("event: gap\n")
+	writeData(&b, data)
+	return b.Bytes()
+}
+
+func writeData(b *bytes.Buffer, data []byte) {
+	for {
+		line, rest, more := bytes.Cut(data, []byte("\n"))
+		b.WriteString("data: ")
+		b.Write(bytes.TrimSuffix(line, []byte("\r")))
+		b.WriteByte('\n')
+		if !more {
+			break
+		}
+		data = rest
+	}
+	b.WriteByte('\n')
+}

@@ -1,0 +1,411 @@
+package main
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/walcast/walcast/pluginkit"
+)
+
+const (
+	defaultPath      = "/events"
+	defaultRetention = time.Hour
+	defaultMaxEvents = 10000
+	defaultHeartbeat = 15 * time.Second
+	defaultClients   = 1000
+	// writeTimeout bounds one write to a client; a client that cannot take
+	// a frame for this long is disconnected (it can resume).
+	writeTimeout = 30 * time.Second
+	// reconnectMillis is the delay a browser waits before reconnecting.
+	reconnectMillis = 2000
+)
+
+// Sink serves the change stream to HTTP clients as server-sent events. It
+// is not durable: Deliver only appends to the retention window, so the
+// host never waits for a browser, and a client that was away longer than
+// the window is told so with a gap frame instead of being replayed what is
+// gone.
+type Sink struct {
+	log *slog.Logger
+	now func() time.Time
+
+	mu      sync.Mutex
+	cfg     settings
+	ring    *ring
+	srv     *http.Server
+	addr    net.Addr
+	done    chan struct{} // closed by Close: streaming handlers return
+	clients atomic.Int64
+
+	onOpen func(url string) // tests: connect a client as soon as Open listens
+}
+
+type settings struct {
+	listen     string
+	path       string
+	maxEvents  int
+	retention  time.Duration
+	heartbeat  time.Duration
+	token      string
+	corsOrigin string
+	maxClients int
+}
+
+var _ pluginkit.Sink = (*Sink)(nil)
+
+// New returns an SSE sink that logs through pluginkit.NewLogger.
+func New() *Sink { return newSink(pluginkit.NewLogger()) }
+
+func newSink(log *slog.Logger) *Sink { return &Sink{log: log, now: time.Now} }
+
+// Info describes the sink. Ordered: the window must hold events in id
+// order for Last-Event-ID to mean "everything after this".
+func (s *Sink) Info() pluginkit.Info {
+	return pluginkit.Info{
+		Name:    "sse",
+		Version: pluginkit.BuildVersion(),
+		Ordered: true,
+		Config: []pluginkit.ConfigField{
+			{Name: "listen", Type: pluginkit.TypeString, Required: true, Doc: `Address the HTTP server listens on, for example "127.0.0.1:8090".`},
+			{Name: "path", Type: pluginkit.TypeString, Doc: `URL path of the stream. Default "/events".`},
+			{Name: "retention", Type: pluginkit.TypeDuration, Doc: `How long events stay resumable. Default "1h".`},
+			{Name: "retention_events", Type: pluginkit.TypeNumber, Doc: "How many events stay resumable. Default 10000."},
+			{Name: "heartbeat", Type: pluginkit.TypeDuration, Doc: `Comment line sent to idle clients so proxies keep the connection. Default "15s".`},
+			{Name: "token", Type: pluginkit.TypeString, Doc: "When set, clients must send Authorization: Bearer <token> or ?token=<token>."},
+			{Name: "cors_origin", Type: pluginkit.TypeString, Doc: `Access-Control-Allow-Origin sent to browsers, for example "https://app.example.com" or "*".`},
+			{Name: "max_clients", Type: pluginkit.TypeNumber, Doc: "Connected clients at most; more are answered 503. Default 1000."},
+		},
+	}
+}
+
+type config struct {
+	Listen          string   `json:"listen"`
+	Path            string   `json:"path"`
+	Retention       string   `json:"retention"`
+	RetentionEvents *float64 `json:"retention_events"`
+	Heartbeat       string   `json:"heartbeat"`
+	Token           string   `json:"token"`
+	CORSOrigin      string   `json:"cors_origin"`
+	MaxClients      *float64 `json:"max_clients"`
+}
+
+// Configure validates the config; it does not listen yet.
+func (s *Sink) Configure(_ context.Context, raw json.RawMessage) error {
+	var c config
+	if err := json.Unmarshal(raw, &c); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return &pluginkit.ConfigError{Field: te.Field, Msg: "must be a " + te.Type.String()}
+		}
+		return &pluginkit.ConfigError{Msg: fmt.Sprintf("decode config: %v", err)}
+	}
+	st, err := parseConfig(c)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.cfg = st
+	s.mu.Unlock()
+	return nil
+}
+
+func parseConfig(c config) (settings, error) {
+	st := settings{listen: c.Listen, path: defaultPath, retention: defaultRetention, maxEvents: defaultMaxEvents,
+		heartbeat: defaultHeartbeat, token: c.Token, corsOrigin: c.CORSOrigin, maxClients: defaultClients}
+	if c.Listen == "" {
+		return st, &pluginkit.ConfigError{Field: "listen", Msg: `is required, for example "127.0.0.1:8090"`}
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return st, &pluginkit.ConfigError{Field: "listen", Msg: fmt.Sprintf("must be host:port: %v", err)}
+	}
+	if c.Path != "" {
+		if !strings.HasPrefix(c.Path, "/") || strings.ContainsAny(c.Path, " ?#") {
+			return st, &pluginkit.ConfigError{Field: "path", Msg: fmt.Sprintf("must be a URL path starting with /, not %q", c.Path)}
+		}
+		st.path = c.Path
+	}
+	duration := func(field, v string, into *time.Duration) error {
+		if v == "" {
+			return nil
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return &pluginkit.ConfigError{Field: field, Msg: fmt.Sprintf("must be a positive duration such as \"1h\", not %q", v)}
+		}
+		*into = d
+		return nil
+	}
+	if err := duration("retention", c.Retention, &st.retention); err != nil {
+		return st, err
+	}
+	if err := duration("heartbeat", c.Heartbeat, &st.heartbeat); err != nil {
+		return st, err
+	}
+	count := func(field string, v *float64, limit int, into *int) error {
+		if v == nil {
+			return nil
+		}
+		if *v < 1 || *v > float64(limit) || *v != float64(int(*v)) {
+			return &pluginkit.ConfigError{Field: field, Msg: fmt.Sprintf("must be a whole number from 1 to %d, not %v", limit, *v)}
+		}
+		*into = int(*v)
+		return nil
+	}
+	if err := count("retention_events", c.RetentionEvents, 10_000_000, &st.maxEvents); err != nil {
+		return st, err
+	}
+	if err := count("max_clients", c.MaxClients, 1_000_000, &st.maxClients); err != nil {
+		return st, err
+	}
+	if strings.ContainsAny(c.CORSOrigin, "\r\n") {
+		return st, &pluginkit.ConfigError{Field: "cors_origin", Msg: "must be one line"}
+	}
+	return st, nil
+}
+
+// Open starts the HTTP server. A port already taken fails the start of
+// walcast with the address in the error.
+func (s *Sink) Open(ctx context.Context) (pluginkit.OpenResult, error) {
+	res, url, err := s.open()
+	if err == nil && s.onOpen != nil {
+		s.onOpen(url)
+	}
+	return res, err
+}
+
+func (s *Sink) open() (pluginkit.OpenResult, string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cfg.listen == "" {
+		return pluginkit.OpenResult{}, "", pluginkit.Permanent(errors.New("open before configure"))
+	}
+	url := func() string { return "http://" + s.addr.String() + s.cfg.path }
+	if s.srv != nil {
+		return pluginkit.OpenResult{}, url(), nil
+	}
+	ln, err := net.Listen("tcp", s.cfg.listen)
+	if err != nil {
+		return pluginkit.OpenResult{}, "", pluginkit.Permanent(fmt.Errorf("sse: listen on %s: %w", s.cfg.listen, err))
+	}
+	s.ring = newRing(s.cfg.maxEvents, s.cfg.retention, s.now)
+	s.done = make(chan struct{})
+	mux := http.NewServeMux()
+	mux.HandleFunc(s.cfg.path, s.serveStream)
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	s.addr = ln.Addr()
+	go func(srv *http.Server) {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("sse server stopped", "err", err)
+		}
+	}(s.srv)
+	s.log.Info("sse stream listening", "addr", ln.Addr().String(), "path", s.cfg.path,
+		"retention", s.cfg.retention.String(), "retention_events", s.cfg.maxEvents)
+	return pluginkit.OpenResult{}, url(), nil
+}
+
+// Deliver adds the batch to the retention window and wakes the clients.
+// It never waits for a client.
+func (s *Sink) Deliver(_ context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error) {
+	s.mu.Lock()
+	r := s.ring
+	s.mu.Unlock()
+	if r == nil {
+		return pluginkit.DeliverResult{}, pluginkit.Permanent(errors.New("deliver before open"))
+	}
+	r.append(events)
+	return pluginkit.DeliverResult{}, nil
+}
+
+// Close disconnects every client and stops the server. Clients are cut
+// off rather than drained: they reconnect and resume with Last-Event-ID,
+// and one that stopped reading must not hold walcast's shutdown.
+func (s *Sink) Close(context.Context) error {
+	s.mu.Lock()
+	srv, done := s.srv, s.done
+	s.srv, s.ring = nil, nil
+	s.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	close(done)
+	if err := srv.Close(); err != nil {
+		return fmt.Errorf("sse: stop server: %w", err)
+	}
+	return nil
+}
+
+// Addr is the address the server listens on (tests listen on port 0).
+func (s *Sink) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
+
+// serveStream streams events to one client:
+//
+//	GET /events[?tables=public.orders,...][&ops=insert,update][&token=...]
+//	Last-Event-ID: <id>   (or ?last_event_id=), to resume after that event
+//
+// Without Last-Event-ID the client gets events from now on.
+func (s *Sink) serveStream(w http.ResponseWriter, req *http.Request) {
+	s.mu.Lock()
+	cfg, r, done := s.cfg, s.ring, s.done
+	s.mu.Unlock()
+	if r == nil {
+		http.Error(w, "sse sink is not open", http.StatusServiceUnavailable)
+		return
+	}
+	if cfg.corsOrigin != "" {
+		w.Header().Set("Access-Control-Allow-Origin", cfg.corsOrigin)
+	}
+	if req.Method != http.MethodGet {
+		w.Header().Set("Allow", "GET")
+		http.Error(w, "use GET", http.StatusMethodNotAllowed)
+		return
+	}
+	if cfg.token != "" && !authorized(req, cfg.token) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="walcast"`)
+		http.Error(w, "missing or wrong token", http.StatusUnauthorized)
+		return
+	}
+	f, err := parseFilter(req)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	last := req.Header.Get("Last-Event-ID")
+	if last == "" {
+		last = req.URL.Query().Get("last_event_id")
+	}
+	var c cursor
+	var gap *gapInfo
+	if last != "" {
+		id, err := pluginkit.ParseEventID(last)
+		if err != nil {
+			http.Error(w, fmt.Sprintf("Last-Event-ID: %v", err), http.StatusBadRequest)
+			return
+		}
+		c, gap = r.resume(id)
+	} else {
+		c = r.live()
+	}
+	if n := s.clients.Add(1); n > int64(cfg.maxClients) {
+		s.clients.Add(-1)
+		http.Error(w, "too many clients", http.StatusServiceUnavailable)
+		return
+	}
+	defer s.clients.Add(-1)
+
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	write := func(b []byte) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+		if _, err := w.Write(b); err != nil {
+			return false
+		}
+		return true
+	}
+	flush := func() bool { return rc.Flush() == nil }
+	if !write(fmt.Appendf(nil, "retry: %d\n\n", reconnectMillis)) {
+		return
+	}
+	if gap != nil && !write(gapFrame(gap)) {
+		return
+	}
+	if !flush() {
+		return
+	}
+	lastSent := last
+	heartbeat := time.NewTicker(cfg.heartbeat)
+	defer heartbeat.Stop()
+	for {
+		events, after, missed, wake := r.read(c)
+		if missed {
+			if !write(gapFrame(&gapInfo{Requested: lastSent, Oldest: r.oldest()})) {
+				return
+			}
+		}
+		for _, e := range events {
+			if !f.wants(e) {
+				continue
+			}
+			if !write(e.frame) {
+				return
+			}
+			lastSent = e.id.String()
+		}
+		c = after
+		if (missed || len(events) > 0) && !flush() {
+			return
+		}
+		select {
+		case <-wake:
+		case <-heartbeat.C:
+			if !write([]byte(": ping\n\n")) || !flush() {
+				return
+			}
+		case <-req.Context().Done():
+			return
+		case <-done:
+			return
+		}
+	}
+}
+
+func authorized(req *http.Request, token string) bool {
+	got, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		got = req.URL.Query().Get("token")
+	}
+	return subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+}
+
+// filter selects what one client receives.
+type filter struct {
+	tables map[string]bool
+	ops    map[pluginkit.Op]bool
+}
+
+func parseFilter(req *http.Request) (filter, error) {
+	var f filter
+	q := req.URL.Query()
+	if v := q.Get("tables"); v != "" {
+		f.tables = map[string]bool{}
+		for _, t := range strings.Split(v, ",") {
+			if !strings.Contains(t, ".") {
+				return f, fmt.Errorf("tables: %q is not schema.table", t)
+			}
+			f.tables[t] = true
+		}
+	}
+	if v := q.Get("ops"); v != "" {
+		f.ops = map[pluginkit.Op]bool{}
+		for _, o := range strings.Split(v, ",") {
+			switch op := pluginkit.Op(o); op {
+			case pluginkit.OpInsert, pluginkit.OpUpdate, pluginkit.OpDelete, pluginkit.OpTruncate:
+				f.ops[op] = true
+			default:
+				return f, fmt.Errorf("ops: %q is not insert, update, delete or truncate", o)
+			}
+		}
+	}
+	return f, nil
+}
+
+func (f filter) wants(e stored) bool {
+	return (f.tables == nil || f.tables[e.table]) && (f.ops == nil || f.ops[e.op])
+}
