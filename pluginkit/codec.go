@@ -80,7 +80,7 @@ func (codec) Unmarshal(data mem.BufferSlice, v any) error {
 		// A buffer of its own, not from the pool: the events point into
 		// it, and a sink may keep them.
 		var err error
-		r.events, err = decodeDeliverRequest(data.Materialize())
+		*r, err = decodeDeliverRequest(data.Materialize())
 		return err
 	}
 	m, ok := v.(proto.Message)

@@ -27,3 +27,20 @@ func IdentityFrom(ctx context.Context) Identity {
 	id, _ := ctx.Value(identityKey{}).(Identity)
 	return id
 }
+
+type gapKey struct{}
+
+// WithGapBefore marks ctx for a Deliver whose batch follows events that
+// were dropped for this sink (see GapBefore). The host sets it; tests use it.
+func WithGapBefore(ctx context.Context) context.Context {
+	return context.WithValue(ctx, gapKey{}, true)
+}
+
+// GapBefore reports, inside Deliver, that events were dropped for this sink
+// just before this batch: the sink is not durable and its queue in the host
+// was full. A durable sink never sees it. A sink that promises its own
+// clients continuity (sse) tells them.
+func GapBefore(ctx context.Context) bool {
+	v, _ := ctx.Value(gapKey{}).(bool)
+	return v
+}

@@ -88,6 +88,9 @@ func (s *server) Deliver(ctx context.Context, req *sinkv1.DeliverRequest) (*sink
 		}
 		events[i] = Event{ID: id, Schema: e.GetSchema(), Table: e.GetTable(), Op: Op(e.GetOp()), Key: e.GetKey(), Payload: e.GetPayload()}
 	}
+	if req.GetGapBefore() {
+		ctx = WithGapBefore(ctx)
+	}
 	return s.deliver(ctx, events)
 }
 
@@ -119,13 +122,18 @@ func deliverHandler(srv any, ctx context.Context, dec func(any) error, intercept
 		return nil, StatusFromError(Permanent(err))
 	}
 	s := srv.(*server)
+	call := func(ctx context.Context, req any) (any, error) {
+		r := req.(*deliverRequest)
+		if r.gapBefore {
+			ctx = WithGapBefore(ctx)
+		}
+		return s.deliver(ctx, r.events)
+	}
 	if interceptor == nil {
-		return s.deliver(ctx, in.events)
+		return call(ctx, in)
 	}
 	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: sinkv1.Sink_Deliver_FullMethodName}
-	return interceptor(ctx, in, info, func(ctx context.Context, req any) (any, error) {
-		return s.deliver(ctx, req.(*deliverRequest).events)
-	})
+	return interceptor(ctx, in, info, call)
 }
 
 func (s *server) Close(ctx context.Context, _ *sinkv1.CloseRequest) (*sinkv1.CloseResponse, error) {

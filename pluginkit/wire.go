@@ -20,26 +20,33 @@ import (
 // Field numbers of sink.v1.DeliverRequest and sink.v1.Event
 // (proto/sink/v1/sink.proto).
 const (
-	fieldEvents  protowire.Number = 1 // DeliverRequest.events
-	fieldID      protowire.Number = 1
-	fieldSchema  protowire.Number = 2
-	fieldTable   protowire.Number = 3
-	fieldOp      protowire.Number = 4
-	fieldKey     protowire.Number = 5
-	fieldPayload protowire.Number = 6
+	fieldEvents    protowire.Number = 1 // DeliverRequest.events
+	fieldGapBefore protowire.Number = 2 // DeliverRequest.gap_before
+	fieldID        protowire.Number = 1
+	fieldSchema    protowire.Number = 2
+	fieldTable     protowire.Number = 3
+	fieldOp        protowire.Number = 4
+	fieldKey       protowire.Number = 5
+	fieldPayload   protowire.Number = 6
 )
 
 // DeliverBatch is a Deliver request as the host sends it. The gRPC codec
 // of GRPCDialOptions encodes it as a sink.v1.DeliverRequest without
 // building the generated messages.
-type DeliverBatch []Event
+type DeliverBatch struct {
+	Events    []Event
+	GapBefore bool // see GapBefore
+}
 
 // Size is the encoded size in bytes.
 func (b DeliverBatch) Size() int {
 	n := 0
-	for i := range b {
-		m := eventSize(&b[i])
+	for i := range b.Events {
+		m := eventSize(&b.Events[i])
 		n += 1 + protowire.SizeVarint(uint64(m)) + m
+	}
+	if b.GapBefore {
+		n += 2
 	}
 	return n
 }
@@ -47,8 +54,8 @@ func (b DeliverBatch) Size() int {
 // AppendWire appends the encoded request to buf.
 func (b DeliverBatch) AppendWire(buf []byte) []byte {
 	var idBuf [48]byte
-	for i := range b {
-		e := &b[i]
+	for i := range b.Events {
+		e := &b.Events[i]
 		buf = protowire.AppendTag(buf, fieldEvents, protowire.BytesType)
 		buf = protowire.AppendVarint(buf, uint64(eventSize(e)))
 		id, _ := e.ID.AppendText(idBuf[:0])
@@ -58,6 +65,10 @@ func (b DeliverBatch) AppendWire(buf []byte) []byte {
 		buf = appendStringField(buf, fieldOp, string(e.Op))
 		buf = appendField(buf, fieldKey, e.Key)
 		buf = appendField(buf, fieldPayload, e.Payload)
+	}
+	if b.GapBefore {
+		buf = protowire.AppendTag(buf, fieldGapBefore, protowire.VarintType)
+		buf = protowire.AppendVarint(buf, 1)
 	}
 	return buf
 }
@@ -106,7 +117,8 @@ func idTextLen(id EventID) int {
 // deliverRequest is what the plugin side's codec decodes a Deliver request
 // into (see deliverHandler).
 type deliverRequest struct {
-	events []Event
+	events    []Event
+	gapBefore bool
 }
 
 // decodeDeliverRequest decodes a sink.v1.DeliverRequest. Keys and
@@ -114,16 +126,16 @@ type deliverRequest struct {
 // be reused: a sink may keep an event's bytes after Deliver returns), and
 // schema and table names are shared between consecutive events of the
 // same table.
-func decodeDeliverRequest(data []byte) ([]Event, error) {
+func decodeDeliverRequest(data []byte) (deliverRequest, error) {
 	count := 0
 	for rest := data; len(rest) > 0; {
 		num, typ, n := protowire.ConsumeTag(rest)
 		if n < 0 {
-			return nil, fmt.Errorf("decode deliver request: %w", protowire.ParseError(n))
+			return deliverRequest{}, fmt.Errorf("decode deliver request: %w", protowire.ParseError(n))
 		}
 		m := protowire.ConsumeFieldValue(num, typ, rest[n:])
 		if m < 0 {
-			return nil, fmt.Errorf("decode deliver request: %w", protowire.ParseError(m))
+			return deliverRequest{}, fmt.Errorf("decode deliver request: %w", protowire.ParseError(m))
 		}
 		if num == fieldEvents && typ == protowire.BytesType {
 			count++
@@ -131,23 +143,28 @@ func decodeDeliverRequest(data []byte) ([]Event, error) {
 		rest = rest[n+m:]
 	}
 	var d eventDecoder
-	events := make([]Event, 0, count)
+	req := deliverRequest{events: make([]Event, 0, count)}
 	for len(data) > 0 {
 		num, typ, n := protowire.ConsumeTag(data)
 		data = data[n:]
-		if num != fieldEvents || typ != protowire.BytesType {
+		switch {
+		case num == fieldEvents && typ == protowire.BytesType:
+			msg, m := protowire.ConsumeBytes(data)
+			data = data[m:]
+			ev, err := d.decode(msg)
+			if err != nil {
+				return deliverRequest{}, fmt.Errorf("decode deliver request: event %d: %w", len(req.events), err)
+			}
+			req.events = append(req.events, ev)
+		case num == fieldGapBefore && typ == protowire.VarintType:
+			v, m := protowire.ConsumeVarint(data)
+			data = data[m:]
+			req.gapBefore = v != 0
+		default:
 			data = data[protowire.ConsumeFieldValue(num, typ, data):]
-			continue
 		}
-		msg, m := protowire.ConsumeBytes(data)
-		data = data[m:]
-		ev, err := d.decode(msg)
-		if err != nil {
-			return nil, fmt.Errorf("decode deliver request: event %d: %w", len(events), err)
-		}
-		events = append(events, ev)
 	}
-	return events, nil
+	return req, nil
 }
 
 type eventDecoder struct {

@@ -12,8 +12,8 @@ import (
 	sinkv1 "github.com/walcast/walcast/proto/sink/v1"
 )
 
-func toProto(events []Event) *sinkv1.DeliverRequest {
-	req := &sinkv1.DeliverRequest{}
+func toProto(events []Event, gap bool) *sinkv1.DeliverRequest {
+	req := &sinkv1.DeliverRequest{GapBefore: gap}
 	for _, e := range events {
 		req.Events = append(req.Events, &sinkv1.Event{Id: e.ID.String(), Schema: e.Schema, Table: e.Table, Op: string(e.Op), Key: e.Key, Payload: e.Payload})
 	}
@@ -33,27 +33,31 @@ func sampleBatch() []Event {
 // and the plugin's decoding reads what the generated code writes.
 func TestDeliverWireMatchesGeneratedCode(t *testing.T) {
 	events := sampleBatch()
-	want, err := proto.MarshalOptions{Deterministic: true}.Marshal(toProto(events))
-	if err != nil {
-		t.Fatal(err)
+	for _, gap := range []bool{false, true} {
+		want, err := proto.MarshalOptions{Deterministic: true}.Marshal(toProto(events, gap))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := DeliverBatch{Events: events, GapBefore: gap}
+		got := b.AppendWire(nil)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("gap %v: encoding differs from the generated code:\n got %x\nwant %x", gap, got, want)
+		}
+		if n := b.Size(); n != len(want) {
+			t.Fatalf("Size() = %d, encoded %d", n, len(want))
+		}
+		req, err := decodeDeliverRequest(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(req.events, events) || req.gapBefore != gap {
+			t.Fatalf("decoded %+v (gap %v)\nwant %+v (gap %v)", req.events, req.gapBefore, events, gap)
+		}
 	}
-	got := DeliverBatch(events).AppendWire(nil)
-	if !bytes.Equal(got, want) {
-		t.Fatalf("encoding differs from the generated code:\n got %x\nwant %x", got, want)
-	}
-	if n := DeliverBatch(events).Size(); n != len(want) {
-		t.Fatalf("Size() = %d, encoded %d", n, len(want))
-	}
-	back, err := decodeDeliverRequest(want)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(back, events) {
-		t.Fatalf("decoded %+v\nwant %+v", back, events)
-	}
+	back, _ := decodeDeliverRequest(DeliverBatch{Events: events}.AppendWire(nil))
 	// A sink appending to one event's payload must not overwrite the next.
-	_ = append(back[0].Payload, "XXXXXXXX"...)
-	if !bytes.Equal(back[1].Key, events[1].Key) {
+	_ = append(back.events[0].Payload, "XXXXXXXX"...)
+	if !bytes.Equal(back.events[1].Key, events[1].Key) {
 		t.Fatal("appending to a payload overwrote the next event's key")
 	}
 }
@@ -61,12 +65,12 @@ func TestDeliverWireMatchesGeneratedCode(t *testing.T) {
 // Through the codec, as gRPC calls it on each side.
 func TestDeliverCodec(t *testing.T) {
 	events := sampleBatch()
-	bs, err := codec{}.Marshal(DeliverBatch(events))
+	bs, err := codec{}.Marshal(DeliverBatch{Events: events, GapBefore: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var generated sinkv1.DeliverRequest
-	if err := proto.Unmarshal(bs.Materialize(), &generated); err != nil || !proto.Equal(&generated, toProto(events)) {
+	if err := proto.Unmarshal(bs.Materialize(), &generated); err != nil || !proto.Equal(&generated, toProto(events, true)) {
 		t.Fatalf("generated code reads back %v (%v)", &generated, err)
 	}
 	var req deliverRequest
@@ -74,7 +78,7 @@ func TestDeliverCodec(t *testing.T) {
 		t.Fatal(err)
 	}
 	bs.Free()
-	if len(req.events) != len(events) || req.events[1].ID != events[1].ID || string(req.events[1].Payload) != string(events[1].Payload) {
+	if len(req.events) != len(events) || !req.gapBefore || req.events[1].ID != events[1].ID || string(req.events[1].Payload) != string(events[1].Payload) {
 		t.Fatalf("codec round trip: %+v", req.events)
 	}
 	bad := mem.BufferSlice{mem.SliceBuffer([]byte{0x0a, 0x05, 0x0a, 0x03, 'x', 'y', 'z'})}
@@ -98,21 +102,22 @@ func FuzzDeliverWire(f *testing.F) {
 				events[i].Payload = nil
 			}
 		}
-		wire := DeliverBatch(events).AppendWire(nil)
-		if len(wire) != DeliverBatch(events).Size() {
-			t.Fatalf("Size %d, encoded %d", DeliverBatch(events).Size(), len(wire))
+		b := DeliverBatch{Events: events, GapBefore: n%2 == 0}
+		wire := b.AppendWire(nil)
+		if len(wire) != b.Size() {
+			t.Fatalf("Size %d, encoded %d", b.Size(), len(wire))
 		}
 		// proto3 strings must be UTF-8 for the generated code (PostgreSQL
 		// names always are in a UTF-8 database).
 		if utf8.ValidString(schema) && utf8.ValidString(table) && utf8.ValidString(op) &&
-			!proto.Equal(mustUnmarshal(t, wire), toProto(events)) {
+			!proto.Equal(mustUnmarshal(t, wire), toProto(events, b.GapBefore)) {
 			t.Fatal("generated code reads something else")
 		}
 		back, err := decodeDeliverRequest(wire)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !reflect.DeepEqual(back, events) {
+		if !reflect.DeepEqual(back.events, events) || back.gapBefore != b.GapBefore {
 			t.Fatalf("decoded %+v, want %+v", back, events)
 		}
 	})
@@ -120,16 +125,16 @@ func FuzzDeliverWire(f *testing.F) {
 
 // Arbitrary bytes never panic the plugin's decoder.
 func FuzzDecodeDeliverRequest(f *testing.F) {
-	f.Add(DeliverBatch(sampleBatch()).AppendWire(nil))
+	f.Add(DeliverBatch{Events: sampleBatch(), GapBefore: true}.AppendWire(nil))
 	f.Add([]byte{0x0a, 0xff})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		events, err := decodeDeliverRequest(data)
+		req, err := decodeDeliverRequest(data)
 		if err != nil {
 			return
 		}
 		var generated sinkv1.DeliverRequest
-		if proto.Unmarshal(data, &generated) == nil && len(generated.GetEvents()) != len(events) {
-			t.Fatalf("decoded %d events, generated code %d", len(events), len(generated.GetEvents()))
+		if proto.Unmarshal(data, &generated) == nil && (len(generated.GetEvents()) != len(req.events) || generated.GetGapBefore() != req.gapBefore) {
+			t.Fatalf("decoded %d events (gap %v), generated code %d (gap %v)", len(req.events), req.gapBefore, len(generated.GetEvents()), generated.GetGapBefore())
 		}
 	})
 }

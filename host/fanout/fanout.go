@@ -28,6 +28,10 @@ import (
 type Item struct {
 	Seq   ack.Seq
 	Event pluginkit.Event
+	// GapBefore: events were dropped for this sink just before this one
+	// (its non-durable queue was full). The sink is told, so that it can
+	// tell its own clients (pluginkit.GapBefore).
+	GapBefore bool
 }
 
 // Queue is one sink's inbox.
@@ -35,6 +39,7 @@ type Queue struct {
 	C       chan Item
 	durable bool
 	dropped atomic.Int64
+	gap     bool // a drop not yet reported; touched by the fanout goroutine only
 }
 
 // NewQueue returns a queue holding up to capacity events.
@@ -74,15 +79,17 @@ func (f *Fanout) Event(ctx context.Context, ev pluginkit.Event, idle func()) err
 	if err != nil {
 		return fmt.Errorf("fan out event: %w", err)
 	}
-	item := Item{Seq: seq, Event: ev}
 	for i, q := range f.queues {
+		item := Item{Seq: seq, Event: ev, GapBefore: q.gap}
 		select {
 		case q.C <- item:
+			q.gap = false
 			continue
 		default:
 		}
 		if !q.durable {
 			q.dropped.Add(1)
+			q.gap = true
 			f.tracker.Resolve(i, seq)
 			continue
 		}

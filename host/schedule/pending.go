@@ -31,6 +31,9 @@ type entry struct {
 	// it is not tracked by the ack tracker (it was resolved when parked),
 	// and on success it leaves walcast.parked.
 	replay bool
+	// gapBefore: events were dropped for this (non-durable) sink just
+	// before this one; the batch carrying it says so to the plugin.
+	gapBefore bool
 
 	attempts  int
 	iso       isolation

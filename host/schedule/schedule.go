@@ -127,8 +127,9 @@ type Scheduler struct {
 	window     int             // events held: pending plus in flight
 	bucket     *bucket
 	pausedTill time.Time
-	inFlight   int // batches
-	flying     int // events in those batches
+	gapCarry   bool // a gap flag whose event was filtered out: it goes to the next one
+	inFlight   int  // batches
+	flying     int  // events in those batches
 	results    chan result
 }
 
@@ -328,18 +329,23 @@ func armTimer(t *time.Timer, at time.Time) {
 // pending.
 func (s *Scheduler) accept(ctx context.Context, it fanout.Item) error {
 	ev := it.Event
+	gap := it.GapBefore || s.gapCarry
+	s.gapCarry = false
 	switch {
 	case ev.ID.Compare(s.cfg.SkipThrough) <= 0:
 		s.Stats.Skipped.Add(1)
 		s.tracker.Resolve(s.cfg.Index, it.Seq)
+		s.gapCarry = gap
 		return nil
 	case !s.wants(ev):
 		s.Stats.Filtered.Add(1)
 		s.tracker.Resolve(s.cfg.Index, it.Seq)
+		s.gapCarry = gap
 		return nil
 	}
-	e := &entry{seq: it.Seq, ev: ev, row: rowKey(ev), bytes: len(ev.Payload)}
+	e := &entry{seq: it.Seq, ev: ev, row: rowKey(ev), bytes: len(ev.Payload), gapBefore: gap}
 	if s.parkedRows[e.row] {
+		s.gapCarry = gap
 		return s.park(ctx, []*entry{e}, "parked behind an earlier parked event of the same row")
 	}
 	s.pend.add(e)
@@ -401,6 +407,12 @@ func (s *Scheduler) deliver(ctx context.Context, batch []*entry) {
 	s.Stats.Attempts.Add(1)
 	start := time.Now()
 	dctx, cancel := context.WithTimeout(ctx, s.cfg.DeliverTimeout)
+	for _, e := range batch {
+		if e.gapBefore {
+			dctx = pluginkit.WithGapBefore(dctx)
+			break
+		}
+	}
 	res, err := s.sink.Deliver(dctx, events)
 	cancel()
 	if err == nil && dctx.Err() == context.DeadlineExceeded {

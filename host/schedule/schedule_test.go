@@ -426,3 +426,47 @@ func TestFirstRetryKeepsTheBatchWhole(t *testing.T) {
 	}
 	t.Fatalf("failed batch [%s] never retried (attempts %v)", failed, attempts)
 }
+
+// A gap flag (events dropped for a non-durable sink) reaches the plugin
+// with the batch of the flagged event, also when the flagged event itself
+// is filtered out, and only once.
+func TestGapBeforeReachesTheSink(t *testing.T) {
+	var mu sync.Mutex
+	var gaps []bool
+	var firsts []string
+	sink := &fakeSink{t: t, inFlight: map[string]bool{}, behave: func(ctx context.Context, _ int, evs []pluginkit.Event) error {
+		mu.Lock()
+		gaps = append(gaps, pluginkit.GapBefore(ctx))
+		firsts = append(firsts, evs[0].ID.String())
+		mu.Unlock()
+		return nil
+	}}
+	tracker := ack.New([]ack.SinkSpec{{ID: "s"}}, 0)
+	queue := fanout.NewQueue(100, false)
+	s := New(Config{SinkID: "s", BatchSize: 1, Strict: true, Tables: map[string]bool{"public.t": true}}, queue, tracker, sink)
+	push := func(table string, idx uint64, gap bool) {
+		ev := pluginkit.Event{ID: pluginkit.EventID{CommitLSN: 0x100, Index: idx}, Schema: "public", Table: table, Op: pluginkit.OpInsert, Key: []byte("1")}
+		seq, _ := tracker.Add(ev.ID)
+		queue.C <- fanout.Item{Seq: seq, Event: ev, GapBefore: gap}
+	}
+	push("t", 0, false)
+	push("other", 1, true) // filtered: its flag moves to event 2
+	push("t", 2, false)
+	push("t", 3, false)
+	tracker.Commit(0x108)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, make(chan struct{})) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for tracker.Pending(0) > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	want := []bool{false, true, false}
+	if !slices.Equal(gaps, want) {
+		t.Fatalf("batches %v carried gap flags %v, want %v", firsts, gaps, want)
+	}
+}

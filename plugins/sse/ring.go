@@ -31,8 +31,11 @@ type ring struct {
 
 // stored is one retained event.
 type stored struct {
-	seq   uint64
+	seq uint64
+	// id is the event's id; for a gap marker, the id of the event after
+	// the hole.
 	id    pluginkit.EventID
+	gap   bool   // a marker: walcast dropped events for this sink here
 	table string // schema.table, for per-client filters
 	op    pluginkit.Op
 	at    time.Time
@@ -45,8 +48,10 @@ func newRing(maxEvents int, maxAge time.Duration, now func() time.Time) *ring {
 
 // append adds events in id order. Events at or below the newest retained
 // id are redeliveries (the host retried a batch) and are skipped, so ids
-// in the window only grow and Last-Event-ID stays meaningful.
-func (r *ring) append(events []pluginkit.Event) {
+// in the window only grow and Last-Event-ID stays meaningful. gapBefore
+// puts a gap marker before the first new event: the host dropped events
+// for this sink there, and every client passing it is told.
+func (r *ring) append(events []pluginkit.Event, gapBefore bool) {
 	now := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -57,6 +62,11 @@ func (r *ring) append(events []pluginkit.Event) {
 		}
 		if e.ID.Compare(r.lastEvicted) <= 0 && !r.lastEvicted.IsZero() {
 			continue
+		}
+		if gapBefore {
+			r.buf = append(r.buf, stored{seq: r.next, id: e.ID, gap: true, at: now})
+			r.next++
+			gapBefore = false
 		}
 		r.buf = append(r.buf, stored{seq: r.next, id: e.ID, table: e.Schema + "." + e.Table, op: e.Op, at: now, frame: changeFrame(e)})
 		r.next++
@@ -78,7 +88,12 @@ func (r *ring) evictLocked(now time.Time) {
 	if drop == 0 {
 		return
 	}
-	r.lastEvicted = r.buf[drop-1].id
+	for i := drop - 1; i >= 0; i-- {
+		if !r.buf[i].gap {
+			r.lastEvicted = r.buf[i].id
+			break
+		}
+	}
 	clear(r.buf[:drop]) // let the frames go
 	r.buf = r.buf[drop:]
 	if cap(r.buf) > 2*r.maxEvents && len(r.buf) < cap(r.buf)/4 {
@@ -152,10 +167,12 @@ func (r *ring) read(c cursor) (events []stored, after cursor, missed bool, wake 
 func (r *ring) oldest() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.buf) == 0 {
-		return ""
+	for _, s := range r.buf {
+		if !s.gap {
+			return s.id.String()
+		}
 	}
-	return r.buf[0].id.String()
+	return ""
 }
 
 // changeFrame renders an event as an SSE frame. The envelope is compact

@@ -215,14 +215,14 @@ func (s *Sink) open() (pluginkit.OpenResult, string, error) {
 
 // Deliver adds the batch to the retention window and wakes the clients.
 // It never waits for a client.
-func (s *Sink) Deliver(_ context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error) {
+func (s *Sink) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error) {
 	s.mu.Lock()
 	r := s.ring
 	s.mu.Unlock()
 	if r == nil {
 		return pluginkit.DeliverResult{}, pluginkit.Permanent(errors.New("deliver before open"))
 	}
-	r.append(events)
+	r.append(events, pluginkit.GapBefore(ctx))
 	return pluginkit.DeliverResult{}, nil
 }
 
@@ -340,6 +340,13 @@ func (s *Sink) serveStream(w http.ResponseWriter, req *http.Request) {
 			}
 		}
 		for _, e := range events {
+			if e.gap {
+				// walcast itself dropped events for this sink here.
+				if !write(gapFrame(&gapInfo{Requested: lastSent, Oldest: e.id.String()})) {
+					return
+				}
+				continue
+			}
 			if !f.wants(e) {
 				continue
 			}

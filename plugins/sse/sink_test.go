@@ -147,7 +147,12 @@ func open(t *testing.T, cfg map[string]any) (*Sink, string) {
 
 func deliver(t *testing.T, s *Sink, evs []pluginkit.Event) {
 	t.Helper()
-	if _, err := s.Deliver(context.Background(), evs); err != nil {
+	deliverCtx(t, s, context.Background(), evs)
+}
+
+func deliverCtx(t *testing.T, s *Sink, ctx context.Context, evs []pluginkit.Event) {
+	t.Helper()
+	if _, err := s.Deliver(ctx, evs); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -222,6 +227,35 @@ func TestGapWhenTheWindowMovedOn(t *testing.T) {
 	if f := old.next(); f.Event != "gap" {
 		t.Fatalf("resume from before the window: %+v, want a gap", f)
 	}
+}
+
+// When walcast dropped events for the sink (its queue was full), live and
+// resuming clients get a gap frame at that point, never a silent hole.
+func TestGapWhenWalcastDropped(t *testing.T) {
+	s, url := open(t, map[string]any{})
+	live := dial(t, url, nil)
+	deliver(t, s, events(0x10, 1, "t"))
+	deliverCtx(t, s, pluginkit.WithGapBefore(context.Background()), events(0x30, 1, "t"))
+	if f := live.next(); f.ID != "0/10:0" {
+		t.Fatalf("got %+v", f)
+	}
+	f := live.next()
+	var g gapInfo
+	if f.Event != "gap" || json.Unmarshal([]byte(f.Data), &g) != nil || g.Requested != "0/10:0" || g.Oldest != "0/30:0" {
+		t.Fatalf("want a gap between 0/10:0 and 0/30:0, got %+v", f)
+	}
+	if f := live.next(); f.ID != "0/30:0" {
+		t.Fatalf("after the gap: %+v", f)
+	}
+	resumed := dial(t, url, http.Header{"Last-Event-ID": {"0/10:0"}})
+	if f := resumed.next(); f.Event != "gap" {
+		t.Fatalf("resume across the hole: %+v, want the gap first", f)
+	}
+	if f := resumed.next(); f.ID != "0/30:0" {
+		t.Fatalf("resume after the gap: %+v", f)
+	}
+	after := dial(t, url, http.Header{"Last-Event-ID": {"0/30:0"}})
+	after.none()
 }
 
 func TestRetentionByAge(t *testing.T) {

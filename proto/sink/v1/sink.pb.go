@@ -487,8 +487,11 @@ func (x *Event) GetPayload() []byte {
 }
 
 type DeliverRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Events        []*Event               `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Events []*Event               `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// gap_before: events were dropped for this sink just before this batch
+	// (the sink is not durable and its queue in the host was full).
+	GapBefore     bool `protobuf:"varint,2,opt,name=gap_before,json=gapBefore,proto3" json:"gap_before,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -528,6 +531,13 @@ func (x *DeliverRequest) GetEvents() []*Event {
 		return x.Events
 	}
 	return nil
+}
+
+func (x *DeliverRequest) GetGapBefore() bool {
+	if x != nil {
+		return x.GapBefore
+	}
+	return false
 }
 
 type DeliverResponse struct {
@@ -679,9 +689,11 @@ const file_sink_v1_sink_proto_rawDesc = "" +
 	"\x05table\x18\x03 \x01(\tR\x05table\x12\x0e\n" +
 	"\x02op\x18\x04 \x01(\tR\x02op\x12\x10\n" +
 	"\x03key\x18\x05 \x01(\fR\x03key\x12\x18\n" +
-	"\apayload\x18\x06 \x01(\fR\apayload\"@\n" +
+	"\apayload\x18\x06 \x01(\fR\apayload\"_\n" +
 	"\x0eDeliverRequest\x12.\n" +
-	"\x06events\x18\x01 \x03(\v2\x16.walcast.sink.v1.EventR\x06events\"1\n" +
+	"\x06events\x18\x01 \x03(\v2\x16.walcast.sink.v1.EventR\x06events\x12\x1d\n" +
+	"\n" +
+	"gap_before\x18\x02 \x01(\bR\tgapBefore\"1\n" +
 	"\x0fDeliverResponse\x12\x1e\n" +
 	"\n" +
 	"duplicates\x18\x01 \x01(\x03R\n" +
