@@ -231,8 +231,11 @@ func TestDeadlineReachesSink(t *testing.T) {
 	if kind, _ := pluginkit.KindOf(err); err == nil || kind != pluginkit.KindRetryable {
 		t.Fatalf("Deliver = %v, want a retryable error", err)
 	}
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("Deliver = %v, want it to wrap context.DeadlineExceeded", err)
+	// gRPC hands the plugin the same deadline, so the plugin's own timeout
+	// may answer first, before the host's context has ended: then the
+	// deadline shows in the plugin's message rather than as ctx.Err().
+	if !errors.Is(err, context.DeadlineExceeded) && !strings.Contains(err.Error(), "deadline exceeded") {
+		t.Errorf("Deliver = %v, want a deadline error", err)
 	}
 	select {
 	case <-cancelled:
