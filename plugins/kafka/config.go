@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -95,14 +94,8 @@ var legalTopic = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
 
 func decodeConfig(raw json.RawMessage, id pluginkit.Identity) (settings, error) {
 	var c config
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return settings{}, &pluginkit.ConfigError{Field: te.Field, Msg: "must be a " + te.Type.String()}
-		}
-		return settings{}, &pluginkit.ConfigError{Msg: fmt.Sprintf("decode config: %v", err)}
+	if err := pluginkit.DecodeConfig(raw, &c); err != nil {
+		return settings{}, err
 	}
 	return parseConfig(c, id)
 }

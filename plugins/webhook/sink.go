@@ -83,12 +83,8 @@ type config struct {
 // Configure validates the config; it makes no request.
 func (s *Sink) Configure(_ context.Context, raw json.RawMessage) error {
 	var c config
-	if err := json.Unmarshal(raw, &c); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return &pluginkit.ConfigError{Field: te.Field, Msg: "must be a " + te.Type.String()}
-		}
-		return &pluginkit.ConfigError{Msg: fmt.Sprintf("decode config: %v", err)}
+	if err := pluginkit.DecodeConfig(raw, &c); err != nil {
+		return err
 	}
 	st, err := parseConfig(c)
 	if err != nil {
