@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -59,14 +57,8 @@ type settings struct {
 // decodeConfig decodes and validates the config block.
 func decodeConfig(raw json.RawMessage) (settings, error) {
 	var c config
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return settings{}, &pluginkit.ConfigError{Field: te.Field, Msg: "must be a " + te.Type.String()}
-		}
-		return settings{}, &pluginkit.ConfigError{Msg: fmt.Sprintf("decode config: %v", err)}
+	if err := pluginkit.DecodeConfig(raw, &c); err != nil {
+		return settings{}, err
 	}
 	return parseConfig(c)
 }

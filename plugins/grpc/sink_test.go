@@ -413,6 +413,7 @@ func TestConfigure(t *testing.T) {
 		{name: "token with a newline", cfg: tlsOn("token", "t\n"), field: "token"},
 		{name: "token with a space", cfg: tlsOn("token", "Bearer t"), field: "token"},
 		{name: "insecure_token not a bool", cfg: map[string]any{"address": "localhost:50051", "insecure_token": "yes"}, field: "insecure_token"},
+		{name: "unknown attribute", cfg: map[string]any{"address": "localhost:50051", "url": "http://x"}, field: "url"},
 		{name: "bad timeout", cfg: map[string]any{"address": "localhost:50051", "timeout": "soon"}, field: "timeout"},
 		{name: "zero timeout", cfg: map[string]any{"address": "localhost:50051", "timeout": "0s"}, field: "timeout"},
 	}
