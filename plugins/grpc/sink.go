@@ -28,12 +28,13 @@ const maxRequestBytes = pluginkit.MaxMessageSize
 
 // reconnectBackoff replaces gRPC's default reconnect backoff, which grows
 // to two minutes: the host owns the retry policy, and a receiver that is
-// back should be reached by its next attempt, not two minutes later.
+// back should be reached by its next attempt, not two minutes later. With
+// the jitter, a connection is retried at least every 5 s (README.md).
 var reconnectBackoff = backoff.Config{
 	BaseDelay:  250 * time.Millisecond,
 	Multiplier: 1.6,
 	Jitter:     0.2,
-	MaxDelay:   5 * time.Second,
+	MaxDelay:   4 * time.Second,
 }
 
 // Sink delivers batches to one Receiver service.
