@@ -66,7 +66,12 @@ func TestCrashLoopLosesNothing(t *testing.T) {
 	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	truthSlot(t, db, "truth_crash")
 	rcv := newReceiver(t)
-	pipeline := writePipeline(t, "crash", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 100})
+	// A receiver taking a few ms per request and two lanes spread the
+	// delivery over seconds: the whole workload commits in well under a
+	// second here, and kills must land while events are still undelivered.
+	rcv.delay = 4 * time.Millisecond
+	pipeline := writePipeline(t, "crash", dsn, []string{"public.items"},
+		sinkSpec{ID: "hook", URL: rcv.URL, Batch: 50, Extra: "    max_in_flight = 2\n"})
 
 	// The workload runs on its own connection while walcast is killed.
 	wdb := connect(t, dsn)
@@ -80,7 +85,7 @@ func TestCrashLoopLosesNothing(t *testing.T) {
 		_, err := workload(ctx, wdb, rand.New(rand.NewPCG(seed, 8)), 20000)
 		workDone <- err
 	}()
-	kills, total := 0, 0
+	kills, total, midStream := 0, 0, 0
 	for kills < 3 {
 		// Kill at a random point while walcast is delivering (the slot
 		// holds far more than these few thousand events, so each kill
@@ -106,10 +111,13 @@ func TestCrashLoopLosesNothing(t *testing.T) {
 		})
 		if r.IntN(2) == 0 {
 			// Sometimes after a checkpoint write or two.
-			time.Sleep(time.Duration(200+r.IntN(400)) * time.Millisecond)
+			time.Sleep(time.Duration(50+r.IntN(300)) * time.Millisecond)
 		}
 		proc.kill()
 		kills++
+		if done := workFinished(workDone, t, db); done < 0 || rcv.distinct() < done {
+			midStream++
+		}
 		var cp string
 		db.QueryRow(ctx, `SELECT coalesce(max(event_id), '-') FROM walcast.checkpoints`).Scan(&cp)
 		t.Logf("kill %d: %d events received so far; checkpoint %s, slot at %X", kills, rcv.count(), cp, confirmedFlush(t, db, "walcast_crash"))
@@ -122,10 +130,27 @@ func TestCrashLoopLosesNothing(t *testing.T) {
 	if len(want) < 20000 {
 		t.Fatalf("workload committed only %d changes", len(want))
 	}
+	// A kill after everything arrived proves nothing: most must interrupt
+	// real work.
+	if midStream < 2 {
+		t.Fatalf("only %d of %d kills landed while changes were still undelivered", midStream, kills)
+	}
 	waitFor(t, fmt.Sprintf("all %d changes to arrive", len(want)), 3*time.Minute, func() bool { return rcv.distinct() >= len(want) })
 	proc.stop()
 	got := rcv.events()
 	dups := verify(t, want, got)
-	t.Logf("%d committed changes, %d deliveries, %d duplicates after %d SIGKILLs", len(want), len(got), dups, kills)
+	t.Logf("%d committed changes, %d deliveries, %d duplicates after %d SIGKILLs (%d mid-stream)", len(want), len(got), dups, kills, midStream)
 	exec1(t, db, `SELECT pg_drop_replication_slot('truth_crash')`)
+}
+
+// workFinished returns how many changes the workload committed once it has
+// finished, or -1 while it still runs.
+func workFinished(workDone chan error, t *testing.T, db *pgx.Conn) int {
+	select {
+	case err := <-workDone:
+		workDone <- err
+		return len(truth(t, db, "truth_crash", map[string]bool{"public.items": true}))
+	default:
+		return -1
+	}
 }
