@@ -26,9 +26,15 @@ const defaultRetryAfter = 30 * time.Second
 //     one; but gRPC's own "message larger than max" is permanent, so that
 //     the host splits the batch instead of pausing and resending the same
 //     oversized request forever.
-//   - INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE, UNIMPLEMENTED,
-//     PERMISSION_DENIED: permanent; the host isolates the event that fails
-//     and parks it.
+//   - INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE: permanent; the
+//     host isolates the event that fails and parks it.
+//   - UNIMPLEMENTED: fatal. The address serves something other than the
+//     Receiver service: no event can ever be delivered there, and parking
+//     them one by one would empty the stream into walcast.parked; walcast
+//     stops and says so instead.
+//   - PERMISSION_DENIED is retryable, like UNAUTHENTICATED: a proxy or a
+//     receiver refusing the caller is fixed by an operator, and the events
+//     must stay queued meanwhile.
 //   - Anything else, including errors that carry no status at all (the
 //     connection broke) and our own deadline: retryable.
 func classify(what string, err error) error {
@@ -43,8 +49,10 @@ func classify(what string, err error) error {
 			return pluginkit.Permanent(fmt.Errorf("%w (raise the receiver's maximum receive message size to %d MiB)", wrapped, maxRequestBytes>>20))
 		}
 		return pluginkit.Throttled(defaultRetryAfter, wrapped)
-	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange, codes.Unimplemented, codes.PermissionDenied:
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
 		return pluginkit.Permanent(wrapped)
+	case codes.Unimplemented:
+		return pluginkit.Fatal(fmt.Errorf("%w (is the address a walcast.receiver.v1.Receiver?)", wrapped))
 	default:
 		return pluginkit.Retryable(wrapped)
 	}

@@ -90,15 +90,15 @@ func TestStatusCodes(t *testing.T) {
 	rcv := startReceiver(t)
 	s := openSink(t, map[string]any{"address": rcv.addr})
 
-	permanent := map[codes.Code]bool{codes.InvalidArgument: true, codes.FailedPrecondition: true,
-		codes.OutOfRange: true, codes.Unimplemented: true, codes.PermissionDenied: true}
+	kinds := map[codes.Code]pluginkit.Kind{codes.InvalidArgument: pluginkit.KindPermanent, codes.FailedPrecondition: pluginkit.KindPermanent,
+		codes.OutOfRange: pluginkit.KindPermanent, codes.Unimplemented: pluginkit.KindFatal}
 	for c := codes.Canceled; c <= codes.Unauthenticated; c++ {
 		if c == codes.ResourceExhausted {
 			continue // below
 		}
-		want := pluginkit.KindRetryable
-		if permanent[c] {
-			want = pluginkit.KindPermanent
+		want, ok := kinds[c]
+		if !ok {
+			want = pluginkit.KindRetryable
 		}
 		t.Run(c.String(), func(t *testing.T) {
 			expectKind(t, s, rcv, status.New(c, "told to fail"), want, 0)

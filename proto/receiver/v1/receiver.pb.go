@@ -39,10 +39,12 @@
 //   INVALID_ARGUMENT     permanent: retrying the same events cannot succeed.
 //   FAILED_PRECONDITION  walcast splits the batch to find the event that
 //   OUT_OF_RANGE         fails and parks it in walcast.parked (later changes
-//   UNIMPLEMENTED        of the same row wait behind it) until an operator
-//   PERMISSION_DENIED    runs `walcast replay`
+//                        of the same row wait behind it) until an operator
+//                        runs `walcast replay`
+//   UNIMPLEMENTED        fatal: the address is not a Receiver; walcast stops
 //   anything else        retryable: UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL,
-//                        UNKNOWN, ABORTED, UNAUTHENTICATED, CANCELED...;
+//                        UNKNOWN, ABORTED, UNAUTHENTICATED,
+//                        PERMISSION_DENIED, CANCELED...;
 //                        the batch is sent again with backoff and parked
 //                        after the sink's max_attempts
 //
