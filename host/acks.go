@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // ErrInvalidAck is wrapped by the error Stream.Ack returns for an id that
@@ -28,7 +28,7 @@ type acks struct {
 	flush uint64
 	// acked is the highest acknowledged id; everything at or below it is
 	// acknowledged.
-	acked pluginkit.EventID
+	acked cdc.EventID
 	// delivered has one entry per transaction with events returned by
 	// Next and not yet all acknowledged, in commit order. It is what tells
 	// a real id from an invented one.
@@ -49,14 +49,14 @@ type deliveredTx struct {
 // handed over before its commit (for a transaction without captured
 // changes, the last event of an earlier one, or zero).
 type committedTx struct {
-	through pluginkit.EventID
+	through cdc.EventID
 	endLSN  uint64
 }
 
 func newAcks(start uint64) *acks { return &acks{flush: start} }
 
 // deliver records that Next returned id. Ids arrive in stream order.
-func (a *acks) deliver(id pluginkit.EventID) {
+func (a *acks) deliver(id cdc.EventID) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if n := a.delivered.len(); n > 0 {
@@ -69,7 +69,7 @@ func (a *acks) deliver(id pluginkit.EventID) {
 }
 
 // ack acknowledges every event at or below id.
-func (a *acks) ack(id pluginkit.EventID) error {
+func (a *acks) ack(id cdc.EventID) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch c := id.Compare(a.acked); {
@@ -95,7 +95,7 @@ func (a *acks) ack(id pluginkit.EventID) error {
 
 // commit records the end of a transaction whose last handed-over event is
 // through.
-func (a *acks) commit(through pluginkit.EventID, endLSN uint64) {
+func (a *acks) commit(through cdc.EventID, endLSN uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.committed.push(committedTx{through: through, endLSN: endLSN})
@@ -119,7 +119,7 @@ func (a *acks) release() {
 // nothing is in flight: every event handed over (the last being last) is
 // acknowledged and every transaction released. Capture calls it only
 // between transactions.
-func (a *acks) advanceIdle(walEnd uint64, last pluginkit.EventID) bool {
+func (a *acks) advanceIdle(walEnd uint64, last cdc.EventID) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.committed.len() > 0 || a.acked.Compare(last) < 0 || walEnd <= a.flush {

@@ -4,10 +4,10 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
-func id(lsn, idx uint64) pluginkit.EventID { return pluginkit.EventID{CommitLSN: lsn, Index: idx} }
+func id(lsn, idx uint64) cdc.EventID { return cdc.EventID{CommitLSN: lsn, Index: idx} }
 
 func TestAcksReleaseWholeTransactions(t *testing.T) {
 	a := newAcks(50)
@@ -53,7 +53,7 @@ func TestAcksReleaseWholeTransactions(t *testing.T) {
 
 func TestAcksIdleAdvanceWaitsForAcks(t *testing.T) {
 	a := newAcks(0)
-	if !a.advanceIdle(10, pluginkit.EventID{}) {
+	if !a.advanceIdle(10, cdc.EventID{}) {
 		t.Fatal("idle advance refused on an empty stream")
 	}
 	a.deliver(id(100, 0))
@@ -74,7 +74,7 @@ func TestAcksRejectInvalid(t *testing.T) {
 	a.deliver(id(100, 0))
 	a.deliver(id(100, 1))
 	a.deliver(id(200, 0))
-	for _, bad := range []pluginkit.EventID{{}, id(100, 2), id(150, 0), id(200, 1), id(300, 0), id(50, 0)} {
+	for _, bad := range []cdc.EventID{{}, id(100, 2), id(150, 0), id(200, 1), id(300, 0), id(50, 0)} {
 		if err := a.ack(bad); !errors.Is(err, ErrInvalidAck) {
 			t.Errorf("ack %s: err = %v, want ErrInvalidAck", bad, err)
 		}
@@ -95,7 +95,7 @@ func TestAcksRejectInvalid(t *testing.T) {
 
 func TestNewEventReadsEnvelope(t *testing.T) {
 	payload := `{"id":"0/1A2B3C8:0","commit_lsn":"0/1A2B3C8","xid":7412,"commit_time":"2026-11-30T10:00:00.123456Z","schema":"public","table":"orders","op":"update","key":{"id":42},"new":{"id":42,"status":"pa\"id}","total":"19.90","tags":["a","]"]},"old":null,"unchanged":["notes_blob"]}`
-	ev, err := newEvent(pluginkit.Event{ID: id(0x1A2B3C8, 0), Schema: "public", Table: "orders", Op: pluginkit.OpUpdate, Payload: []byte(payload)})
+	ev, err := newEvent(cdc.Event{ID: id(0x1A2B3C8, 0), Schema: "public", Table: "orders", Op: cdc.OpUpdate, Payload: []byte(payload)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestNewEventReadsEnvelope(t *testing.T) {
 		t.Fatalf("event = %+v", ev)
 	}
 	for _, bad := range []string{``, `{`, `{"xid":}`, `{"new":{"a":1}`, `{"key":"x}`, `[]`} {
-		if _, err := newEvent(pluginkit.Event{Payload: []byte(bad)}); err == nil {
+		if _, err := newEvent(cdc.Event{Payload: []byte(bad)}); err == nil {
 			t.Errorf("newEvent(%q): no error", bad)
 		}
 	}

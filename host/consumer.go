@@ -4,19 +4,19 @@ import (
 	"context"
 
 	"github.com/walcast/walcast/host/capture"
-	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // consumer is the stream's capture.Consumer: it hands events to Next over
 // a bounded channel and reports the position acks have released. All its
 // methods run on the capture goroutine.
 type consumer struct {
-	events chan<- pluginkit.Event
+	events chan<- cdc.Event
 	acks   *acks
 	// last and lastEnd are the last event and commit handed over; after a
 	// reconnect PostgreSQL resends from the slot's confirmed position and
 	// everything up to them is skipped.
-	last    pluginkit.EventID
+	last    cdc.EventID
 	lastEnd uint64
 }
 
@@ -24,7 +24,7 @@ var _ capture.Consumer = (*consumer)(nil)
 
 // Event blocks while the channel is full — the consumer is behind, and
 // the changes wait in the slot instead of in memory.
-func (c *consumer) Event(ctx context.Context, ev pluginkit.Event, idle func()) error {
+func (c *consumer) Event(ctx context.Context, ev cdc.Event, idle func()) error {
 	if !c.last.IsZero() && ev.ID.Compare(c.last) <= 0 {
 		return nil
 	}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // Event is one committed change, as Stream.Next returns it.
@@ -23,7 +23,7 @@ type Event struct {
 	// ID is the event's deterministic id ("<commit_lsn>:<index>"). A
 	// redelivered event carries the identical id, so it is what a
 	// consumer dedupes on, and what Stream.Ack takes.
-	ID pluginkit.EventID
+	ID cdc.EventID
 	// XID is the id of the transaction that made the change.
 	XID uint32
 	// CommitTime is when that transaction committed (UTC).
@@ -32,7 +32,7 @@ type Event struct {
 	Schema string
 	Table  string
 	// Op is insert, update, delete or truncate.
-	Op pluginkit.Op
+	Op cdc.Op
 	// Key holds the replica-identity columns as a JSON object; nil for a
 	// truncate or a table without a key.
 	Key json.RawMessage
@@ -62,7 +62,7 @@ func (e *Event) JSON() []byte { return e.payload }
 
 // newEvent fills an Event from the host's encoded event. The envelope is
 // scanned once, without reflection; values are sub-slices of the payload.
-func newEvent(pe pluginkit.Event) (Event, error) {
+func newEvent(pe cdc.Event) (Event, error) {
 	ev := Event{ID: pe.ID, Schema: pe.Schema, Table: pe.Table, Op: pe.Op, payload: pe.Payload}
 	err := eachMember(pe.Payload, func(name, value []byte) error {
 		switch string(name) {

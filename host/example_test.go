@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walcast/walcast/host"
-	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // Read the changes to a table and acknowledge them. The database needs
@@ -54,7 +54,7 @@ func Example() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		if ev.Op == pluginkit.OpDelete {
+		if ev.Op == cdc.OpDelete {
 			fmt.Printf("%s %s.%s key=%s\n", ev.Op, ev.Schema, ev.Table, ev.Key)
 		} else {
 			var order struct {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/walcast/walcast/host/capture"
 	"github.com/walcast/walcast/host/checkpoint"
-	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // ErrClosed is returned by Next and Ack once Close has been called.
@@ -49,7 +49,7 @@ type StreamConfig struct {
 // be called from one goroutine at a time; Ack and Close may be called from
 // any goroutine.
 type Stream struct {
-	events <-chan pluginkit.Event
+	events <-chan cdc.Event
 	acks   *acks
 	capt   *capture.Capture
 	pool   *pgxpool.Pool
@@ -115,7 +115,7 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 	}
 	ccfg.StatusInterval = min(10*time.Second, prep.WalSenderTimeout/4)
 
-	events := make(chan pluginkit.Event, cfg.Buffer)
+	events := make(chan cdc.Event, cfg.Buffer)
 	a := newAcks(prep.ConfirmedFlush)
 	capt := capture.New(ccfg, &consumer{events: events, acks: a})
 	// The capture goroutine must outlive ctx (which ends with Open) but
@@ -175,7 +175,7 @@ func (s *Stream) Next(ctx context.Context) (Event, error) {
 	if s.isClosed() {
 		return Event{}, ErrClosed
 	}
-	var pe pluginkit.Event
+	var pe cdc.Event
 	var ok bool
 	select {
 	case pe, ok = <-s.events:
@@ -209,7 +209,7 @@ func (s *Stream) Next(ctx context.Context) (Event, error) {
 // the next status update (within about 100ms) and on Close. Acking an id
 // Next has not returned, or one lower than an earlier ack, returns an
 // error wrapping ErrInvalidAck; acking the same id again is a no-op.
-func (s *Stream) Ack(id pluginkit.EventID) error {
+func (s *Stream) Ack(id cdc.EventID) error {
 	if s.isClosed() {
 		return ErrClosed
 	}
@@ -235,7 +235,7 @@ func (s *Stream) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := s.capt.Close(ctx); err != nil {
-		return fmt.Errorf("close walcast stream: confirm final position %s: %w", pluginkit.FormatLSN(s.acks.position()), err)
+		return fmt.Errorf("close walcast stream: confirm final position %s: %w", cdc.FormatLSN(s.acks.position()), err)
 	}
 	return nil
 }

@@ -16,7 +16,7 @@ import (
 
 	"github.com/walcast/walcast/host"
 	"github.com/walcast/walcast/host/pgtest"
-	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // setup makes a fresh database with table items and returns its DSN and a
@@ -79,7 +79,7 @@ func next(t *testing.T, s *host.Stream) host.Event {
 	return ev
 }
 
-func ack(t *testing.T, s *host.Stream, id pluginkit.EventID) {
+func ack(t *testing.T, s *host.Stream, id cdc.EventID) {
 	t.Helper()
 	if err := s.Ack(id); err != nil {
 		t.Fatal(err)
@@ -93,7 +93,7 @@ func confirmed(t *testing.T, db *pgx.Conn, slot string) uint64 {
 	if err := db.QueryRow(context.Background(), `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&s); err != nil {
 		t.Fatalf("read confirmed_flush_lsn of %s: %v", slot, err)
 	}
-	lsn, err := pluginkit.ParseLSN(s)
+	lsn, err := cdc.ParseLSN(s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestEventFields(t *testing.T) {
 	if err := json.Unmarshal(ins.New, &row); err != nil {
 		t.Fatal(err)
 	}
-	if ins.Op != pluginkit.OpInsert || ins.Schema != "public" || ins.Table != "docs" || string(ins.Key) != `{"id":1}` ||
+	if ins.Op != cdc.OpInsert || ins.Schema != "public" || ins.Table != "docs" || string(ins.Key) != `{"id":1}` ||
 		row.Body != big || ins.Old != nil || ins.XID == 0 || time.Since(ins.CommitTime) > time.Minute {
 		t.Errorf("insert: %+v", ins)
 	}
@@ -143,7 +143,7 @@ func TestEventFields(t *testing.T) {
 	}
 
 	upd := next(t, s)
-	if upd.Op != pluginkit.OpUpdate || string(upd.New) != `{"id":1,"title":"b"}` || len(upd.Unchanged) != 1 || upd.Unchanged[0] != "body" || upd.Old != nil {
+	if upd.Op != cdc.OpUpdate || string(upd.New) != `{"id":1,"title":"b"}` || len(upd.Unchanged) != 1 || upd.Unchanged[0] != "body" || upd.Old != nil {
 		t.Errorf("update with unchanged TOAST: new %s old %s unchanged %v", upd.New, upd.Old, upd.Unchanged)
 	}
 	key := next(t, s)
@@ -151,11 +151,11 @@ func TestEventFields(t *testing.T) {
 		t.Errorf("key change: key %s old %s", key.Key, key.Old)
 	}
 	del := next(t, s)
-	if del.Op != pluginkit.OpDelete || del.New != nil || string(del.Old) != `{"id":2}` || string(del.Key) != `{"id":2}` {
+	if del.Op != cdc.OpDelete || del.New != nil || string(del.Old) != `{"id":2}` || string(del.Key) != `{"id":2}` {
 		t.Errorf("delete: key %s new %s old %s", del.Key, del.New, del.Old)
 	}
 	tr := next(t, s)
-	if tr.Op != pluginkit.OpTruncate || tr.Key != nil || tr.New != nil || tr.Old != nil || !tr.RestartIdentity || tr.Cascade {
+	if tr.Op != cdc.OpTruncate || tr.Key != nil || tr.New != nil || tr.Old != nil || !tr.RestartIdentity || tr.Cascade {
 		t.Errorf("truncate: %+v", tr)
 	}
 	ack(t, s, tr.ID)
@@ -180,7 +180,7 @@ func TestAckReleasesTransaction(t *testing.T) {
 		return confirmed(t, db, slot) > a[0].ID.CommitLSN
 	})
 	if got := confirmed(t, db, slot); got >= b[0].ID.CommitLSN {
-		t.Fatalf("slot at %s passed the unacked second transaction (commit %s)", pluginkit.FormatLSN(got), pluginkit.FormatLSN(b[0].ID.CommitLSN))
+		t.Fatalf("slot at %s passed the unacked second transaction (commit %s)", cdc.FormatLSN(got), cdc.FormatLSN(b[0].ID.CommitLSN))
 	}
 }
 
@@ -192,7 +192,7 @@ func TestAckValidation(t *testing.T) {
 	execT(t, db, `INSERT INTO items SELECT g, 'b' FROM generate_series(4, 5) g`)
 	a0, a1, a2, b0 := next(t, s), next(t, s), next(t, s), next(t, s)
 
-	for name, id := range map[string]pluginkit.EventID{
+	for name, id := range map[string]cdc.EventID{
 		"zero id":                    {},
 		"not yet returned":           {CommitLSN: b0.ID.CommitLSN, Index: 1},
 		"beyond its transaction":     {CommitLSN: a0.ID.CommitLSN, Index: 3},
@@ -235,7 +235,7 @@ func TestPartialAckReplaysWholeTransaction(t *testing.T) {
 	slot := slotName("partial")
 	s := open(t, dsn, slot)
 	execT(t, db, `INSERT INTO items SELECT g, 'x' FROM generate_series(1, $1::int) g`, rows)
-	var first []pluginkit.EventID
+	var first []cdc.EventID
 	for range rows / 2 {
 		ev := next(t, s)
 		first = append(first, ev.ID)
@@ -247,13 +247,13 @@ func TestPartialAckReplaysWholeTransaction(t *testing.T) {
 	// The slot may have moved over WAL written before the transaction,
 	// never to its commit.
 	if got := confirmed(t, db, slot); got >= first[0].CommitLSN {
-		t.Fatalf("slot at %s although transaction %s was only half acked", pluginkit.FormatLSN(got), pluginkit.FormatLSN(first[0].CommitLSN))
+		t.Fatalf("slot at %s although transaction %s was only half acked", cdc.FormatLSN(got), cdc.FormatLSN(first[0].CommitLSN))
 	}
 
 	s = open(t, dsn, slot)
 	for i := range rows {
 		ev := next(t, s)
-		want := pluginkit.EventID{CommitLSN: first[0].CommitLSN, Index: uint64(i)}
+		want := cdc.EventID{CommitLSN: first[0].CommitLSN, Index: uint64(i)}
 		if i < len(first) {
 			want = first[i]
 		}
@@ -284,12 +284,12 @@ func TestCrashReplaysFromLastReleasedTransaction(t *testing.T) {
 			for tx := range txns {
 				execT(t, db, `INSERT INTO items SELECT g, 'x' FROM generate_series($1::int, $2::int) g`, tx*perTx, tx*perTx+perTx-1)
 			}
-			var ids []pluginkit.EventID
-			var acked pluginkit.EventID
+			var ids []cdc.EventID
+			var acked cdc.EventID
 			for len(ids) < txns*perTx || acked.IsZero() {
 				line := c.expect(t, "", 30*time.Second)
 				kind, arg, _ := strings.Cut(line, " ")
-				id, err := pluginkit.ParseEventID(arg)
+				id, err := cdc.ParseEventID(arg)
 				if err != nil {
 					t.Fatalf("consumer said %q: %v", line, err)
 				}
@@ -317,7 +317,7 @@ func TestCrashReplaysFromLastReleasedTransaction(t *testing.T) {
 			})
 			c.kill(t)
 			if got := confirmed(t, db, slot); got >= ids[replayFrom].CommitLSN {
-				t.Fatalf("slot at %s passed the first unreleased transaction %s", pluginkit.FormatLSN(got), ids[replayFrom])
+				t.Fatalf("slot at %s passed the first unreleased transaction %s", cdc.FormatLSN(got), ids[replayFrom])
 			}
 
 			s := open(t, dsn, slot)
@@ -392,7 +392,7 @@ func TestReconnectSkipsResent(t *testing.T) {
 		execT(t, db, `INSERT INTO items SELECT g, 'x' FROM generate_series($1::int, $2::int) g`, tx*10, tx*10+9)
 	}
 	db.Close(ctx)
-	var ids []pluginkit.EventID
+	var ids []cdc.EventID
 	for range 15 { // the first transaction acked, the second half read
 		ev := next(t, s)
 		ids = append(ids, ev.ID)

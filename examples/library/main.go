@@ -32,7 +32,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/walcast/walcast/host"
-	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 func main() { os.Exit(run()) }
@@ -107,7 +107,7 @@ func apply(ctx context.Context, db *pgxpool.Pool, ev host.Event) (applied bool, 
 		}
 		applied = true
 		switch ev.Op {
-		case pluginkit.OpInsert, pluginkit.OpUpdate:
+		case cdc.OpInsert, cdc.OpUpdate:
 			if ev.Old != nil { // the key changed: the row moves
 				if _, err := tx.Exec(ctx, `DELETE FROM orders_replica WHERE id = ($1::jsonb->>'id')::int`, ev.Old); err != nil {
 					return err
@@ -118,9 +118,9 @@ func apply(ctx context.Context, db *pgxpool.Pool, ev host.Event) (applied bool, 
 			_, err = tx.Exec(ctx, `
 INSERT INTO orders_replica SELECT * FROM jsonb_populate_record(NULL::orders_replica, $1)
 ON CONFLICT (id) DO UPDATE SET status = excluded.status, total = excluded.total`, ev.New)
-		case pluginkit.OpDelete:
+		case cdc.OpDelete:
 			_, err = tx.Exec(ctx, `DELETE FROM orders_replica WHERE id = ($1::jsonb->>'id')::int`, ev.Key)
-		case pluginkit.OpTruncate:
+		case cdc.OpTruncate:
 			_, err = tx.Exec(ctx, `DELETE FROM orders_replica`)
 		}
 		return err

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // Seq numbers events in the order they were added. Every sink sees every
@@ -26,7 +26,7 @@ type Tracker struct {
 	next    Seq   // seq of the next event to be added
 	txs     []txn // committed, not yet released, in commit order
 	flush   uint64
-	lastAdd pluginkit.EventID
+	lastAdd cdc.EventID
 	// committed is the tracker's next seq at the last Commit: events at or
 	// above it belong to a transaction whose commit has not been seen.
 	committed Seq
@@ -37,11 +37,11 @@ type sinkState struct {
 	SinkSpec
 	low       Seq    // first unresolved seq; all below are resolved
 	ring      []slot // ring[seq % len] for seq in [low, next)
-	watermark pluginkit.EventID
+	watermark cdc.EventID
 }
 
 type slot struct {
-	id   pluginkit.EventID
+	id   cdc.EventID
 	done bool
 }
 
@@ -68,7 +68,7 @@ func (t *Tracker) Sinks() int { return len(t.sinks) }
 
 // Add registers the next event of the stream for every sink and returns
 // its sequence number. Ids must be added in increasing order.
-func (t *Tracker) Add(id pluginkit.EventID) (Seq, error) {
+func (t *Tracker) Add(id cdc.EventID) (Seq, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !t.lastAdd.IsZero() && id.Compare(t.lastAdd) <= 0 {
@@ -201,7 +201,7 @@ func (t *Tracker) Pending(i int) int {
 // SetWatermark seeds sink i's watermark with its stored checkpoint, so
 // that the checkpoint store never writes a lower one before the first
 // replayed event above it is resolved.
-func (t *Tracker) SetWatermark(i int, id pluginkit.EventID) {
+func (t *Tracker) SetWatermark(i int, id cdc.EventID) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if id.Compare(t.sinks[i].watermark) > 0 {
@@ -211,10 +211,10 @@ func (t *Tracker) SetWatermark(i int, id pluginkit.EventID) {
 
 // Watermarks returns every sink's watermark, indexed like the sinks given
 // to New, and whether any moved since the previous call.
-func (t *Tracker) Watermarks() ([]pluginkit.EventID, bool) {
+func (t *Tracker) Watermarks() ([]cdc.EventID, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make([]pluginkit.EventID, len(t.sinks))
+	out := make([]cdc.EventID, len(t.sinks))
 	for i, s := range t.sinks {
 		out[i] = s.watermark
 	}
@@ -225,10 +225,10 @@ func (t *Tracker) Watermarks() ([]pluginkit.EventID, bool) {
 
 // Peek returns every sink's watermark like Watermarks, without consuming
 // the changed flag (for readers other than the checkpoint writer).
-func (t *Tracker) Peek() []pluginkit.EventID {
+func (t *Tracker) Peek() []cdc.EventID {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make([]pluginkit.EventID, len(t.sinks))
+	out := make([]cdc.EventID, len(t.sinks))
 	for i, s := range t.sinks {
 		out[i] = s.watermark
 	}

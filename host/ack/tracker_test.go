@@ -4,12 +4,12 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
-func id(lsn, idx uint64) pluginkit.EventID { return pluginkit.EventID{CommitLSN: lsn, Index: idx} }
+func id(lsn, idx uint64) cdc.EventID { return cdc.EventID{CommitLSN: lsn, Index: idx} }
 
-func mustAdd(t *testing.T, tr *Tracker, e pluginkit.EventID) Seq {
+func mustAdd(t *testing.T, tr *Tracker, e cdc.EventID) Seq {
 	t.Helper()
 	s, err := tr.Add(e)
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/walcast/walcast/host/decode"
-	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // Config describes what to capture and how.
@@ -50,7 +50,7 @@ type Consumer interface {
 	// milliseconds so the capture loop can keep answering the server.
 	// Events already handed over before a reconnect arrive again and must
 	// be skipped by the Consumer.
-	Event(ctx context.Context, ev pluginkit.Event, idle func()) error
+	Event(ctx context.Context, ev cdc.Event, idle func()) error
 	// Commit marks the end of the transaction whose events were just
 	// handed over; endLSN is its end LSN (the position to confirm once the
 	// transaction is resolved everywhere).
@@ -204,7 +204,7 @@ func (c *Capture) stream(ctx context.Context) error {
 	}
 	c.streaming.Store(true)
 	defer c.streaming.Store(false)
-	c.log.Info("streaming from slot", "slot", c.cfg.Slot, "publication", c.cfg.Publication, "confirmed", pluginkit.FormatLSN(c.consumer.Flush()))
+	c.log.Info("streaming from slot", "slot", c.cfg.Slot, "publication", c.cfg.Publication, "confirmed", cdc.FormatLSN(c.consumer.Flush()))
 	c.sentAt = time.Time{}
 	c.sentPos = 0
 	idle := func() { c.maybeSendStatus() }
@@ -276,7 +276,7 @@ func (c *Capture) handleCopyData(ctx context.Context, data []byte, idle func()) 
 		c.noteReceived(uint64(xld.WALStart))
 		msg, err := c.parser.Parse(xld.WALData)
 		if err != nil {
-			return fmt.Errorf("parse pgoutput message at %s: %w", pluginkit.FormatLSN(uint64(xld.WALStart)), err)
+			return fmt.Errorf("parse pgoutput message at %s: %w", cdc.FormatLSN(uint64(xld.WALStart)), err)
 		}
 		if commit, ok := msg.(*pglogrepl.CommitMessage); ok {
 			if err := c.dec.Decode(msg, nil); err != nil {
@@ -285,7 +285,7 @@ func (c *Capture) handleCopyData(ctx context.Context, data []byte, idle func()) 
 			c.consumer.Commit(uint64(commit.CommitLSN), uint64(commit.TransactionEndLSN))
 			return nil
 		}
-		return c.dec.Decode(msg, func(ev pluginkit.Event) error {
+		return c.dec.Decode(msg, func(ev cdc.Event) error {
 			return c.consumer.Event(ctx, ev, idle)
 		})
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walcast/walcast/host/checkpoint"
-	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // Querier is the part of pgx setup needs (*pgxpool.Pool, *pgx.Conn).
@@ -187,7 +187,7 @@ FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&plugin, &lsn, &same
 	case !sameDB:
 		return 0, false, fmt.Errorf("replication slot %s belongs to another database: choose another slot name", slot)
 	}
-	confirmed, err = pluginkit.ParseLSN(lsn)
+	confirmed, err = cdc.ParseLSN(lsn)
 	if err != nil {
 		return 0, false, fmt.Errorf("read position of slot %s: %w", slot, err)
 	}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // parkedDDL is applied by Init with the rest of the schema.
@@ -52,7 +52,7 @@ CREATE TABLE IF NOT EXISTS walcast.usage (
 // needed to deliver it again later.
 type Parked struct {
 	Sink         string
-	Event        pluginkit.Event
+	Event        cdc.Event
 	Row          string
 	Attempts     int
 	LastError    string
@@ -71,7 +71,7 @@ INSERT INTO walcast.parked AS p (pipeline, sink, event_id, commit_lsn, idx, row_
 VALUES ($1, $2, $3, $4::pg_lsn, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
 ON CONFLICT (pipeline, sink, commit_lsn, idx) DO UPDATE
 SET attempts = p.attempts + excluded.attempts, last_error = excluded.last_error, last_failed_at = excluded.last_failed_at`,
-			s.pipeline, p.Sink, e.ID.String(), pluginkit.FormatLSN(e.ID.CommitLSN), int64(e.ID.Index), p.Row,
+			s.pipeline, p.Sink, e.ID.String(), cdc.FormatLSN(e.ID.CommitLSN), int64(e.ID.Index), p.Row,
 			e.Schema, e.Table, string(e.Op), e.Key, e.Payload, p.Attempts, p.LastError, p.FirstFailure, p.LastFailure)
 		if err != nil {
 			return fmt.Errorf("park event %s of sink %s: %w", e.ID, p.Sink, err)
@@ -81,7 +81,7 @@ SET attempts = p.attempts + excluded.attempts, last_error = excluded.last_error,
 }
 
 // Unpark deletes parked events that were delivered on replay.
-func (s *Store) Unpark(ctx context.Context, sink string, ids []pluginkit.EventID) error {
+func (s *Store) Unpark(ctx context.Context, sink string, ids []cdc.EventID) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -136,21 +136,21 @@ ORDER BY sink, commit_lsn, idx`, s.pipeline, sink, row)
 			&p.Attempts, &p.LastError, &p.FirstFailure, &p.LastFailure); err != nil {
 			return nil, fmt.Errorf("list parked events: %w", err)
 		}
-		l, err := pluginkit.ParseLSN(lsn)
+		l, err := cdc.ParseLSN(lsn)
 		if err != nil {
 			return nil, err
 		}
-		p.Event.ID = pluginkit.EventID{CommitLSN: l, Index: uint64(idx)}
-		p.Event.Op = pluginkit.Op(op)
+		p.Event.ID = cdc.EventID{CommitLSN: l, Index: uint64(idx)}
+		p.Event.Op = cdc.Op(op)
 		out = append(out, p)
 	}
 	return out, rows.Err()
 }
 
 // ParkedRowOf returns the row of a parked event, or "" when it is not parked.
-func (s *Store) ParkedRowOf(ctx context.Context, sink string, id pluginkit.EventID) (string, error) {
+func (s *Store) ParkedRowOf(ctx context.Context, sink string, id cdc.EventID) (string, error) {
 	rows, err := s.db.Query(ctx, `SELECT row_key FROM walcast.parked WHERE pipeline = $1 AND sink = $2 AND commit_lsn = $3::pg_lsn AND idx = $4`,
-		s.pipeline, sink, pluginkit.FormatLSN(id.CommitLSN), int64(id.Index))
+		s.pipeline, sink, cdc.FormatLSN(id.CommitLSN), int64(id.Index))
 	if err != nil {
 		return "", fmt.Errorf("look up parked event %s: %w", id, err)
 	}
@@ -169,7 +169,7 @@ type ReplayRequest struct {
 	Sink string
 	// ID names one parked event (its row is replayed from its oldest
 	// parked event on); zero means every parked event of the sink.
-	ID pluginkit.EventID
+	ID cdc.EventID
 }
 
 // RequestReplay stores a replay request and wakes the daemon.
@@ -200,7 +200,7 @@ func (s *Store) TakeReplayRequests(ctx context.Context) ([]ReplayRequest, error)
 			return nil, err
 		}
 		if id != "" {
-			if r.ID, err = pluginkit.ParseEventID(id); err != nil {
+			if r.ID, err = cdc.ParseEventID(id); err != nil {
 				return nil, err
 			}
 		}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 func TestParkListUnpark(t *testing.T) {
@@ -22,8 +22,8 @@ func TestParkListUnpark(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	ev := func(id string) pluginkit.Event {
-		return pluginkit.Event{ID: pluginkit.MustParseEventID(id), Schema: "public", Table: "t", Op: pluginkit.OpUpdate,
+	ev := func(id string) cdc.Event {
+		return cdc.Event{ID: cdc.MustParseEventID(id), Schema: "public", Table: "t", Op: cdc.OpUpdate,
 			Key: []byte(`{"id":1}`), Payload: []byte(`{"x":1}`)}
 	}
 	ps := []Parked{
@@ -37,7 +37,7 @@ func TestParkListUnpark(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 || got[0].Event.ID != pluginkit.MustParseEventID("0/A:3") || string(got[1].Event.Payload) != `{"x":1}` {
+	if len(got) != 2 || got[0].Event.ID != cdc.MustParseEventID("0/A:3") || string(got[1].Event.Payload) != `{"x":1}` {
 		t.Fatalf("listed %+v", got)
 	}
 	if rows, _ := s.ParkedRows(ctx, "hook"); len(rows) != 1 || rows[0] != "r1" {
@@ -46,10 +46,10 @@ func TestParkListUnpark(t *testing.T) {
 	if n, _ := s.CountParked(ctx); n != 2 {
 		t.Fatalf("count %d", n)
 	}
-	if err := s.Unpark(ctx, "hook", []pluginkit.EventID{got[0].Event.ID}); err != nil {
+	if err := s.Unpark(ctx, "hook", []cdc.EventID{got[0].Event.ID}); err != nil {
 		t.Fatal(err)
 	}
-	if row, _ := s.ParkedRowOf(ctx, "hook", pluginkit.MustParseEventID("0/1A:0")); row != "r1" {
+	if row, _ := s.ParkedRowOf(ctx, "hook", cdc.MustParseEventID("0/1A:0")); row != "r1" {
 		t.Fatalf("row of parked event: %q", row)
 	}
 	if err := s.RequestReplay(ctx, ReplayRequest{Sink: "hook"}); err != nil {

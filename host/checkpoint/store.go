@@ -19,7 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // Schema is the name of walcast's own schema in the source database.
@@ -76,25 +76,25 @@ func (s *Store) Init(ctx context.Context) error {
 }
 
 // Load returns the stored watermark of every sink of the pipeline.
-func (s *Store) Load(ctx context.Context) (map[string]pluginkit.EventID, error) {
+func (s *Store) Load(ctx context.Context) (map[string]cdc.EventID, error) {
 	rows, err := s.db.Query(ctx,
 		`SELECT sink, commit_lsn::text, idx FROM walcast.checkpoints WHERE pipeline = $1`, s.pipeline)
 	if err != nil {
 		return nil, fmt.Errorf("load checkpoints of pipeline %s: %w", s.pipeline, err)
 	}
 	defer rows.Close()
-	out := map[string]pluginkit.EventID{}
+	out := map[string]cdc.EventID{}
 	for rows.Next() {
 		var sink, lsn string
 		var idx int64
 		if err := rows.Scan(&sink, &lsn, &idx); err != nil {
 			return nil, fmt.Errorf("load checkpoints: %w", err)
 		}
-		l, err := pluginkit.ParseLSN(lsn)
+		l, err := cdc.ParseLSN(lsn)
 		if err != nil {
 			return nil, fmt.Errorf("load checkpoint of sink %s: %w", sink, err)
 		}
-		out[sink] = pluginkit.EventID{CommitLSN: l, Index: uint64(idx)}
+		out[sink] = cdc.EventID{CommitLSN: l, Index: uint64(idx)}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("load checkpoints: %w", err)
@@ -104,7 +104,7 @@ func (s *Store) Load(ctx context.Context) (map[string]pluginkit.EventID, error) 
 
 // Save writes the given watermarks in one statement. A watermark never
 // moves backwards: a stored one that is higher is kept.
-func (s *Store) Save(ctx context.Context, marks map[string]pluginkit.EventID) error {
+func (s *Store) Save(ctx context.Context, marks map[string]cdc.EventID) error {
 	if len(marks) == 0 {
 		return nil
 	}
@@ -118,7 +118,7 @@ func (s *Store) Save(ctx context.Context, marks map[string]pluginkit.EventID) er
 		}
 		sinks = append(sinks, sink)
 		ids = append(ids, id.String())
-		lsns = append(lsns, pluginkit.FormatLSN(id.CommitLSN))
+		lsns = append(lsns, cdc.FormatLSN(id.CommitLSN))
 		idxs = append(idxs, int64(id.Index))
 	}
 	if len(sinks) == 0 {

@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/walcast/walcast/host/pgtest"
-	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 var cluster *pgtest.Cluster
@@ -28,19 +28,19 @@ func TestSaveNeverMovesBackwards(t *testing.T) {
 	if err := s.Init(ctx); err != nil {
 		t.Fatalf("Init is not idempotent: %v", err)
 	}
-	hi := pluginkit.MustParseEventID("0/1A:3")
-	if err := s.Save(ctx, map[string]pluginkit.EventID{"a": hi, "b": pluginkit.MustParseEventID("0/A:0")}); err != nil {
+	hi := cdc.MustParseEventID("0/1A:3")
+	if err := s.Save(ctx, map[string]cdc.EventID{"a": hi, "b": cdc.MustParseEventID("0/A:0")}); err != nil {
 		t.Fatal(err)
 	}
 	// "0/A:9" is lower than "0/1A:3" although it sorts higher as a string.
-	if err := s.Save(ctx, map[string]pluginkit.EventID{"a": pluginkit.MustParseEventID("0/A:9"), "b": pluginkit.MustParseEventID("0/B:1")}); err != nil {
+	if err := s.Save(ctx, map[string]cdc.EventID{"a": cdc.MustParseEventID("0/A:9"), "b": cdc.MustParseEventID("0/B:1")}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.Load(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got["a"] != hi || got["b"] != pluginkit.MustParseEventID("0/B:1") {
+	if got["a"] != hi || got["b"] != cdc.MustParseEventID("0/B:1") {
 		t.Fatalf("checkpoints = %v", got)
 	}
 	other, err := New(pool, "other").Load(ctx)

@@ -6,7 +6,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // BenchmarkDecodeInsert measures one insert of a typical ~120-byte row. The
@@ -27,8 +27,8 @@ func BenchmarkDecodeInsert(b *testing.B) {
 		"leave at the back door, ring twice, thanks!",
 		"2026-11-30 10:00:00.123456+00",
 	)}
-	var sink pluginkit.Event
-	emit := func(ev pluginkit.Event) error { sink = ev; return nil }
+	var sink cdc.Event
+	emit := func(ev cdc.Event) error { sink = ev; return nil }
 	for _, m := range []pglogrepl.Message{begin(0x1A2B3C8, 7412), rel} {
 		if err := d.Decode(m, emit); err != nil {
 			b.Fatal(err)

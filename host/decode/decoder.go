@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 
-	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // Options configures a Decoder. The zero value is usable.
@@ -86,7 +86,7 @@ func (d *Decoder) Emitted() int { return int(d.index) }
 //
 // Passing the Commit message is optional for the events produced but it is
 // what ends the transaction for InTransaction.
-func (d *Decoder) Decode(msg pglogrepl.Message, emit func(pluginkit.Event) error) error {
+func (d *Decoder) Decode(msg pglogrepl.Message, emit func(cdc.Event) error) error {
 	switch m := msg.(type) {
 	case *pglogrepl.BeginMessage:
 		if m == nil {
@@ -147,7 +147,7 @@ func (d *Decoder) begin(m *pglogrepl.BeginMessage) {
 	d.commitLSN = uint64(m.FinalLSN)
 	d.index = 0
 	b := append(d.txHead[:0], `"commit_lsn":"`...)
-	b = pluginkit.AppendLSN(b, d.commitLSN)
+	b = cdc.AppendLSN(b, d.commitLSN)
 	b = append(b, `","xid":`...)
 	b = strconv.AppendUint(b, uint64(m.Xid), 10)
 	b = append(b, `,"commit_time":"`...)
@@ -170,7 +170,7 @@ func (d *Decoder) commit(m *pglogrepl.CommitMessage) error {
 
 // relationFor returns the cache entry for a change, or nil for a relation
 // of the control schema, whose changes are dropped.
-func (d *Decoder) relationFor(op pluginkit.Op, id uint32) (*relation, error) {
+func (d *Decoder) relationFor(op cdc.Op, id uint32) (*relation, error) {
 	if !d.inTx {
 		return nil, fmt.Errorf("decode %s on relation %d: no transaction is open", op, id)
 	}
@@ -184,8 +184,8 @@ func (d *Decoder) relationFor(op pluginkit.Op, id uint32) (*relation, error) {
 	return rel, nil
 }
 
-func (d *Decoder) insert(m *pglogrepl.InsertMessage, emit func(pluginkit.Event) error) error {
-	rel, err := d.relationFor(pluginkit.OpInsert, m.RelationID)
+func (d *Decoder) insert(m *pglogrepl.InsertMessage, emit func(cdc.Event) error) error {
+	rel, err := d.relationFor(cdc.OpInsert, m.RelationID)
 	if rel == nil {
 		return err
 	}
@@ -193,11 +193,11 @@ func (d *Decoder) insert(m *pglogrepl.InsertMessage, emit func(pluginkit.Event) 
 	if err != nil {
 		return fmt.Errorf("decode insert on %s.%s: new tuple: %w", rel.schema, rel.table, err)
 	}
-	return d.change(rel, pluginkit.OpInsert, newTuple, nil, 0, emit)
+	return d.change(rel, cdc.OpInsert, newTuple, nil, 0, emit)
 }
 
-func (d *Decoder) update(m *pglogrepl.UpdateMessage, emit func(pluginkit.Event) error) error {
-	rel, err := d.relationFor(pluginkit.OpUpdate, m.RelationID)
+func (d *Decoder) update(m *pglogrepl.UpdateMessage, emit func(cdc.Event) error) error {
+	rel, err := d.relationFor(cdc.OpUpdate, m.RelationID)
 	if rel == nil {
 		return err
 	}
@@ -215,11 +215,11 @@ func (d *Decoder) update(m *pglogrepl.UpdateMessage, emit func(pluginkit.Event) 
 	default:
 		return fmt.Errorf("decode update on %s.%s: unknown old tuple type %q", rel.schema, rel.table, m.OldTupleType)
 	}
-	return d.change(rel, pluginkit.OpUpdate, newTuple, oldTuple, m.OldTupleType, emit)
+	return d.change(rel, cdc.OpUpdate, newTuple, oldTuple, m.OldTupleType, emit)
 }
 
-func (d *Decoder) delete(m *pglogrepl.DeleteMessage, emit func(pluginkit.Event) error) error {
-	rel, err := d.relationFor(pluginkit.OpDelete, m.RelationID)
+func (d *Decoder) delete(m *pglogrepl.DeleteMessage, emit func(cdc.Event) error) error {
+	rel, err := d.relationFor(cdc.OpDelete, m.RelationID)
 	if rel == nil {
 		return err
 	}
@@ -230,14 +230,14 @@ func (d *Decoder) delete(m *pglogrepl.DeleteMessage, emit func(pluginkit.Event) 
 	if err != nil {
 		return fmt.Errorf("decode delete on %s.%s: old tuple: %w", rel.schema, rel.table, err)
 	}
-	return d.change(rel, pluginkit.OpDelete, nil, oldTuple, m.OldTupleType, emit)
+	return d.change(rel, cdc.OpDelete, nil, oldTuple, m.OldTupleType, emit)
 }
 
-func (d *Decoder) truncate(m *pglogrepl.TruncateMessage, emit func(pluginkit.Event) error) error {
+func (d *Decoder) truncate(m *pglogrepl.TruncateMessage, emit func(cdc.Event) error) error {
 	// Resolve every relation first so that an unknown id fails the message
 	// before any of its events is emitted.
 	for _, id := range m.RelationIDs {
-		if _, err := d.relationFor(pluginkit.OpTruncate, id); err != nil {
+		if _, err := d.relationFor(cdc.OpTruncate, id); err != nil {
 			return err
 		}
 	}
@@ -257,7 +257,7 @@ func (d *Decoder) truncate(m *pglogrepl.TruncateMessage, emit func(pluginkit.Eve
 
 // emit hands the envelope in d.buf to the caller as an event that owns a
 // copy of it; key is the span of the key JSON inside the envelope.
-func (d *Decoder) emit(rel *relation, op pluginkit.Op, keyStart, keyEnd int, emit func(pluginkit.Event) error) error {
+func (d *Decoder) emit(rel *relation, op cdc.Op, keyStart, keyEnd int, emit func(cdc.Event) error) error {
 	if emit == nil {
 		return fmt.Errorf("decode %s on %s.%s: nil emit function", op, rel.schema, rel.table)
 	}
@@ -265,8 +265,8 @@ func (d *Decoder) emit(rel *relation, op pluginkit.Op, keyStart, keyEnd int, emi
 	// payload, where the key object appears verbatim.
 	payload := make([]byte, len(d.buf))
 	copy(payload, d.buf)
-	ev := pluginkit.Event{
-		ID:      pluginkit.EventID{CommitLSN: d.commitLSN, Index: d.index},
+	ev := cdc.Event{
+		ID:      cdc.EventID{CommitLSN: d.commitLSN, Index: d.index},
 		Schema:  rel.schema,
 		Table:   rel.table,
 		Op:      op,

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // orders is the relation of DESIGN.md's example: default replica identity
@@ -41,8 +41,8 @@ func TestDesignExample(t *testing.T) {
 	if got := string(ev.Payload); got != want {
 		t.Errorf("payload\n got %s\nwant %s", got, want)
 	}
-	wantEv := pluginkit.EventID{CommitLSN: 0x1A2B3C8, Index: 0}
-	if ev.ID != wantEv || ev.Schema != "public" || ev.Table != "orders" || ev.Op != pluginkit.OpUpdate || string(ev.Key) != `{"id":42}` {
+	wantEv := cdc.EventID{CommitLSN: 0x1A2B3C8, Index: 0}
+	if ev.ID != wantEv || ev.Schema != "public" || ev.Table != "orders" || ev.Op != cdc.OpUpdate || string(ev.Key) != `{"id":42}` {
 		t.Errorf("event fields = %v %s.%s %s key %s", ev.ID, ev.Schema, ev.Table, ev.Op, ev.Key)
 	}
 }
@@ -188,7 +188,7 @@ func TestTruncate(t *testing.T) {
 		t.Errorf("payloads\n got %q\nwant %q", got, want)
 	}
 	for _, ev := range c.events[1:] {
-		if ev.Op != pluginkit.OpTruncate || string(ev.Key) != "null" {
+		if ev.Op != cdc.OpTruncate || string(ev.Key) != "null" {
 			t.Errorf("event %s: op %s key %s", ev.ID, ev.Op, ev.Key)
 		}
 	}
@@ -225,7 +225,7 @@ func TestControlSchemaDropped(t *testing.T) {
 
 func TestErrors(t *testing.T) {
 	d := New(Options{})
-	noop := func(pluginkit.Event) error { return nil }
+	noop := func(cdc.Event) error { return nil }
 
 	if err := d.Decode(&pglogrepl.InsertMessage{RelationID: 1, Tuple: tup("1")}, noop); err == nil || !strings.Contains(err.Error(), "no transaction") {
 		t.Errorf("change outside a transaction: %v", err)
@@ -310,7 +310,7 @@ func TestTransactionState(t *testing.T) {
 
 	// A failed emit does not consume the index.
 	failing := errors.New("queue closed")
-	err := d.Decode(&pglogrepl.InsertMessage{RelationID: 1, Tuple: tup("4", "a", "1", "b")}, func(pluginkit.Event) error { return failing })
+	err := d.Decode(&pglogrepl.InsertMessage{RelationID: 1, Tuple: tup("4", "a", "1", "b")}, func(cdc.Event) error { return failing })
 	if !errors.Is(err, failing) || d.Emitted() != 1 {
 		t.Errorf("failing emit: err %v, emitted %d", err, d.Emitted())
 	}

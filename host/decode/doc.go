@@ -1,5 +1,5 @@
 // Package decode turns pgoutput messages (protocol version 1, as parsed by
-// github.com/jackc/pglogrepl) into pluginkit.Events carrying the JSON
+// github.com/jackc/pglogrepl) into cdc.Events carrying the JSON
 // envelope described in DESIGN.md.
 //
 // The capture loop owns the replication connection and hands every message
@@ -8,7 +8,7 @@
 //	d := decode.New(decode.Options{PrimaryKey: lookup})
 //	msg, err := decode.Parse(xld.WALData)
 //	...
-//	err = d.Decode(msg, func(ev pluginkit.Event) error { return queue(ev) })
+//	err = d.Decode(msg, func(ev cdc.Event) error { return queue(ev) })
 //	...
 //	d.Reset() // after every reconnect
 //

@@ -5,7 +5,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 
-	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // The envelope's fields, in order:
@@ -20,7 +20,7 @@ import (
 // newTuple is nil for a delete; oldTuple is nil when pgoutput sent none, and
 // oldKind says whether it holds only the replica identity ('K') or the whole
 // row ('O').
-func (d *Decoder) change(rel *relation, op pluginkit.Op, newTuple, oldTuple []*pglogrepl.TupleDataColumn, oldKind uint8, emit func(pluginkit.Event) error) error {
+func (d *Decoder) change(rel *relation, op cdc.Op, newTuple, oldTuple []*pglogrepl.TupleDataColumn, oldKind uint8, emit func(cdc.Event) error) error {
 	b := d.appendHead(d.buf[:0], rel, op)
 
 	b = append(b, `"key":`...)
@@ -62,8 +62,8 @@ func (d *Decoder) change(rel *relation, op pluginkit.Op, newTuple, oldTuple []*p
 }
 
 // truncateEvent encodes and emits the event for one truncated relation.
-func (d *Decoder) truncateEvent(rel *relation, cascade, restartIdentity bool, emit func(pluginkit.Event) error) error {
-	b := d.appendHead(d.buf[:0], rel, pluginkit.OpTruncate)
+func (d *Decoder) truncateEvent(rel *relation, cascade, restartIdentity bool, emit func(cdc.Event) error) error {
+	b := d.appendHead(d.buf[:0], rel, cdc.OpTruncate)
 	b = append(b, `"key":`...)
 	keyStart := len(b)
 	b = append(b, "null"...)
@@ -73,13 +73,13 @@ func (d *Decoder) truncateEvent(rel *relation, cascade, restartIdentity bool, em
 	b = append(b, `,"restart_identity":`...)
 	b = strconv.AppendBool(b, restartIdentity)
 	d.buf = append(b, '}')
-	return d.emit(rel, pluginkit.OpTruncate, keyStart, keyEnd, emit)
+	return d.emit(rel, cdc.OpTruncate, keyStart, keyEnd, emit)
 }
 
 // appendHead appends everything up to and including `"op":"…",`.
-func (d *Decoder) appendHead(b []byte, rel *relation, op pluginkit.Op) []byte {
+func (d *Decoder) appendHead(b []byte, rel *relation, op cdc.Op) []byte {
 	b = append(b, `{"id":"`...)
-	b = pluginkit.AppendLSN(b, d.commitLSN)
+	b = cdc.AppendLSN(b, d.commitLSN)
 	b = append(b, ':')
 	b = strconv.AppendUint(b, d.index, 10)
 	b = append(b, `",`...)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 
-	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // Hand-built pgoutput messages, as pglogrepl.Parse would return them.
@@ -68,14 +68,14 @@ func begin(lsn pglogrepl.LSN, xid uint32) *pglogrepl.BeginMessage {
 type collector struct {
 	t      *testing.T
 	d      *Decoder
-	events []pluginkit.Event
+	events []cdc.Event
 }
 
 func newCollector(t *testing.T, opts Options) *collector {
 	return &collector{t: t, d: New(opts)}
 }
 
-func (c *collector) emit(ev pluginkit.Event) error {
+func (c *collector) emit(ev cdc.Event) error {
 	if !json.Valid(ev.Payload) {
 		c.t.Errorf("event %s: payload is not valid JSON: %s", ev.ID, ev.Payload)
 	}

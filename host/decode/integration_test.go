@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/walcast/walcast/host/pgtest"
-	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // TestPostgres decodes a real pgoutput stream. It starts its own cluster
@@ -178,7 +178,7 @@ func TestPostgres(t *testing.T) {
 		if got := payload[len(wantHead):]; got != w.tail {
 			t.Errorf("event %d: tail\n got %.2000s\nwant %.2000s", i, got, w.tail)
 		}
-		wantID := pluginkit.EventID{CommitLSN: uint64(commit.CommitLSN), Index: uint64(index)}
+		wantID := cdc.EventID{CommitLSN: uint64(commit.CommitLSN), Index: uint64(index)}
 		if ev.ID != wantID || string(ev.Key) != w.key {
 			t.Errorf("event %d: id %s key %s, want %s %s", i, ev.ID, ev.Key, wantID, w.key)
 		}
@@ -209,11 +209,11 @@ func replicationConn(ctx context.Context, t *testing.T, dsn string) *pgconn.PgCo
 // readStream decodes the stream until n transactions have committed and
 // returns the events and the commit messages. It answers keepalives the way
 // the capture loop does, with the flush position set explicitly.
-func readStream(ctx context.Context, t *testing.T, conn *pgconn.PgConn, d *Decoder, start pglogrepl.LSN, n int) ([]pluginkit.Event, []*pglogrepl.CommitMessage) {
+func readStream(ctx context.Context, t *testing.T, conn *pgconn.PgConn, d *Decoder, start pglogrepl.LSN, n int) ([]cdc.Event, []*pglogrepl.CommitMessage) {
 	t.Helper()
-	var events []pluginkit.Event
+	var events []cdc.Event
 	var commits []*pglogrepl.CommitMessage
-	emit := func(ev pluginkit.Event) error {
+	emit := func(ev cdc.Event) error {
 		events = append(events, ev)
 		return nil
 	}
