@@ -182,14 +182,22 @@ func Install(ctx context.Context, src Source, opts InstallOptions) (Installed, e
 	}
 
 	dest := filepath.Join(opts.Dir, sinkclient.ExecutableName(sinkType))
-	if err := os.Rename(staged, dest); err != nil {
-		return Installed{}, fmt.Errorf("install plugin %s: %w", sinkType, err)
-	}
 	now := time.Now
 	if opts.Now != nil {
 		now = opts.Now
 	}
 	entry := Entry{Version: info.Version, SHA256: sum, Source: src.Arg, InstalledAt: now().UTC().Truncate(time.Second)}
+	// The binary and its entry change under the directory's lock, so that
+	// concurrent installs keep every entry and each entry pins the binary
+	// that is actually in place.
+	unlock, err := lockDir(opts.Dir)
+	if err != nil {
+		return Installed{}, fmt.Errorf("install plugin %s: %w", sinkType, err)
+	}
+	defer unlock()
+	if err := os.Rename(staged, dest); err != nil {
+		return Installed{}, fmt.Errorf("install plugin %s: %w", sinkType, err)
+	}
 	lock, err := Read(opts.Dir)
 	if err == nil {
 		lock.Plugins[sinkType] = entry
@@ -317,6 +325,11 @@ func Remove(dir, sinkType string) (string, error) {
 	if err := checkType(sinkType); err != nil {
 		return "", fmt.Errorf("remove plugin: %w", err)
 	}
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return "", fmt.Errorf("remove plugin %s: %w", sinkType, err)
+	}
+	defer unlock()
 	lock, err := Read(dir)
 	if err != nil {
 		return "", fmt.Errorf("remove plugin %s: %w", sinkType, err)

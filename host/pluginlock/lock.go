@@ -26,6 +26,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 )
 
@@ -149,4 +150,41 @@ func FileSHA256(path string) (string, error) {
 		return "", fmt.Errorf("hash %s: %w", path, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// lockDir takes an exclusive lock on dir's lock file for a read-modify-
+// write, so that two `walcast plugin install` runs into one directory
+// never lose each other's entries. The lock is held on a sidecar file:
+// the lock file itself is replaced by rename on every write.
+func lockDir(dir string) (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(dir, "."+FileName+".flock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("lock plugin lock file: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock plugin lock file: %w", err)
+	}
+	return func() {
+		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
+}
+
+// Update applies change to dir's lock file while holding the directory's
+// lock: read, change, write, as one step against other walcast commands.
+func Update(dir string, change func(*File) error) error {
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	f, err := Read(dir)
+	if err != nil {
+		return err
+	}
+	if err := change(f); err != nil {
+		return err
+	}
+	return Write(dir, f)
 }

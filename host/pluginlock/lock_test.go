@@ -1,9 +1,11 @@
 package pluginlock
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -108,5 +110,30 @@ func TestCheckType(t *testing.T) {
 		if checkType(bad) == nil {
 			t.Errorf("checkType(%q) = nil, want an error", bad)
 		}
+	}
+}
+
+// Concurrent read-modify-writes of one lock file keep every entry.
+func TestConcurrentUpdatesKeepEveryEntry(t *testing.T) {
+	dir := t.TempDir()
+	var wg sync.WaitGroup
+	for i := range 40 {
+		wg.Go(func() {
+			err := Update(dir, func(f *File) error {
+				f.Plugins[fmt.Sprintf("sink%d", i)] = Entry{Version: "v1", SHA256: strings.Repeat("a", 64)}
+				return nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	f, err := Read(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Plugins) != 40 {
+		t.Fatalf("%d entries after 40 concurrent updates, want 40", len(f.Plugins))
 	}
 }
