@@ -1,6 +1,7 @@
 package config
 
 import (
+	"slices"
 	"testing"
 )
 
@@ -15,8 +16,15 @@ func TestPipelineExample(t *testing.T) {
 	if p.Source.DSN != "postgres://walcast@localhost/shop" {
 		t.Errorf("DSN = %q, want it from WALCAST_SOURCE_DSN", p.Source.DSN)
 	}
-	if len(p.Sinks) != 2 || p.Sinks[0].Type != "stdout" || p.Sinks[1].Type != "webhook" {
-		t.Fatalf("want a stdout and a webhook sink, got %+v", p.Sinks)
+	var types []string
+	for _, s := range p.Sinks {
+		types = append(types, s.Type)
+	}
+	if !slices.Equal(types, []string{"stdout", "webhook", "grpc", "sse"}) {
+		t.Fatalf("want stdout, webhook, grpc and sse sinks, got %v", types)
+	}
+	if p.Sinks[3].Durable {
+		t.Error("the sse sink is durable; it never should be by default")
 	}
 	// The webhook sink writes out every default; they must be the defaults.
 	if got := withoutRanges(p.Sinks[1].Delivery); got != DefaultDelivery() {
