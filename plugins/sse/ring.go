@@ -16,12 +16,14 @@ import (
 // the window moved past them.
 type ring struct {
 	maxEvents int
+	maxBytes  int // frame bytes retained at most
 	maxAge    time.Duration
 	now       func() time.Time
 
-	mu   sync.Mutex
-	buf  []stored // retained events, oldest first
-	next uint64   // sequence number the next appended event gets
+	mu    sync.Mutex
+	buf   []stored // retained events, oldest first
+	bytes int      // frame bytes in buf
+	next  uint64   // sequence number the next appended event gets
 	// lastEvicted is the id of the newest event that left the window, zero
 	// when none has: a client resuming exactly there has missed nothing.
 	lastEvicted pluginkit.EventID
@@ -42,8 +44,8 @@ type stored struct {
 	frame []byte
 }
 
-func newRing(maxEvents int, maxAge time.Duration, now func() time.Time) *ring {
-	return &ring{maxEvents: maxEvents, maxAge: maxAge, now: now, wake: make(chan struct{})}
+func newRing(maxEvents, maxBytes int, maxAge time.Duration, now func() time.Time) *ring {
+	return &ring{maxEvents: maxEvents, maxBytes: maxBytes, maxAge: maxAge, now: now, wake: make(chan struct{})}
 }
 
 // append adds events in id order. Events at or below the newest retained
@@ -68,7 +70,9 @@ func (r *ring) append(events []pluginkit.Event, gapBefore bool) {
 			r.next++
 			gapBefore = false
 		}
-		r.buf = append(r.buf, stored{seq: r.next, id: e.ID, table: e.Schema + "." + e.Table, op: e.Op, at: now, frame: changeFrame(e)})
+		f := changeFrame(e)
+		r.buf = append(r.buf, stored{seq: r.next, id: e.ID, table: e.Schema + "." + e.Table, op: e.Op, at: now, frame: f})
+		r.bytes += len(f)
 		r.next++
 		added = true
 	}
@@ -79,10 +83,15 @@ func (r *ring) append(events []pluginkit.Event, gapBefore bool) {
 	}
 }
 
-// evictLocked drops what is past the count or the age limit.
+// evictLocked drops what is past the count, the size or the age limit.
+// The newest event always stays, however large.
 func (r *ring) evictLocked(now time.Time) {
 	drop := max(0, len(r.buf)-r.maxEvents)
-	for drop < len(r.buf) && r.maxAge > 0 && now.Sub(r.buf[drop].at) > r.maxAge {
+	for i := range drop {
+		r.bytes -= len(r.buf[i].frame)
+	}
+	for drop < len(r.buf)-1 && ((r.maxAge > 0 && now.Sub(r.buf[drop].at) > r.maxAge) || (r.maxBytes > 0 && r.bytes > r.maxBytes)) {
+		r.bytes -= len(r.buf[drop].frame)
 		drop++
 	}
 	if drop == 0 {

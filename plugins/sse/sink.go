@@ -21,6 +21,7 @@ const (
 	defaultPath      = "/events"
 	defaultRetention = time.Hour
 	defaultMaxEvents = 10000
+	defaultMaxBytes  = 64 << 20
 	defaultHeartbeat = 15 * time.Second
 	defaultClients   = 1000
 	// writeTimeout bounds one write to a client; a client that cannot take
@@ -54,6 +55,7 @@ type settings struct {
 	listen     string
 	path       string
 	maxEvents  int
+	maxBytes   int
 	retention  time.Duration
 	heartbeat  time.Duration
 	token      string
@@ -80,6 +82,7 @@ func (s *Sink) Info() pluginkit.Info {
 			{Name: "path", Type: pluginkit.TypeString, Doc: `URL path of the stream. Default "/events".`},
 			{Name: "retention", Type: pluginkit.TypeDuration, Doc: `How long events stay resumable. Default "1h".`},
 			{Name: "retention_events", Type: pluginkit.TypeNumber, Doc: "How many events stay resumable. Default 10000."},
+			{Name: "retention_mb", Type: pluginkit.TypeNumber, Doc: "How many MiB of events stay resumable (the window is in memory). Default 64."},
 			{Name: "heartbeat", Type: pluginkit.TypeDuration, Doc: `Comment line sent to idle clients so proxies keep the connection. Default "15s".`},
 			{Name: "token", Type: pluginkit.TypeString, Doc: "When set, clients must send Authorization: Bearer <token> or ?token=<token>."},
 			{Name: "cors_origin", Type: pluginkit.TypeString, Doc: `Access-Control-Allow-Origin sent to browsers, for example "https://app.example.com" or "*".`},
@@ -93,6 +96,7 @@ type config struct {
 	Path            string   `json:"path"`
 	Retention       string   `json:"retention"`
 	RetentionEvents *float64 `json:"retention_events"`
+	RetentionMB     *float64 `json:"retention_mb"`
 	Heartbeat       string   `json:"heartbeat"`
 	Token           string   `json:"token"`
 	CORSOrigin      string   `json:"cors_origin"`
@@ -116,7 +120,7 @@ func (s *Sink) Configure(_ context.Context, raw json.RawMessage) error {
 }
 
 func parseConfig(c config) (settings, error) {
-	st := settings{listen: c.Listen, path: defaultPath, retention: defaultRetention, maxEvents: defaultMaxEvents,
+	st := settings{listen: c.Listen, path: defaultPath, retention: defaultRetention, maxEvents: defaultMaxEvents, maxBytes: defaultMaxBytes,
 		heartbeat: defaultHeartbeat, token: c.Token, corsOrigin: c.CORSOrigin, maxClients: defaultClients}
 	if c.Listen == "" {
 		return st, &pluginkit.ConfigError{Field: "listen", Msg: `is required, for example "127.0.0.1:8090"`}
@@ -163,6 +167,11 @@ func parseConfig(c config) (settings, error) {
 	if err := count("max_clients", c.MaxClients, 1_000_000, &st.maxClients); err != nil {
 		return st, err
 	}
+	mb := st.maxBytes >> 20
+	if err := count("retention_mb", c.RetentionMB, 1<<20, &mb); err != nil {
+		return st, err
+	}
+	st.maxBytes = mb << 20
 	if strings.ContainsAny(c.CORSOrigin, "\r\n") {
 		return st, &pluginkit.ConfigError{Field: "cors_origin", Msg: "must be one line"}
 	}
@@ -193,7 +202,7 @@ func (s *Sink) open() (pluginkit.OpenResult, string, error) {
 	if err != nil {
 		return pluginkit.OpenResult{}, "", pluginkit.Permanent(fmt.Errorf("sse: listen on %s: %w", s.cfg.listen, err))
 	}
-	s.ring = newRing(s.cfg.maxEvents, s.cfg.retention, s.now)
+	s.ring = newRing(s.cfg.maxEvents, s.cfg.maxBytes, s.cfg.retention, s.now)
 	s.done = make(chan struct{})
 	mux := http.NewServeMux()
 	mux.HandleFunc(s.cfg.path, s.serveStream)
@@ -205,7 +214,7 @@ func (s *Sink) open() (pluginkit.OpenResult, string, error) {
 		}
 	}(s.srv)
 	s.log.Info("sse stream listening", "addr", ln.Addr().String(), "path", s.cfg.path,
-		"retention", s.cfg.retention.String(), "retention_events", s.cfg.maxEvents)
+		"retention", s.cfg.retention.String(), "retention_events", s.cfg.maxEvents, "retention_mb", s.cfg.maxBytes>>20)
 	return pluginkit.OpenResult{}, url(), nil
 }
 

@@ -258,6 +258,26 @@ func TestGapWhenWalcastDropped(t *testing.T) {
 	after.none()
 }
 
+// The window is bounded in bytes too: large rows cannot exhaust memory.
+func TestRetentionByBytes(t *testing.T) {
+	s, url := open(t, map[string]any{"retention_mb": 1})
+	big := events(0x10, 30, "t")
+	for i := range big {
+		big[i].Payload = []byte(`{"pad":"` + strings.Repeat("x", 100<<10) + `"}`) // 100 KiB each
+	}
+	deliver(t, s, big)
+	s.ring.mu.Lock()
+	n, bytes := len(s.ring.buf), s.ring.bytes
+	s.ring.mu.Unlock()
+	if bytes > 1<<20 || n < 5 || n > 10 {
+		t.Fatalf("window holds %d events, %d bytes; want about 1 MiB worth (at most 10)", n, bytes)
+	}
+	c := dial(t, url, http.Header{"Last-Event-ID": {"0/10:0"}})
+	if f := c.next(); f.Event != "gap" {
+		t.Fatalf("resume from an event evicted by size: %+v, want a gap", f)
+	}
+}
+
 func TestRetentionByAge(t *testing.T) {
 	s, url := open(t, map[string]any{"retention": "1h"})
 	var mu sync.Mutex
