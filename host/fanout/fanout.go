@@ -18,6 +18,7 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/walcast/walcast/host/ack"
 	"github.com/walcast/walcast/host/capture"
@@ -40,11 +41,55 @@ type Queue struct {
 	durable bool
 	dropped atomic.Int64
 	gap     bool // a drop not yet reported; touched by the fanout goroutine only
+
+	// The queue is bounded in payload bytes too, so that rows of megabytes
+	// cannot turn a queue of a thousand events into gigabytes.
+	bytes    atomic.Int64
+	maxBytes int64
+	space    chan struct{} // signalled by Took
 }
 
-// NewQueue returns a queue holding up to capacity events.
+// DefaultQueueBytes bounds the payload bytes one sink's queue holds.
+const DefaultQueueBytes = 32 << 20
+
+// NewQueue returns a queue holding up to capacity events and
+// DefaultQueueBytes of payload (at least one event, however large).
 func NewQueue(capacity int, durable bool) *Queue {
-	return &Queue{C: make(chan Item, capacity), durable: durable}
+	return &Queue{C: make(chan Item, capacity), durable: durable, maxBytes: DefaultQueueBytes, space: make(chan struct{}, 1)}
+}
+
+// Took is called by the queue's consumer for every item it receives from
+// C: it frees the item's bytes and wakes a fan-out waiting for room.
+func (q *Queue) Took(it Item) {
+	q.bytes.Add(-int64(len(it.Event.Payload)))
+	select {
+	case q.space <- struct{}{}:
+	default:
+	}
+}
+
+// roomFor reports whether n more payload bytes fit; an empty queue takes
+// any event.
+func (q *Queue) roomFor(n int64) bool {
+	b := q.bytes.Load()
+	return b <= 0 || b+n <= q.maxBytes
+}
+
+// waitRoom blocks until n bytes fit, calling idle every capture.IdleEvery
+// so that the capture loop keeps answering the server.
+func (q *Queue) waitRoom(ctx context.Context, n int64, idle func()) error {
+	t := time.NewTicker(capture.IdleEvery)
+	defer t.Stop()
+	for !q.roomFor(n) {
+		select {
+		case <-q.space:
+		case <-t.C:
+			idle()
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // Dropped is how many events a non-durable queue dropped because it was full.
@@ -79,13 +124,18 @@ func (f *Fanout) Event(ctx context.Context, ev pluginkit.Event, idle func()) err
 	if err != nil {
 		return fmt.Errorf("fan out event: %w", err)
 	}
+	n := int64(len(ev.Payload))
 	for i, q := range f.queues {
 		item := Item{Seq: seq, Event: ev, GapBefore: q.gap}
-		select {
-		case q.C <- item:
-			q.gap = false
-			continue
-		default:
+		if q.roomFor(n) {
+			q.bytes.Add(n)
+			select {
+			case q.C <- item:
+				q.gap = false
+				continue
+			default:
+			}
+			q.bytes.Add(-n)
 		}
 		if !q.durable {
 			q.dropped.Add(1)
@@ -93,7 +143,12 @@ func (f *Fanout) Event(ctx context.Context, ev pluginkit.Event, idle func()) err
 			f.tracker.Resolve(i, seq)
 			continue
 		}
+		if err := q.waitRoom(ctx, n, idle); err != nil {
+			return err
+		}
+		q.bytes.Add(n)
 		if err := capture.Send(ctx, q.C, item, idle); err != nil {
+			q.bytes.Add(-n)
 			return err
 		}
 	}

@@ -62,6 +62,7 @@ func rowKey(ev pluginkit.Event) string {
 // resolved, in order, plus the per-row state that decides what may go out.
 type pending struct {
 	list     []*entry
+	bytes    int            // payload bytes of the entries in list
 	inFlight map[string]int // rows with a batch in flight
 }
 
@@ -70,11 +71,15 @@ func newPending() *pending { return &pending{inFlight: map[string]int{}} }
 func (p *pending) len() int { return len(p.list) }
 
 // add appends a live event (ids arrive in order).
-func (p *pending) add(e *entry) { p.list = append(p.list, e) }
+func (p *pending) add(e *entry) {
+	p.list = append(p.list, e)
+	p.bytes += e.bytes
+}
 
 // putBack re-inserts entries (a failed or throttled batch) in order.
 func (p *pending) putBack(es []*entry) {
 	for _, e := range es {
+		p.bytes += e.bytes
 		i := sort.Search(len(p.list), func(i int) bool { return e.before(p.list[i]) })
 		p.list = append(p.list, nil)
 		copy(p.list[i+1:], p.list[i:])
@@ -138,6 +143,7 @@ func (p *pending) take(now time.Time, lim limits) (batch []*entry, wake time.Tim
 	p.list = keep
 	for _, e := range taken {
 		p.inFlight[e.row]++
+		p.bytes -= e.bytes
 	}
 	return taken, wake
 }
@@ -159,6 +165,7 @@ func (p *pending) removeRow(row string) []*entry {
 	for _, e := range p.list {
 		if e.row == row {
 			out = append(out, e)
+			p.bytes -= e.bytes
 		} else {
 			keep = append(keep, e)
 		}

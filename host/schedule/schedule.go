@@ -130,6 +130,7 @@ type Scheduler struct {
 	gapCarry   bool // a gap flag whose event was filtered out: it goes to the next one
 	inFlight   int  // batches
 	flying     int  // events in those batches
+	flyBytes   int  // payload bytes in those batches
 	results    chan result
 }
 
@@ -257,7 +258,7 @@ func (s *Scheduler) Run(ctx context.Context, stop <-chan struct{}) error {
 		s.Stats.Held.Store(int64(s.held()))
 		s.Stats.InFlight.Store(int64(s.inFlight))
 		var queue <-chan fanout.Item
-		if !stopping && s.held() < s.window {
+		if !stopping && s.room() {
 			queue = s.queue.C
 		}
 		armTimer(timer, wake)
@@ -272,7 +273,7 @@ func (s *Scheduler) Run(ctx context.Context, stop <-chan struct{}) error {
 				return err
 			}
 			// Take whatever else is queued right away, so batches fill.
-			for s.held() < s.window {
+			for s.room() {
 				select {
 				case it := <-s.queue.C:
 					if err := s.accept(ctx, it); err != nil {
@@ -286,6 +287,9 @@ func (s *Scheduler) Run(ctx context.Context, stop <-chan struct{}) error {
 		case r := <-s.results:
 			s.inFlight--
 			s.flying -= len(r.batch)
+			for _, e := range r.batch {
+				s.flyBytes -= e.bytes
+			}
 			if err := s.land(ctx, r); err != nil {
 				return err
 			}
@@ -310,6 +314,17 @@ func (s *Scheduler) Run(ctx context.Context, stop <-chan struct{}) error {
 // held is how many events the scheduler holds: pending and in flight.
 func (s *Scheduler) held() int { return s.pend.len() + s.flying }
 
+// room reports whether the scheduler may take more events from its queue:
+// fewer than the window, and fewer payload bytes than maxHeldBytes, so
+// that a table of large rows cannot multiply the window into gigabytes.
+func (s *Scheduler) room() bool {
+	return s.held() < s.window && s.pend.bytes+s.flyBytes < s.maxHeldBytes()
+}
+
+// maxHeldBytes bounds the payload bytes a scheduler holds: four full
+// batches by bytes (64 MiB by default); small rows never reach it.
+func (s *Scheduler) maxHeldBytes() int { return 4 * s.cfg.MaxBatchBytes }
+
 func armTimer(t *time.Timer, at time.Time) {
 	if !t.Stop() {
 		select {
@@ -328,6 +343,7 @@ func armTimer(t *time.Timer, at time.Time) {
 // must not see it, parks it behind its row's parked event, or makes it
 // pending.
 func (s *Scheduler) accept(ctx context.Context, it fanout.Item) error {
+	s.queue.Took(it)
 	ev := it.Event
 	gap := it.GapBefore || s.gapCarry
 	s.gapCarry = false
@@ -393,6 +409,9 @@ func (s *Scheduler) dispatch(ctx context.Context) (time.Time, error) {
 		}
 		s.inFlight++
 		s.flying += len(batch)
+		for _, e := range batch {
+			s.flyBytes += e.bytes
+		}
 		go s.deliver(ctx, batch)
 	}
 	return wake, nil

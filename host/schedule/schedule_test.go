@@ -470,3 +470,35 @@ func TestGapBeforeReachesTheSink(t *testing.T) {
 		t.Fatalf("batches %v carried gap flags %v, want %v", firsts, gaps, want)
 	}
 }
+
+// The scheduler takes from its queue only while it holds fewer than
+// 4 × MaxBatchBytes of payload: large rows cannot fill its window of
+// events with gigabytes.
+func TestHeldBytesAreBounded(t *testing.T) {
+	release := make(chan struct{})
+	sink := &fakeSink{t: t, inFlight: map[string]bool{}, behave: func(ctx context.Context, _ int, _ []pluginkit.Event) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}}
+	h := start(t, Config{BatchSize: 10, MaxInFlight: 2, MaxBatchBytes: 100 << 10}, sink) // 400 KiB held at most
+	payload := make([]byte, 50<<10)
+	h.lsn += 0x100
+	for i := range 200 { // 10 MB
+		ev := pluginkit.Event{ID: pluginkit.EventID{CommitLSN: h.lsn, Index: uint64(i)}, Schema: "public", Table: "t",
+			Op: pluginkit.OpInsert, Key: fmt.Appendf(nil, `{"id":%d}`, i), Payload: payload}
+		seq, _ := h.tracker.Add(ev.ID)
+		h.queue.C <- fanout.Item{Seq: seq, Event: ev}
+	}
+	h.tracker.Commit(h.lsn + 8)
+	time.Sleep(300 * time.Millisecond)
+	held := h.sched.Stats.Held.Load()
+	if held == 0 || held*int64(len(payload)) > 400<<10+int64(len(payload)) {
+		t.Fatalf("scheduler holds %d events of 50 KiB, want at most 400 KiB worth (and some)", held)
+	}
+	close(release)
+	h.waitResolved(30 * time.Second)
+}
