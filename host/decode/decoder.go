@@ -1,6 +1,7 @@
 package decode
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strconv"
@@ -42,6 +43,7 @@ type Decoder struct {
 	buf       []byte
 	unchanged []byte
 	scratch   []byte
+	oldKey    []byte // the old key of an update, to compare with the new one
 }
 
 // New returns a Decoder with an empty relation cache, outside any
@@ -257,7 +259,7 @@ func (d *Decoder) truncate(m *pglogrepl.TruncateMessage, emit func(cdc.Event) er
 
 // emit hands the envelope in d.buf to the caller as an event that owns a
 // copy of it; key is the span of the key JSON inside the envelope.
-func (d *Decoder) emit(rel *relation, op cdc.Op, keyStart, keyEnd int, emit func(cdc.Event) error) error {
+func (d *Decoder) emit(rel *relation, op cdc.Op, keyStart, keyEnd int, oldKey []byte, emit func(cdc.Event) error) error {
 	if emit == nil {
 		return fmt.Errorf("decode %s on %s.%s: nil emit function", op, rel.schema, rel.table)
 	}
@@ -272,6 +274,9 @@ func (d *Decoder) emit(rel *relation, op cdc.Op, keyStart, keyEnd int, emit func
 		Op:      op,
 		Key:     payload[keyStart:keyEnd:keyEnd],
 		Payload: payload,
+	}
+	if oldKey != nil {
+		ev.OldKey = bytes.Clone(oldKey)
 	}
 	if err := emit(ev); err != nil {
 		return fmt.Errorf("emit event %s (%s on %s.%s): %w", ev.ID, op, rel.schema, rel.table, err)

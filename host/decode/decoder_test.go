@@ -72,6 +72,12 @@ func TestOps(t *testing.T) {
 			t.Errorf("event %d key = %s, want %s", i, got, key)
 		}
 	}
+	// Only the update that moved the row to another key names the old one.
+	for i, old := range []string{"", "", `{"id":42}`, ""} {
+		if got := string(c.events[i].OldKey); got != old || (old == "" && c.events[i].OldKey != nil) {
+			t.Errorf("event %d OldKey = %q, want %q", i, got, old)
+		}
+	}
 }
 
 // A key column that is stored out of line and unchanged arrives as 'u' in
@@ -85,6 +91,9 @@ func TestKeyFromOldTupleWhenToasted(t *testing.T) {
 	got := string(c.events[0].Payload)
 	if !strings.Contains(got, `"key":{"path":"/a/long/path"},"new":{"body":"x"},"old":{"path":"/a/long/path"},"unchanged":["path"]}`) {
 		t.Errorf("payload = %s", got)
+	}
+	if c.events[0].OldKey != nil {
+		t.Errorf("key unchanged, but OldKey = %s", c.events[0].OldKey)
 	}
 }
 

@@ -1,6 +1,7 @@
 package decode
 
 import (
+	"bytes"
 	"strconv"
 
 	"github.com/jackc/pglogrepl"
@@ -33,6 +34,15 @@ func (d *Decoder) change(rel *relation, op cdc.Op, newTuple, oldTuple []*pglogre
 		b = d.appendKey(b, rel, oldTuple, nil)
 	}
 	keyEnd := len(b)
+	// An update that changed the key belongs to two rows: say which was
+	// the other, so the scheduler can order it after both rows' changes.
+	var oldKey []byte
+	if newTuple != nil && oldTuple != nil && len(rel.keyCols) > 0 {
+		d.oldKey = d.appendKey(d.oldKey[:0], rel, oldTuple, nil)
+		if !bytes.Equal(d.oldKey, b[keyStart:keyEnd]) {
+			oldKey = d.oldKey
+		}
+	}
 
 	b = append(b, `,"new":`...)
 	d.unchanged = d.unchanged[:0]
@@ -58,7 +68,7 @@ func (d *Decoder) change(rel *relation, op cdc.Op, newTuple, oldTuple []*pglogre
 		b = append(b, ']')
 	}
 	d.buf = append(b, '}')
-	return d.emit(rel, op, keyStart, keyEnd, emit)
+	return d.emit(rel, op, keyStart, keyEnd, oldKey, emit)
 }
 
 // truncateEvent encodes and emits the event for one truncated relation.
@@ -73,7 +83,7 @@ func (d *Decoder) truncateEvent(rel *relation, cascade, restartIdentity bool, em
 	b = append(b, `,"restart_identity":`...)
 	b = strconv.AppendBool(b, restartIdentity)
 	d.buf = append(b, '}')
-	return d.emit(rel, cdc.OpTruncate, keyStart, keyEnd, emit)
+	return d.emit(rel, cdc.OpTruncate, keyStart, keyEnd, nil, emit)
 }
 
 // appendHead appends everything up to and including `"op":"…",`.

@@ -23,10 +23,13 @@ const (
 
 // entry is one event waiting in the scheduler.
 type entry struct {
-	seq   ack.Seq
-	ev    pluginkit.Event
-	row   string
-	bytes int
+	seq ack.Seq
+	ev  pluginkit.Event
+	row string
+	// oldRow is the row an update moved away from (it changed the key):
+	// the event waits for both rows and holds both while in flight.
+	oldRow string
+	bytes  int
 	// replay marks an event taken from walcast.parked by `walcast replay`:
 	// it is not tracked by the ack tracker (it was resolved when parked),
 	// and on success it leaves walcast.parked.
@@ -109,7 +112,8 @@ func (p *pending) take(now time.Time, lim limits) (batch []*entry, wake time.Tim
 			keep = append(keep, p.list[i:]...)
 			break
 		}
-		ok := !blocked[e.row] && p.inFlight[e.row] == 0
+		ok := !blocked[e.row] && p.inFlight[e.row] == 0 &&
+			(e.oldRow == "" || (!blocked[e.oldRow] && p.inFlight[e.oldRow] == 0))
 		if ok && e.notBefore.After(now) {
 			ok = false
 			if wake.IsZero() || e.notBefore.Before(wake) {
@@ -127,6 +131,9 @@ func (p *pending) take(now time.Time, lim limits) (batch []*entry, wake time.Tim
 		}
 		if !ok {
 			blocked[e.row] = true // later events of this row must wait too
+			if e.oldRow != "" {
+				blocked[e.oldRow] = true
+			}
 			keep = append(keep, e)
 			if lim.strict {
 				keep = append(keep, p.list[i+1:]...)
@@ -143,6 +150,9 @@ func (p *pending) take(now time.Time, lim limits) (batch []*entry, wake time.Tim
 	p.list = keep
 	for _, e := range taken {
 		p.inFlight[e.row]++
+		if e.oldRow != "" {
+			p.inFlight[e.oldRow]++
+		}
 		p.bytes -= e.bytes
 	}
 	return taken, wake
@@ -151,9 +161,16 @@ func (p *pending) take(now time.Time, lim limits) (batch []*entry, wake time.Tim
 // landed releases the rows of a batch that came back.
 func (p *pending) landed(batch []*entry) {
 	for _, e := range batch {
-		if p.inFlight[e.row]--; p.inFlight[e.row] <= 0 {
-			delete(p.inFlight, e.row)
+		p.release(e.row)
+		if e.oldRow != "" {
+			p.release(e.oldRow)
 		}
+	}
+}
+
+func (p *pending) release(row string) {
+	if p.inFlight[row]--; p.inFlight[row] <= 0 {
+		delete(p.inFlight, row)
 	}
 }
 

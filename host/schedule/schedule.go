@@ -360,6 +360,9 @@ func (s *Scheduler) accept(ctx context.Context, it fanout.Item) error {
 		return nil
 	}
 	e := &entry{seq: it.Seq, ev: ev, row: rowKey(ev), bytes: len(ev.Payload), gapBefore: gap}
+	if ev.OldKey != nil {
+		e.oldRow = ev.Schema + "." + ev.Table + "\x1f" + string(ev.OldKey)
+	}
 	if s.parkedRows[e.row] {
 		s.gapCarry = gap
 		return s.park(ctx, []*entry{e}, "parked behind an earlier parked event of the same row")

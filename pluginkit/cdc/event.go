@@ -27,4 +27,8 @@ type Event struct {
 	Key []byte
 	// Payload is the JSON envelope documented in DESIGN.md.
 	Payload []byte
+	// OldKey is the key before an update that changed it, nil otherwise.
+	// The host orders such an update after the earlier changes of both
+	// rows; it is not sent to plugins (the envelope's "old" has it).
+	OldKey []byte
 }
