@@ -71,14 +71,12 @@ type Capture struct {
 	dec      *decode.Decoder
 	parser   decode.Parser // reuses its row messages: one message at a time
 
-	conn     *pgconn.PgConn
-	sentAt   time.Time
-	sentPos  uint64
-	received uint64 // highest WAL position seen on the stream
-
-	// Copies for readers on other goroutines (metrics).
-	receivedAt atomic.Uint64
-	streaming  atomic.Bool
+	conn    *pgconn.PgConn
+	sentAt  time.Time
+	sentPos uint64
+	// Also read by other goroutines (metrics).
+	received  atomic.Uint64 // highest WAL position seen on the stream
+	streaming atomic.Bool
 }
 
 // New returns a capture for cfg feeding consumer.
@@ -293,15 +291,14 @@ func (c *Capture) handleCopyData(ctx context.Context, data []byte, idle func()) 
 }
 
 func (c *Capture) noteReceived(lsn uint64) {
-	if lsn > c.received {
-		c.received = lsn
-		c.receivedAt.Store(lsn)
+	if lsn > c.received.Load() {
+		c.received.Store(lsn) // only the capture goroutine writes it
 	}
 }
 
 // Received is the highest WAL position received from the server (for
 // metrics; safe to call from any goroutine).
-func (c *Capture) Received() uint64 { return c.receivedAt.Load() }
+func (c *Capture) Received() uint64 { return c.received.Load() }
 
 // Streaming reports whether the replication stream is up (for metrics;
 // safe to call from any goroutine).

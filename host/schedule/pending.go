@@ -57,8 +57,11 @@ func (e *entry) before(o *entry) bool {
 // rowKey identifies a row: changes to the same row keep their order. The
 // unit separator cannot occur in the JSON key and, unlike NUL, can be
 // stored in a text column (walcast.parked.row_key).
-func rowKey(ev pluginkit.Event) string {
-	return ev.Schema + "." + ev.Table + "\x1f" + string(ev.Key)
+func rowKey(ev pluginkit.Event) string { return rowOf(ev, ev.Key) }
+
+// rowOf is the row of ev's table with the given key.
+func rowOf(ev pluginkit.Event, key []byte) string {
+	return ev.Schema + "." + ev.Table + "\x1f" + string(key)
 }
 
 // pending holds the events a sink has taken from its queue but not yet

@@ -136,6 +136,7 @@ type Scheduler struct {
 
 type result struct {
 	batch []*entry
+	bytes int // payload bytes of batch
 	res   pluginkit.DeliverResult
 	err   error
 	took  time.Duration
@@ -287,9 +288,7 @@ func (s *Scheduler) Run(ctx context.Context, stop <-chan struct{}) error {
 		case r := <-s.results:
 			s.inFlight--
 			s.flying -= len(r.batch)
-			for _, e := range r.batch {
-				s.flyBytes -= e.bytes
-			}
+			s.flyBytes -= r.bytes
 			if err := s.land(ctx, r); err != nil {
 				return err
 			}
@@ -361,7 +360,7 @@ func (s *Scheduler) accept(ctx context.Context, it fanout.Item) error {
 	}
 	e := &entry{seq: it.Seq, ev: ev, row: rowKey(ev), bytes: len(ev.Payload), gapBefore: gap}
 	if ev.OldKey != nil {
-		e.oldRow = ev.Schema + "." + ev.Table + "\x1f" + string(ev.OldKey)
+		e.oldRow = rowOf(ev, ev.OldKey)
 	}
 	if s.parkedRows[e.row] {
 		s.gapCarry = gap
@@ -410,30 +409,31 @@ func (s *Scheduler) dispatch(ctx context.Context) (time.Time, error) {
 		if s.bucket != nil {
 			s.bucket.take(len(batch))
 		}
+		size := 0
+		for _, e := range batch {
+			size += e.bytes
+		}
 		s.inFlight++
 		s.flying += len(batch)
-		for _, e := range batch {
-			s.flyBytes += e.bytes
-		}
-		go s.deliver(ctx, batch)
+		s.flyBytes += size
+		go s.deliver(ctx, batch, size)
 	}
 	return wake, nil
 }
 
 // deliver runs one attempt in its own goroutine.
-func (s *Scheduler) deliver(ctx context.Context, batch []*entry) {
+func (s *Scheduler) deliver(ctx context.Context, batch []*entry, size int) {
 	events := make([]pluginkit.Event, len(batch))
+	gap := false
 	for i, e := range batch {
 		events[i] = e.ev
+		gap = gap || e.gapBefore
 	}
 	s.Stats.Attempts.Add(1)
 	start := time.Now()
 	dctx, cancel := context.WithTimeout(ctx, s.cfg.DeliverTimeout)
-	for _, e := range batch {
-		if e.gapBefore {
-			dctx = pluginkit.WithGapBefore(dctx)
-			break
-		}
+	if gap {
+		dctx = pluginkit.WithGapBefore(dctx)
 	}
 	res, err := s.sink.Deliver(dctx, events)
 	cancel()
@@ -454,16 +454,13 @@ func (s *Scheduler) deliver(ctx context.Context, batch []*entry) {
 			err = retryStore(ctx, s.log, func(ctx context.Context) error { return s.cfg.Parked.Unpark(ctx, s.cfg.SinkID, ids) })
 		}
 	}
-	s.results <- result{batch: batch, res: res, err: err, took: time.Since(start)}
+	s.results <- result{batch: batch, bytes: size, res: res, err: err, took: time.Since(start)}
 }
 
 // land handles a finished attempt.
 func (s *Scheduler) land(ctx context.Context, r result) error {
 	s.pend.landed(r.batch)
-	bytes := 0
-	for _, e := range r.batch {
-		bytes += e.bytes
-	}
+	bytes := r.bytes
 	if s.cfg.Observe != nil && ctx.Err() == nil {
 		outcome := "ok"
 		if r.err != nil {
