@@ -27,7 +27,7 @@ func TestSinkAheadIsNotRedelivered(t *testing.T) {
 	proc := startWalcast(t, pipeline)
 	waitSlot(t, db, "walcast_ahead")
 	// Fewer events than the stuck sink's queue holds: past that, the first
-	// version applies backpressure to every sink (DESIGN.md).
+	// version applies backpressure to every sink (docs/architecture.md).
 	const n = 800
 	for i := 0; i < n; i += 100 {
 		exec1(t, db, `INSERT INTO items SELECT g, 0, 'x' FROM generate_series($1::int, $2::int) g`, i, i+99)

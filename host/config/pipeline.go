@@ -74,7 +74,8 @@ type Sink struct {
 	IDRange   hcl.Range
 }
 
-// Delivery is a sink's delivery policy (DESIGN.md, "Delivery policy").
+// Delivery is a sink's delivery policy (docs/architecture.md, "Delivery
+// policy").
 type Delivery struct {
 	// BatchSize is the number of events per Deliver call.
 	BatchSize int
@@ -108,7 +109,8 @@ const (
 	OrderingStrict = "strict"
 )
 
-// The defaults of a delivery block (DESIGN.md, "Delivery policy").
+// The defaults of a delivery block; the README's pipeline reference lists
+// them too.
 const (
 	DefaultBatchSize      = 100
 	DefaultRateLimit      = 0

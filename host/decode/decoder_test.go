@@ -12,8 +12,8 @@ import (
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
-// orders is the relation of DESIGN.md's example: default replica identity
-// on the primary key id.
+// orders is the relation of the README's envelope example: default replica
+// identity on the primary key id.
 func orders(id uint32) *pglogrepl.RelationMessage {
 	return relMsg(id, "public", "orders", 'd',
 		col{"id", pgtype.Int8OID, true},

@@ -1,12 +1,13 @@
 // Package decode turns pgoutput messages (protocol version 1, as parsed by
 // github.com/jackc/pglogrepl) into cdc.Events carrying the JSON
-// envelope described in DESIGN.md.
+// envelope (docs/architecture.md, "Envelope").
 //
 // The capture loop owns the replication connection and hands every message
 // of the stream to one Decoder, in order:
 //
 //	d := decode.New(decode.Options{PrimaryKey: lookup})
-//	msg, err := decode.Parse(xld.WALData)
+//	var p decode.Parser // reuses its row messages: one message at a time
+//	msg, err := p.Parse(xld.WALData)
 //	...
 //	err = d.Decode(msg, func(ev cdc.Event) error { return queue(ev) })
 //	...

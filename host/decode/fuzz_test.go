@@ -119,7 +119,7 @@ func FuzzDecode(f *testing.F) {
 			if n > len(data) {
 				n = len(data)
 			}
-			msg, err := Parse(data[:n])
+			msg, err := referenceParse(data[:n])
 			msg2, err2 := p.Parse(data[:n])
 			data = data[n:]
 			if (err == nil) != (err2 == nil) {

@@ -174,3 +174,9 @@ func wireTruncate(option byte, rels ...uint32) []byte {
 	}
 	return b
 }
+
+// referenceParse parses with pglogrepl's own parser behind Parser's framing
+// check: what Parser's allocation-free fast path must agree with.
+func referenceParse(data []byte) (pglogrepl.Message, error) {
+	return (&Parser{fallback: true}).Parse(data)
+}

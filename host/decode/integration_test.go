@@ -245,7 +245,7 @@ func readStream(ctx context.Context, t *testing.T, conn *pgconn.PgConn, d *Decod
 				if err != nil {
 					t.Fatal(err)
 				}
-				msg, err := Parse(xld.WALData)
+				msg, err := referenceParse(xld.WALData)
 				if err != nil {
 					t.Fatal(err)
 				}

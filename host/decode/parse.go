@@ -9,26 +9,6 @@ import (
 	"github.com/jackc/pglogrepl"
 )
 
-// Parse parses one pgoutput protocol version 1 message (the WALData of an
-// XLogData message) with pglogrepl.Parse, after checking that its framing is
-// complete.
-//
-// pglogrepl.Parse trusts every length in the message: a truncated or corrupt
-// message makes it index past the end of its input (a panic) or allocate
-// whatever a length field claims (up to 4 GiB per column). The host must
-// not die on one bad message without flushing its checkpoints, so Parse
-// walks the message first and returns an error instead.
-func Parse(data []byte) (pglogrepl.Message, error) {
-	if err := checkFraming(data); err != nil {
-		return nil, fmt.Errorf("parse pgoutput message: %w", err)
-	}
-	msg, err := pglogrepl.Parse(data)
-	if err != nil {
-		return nil, fmt.Errorf("parse pgoutput %s message: %w", pglogrepl.MessageType(data[0]), err)
-	}
-	return msg, nil
-}
-
 var errTruncated = errors.New("message truncated")
 
 // frame is a cursor over a message being checked.
@@ -209,8 +189,14 @@ type Parser struct {
 	fallback bool // tests: always use pglogrepl.Parse
 }
 
-// Parse parses one pgoutput protocol version 1 message, checking its
-// framing first as the package-level Parse does.
+// Parse parses one pgoutput protocol version 1 message (the WALData of an
+// XLogData message), after checking that its framing is complete.
+//
+// pglogrepl.Parse trusts every length in the message: a truncated or corrupt
+// message makes it index past the end of its input (a panic) or allocate
+// whatever a length field claims (up to 4 GiB per column). The host must
+// not die on one bad message without flushing its checkpoints, so Parse
+// walks the message first and returns an error instead.
 func (p *Parser) Parse(data []byte) (pglogrepl.Message, error) {
 	if err := checkFraming(data); err != nil {
 		return nil, fmt.Errorf("parse pgoutput message: %w", err)

@@ -30,9 +30,9 @@ func TestParseRoundTrip(t *testing.T) {
 	c := newCollector(t, Options{})
 	var types []pglogrepl.MessageType
 	for _, raw := range wireStream() {
-		msg, err := Parse(raw)
+		msg, err := referenceParse(raw)
 		if err != nil {
-			t.Fatalf("Parse(%q): %v", raw, err)
+			t.Fatalf("referenceParse(%q): %v", raw, err)
 		}
 		types = append(types, msg.Type())
 		c.feed(msg)
@@ -56,12 +56,12 @@ func TestParseRoundTrip(t *testing.T) {
 func TestParseTruncated(t *testing.T) {
 	for _, raw := range wireStream() {
 		for n := 0; n < len(raw); n++ {
-			if _, err := Parse(raw[:n]); err == nil {
+			if _, err := referenceParse(raw[:n]); err == nil {
 				// A few prefixes are complete messages of their own (a tuple
 				// cut after whole columns has the wrong count, which only
 				// Decode can tell), but never the ones cut inside a field.
 				if n == 0 {
-					t.Errorf("Parse(empty) succeeded")
+					t.Errorf("referenceParse(empty) succeeded")
 				}
 			}
 		}
@@ -73,8 +73,8 @@ func TestParseTruncated(t *testing.T) {
 		{'U', 0, 0, 0, 1, 'K', 0, 0, 'X', 0, 0},                          // old tuple not followed by 'N'
 		{'S', 0, 0, 0, 1, 1},                                             // stream start: not protocol 1
 	} {
-		if msg, err := Parse(raw); err == nil {
-			t.Errorf("Parse(%q) = %T, want an error", raw, msg)
+		if msg, err := referenceParse(raw); err == nil {
+			t.Errorf("referenceParse(%q) = %T, want an error", raw, msg)
 		}
 	}
 }
@@ -87,7 +87,7 @@ func TestParserMatchesParse(t *testing.T) {
 	var p Parser
 	for range 2 {
 		for _, raw := range wireStream() {
-			m1, err := Parse(raw)
+			m1, err := referenceParse(raw)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -25,7 +25,7 @@ type Event struct {
 	// Key is the JSON object of the row's replica-identity columns, or
 	// "null" for a truncate or a table without a key.
 	Key []byte
-	// Payload is the JSON envelope documented in DESIGN.md.
+	// Payload is the JSON envelope (the README's "The event envelope").
 	Payload []byte
 	// OldKey is the key before an update that changed it, nil otherwise.
 	// The host orders such an update after the earlier changes of both

@@ -9,8 +9,8 @@ import (
 	"github.com/walcast/walcast/pluginkit"
 )
 
-// envelope is the event JSON documented in DESIGN.md, as the host encodes
-// it. The suite only needs plausible envelopes: a sink must treat the
+// envelope is the event JSON as the host encodes it (the README's "The
+// event envelope"). The suite only needs plausible envelopes: a sink must treat the
 // payload as opaque bytes, and the suite checks that it does.
 type envelope struct {
 	ID              string          `json:"id"`

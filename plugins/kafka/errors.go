@@ -34,7 +34,8 @@ func isFencedCommit(err error) bool {
 // classify turns a client error into a pluginkit error whose message says
 // what was being done, what went wrong and, where there is one, what to do.
 //
-//   - fenced: permanent; the caller stops producing for good.
+//   - fenced: fatal; another producer owns the transactional id, so the
+//     pipeline stops rather than park every later batch.
 //   - a record larger than the limits: permanent; the same batch can never
 //     succeed, so it goes to the host's park policy instead of looping.
 //   - authorization and authentication failures: retryable, with the ACL
