@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/walcast/walcast/host/capture"
 	"github.com/walcast/walcast/host/checkpoint"
+	"github.com/walcast/walcast/host/internal/names"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
@@ -141,25 +141,11 @@ func (cfg *StreamConfig) check() error {
 		return errors.New("open walcast stream: StreamConfig.Tables is empty; name at least one table as \"schema.table\"")
 	}
 	for _, n := range []struct{ what, name string }{{"Slot", cfg.Slot}, {"Publication", cfg.Publication}} {
-		if problem := checkName(n.name); problem != "" {
+		if problem := names.SlotProblem(n.name); problem != "" {
 			return fmt.Errorf("open walcast stream: StreamConfig.%s %q %s", n.what, n.name, problem)
 		}
 	}
 	return nil
-}
-
-// checkName applies PostgreSQL's rule for replication slot names (used for
-// the publication too, so that both can be written in SQL unquoted).
-func checkName(name string) string {
-	switch {
-	case name == "":
-		return "is empty"
-	case len(name) > 63:
-		return "is longer than PostgreSQL's 63 characters"
-	case strings.Trim(name, "abcdefghijklmnopqrstuvwxyz0123456789_") != "":
-		return "may contain only lower-case letters, digits and underscores"
-	}
-	return ""
 }
 
 // Next returns the next change, blocking until there is one or ctx ends

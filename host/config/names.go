@@ -6,33 +6,17 @@ import (
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
+
+	"github.com/walcast/walcast/host/internal/names"
+	"github.com/walcast/walcast/pluginkit"
 )
 
 // Each check below returns "" for a good value, or the end of a sentence
 // that starts with the value ("... %q " + problem), or a whole sentence
 // for table names.
 
-// maxIdentLen is PostgreSQL's NAMEDATALEN-1; longer names are truncated by
-// the server, or refused for replication slots.
-const maxIdentLen = 63
-
-// checkSlotName applies PostgreSQL's rule for replication slot names, which
-// is also used for publications and the pipeline name so that a name can be
-// written in SQL without quoting.
-func checkSlotName(name string) string {
-	switch {
-	case name == "":
-		return "is empty"
-	case len(name) > maxIdentLen:
-		return fmt.Sprintf("is %d characters long; PostgreSQL allows at most %d", len(name), maxIdentLen)
-	}
-	for _, r := range name {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
-			return fmt.Sprintf("contains %q; use only lower-case letters, digits and underscores", r)
-		}
-	}
-	return ""
-}
+// checkSlotName: see names.SlotProblem.
+func checkSlotName(name string) string { return names.SlotProblem(name) }
 
 // checkSinkID: ids appear in metrics labels, Kafka transactional ids and
 // checkpoint rows, so they stay in a charset every one of those accepts.
@@ -49,15 +33,13 @@ func checkSinkID(id string) string {
 }
 
 // checkSinkType: the type names an executable, walcast-sink-<type>, so it
-// must not be able to name a path.
+// must not be able to name a path (pluginkit.ValidTypeName).
 func checkSinkType(typ string) string {
-	if typ == "" {
+	switch {
+	case typ == "":
 		return "is empty"
-	}
-	for i, r := range typ {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || (i > 0 && (r == '_' || r == '-'))) {
-			return fmt.Sprintf("contains %q; plugin names use lower-case letters, digits, '_' and '-' and start with a letter or digit", r)
-		}
+	case !pluginkit.ValidTypeName(typ):
+		return "is not a plugin type: plugin types use lower-case letters, digits, '_' and '-', start with a letter or digit, and are at most 64 characters long"
 	}
 	return ""
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/host/sinkclient"
+	"github.com/walcast/walcast/pluginkit"
 )
 
 // SourceKind says how Install obtains the plugin executable.
@@ -211,18 +212,11 @@ func Install(ctx context.Context, src Source, opts InstallOptions) (Installed, e
 	return Installed{Type: sinkType, Path: dest, Entry: entry}, nil
 }
 
-// checkType rejects sink types that cannot be a file name suffix.
+// checkType rejects what cannot be a sink type (pluginkit.ValidTypeName),
+// the same rule a pipeline's sink block is checked with.
 func checkType(t string) error {
-	if t == "" {
-		return errors.New("empty sink type")
-	}
-	for _, r := range t {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
-			return fmt.Errorf("sink type %q: only letters, digits, '-', '_' and '.' are allowed", t)
-		}
-	}
-	if t[0] == '.' || t[0] == '-' {
-		return fmt.Errorf("sink type %q must not start with %q", t, t[0])
+	if !pluginkit.ValidTypeName(t) {
+		return fmt.Errorf("sink type %q: plugin types use lower-case letters, digits, '_' and '-', start with a letter or digit, and are at most 64 characters long", t)
 	}
 	return nil
 }

@@ -16,9 +16,6 @@ import (
 )
 
 var (
-	// sinkNameRE is what a plugin type must look like: it becomes part of
-	// the executable's name (walcast-sink-<name>) and an HCL block label.
-	sinkNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
 	// attrNameRE is an HCL identifier as the host's config decoding
 	// accepts it (ASCII subset).
 	attrNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]*$`)
@@ -32,8 +29,8 @@ func (h *harness) testInfo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Info before Configure: %v (it must not block: `walcast validate` calls it without opening anything)", err)
 	}
-	if !sinkNameRE.MatchString(info.Name) {
-		t.Errorf("Info.Name = %q, want a plugin type matching %s (the executable is walcast-sink-<name>)", info.Name, sinkNameRE)
+	if !pluginkit.ValidTypeName(info.Name) {
+		t.Errorf("Info.Name = %q, want a plugin type: lower-case letters, digits, '_' and '-', starting with a letter or digit (the executable is walcast-sink-<name>; see pluginkit.ValidTypeName)", info.Name)
 	}
 	if info.Version == "" {
 		t.Error("Info.Version is empty; pluginkit.BuildVersion() gives the module version")
