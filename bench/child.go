@@ -7,9 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
-	"os/signal"
 	"runtime"
 	"runtime/metrics"
 	"runtime/pprof"
@@ -17,8 +15,7 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/host"
-	"github.com/walcast/walcast/host/config"
-	"github.com/walcast/walcast/host/daemon"
+	"github.com/walcast/walcast/host/cli"
 )
 
 // Library is the library-mode consumer the harness runs as its own
@@ -86,20 +83,18 @@ func Daemon(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() != 1 {
 		return errors.New("usage: walcast-bench daemon [-profile PREFIX] [-plugin-dir DIR] pipeline.hcl")
 	}
-	p, diags := config.Load(fs.Arg(0))
-	if diags.HasErrors() {
-		return errors.New(config.FormatDiagnostics(diags))
-	}
 	stopProfile, err := startProfile(*profile)
 	if err != nil {
 		return err
 	}
 	defer stopProfile()
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	plugins := &daemon.PluginSet{Dirs: []string{*pluginDir}, Pipeline: p.Name, Logger: log, Stdout: stdout}
-	return daemon.Run(ctx, daemon.Options{Pipeline: p, Launch: plugins.Launch, Logger: log})
+	// The same code path as `walcast run`, through the command line's own
+	// entry point: the bench measures the product, not a copy of its wiring.
+	args = []string{"run", fs.Arg(0), "--plugin-dir", *pluginDir, "--log-level", "warn"}
+	if code := cli.Main("", args, stdout, stderr); code != 0 {
+		return fmt.Errorf("walcast run exited %d", code)
+	}
+	return nil
 }
 
 // startProfile starts a CPU profile at prefix.cpu.pprof; the returned

@@ -3,7 +3,7 @@ package host
 import (
 	"context"
 
-	"github.com/walcast/walcast/host/capture"
+	"github.com/walcast/walcast/host/internal/capture"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 

@@ -22,3 +22,23 @@ func TestLibraryModeLinksNoPluginMachinery(t *testing.T) {
 		}
 	}
 }
+
+// The engine stays importable only from inside host: every package under
+// host other than these public ones belongs in host/internal, so that
+// changing it never breaks a program built on walcast.
+func TestPublicPackagesUnderHost(t *testing.T) {
+	out, err := exec.Command("go", "list", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	public := map[string]bool{
+		"github.com/walcast/walcast/host":        true, // library mode
+		"github.com/walcast/walcast/host/cli":    true, // the command line, for cmd/walcast and the bench
+		"github.com/walcast/walcast/host/pgtest": true, // throwaway clusters for tests
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		if !public[pkg] && !strings.HasPrefix(pkg, "github.com/walcast/walcast/host/internal/") {
+			t.Errorf("%s is public API; move it under host/internal or add it to the public list on purpose", pkg)
+		}
+	}
+}

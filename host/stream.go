@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/walcast/walcast/host/capture"
-	"github.com/walcast/walcast/host/checkpoint"
+	"github.com/walcast/walcast/host/internal/capture"
+	"github.com/walcast/walcast/host/internal/checkpoint"
 	"github.com/walcast/walcast/host/internal/names"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )

@@ -1,0 +1,79 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/walcast/walcast/host/pgtest"
+)
+
+// Shared by every test of the package: the binaries under test, built once
+// from this checkout, and one PostgreSQL cluster (each test makes its own
+// database in it).
+var (
+	binDir  string
+	cluster *pgtest.Cluster
+)
+
+func TestMain(m *testing.M) { os.Exit(testMain(m)) }
+
+func testMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "walcast-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if err := buildBinaries(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	binDir = dir
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	cluster, err = pgtest.Start(ctx, pgtest.Options{})
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start PostgreSQL:", err)
+		return 1
+	}
+	defer cluster.Close()
+	return m.Run()
+}
+
+// buildBinaries builds walcast and every built-in sink plugin into dir, the
+// way `make build` lays them out in bin/.
+func buildBinaries(dir string) error {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		return err
+	}
+	targets := map[string]string{"walcast": "./cmd/walcast"}
+	plugins, _ := filepath.Glob(filepath.Join(root, "plugins", "*"))
+	for _, p := range plugins {
+		targets["walcast-sink-"+filepath.Base(p)] = "./plugins/" + filepath.Base(p)
+	}
+	args := []string{"build", "-o", dir + string(filepath.Separator)}
+	for _, pkg := range targets {
+		args = append(args, pkg)
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	// go build -o dir names binaries after their package directory.
+	for name, pkg := range targets {
+		built := filepath.Join(dir, filepath.Base(pkg))
+		if built != filepath.Join(dir, name) {
+			if err := os.Rename(built, filepath.Join(dir, name)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

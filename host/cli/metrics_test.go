@@ -1,0 +1,167 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// TestMetrics scrapes `walcast run --metrics-listen` with Prometheus's own
+// text parser: delivered events and bytes, attempts and failures (a
+// receiver failing for a while), the Deliver latency histogram by outcome,
+// the slot positions, the pause gauge and /healthz.
+func TestMetrics(t *testing.T) {
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	rcv := newReceiver(t)
+	pipeline := writePipeline(t, "metrics", dsn, []string{"public.items"},
+		sinkSpec{ID: "hook", URL: rcv.URL, Batch: 10, Extra: "    retry_base = \"50ms\"\n"})
+	proc := startWalcast(t, pipeline, "--metrics-listen", "127.0.0.1:0")
+	proc.waitLog(t, "serving metrics")
+	m := regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(proc.logText())
+	if m == nil {
+		t.Fatalf("no metrics address in the log:\n%s", proc.logText())
+	}
+	base := "http://" + m[1]
+	waitSlot(t, db, "walcast_metrics")
+
+	exec1(t, db, `INSERT INTO items SELECT g, 0 FROM generate_series(1, 100) g`)
+	end := lsnQuery(t, db, `SELECT pg_current_wal_lsn()::text`)
+	waitFor(t, "100 events", time.Minute, func() bool { return rcv.distinct() == 100 })
+	waitFor(t, "the slot to be confirmed past the inserts", time.Minute, func() bool {
+		return value(t, scrape(t, base), "walcast_confirmed_flush_lsn", nil) >= float64(end)
+	})
+	mf := scrape(t, base)
+	hook := map[string]string{"pipeline": "metrics", "sink": "hook", "type": "webhook"}
+	want := func(name string, labels map[string]string, ok func(float64) bool, what string) {
+		t.Helper()
+		if v := value(t, mf, name, labels); !ok(v) {
+			t.Errorf("%s%v = %v, want %s", name, labels, v, what)
+		}
+	}
+	eq := func(x float64) func(float64) bool { return func(v float64) bool { return v == x } }
+	want("walcast_sink_events_delivered_total", hook, eq(100), "100")
+	want("walcast_events_captured_total", nil, eq(100), "100")
+	want("walcast_sink_delivered_bytes_total", hook, func(v float64) bool { return v > 100*50 }, "the envelopes' bytes")
+	want("walcast_sink_delivery_failures_total", hook, eq(0), "0")
+	want("walcast_sink_unresolved_events", hook, eq(0), "0")
+	want("walcast_sink_paused", hook, eq(0), "0")
+	want("walcast_streaming", nil, eq(1), "1")
+	want("walcast_received_lsn", nil, func(v float64) bool { return v >= float64(end) }, fmt.Sprintf(">= %d", end))
+	want("walcast_sink_watermark_lsn", hook, func(v float64) bool { return v > 0 && v <= float64(end) }, "the last commit")
+	want("walcast_sink_last_success_timestamp_seconds", hook, func(v float64) bool {
+		return time.Since(time.Unix(int64(v), 0)) < time.Minute
+	}, "within the last minute")
+	attempts := value(t, mf, "walcast_sink_delivery_attempts_total", hook)
+	okCount := histogramCount(t, mf, "walcast_sink_deliver_duration_seconds", map[string]string{"sink": "hook", "outcome": "ok"})
+	if attempts < 10 || okCount != attempts {
+		t.Errorf("attempts %v, ok Deliver observations %v: want equal and at least 10 (100 events, batches of 10)", attempts, okCount)
+	}
+	if value(t, mf, "go_goroutines", nil) == 0 || value(t, mf, "process_resident_memory_bytes", nil) == 0 {
+		t.Error("Go runtime or process metrics missing")
+	}
+
+	// A failing receiver shows up as failures and retryable observations.
+	rcv.setMode(modeFail)
+	exec1(t, db, `UPDATE items SET v = 1 WHERE id = 1`)
+	waitFor(t, "failed attempts in the metrics", time.Minute, func() bool {
+		return value(t, scrape(t, base), "walcast_sink_delivery_failures_total", hook) >= 2
+	})
+	rcv.setMode(modeOK)
+	waitFor(t, "the update after recovery", time.Minute, func() bool { return rcv.distinct() == 101 })
+	mf = scrape(t, base)
+	if n := histogramCount(t, mf, "walcast_sink_deliver_duration_seconds", map[string]string{"sink": "hook", "outcome": "retryable"}); n < 2 {
+		t.Errorf("retryable Deliver observations %v, want at least 2", n)
+	}
+
+	if out, err := walcastCLI(t, "pause", pipeline, "--sink", "hook"); err != nil {
+		t.Fatalf("walcast pause: %v\n%s", err, out)
+	}
+	waitFor(t, "the pause gauge", time.Minute, func() bool { return value(t, scrape(t, base), "walcast_sink_paused", hook) == 1 })
+
+	resp, err := http.Get(base + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(body)) != "ok" {
+		t.Fatalf("/healthz: %s %q", resp.Status, body)
+	}
+	proc.stop()
+}
+
+func scrape(t *testing.T, base string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %s", resp.Status)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mf, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parse /metrics: %v", err)
+	}
+	return mf
+}
+
+// find returns the series of family name whose labels include labels.
+func find(t *testing.T, mf map[string]*dto.MetricFamily, name string, labels map[string]string) *dto.Metric {
+	t.Helper()
+	f, ok := mf[name]
+	if !ok {
+		t.Fatalf("metric %s missing", name)
+	}
+	for _, m := range f.GetMetric() {
+		match := 0
+		for _, lp := range m.GetLabel() {
+			if v, ok := labels[lp.GetName()]; ok && v == lp.GetValue() {
+				match++
+			}
+		}
+		if match == len(labels) {
+			return m
+		}
+	}
+	return nil
+}
+
+func value(t *testing.T, mf map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
+	t.Helper()
+	m := find(t, mf, name, labels)
+	switch {
+	case m == nil:
+		t.Fatalf("no %s series with %v", name, labels)
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	}
+	t.Fatalf("%s is neither a counter nor a gauge", name)
+	return 0
+}
+
+func histogramCount(t *testing.T, mf map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
+	t.Helper()
+	if _, ok := mf[name]; !ok {
+		return 0 // no observation yet
+	}
+	m := find(t, mf, name, labels)
+	if m == nil {
+		return 0
+	}
+	return float64(m.GetHistogram().GetSampleCount())
+}

@@ -1,0 +1,261 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/walcast/walcast/host/internal/checkpoint"
+	"github.com/walcast/walcast/host/internal/config"
+	"github.com/walcast/walcast/host/internal/daemon"
+	"github.com/walcast/walcast/pluginkit"
+)
+
+// openStore loads a pipeline and connects to its control plane. The pool
+// also serves the command's other queries; the caller closes it.
+func openStore(ctx context.Context, path string, stderr io.Writer) (*config.Pipeline, *checkpoint.Store, *pgxpool.Pool, bool) {
+	p, diags := config.Load(path)
+	if diags.HasErrors() {
+		fmt.Fprint(stderr, config.FormatDiagnostics(diags))
+		return nil, nil, nil, false
+	}
+	pool, err := daemon.Connect(ctx, p.Source.DSN)
+	if err != nil {
+		fmt.Fprintln(stderr, "walcast:", err)
+		return nil, nil, nil, false
+	}
+	store := checkpoint.New(pool, p.Name)
+	if err := store.Init(ctx); err != nil {
+		pool.Close()
+		fmt.Fprintln(stderr, "walcast:", err)
+		return nil, nil, nil, false
+	}
+	return p, store, pool, true
+}
+
+func cmdParked(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("parked", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	sink := fs.String("sink", "", "only this sink's parked events")
+	path, ok := parseArgs(fs, args, stderr)
+	if !ok {
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, store, pool, ok := openStore(ctx, path, stderr)
+	if !ok {
+		return 1
+	}
+	defer pool.Close()
+	ps, err := store.ListParked(ctx, *sink, "")
+	if err != nil {
+		fmt.Fprintln(stderr, "walcast parked:", err)
+		return 1
+	}
+	if len(ps) == 0 {
+		fmt.Fprintln(stdout, "no parked events")
+		return 0
+	}
+	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SINK\tID\tTABLE\tOP\tKEY\tATTEMPTS\tLAST FAILURE\tLAST ERROR")
+	for _, p := range ps {
+		msg := strings.ReplaceAll(p.LastError, "\n", " ")
+		if len(msg) > 120 {
+			msg = msg[:117] + "..."
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s.%s\t%s\t%s\t%d\t%s\t%s\n", p.Sink, p.Event.ID, p.Event.Schema, p.Event.Table, p.Event.Op,
+			p.Event.Key, p.Attempts, p.LastFailure.UTC().Format(time.RFC3339), msg)
+	}
+	tw.Flush()
+	fmt.Fprintf(stdout, "%d parked events\n", len(ps))
+	return 0
+}
+
+func cmdReplay(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	sinkID := fs.String("sink", "", "the sink whose parked events to deliver again (required)")
+	all := fs.Bool("all", false, "replay every parked event of the sink")
+	idFlag := fs.String("id", "", "replay the row of this parked event, oldest parked event first")
+	wait := fs.Duration("wait", 60*time.Second, "how long to wait for the replayed events to leave walcast.parked (0: do not wait)")
+	pluginDir := fs.String("plugin-dir", "", "directory holding walcast-sink-* plugins (direct replay)")
+	path, ok := parseArgs(fs, args, stderr)
+	if !ok {
+		return 2
+	}
+	if *sinkID == "" || *all == (*idFlag != "") {
+		fmt.Fprintln(stderr, "walcast replay: want --sink ID and exactly one of --all or --id EVENT_ID")
+		return 2
+	}
+	var req checkpoint.ReplayRequest
+	req.Sink = *sinkID
+	if *idFlag != "" {
+		id, err := pluginkit.ParseEventID(*idFlag)
+		if err != nil {
+			fmt.Fprintln(stderr, "walcast replay:", err)
+			return 2
+		}
+		req.ID = id
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	p, store, pool, ok := openStore(ctx, path, stderr)
+	if !ok {
+		return 1
+	}
+	defer pool.Close()
+	var sink *config.Sink
+	for i := range p.Sinks {
+		if p.Sinks[i].ID == *sinkID {
+			sink = &p.Sinks[i]
+		}
+	}
+	if sink == nil {
+		fmt.Fprintf(stderr, "walcast replay: pipeline %q has no sink %q\n", p.Name, *sinkID)
+		return 1
+	}
+	row := ""
+	if !req.ID.IsZero() {
+		r, err := store.ParkedRowOf(ctx, req.Sink, req.ID)
+		if err != nil {
+			fmt.Fprintln(stderr, "walcast replay:", err)
+			return 1
+		}
+		if r == "" {
+			fmt.Fprintf(stderr, "walcast replay: event %s is not parked for sink %s (see walcast parked)\n", req.ID, req.Sink)
+			return 1
+		}
+		row = r
+	}
+	before, err := store.ListParked(ctx, req.Sink, row)
+	if err != nil {
+		fmt.Fprintln(stderr, "walcast replay:", err)
+		return 1
+	}
+	if len(before) == 0 {
+		fmt.Fprintln(stdout, "nothing parked to replay")
+		return 0
+	}
+	running, err := slotActive(ctx, pool, p.Source.Slot)
+	if err != nil {
+		fmt.Fprintln(stderr, "walcast replay:", err)
+		return 1
+	}
+	if running {
+		// The daemon owns delivery: hand it the request, so the replayed
+		// events and the live ones of the same rows stay in order.
+		if err := store.RequestReplay(ctx, req); err != nil {
+			fmt.Fprintln(stderr, "walcast replay:", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "asked the running daemon to replay %d parked events of sink %s\n", len(before), req.Sink)
+		if *wait == 0 {
+			return 0
+		}
+		deadline := time.Now().Add(*wait)
+		for {
+			left, err := store.ListParked(ctx, req.Sink, row)
+			if err != nil {
+				fmt.Fprintln(stderr, "walcast replay:", err)
+				return 1
+			}
+			if !stillParked(before, left) {
+				fmt.Fprintf(stdout, "replayed %d events; walcast.parked holds %d for sink %s\n", len(before), len(left), req.Sink)
+				return 0
+			}
+			if time.Now().After(deadline) {
+				fmt.Fprintf(stderr, "walcast replay: after %s %d events of sink %s are still parked; the daemon keeps trying (see walcast parked)\n", *wait, len(left), req.Sink)
+				return 1
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return replayDirect(ctx, p, sink, store, before, *pluginDir, log, stdout, stderr)
+}
+
+// stillParked reports whether any of the events asked for is still parked.
+func stillParked(asked, left []checkpoint.Parked) bool {
+	ids := map[pluginkit.EventID]bool{}
+	for _, p := range asked {
+		ids[p.Event.ID] = true
+	}
+	for _, p := range left {
+		if ids[p.Event.ID] {
+			return true
+		}
+	}
+	return false
+}
+
+// replayDirect delivers parked events itself when no daemon runs: row by
+// row, oldest first, each row stopping at its first failure.
+func replayDirect(ctx context.Context, p *config.Pipeline, sink *config.Sink, store *checkpoint.Store, parked []checkpoint.Parked,
+	pluginDir string, log *slog.Logger, stdout, stderr io.Writer) int {
+	ps := newPluginSet(pluginDir, log, stdout)
+	ps.Pipeline = p.Name
+	plugin, _, err := ps.Launch(ctx, sink)
+	if err != nil {
+		fmt.Fprintln(stderr, "walcast replay:", err)
+		return 1
+	}
+	defer plugin.Close(context.WithoutCancel(ctx))
+	rows := map[string][]checkpoint.Parked{}
+	var order []string
+	for _, pe := range parked {
+		if _, ok := rows[pe.Row]; !ok {
+			order = append(order, pe.Row)
+		}
+		rows[pe.Row] = append(rows[pe.Row], pe)
+	}
+	delivered, failed := 0, 0
+	for _, row := range order {
+		for _, pe := range rows[row] {
+			dctx, cancel := context.WithTimeout(ctx, sink.Delivery.DeliverTimeout)
+			_, err := plugin.Deliver(dctx, []pluginkit.Event{pe.Event})
+			cancel()
+			if err == nil {
+				err = store.Unpark(ctx, sink.ID, []pluginkit.EventID{pe.Event.ID})
+			}
+			if err != nil {
+				failed++
+				pe.Attempts, pe.LastError, pe.LastFailure = 1, err.Error(), time.Now()
+				if perr := store.Park(ctx, []checkpoint.Parked{pe}); perr != nil {
+					fmt.Fprintln(stderr, "walcast replay:", perr)
+				}
+				fmt.Fprintf(stderr, "walcast replay: %s: %v; its row stays parked\n", pe.Event.ID, err)
+				break
+			}
+			delivered++
+		}
+	}
+	fmt.Fprintf(stdout, "replayed directly (no daemon running): %d delivered, %d rows still parked\n", delivered, failed)
+	if failed > 0 {
+		return 1
+	}
+	return 0
+}
+
+// slotActive reports whether a walsender streams from the slot, i.e.
+// whether a daemon runs the pipeline.
+func slotActive(ctx context.Context, db checkpoint.Querier, slot string) (bool, error) {
+	var active bool
+	err := db.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("look up slot %s: %w", slot, err)
+	}
+	return active, nil
+}

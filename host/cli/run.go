@@ -1,0 +1,54 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os/signal"
+	"syscall"
+
+	"github.com/walcast/walcast/host/internal/config"
+	"github.com/walcast/walcast/host/internal/daemon"
+)
+
+func cmdRun(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	pluginDir := fs.String("plugin-dir", "", "directory holding walcast-sink-* plugins")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	logFormat := fs.String("log-format", "text", "text or json")
+	shutdown := fs.Duration("shutdown-timeout", 0, "how long in-flight deliveries may take after SIGTERM (default 30s)")
+	metrics := fs.String("metrics-listen", "", "serve Prometheus /metrics and /healthz on this address, e.g. 127.0.0.1:9187")
+	path, ok := parseArgs(fs, args, stderr)
+	if !ok {
+		return 2
+	}
+	log, err := newLogger(stderr, *logLevel, *logFormat)
+	if err != nil {
+		fmt.Fprintln(stderr, "walcast run:", err)
+		return 2
+	}
+	p, diags := config.Load(path)
+	if diags.HasErrors() {
+		fmt.Fprint(stderr, config.FormatDiagnostics(diags))
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	plugins := newPluginSet(*pluginDir, log, stdout)
+	plugins.Pipeline = p.Name
+	err = daemon.Run(ctx, daemon.Options{
+		Pipeline:        p,
+		Launch:          plugins.Launch,
+		Logger:          log,
+		ShutdownTimeout: *shutdown,
+		MetricsListen:   *metrics,
+	})
+	if err != nil {
+		log.Error("walcast run failed", "err", err)
+		fmt.Fprintln(stderr, "walcast run:", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,157 @@
+package cli
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/walcast/walcast/pluginkit"
+)
+
+// sseFrame is one server-sent event as a browser parses it.
+type sseFrame struct{ ID, Event, Data string }
+
+// sseSubscribe connects to an SSE stream and returns its frames.
+func sseSubscribe(t *testing.T, url, lastEventID string) <-chan sseFrame {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	if lastEventID != "" {
+		req.Header.Set("Last-Event-ID", lastEventID)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		t.Fatalf("GET %s: %s", url, resp.Status)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	out := make(chan sseFrame, 10000)
+	go func() {
+		defer close(out)
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		var f sseFrame
+		for sc.Scan() {
+			name, value, _ := strings.Cut(sc.Text(), ":")
+			value = strings.TrimPrefix(value, " ")
+			switch name {
+			case "":
+				if f.Data != "" {
+					out <- f
+				}
+				f = sseFrame{}
+			case "id":
+				f.ID = value
+			case "event":
+				f.Event = value
+			case "data":
+				f.Data = value
+			}
+		}
+	}()
+	return out
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestSSE: walcast run with the sse sink beside a webhook sink. A browser
+// style client receives every change as an id/event/data frame carrying
+// the envelope, in commit order; reconnecting with Last-Event-ID resumes
+// right after that event; and a client that stops reading holds back
+// neither the webhook sink nor the slot (sse is not durable).
+func TestSSE(t *testing.T) {
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	rcv := newReceiver(t)
+	addr := freeAddr(t)
+	url := "http://" + addr + "/events"
+	pipeline := writePipeline(t, "sse", dsn, []string{"public.items"},
+		sinkSpec{ID: "browser", SinkType: "sse", Config: fmt.Sprintf("    listen = %q\n    retention_events = 100000\n", addr)},
+		sinkSpec{ID: "hook", URL: rcv.URL})
+	proc := startWalcast(t, pipeline)
+	waitSlot(t, db, "walcast_sse")
+	waitFor(t, "the sse server", time.Minute, func() bool {
+		resp, err := http.Get(url + "?tables=none.none")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == http.StatusOK
+	})
+	live := sseSubscribe(t, url, "")
+	stalled, err := net.Dial("tcp", addr) // connects, asks, never reads
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stalled.Close()
+	fmt.Fprintf(stalled, "GET /events HTTP/1.1\r\nHost: %s\r\n\r\n", addr)
+
+	for i := range 30 {
+		exec1(t, db, fmt.Sprintf(`INSERT INTO items SELECT g, 0 FROM generate_series(%d, %d) g`, i*10+1, i*10+10))
+	}
+	exec1(t, db, `UPDATE items SET v = 1 WHERE id <= 50`)
+	exec1(t, db, `DELETE FROM items WHERE id > 250`)
+	end := lsnQuery(t, db, `SELECT pg_current_wal_lsn()::text`)
+	const total = 300 + 50 + 50
+
+	var got []sseFrame
+	deadline := time.After(time.Minute)
+	for len(got) < total {
+		select {
+		case f, ok := <-live:
+			if !ok {
+				t.Fatalf("stream ended after %d frames", len(got))
+			}
+			got = append(got, f)
+		case <-deadline:
+			t.Fatalf("%d of %d frames after a minute", len(got), total)
+		}
+	}
+	var prev pluginkit.EventID
+	for i, f := range got {
+		id, err := pluginkit.ParseEventID(f.ID)
+		if err != nil || f.Event != "change" || (i > 0 && id.Compare(prev) <= 0) {
+			t.Fatalf("frame %d %+v: want a change with an id above %s", i, f, prev)
+		}
+		prev = id
+		var env struct {
+			ID  string          `json:"id"`
+			Op  string          `json:"op"`
+			Key json.RawMessage `json:"key"`
+		}
+		if err := json.Unmarshal([]byte(f.Data), &env); err != nil || env.ID != f.ID || env.Op == "" {
+			t.Fatalf("frame %d data is not its envelope: %q (%v)", i, f.Data, err)
+		}
+	}
+	// Resume after the 200th event: exactly the rest, in order.
+	resumed := sseSubscribe(t, url, got[199].ID)
+	for i := 200; i < total; i++ {
+		select {
+		case f := <-resumed:
+			if f.ID != got[i].ID || f.Data != got[i].Data {
+				t.Fatalf("resumed frame %d is %+v, want %+v", i, f, got[i])
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("resume stopped at frame %d", i)
+		}
+	}
+	// The stalled client holds nothing back.
+	waitFor(t, "the webhook sink", time.Minute, func() bool { return rcv.distinct() == total })
+	waitFor(t, "the slot to pass the workload", time.Minute, func() bool { return confirmedFlush(t, db, "walcast_sse") >= end })
+	proc.stop()
+}

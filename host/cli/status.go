@@ -1,0 +1,131 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// cmdStatus prints what the control plane knows about a pipeline: the
+// slot (active, confirmed position, WAL it retains), each sink's
+// checkpoint and parked events, and the last day's metered attempts. It
+// reads only the source database, so it works from any machine while the
+// daemon runs.
+func cmdStatus(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path, ok := parseArgs(fs, args, stderr)
+	if !ok {
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, store, pool, ok := openStore(ctx, path, stderr)
+	if !ok {
+		return 1
+	}
+	defer pool.Close()
+
+	fmt.Fprintf(stdout, "pipeline %s\n", p.Name)
+	var active bool
+	var confirmed string
+	var retained int64
+	err := pool.QueryRow(ctx, `
+SELECT active, coalesce(confirmed_flush_lsn::text, ''), coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint
+FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &confirmed, &retained)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		fmt.Fprintf(stdout, "slot %s: does not exist (created by the first walcast run)\n", p.Source.Slot)
+	case err != nil:
+		fmt.Fprintln(stderr, "walcast status:", err)
+		return 1
+	default:
+		state := "inactive (no walcast run streams from it)"
+		if active {
+			state = "active"
+		}
+		fmt.Fprintf(stdout, "slot %s: %s, confirmed up to %s, retaining %s of WAL\n", p.Source.Slot, state, confirmed, humanBytes(retained))
+	}
+
+	marks, err := store.Load(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "walcast status:", err)
+		return 1
+	}
+	parked, err := store.ListParked(ctx, "", "")
+	if err != nil {
+		fmt.Fprintln(stderr, "walcast status:", err)
+		return 1
+	}
+	perSink := map[string]int{}
+	for _, pe := range parked {
+		perSink[pe.Sink]++
+	}
+	pauses, err := store.LoadPauses(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "walcast status:", err)
+		return 1
+	}
+	if !pauses.Pipeline.IsZero() {
+		fmt.Fprintf(stdout, "paused since %s (walcast resume %s)\n", pauses.Pipeline.UTC().Format(time.RFC3339), path)
+	}
+	usage, err := store.LoadUsage(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "walcast status:", err)
+		return 1
+	}
+	type day struct{ attempts, delivered, failed, bytes int64 }
+	last24 := map[string]*day{}
+	for _, u := range usage {
+		if time.Since(u.Hour) > 24*time.Hour {
+			continue
+		}
+		d := last24[u.Sink]
+		if d == nil {
+			d = &day{}
+			last24[u.Sink] = d
+		}
+		d.attempts += u.Attempts
+		d.delivered += u.Delivered
+		d.failed += u.Failed
+		d.bytes += u.Bytes
+	}
+	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SINK\tTYPE\tSTATE\tCHECKPOINT\tPARKED\tATTEMPTS 24H\tDELIVERED 24H\tFAILED 24H\tBYTES 24H")
+	for _, s := range p.Sinks {
+		cp := "-"
+		if id, ok := marks[s.ID]; ok {
+			cp = id.String()
+		}
+		d := last24[s.ID]
+		if d == nil {
+			d = &day{}
+		}
+		state := "running"
+		if _, paused := pauses.Paused(s.ID); paused {
+			state = "paused"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", s.ID, s.Type, state, cp, perSink[s.ID], d.attempts, d.delivered, d.failed, humanBytes(d.bytes))
+	}
+	tw.Flush()
+	return 0
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

@@ -1,0 +1,64 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/walcast/walcast/host/internal/capture"
+	"github.com/walcast/walcast/host/internal/checkpoint"
+	"github.com/walcast/walcast/host/internal/config"
+	"github.com/walcast/walcast/host/internal/daemon"
+)
+
+func cmdTeardown(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("teardown", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	yes := fs.Bool("yes", false, "really drop the slot: undelivered changes are lost")
+	force := fs.Bool("force", false, "tear down even though events are parked (they are deleted)")
+	path, ok := parseArgs(fs, args, stderr)
+	if !ok {
+		return 2
+	}
+	p, diags := config.Load(path)
+	if diags.HasErrors() {
+		fmt.Fprint(stderr, config.FormatDiagnostics(diags))
+		return 1
+	}
+	if !*yes {
+		fmt.Fprintf(stderr, `walcast teardown would drop, for pipeline %q:
+  - replication slot %q: every change not yet delivered to all sinks is lost for good,
+    and changes made from now on are no longer captured;
+  - publication %q, if walcast created it;
+  - the pipeline's checkpoints, parked events and usage in the walcast schema.
+Run again with --yes to do it.
+`, p.Name, p.Source.Slot, p.Source.Publication)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool, err := daemon.Connect(ctx, p.Source.DSN)
+	if err != nil {
+		fmt.Fprintln(stderr, "walcast teardown:", err)
+		return 1
+	}
+	defer pool.Close()
+	store := checkpoint.New(pool, p.Name)
+	n, err := store.CountParked(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "walcast teardown:", err)
+		return 1
+	}
+	if n > 0 && !*force {
+		fmt.Fprintf(stderr, "walcast teardown: %d events of pipeline %q are parked (see walcast parked); replay them first, or run again with --force to delete them too\n", n, p.Name)
+		return 1
+	}
+	if err := capture.Teardown(ctx, pool, store, p.Source.Slot, p.Source.Publication); err != nil {
+		fmt.Fprintln(stderr, "walcast teardown:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "pipeline %q torn down: slot %q dropped, checkpoints removed\n", p.Name, p.Source.Slot)
+	return 0
+}

@@ -1,0 +1,39 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/walcast/walcast/host/internal/config"
+)
+
+func cmdValidate(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	pluginDir := fs.String("plugin-dir", "", "directory holding walcast-sink-* plugins")
+	path, ok := parseArgs(fs, args, stderr)
+	if !ok {
+		return 2
+	}
+	p, diags := config.Load(path)
+	// p holds whatever decoded even when diags has errors, so the sinks'
+	// plugins are checked too and one run reports every problem.
+	if p != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		diags = append(diags, config.Check(ctx, p, newPluginSet(*pluginDir, log, io.Discard))...)
+	}
+	if len(diags) > 0 {
+		fmt.Fprint(stderr, config.FormatDiagnostics(diags))
+	}
+	if diags.HasErrors() {
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: pipeline %q is valid (%d sinks)\n", path, p.Name, len(p.Sinks))
+	return 0
+}

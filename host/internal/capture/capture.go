@@ -1,0 +1,351 @@
+package capture
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/walcast/walcast/host/internal/decode"
+	"github.com/walcast/walcast/pluginkit/cdc"
+)
+
+// Config describes what to capture and how.
+type Config struct {
+	// DSN of the source database (a normal connection string; the
+	// replication connection is derived from it).
+	DSN         string
+	Slot        string
+	Publication string
+	// Tables are the captured tables, "schema.table".
+	Tables []string
+	// AllowKeyless lets tables without a key be captured; their events
+	// carry key null.
+	AllowKeyless bool
+	// ApplicationName shows up in pg_stat_replication.
+	ApplicationName string
+	// StatusInterval is the longest time between two standby status
+	// updates. Default 10s; it must stay well under the server's
+	// wal_sender_timeout.
+	StatusInterval time.Duration
+	// PrimaryKey, when set, names a table's primary key columns; the
+	// decoder uses it for tables with REPLICA IDENTITY FULL.
+	PrimaryKey func(schema, table string) ([]string, error)
+	Logger     *slog.Logger
+}
+
+// Consumer receives the decoded stream. All methods are called from the
+// capture goroutine, in stream order.
+type Consumer interface {
+	// Event hands over one change. It may block while a durable sink's
+	// queue is full; while blocked it must call idle every few hundred
+	// milliseconds so the capture loop can keep answering the server.
+	// Events already handed over before a reconnect arrive again and must
+	// be skipped by the Consumer.
+	Event(ctx context.Context, ev cdc.Event, idle func()) error
+	// Commit marks the end of the transaction whose events were just
+	// handed over; endLSN is its end LSN (the position to confirm once the
+	// transaction is resolved everywhere).
+	Commit(commitLSN, endLSN uint64)
+	// Flush is the LSN that may be confirmed to PostgreSQL now.
+	Flush() uint64
+	// AdvanceIdle moves the flush position to a keepalive's server WAL
+	// end when nothing is in flight; capture calls it only between
+	// transactions.
+	AdvanceIdle(walEnd uint64) bool
+}
+
+// Capture streams one slot. Create it with New, call Run, then Close.
+type Capture struct {
+	cfg      Config
+	consumer Consumer
+	log      *slog.Logger
+	dec      *decode.Decoder
+	parser   decode.Parser // reuses its row messages: one message at a time
+
+	conn    *pgconn.PgConn
+	sentAt  time.Time
+	sentPos uint64
+	// Also read by other goroutines (metrics).
+	received  atomic.Uint64 // highest WAL position seen on the stream
+	streaming atomic.Bool
+}
+
+// New returns a capture for cfg feeding consumer.
+func New(cfg Config, consumer Consumer) *Capture {
+	if cfg.StatusInterval <= 0 {
+		cfg.StatusInterval = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Capture{
+		cfg:      cfg,
+		consumer: consumer,
+		log:      cfg.Logger,
+		dec:      decode.New(decode.Options{PrimaryKey: cfg.PrimaryKey}),
+	}
+}
+
+// feedbackDelay is how soon a moved flush position is confirmed: often
+// enough that WAL is released promptly, rarely enough to cost nothing.
+const feedbackDelay = 100 * time.Millisecond
+
+// Run streams until ctx ends, reconnecting with backoff when the
+// connection is lost (PostgreSQL restarting, network trouble). It returns
+// nil when ctx ends, or an error that reconnecting cannot fix (the slot or
+// publication was dropped). The connection stays open after Run returns so
+// that Close can confirm the final position.
+func (c *Capture) Run(ctx context.Context) error {
+	backoff := 100 * time.Millisecond
+	for {
+		started := time.Now()
+		err := c.stream(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if isFatal(err) {
+			return err
+		}
+		if time.Since(started) > 30*time.Second {
+			backoff = 100 * time.Millisecond
+		}
+		c.log.Warn("replication stream interrupted; reconnecting", "err", err, "retry_in", backoff)
+		c.closeConn()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
+}
+
+// Close sends a last standby status update with the consumer's flush
+// position and closes the connection.
+func (c *Capture) Close(ctx context.Context) error {
+	if c.conn == nil {
+		return nil
+	}
+	err := c.sendStatus(false)
+	c.closeConn()
+	return err
+}
+
+func (c *Capture) closeConn() {
+	if c.conn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		c.conn.Close(ctx)
+		cancel()
+		c.conn = nil
+	}
+}
+
+func (c *Capture) connect(ctx context.Context) error {
+	pcfg, err := pgconn.ParseConfig(c.cfg.DSN)
+	if err != nil {
+		return fatalError{fmt.Errorf("parse source dsn: %w", err)}
+	}
+	pcfg.RuntimeParams["replication"] = "database"
+	// The decoder relies on these: timestamps in UTC, ISO dates.
+	pcfg.RuntimeParams["TimeZone"] = "UTC"
+	pcfg.RuntimeParams["DateStyle"] = "ISO, MDY"
+	pcfg.RuntimeParams["IntervalStyle"] = "postgres"
+	pcfg.RuntimeParams["extra_float_digits"] = "3"
+	if c.cfg.ApplicationName != "" {
+		pcfg.RuntimeParams["application_name"] = c.cfg.ApplicationName
+	}
+	if pcfg.ConnectTimeout == 0 {
+		pcfg.ConnectTimeout = 10 * time.Second
+	}
+	conn, err := pgconn.ConnectConfig(ctx, pcfg)
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			switch pgErr.Code {
+			case "28000", "28P01", "42501", "3D000":
+				// Wrong password, no REPLICATION privilege, database
+				// gone: waiting will not fix these; say so and stop.
+				return fatalError{fmt.Errorf("open replication connection: %w (check the dsn's user, password and database, and that the user has the REPLICATION attribute)", err)}
+			}
+		}
+		return fmt.Errorf("open replication connection: %w", err)
+	}
+	c.conn = conn
+	return nil
+}
+
+func (c *Capture) stream(ctx context.Context) error {
+	if err := c.connect(ctx); err != nil {
+		return err
+	}
+	c.dec.Reset()
+	pubs := "publication_names '" + strings.ReplaceAll(c.cfg.Publication, "'", "''") + "'"
+	err := pglogrepl.StartReplication(ctx, c.conn, c.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
+		Mode:       pglogrepl.LogicalReplication,
+		PluginArgs: []string{"proto_version '1'", pubs},
+	})
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42704" {
+			return fatalError{fmt.Errorf("start replication from slot %s: %w (the slot was dropped; restart walcast to create it again — changes made meanwhile were not captured)", c.cfg.Slot, err)}
+		}
+		return fmt.Errorf("start replication from slot %s: %w", c.cfg.Slot, err)
+	}
+	c.streaming.Store(true)
+	defer c.streaming.Store(false)
+	c.log.Info("streaming from slot", "slot", c.cfg.Slot, "publication", c.cfg.Publication, "confirmed", cdc.FormatLSN(c.consumer.Flush()))
+	c.sentAt = time.Time{}
+	c.sentPos = 0
+	idle := func() { c.maybeSendStatus() }
+
+	for {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err := c.maybeSendStatus(); err != nil {
+			return err
+		}
+		// A short read deadline instead of a context per message: the
+		// context watcher costs a goroutine hand-off per read, the
+		// deadline costs nothing, and the loop comes back often enough
+		// to confirm positions and notice shutdown.
+		c.conn.Conn().SetReadDeadline(time.Now().Add(feedbackDelay))
+		raw, err := c.conn.ReceiveMessage(context.Background())
+		if err != nil {
+			var netErr net.Error
+			if errors.As(err, &netErr) && netErr.Timeout() {
+				continue
+			}
+			return fmt.Errorf("receive from replication stream: %w", err)
+		}
+		switch msg := raw.(type) {
+		case *pgproto3.CopyData:
+			if err := c.handleCopyData(ctx, msg.Data, idle); err != nil {
+				return err
+			}
+		case *pgproto3.ErrorResponse:
+			pgErr := pgconn.ErrorResponseToPgError(msg)
+			if pgErr.Code == "42704" {
+				return fatalError{fmt.Errorf("replication stream: %w", pgErr)}
+			}
+			return fmt.Errorf("replication stream: %w", pgErr)
+		case *pgproto3.CopyDone:
+			return errors.New("replication stream ended by the server")
+		default:
+			// Notices and parameter status changes need no answer.
+		}
+	}
+}
+
+func (c *Capture) handleCopyData(ctx context.Context, data []byte, idle func()) error {
+	if len(data) == 0 {
+		return nil
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return fmt.Errorf("parse keepalive: %w", err)
+		}
+		c.noteReceived(uint64(ka.ServerWALEnd))
+		// Everything the server decoded up to its WAL end has been sent
+		// before this keepalive. With no transaction open and nothing in
+		// flight there is nothing below it left to protect.
+		if !c.dec.InTransaction() {
+			c.consumer.AdvanceIdle(uint64(ka.ServerWALEnd))
+		}
+		if ka.ReplyRequested {
+			return c.sendStatus(false)
+		}
+	case pglogrepl.XLogDataByteID:
+		xld, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return fmt.Errorf("parse XLogData: %w", err)
+		}
+		c.noteReceived(uint64(xld.WALStart))
+		msg, err := c.parser.Parse(xld.WALData)
+		if err != nil {
+			return fmt.Errorf("parse pgoutput message at %s: %w", cdc.FormatLSN(uint64(xld.WALStart)), err)
+		}
+		if commit, ok := msg.(*pglogrepl.CommitMessage); ok {
+			if err := c.dec.Decode(msg, nil); err != nil {
+				return err
+			}
+			c.consumer.Commit(uint64(commit.CommitLSN), uint64(commit.TransactionEndLSN))
+			return nil
+		}
+		return c.dec.Decode(msg, func(ev cdc.Event) error {
+			return c.consumer.Event(ctx, ev, idle)
+		})
+	}
+	return nil
+}
+
+func (c *Capture) noteReceived(lsn uint64) {
+	if lsn > c.received.Load() {
+		c.received.Store(lsn) // only the capture goroutine writes it
+	}
+}
+
+// Received is the highest WAL position received from the server (for
+// metrics; safe to call from any goroutine).
+func (c *Capture) Received() uint64 { return c.received.Load() }
+
+// Streaming reports whether the replication stream is up (for metrics;
+// safe to call from any goroutine).
+func (c *Capture) Streaming() bool { return c.streaming.Load() }
+
+// maybeSendStatus confirms the consumer's flush position when it moved
+// (after feedbackDelay) or when StatusInterval has passed.
+func (c *Capture) maybeSendStatus() error {
+	since := time.Since(c.sentAt)
+	if since < feedbackDelay {
+		return nil
+	}
+	if c.consumer.Flush() == c.sentPos && since < c.cfg.StatusInterval {
+		return nil
+	}
+	return c.sendStatus(false)
+}
+
+func (c *Capture) sendStatus(reply bool) error {
+	if c.conn == nil {
+		return nil
+	}
+	flush := c.consumer.Flush()
+	// Every position is set explicitly: pglogrepl copies the write
+	// position into zero flush/apply positions, which would confirm what
+	// no sink has acknowledged.
+	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), c.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: pglogrepl.LSN(flush),
+		WALFlushPosition: pglogrepl.LSN(flush),
+		WALApplyPosition: pglogrepl.LSN(flush),
+		ClientTime:       time.Now(),
+		ReplyRequested:   reply,
+	})
+	if err != nil {
+		return fmt.Errorf("send standby status update: %w", err)
+	}
+	c.sentAt = time.Now()
+	c.sentPos = flush
+	return nil
+}
+
+// fatalError marks errors that reconnecting cannot fix.
+type fatalError struct{ error }
+
+func (e fatalError) Unwrap() error { return e.error }
+
+func isFatal(err error) bool {
+	var f fatalError
+	return errors.As(err, &f)
+}

@@ -1,0 +1,96 @@
+package daemon
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/walcast/walcast/host/internal/ack"
+	"github.com/walcast/walcast/host/internal/checkpoint"
+	"github.com/walcast/walcast/host/internal/config"
+	"github.com/walcast/walcast/host/internal/fanout"
+	"github.com/walcast/walcast/host/internal/schedule"
+	"github.com/walcast/walcast/host/pgtest"
+)
+
+// countingHandler counts warnings by message.
+type countingHandler struct {
+	mu    sync.Mutex
+	warns map[string]int
+}
+
+func (h *countingHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	h.warns[r.Message]++
+	h.mu.Unlock()
+	return nil
+}
+func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
+func (h *countingHandler) total() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, c := range h.warns {
+		n += c
+	}
+	return n
+}
+
+// TestControlAcrossRestart: while PostgreSQL is down the control listener
+// backs off instead of spinning, and once it is back a pause made with
+// the CLI's store call reaches the scheduler.
+func TestControlAcrossRestart(t *testing.T) {
+	ctx := context.Background()
+	pg, err := pgtest.Start(ctx, pgtest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg.Close()
+	dsn := pg.DSN("postgres")
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	store := checkpoint.New(pool, "p")
+	if err := store.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tracker := ack.New([]ack.SinkSpec{{ID: "s", Durable: true}}, 0)
+	sched := schedule.New(schedule.Config{SinkID: "s"}, fanout.NewQueue(10, true), tracker, &memSink{})
+	h := &countingHandler{warns: map[string]int{}}
+	ctl := &control{store: store, runs: []*sinkRun{{cfg: &config.Sink{ID: "s"}, sched: sched}}, log: slog.New(h)}
+	lctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); ctl.listen(lctx, dsn, 500*time.Millisecond) }()
+	defer func() { cancel(); <-done }()
+
+	time.Sleep(300 * time.Millisecond)
+	if err := pg.Stop(ctx, "fast"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	if n := h.total(); n > 10 {
+		t.Fatalf("%d warnings in 3 s with PostgreSQL down: the listener spins (%v)", n, h.warns)
+	}
+	if err := pg.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.SetPaused(ctx, "s", true); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the pause to reach the scheduler", 30*time.Second, sched.Paused)
+	t.Logf("warnings while PostgreSQL was down: %v", h.warns)
+	for msg := range h.warns {
+		if !strings.Contains(msg, "read") {
+			t.Errorf("unexpected warning %q", msg)
+		}
+	}
+}

@@ -1,0 +1,180 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/walcast/walcast/host/internal/ack"
+	"github.com/walcast/walcast/host/internal/capture"
+	"github.com/walcast/walcast/host/internal/fanout"
+)
+
+// pipelineCollector reads a running pipeline's counters and gauges when
+// Prometheus scrapes, so metrics cost the delivery path nothing but the
+// atomics it keeps anyway.
+type pipelineCollector struct {
+	runs    []*sinkRun
+	tracker *ack.Tracker
+	fan     *fanout.Fanout
+	capt    *capture.Capture
+
+	received, confirmed, streaming, captured *prometheus.Desc
+	sinkCounters                             []sinkCounter
+	held, inFlight, queued, unresolved       *prometheus.Desc
+	paused, watermark, lastSuccess           *prometheus.Desc
+}
+
+type sinkCounter struct {
+	desc  *prometheus.Desc
+	value func(*sinkRun) float64
+}
+
+func newPipelineCollector(runs []*sinkRun, tracker *ack.Tracker, fan *fanout.Fanout, capt *capture.Capture) *pipelineCollector {
+	sink := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc("walcast_sink_"+name, help, []string{"sink", "type"}, nil)
+	}
+	counter := func(name, help string, v func(*sinkRun) float64) sinkCounter {
+		return sinkCounter{sink(name, help), v}
+	}
+	return &pipelineCollector{
+		runs: runs, tracker: tracker, fan: fan, capt: capt,
+		received:  prometheus.NewDesc("walcast_received_lsn", "Highest WAL position received from the replication slot.", nil, nil),
+		confirmed: prometheus.NewDesc("walcast_confirmed_flush_lsn", "WAL position walcast may confirm to PostgreSQL: every durable sink resolved everything below it.", nil, nil),
+		streaming: prometheus.NewDesc("walcast_streaming", "1 while the replication stream is up, 0 while reconnecting.", nil, nil),
+		captured:  prometheus.NewDesc("walcast_events_captured_total", "Change events read from the slot and fanned out to the sinks.", nil, nil),
+		sinkCounters: []sinkCounter{
+			counter("events_delivered_total", "Events a Deliver call resolved successfully (not counting duplicates the sink recognised).",
+				func(r *sinkRun) float64 { return float64(r.sched.Stats.Delivered.Load()) }),
+			counter("delivered_bytes_total", "Envelope bytes of successfully delivered events.",
+				func(r *sinkRun) float64 { return float64(r.sched.Stats.Bytes.Load()) }),
+			counter("duplicates_total", "Events the sink reported as already delivered.",
+				func(r *sinkRun) float64 { return float64(r.sched.Stats.Duplicates.Load()) }),
+			counter("delivery_attempts_total", "Deliver calls, excluding throttled ones.",
+				func(r *sinkRun) float64 { return float64(r.sched.Stats.Attempts.Load()) }),
+			counter("delivery_failures_total", "Deliver calls that failed (retryable, permanent or fatal).",
+				func(r *sinkRun) float64 { return float64(r.sched.Stats.Failures.Load()) }),
+			counter("throttles_total", "Deliver calls the destination throttled.",
+				func(r *sinkRun) float64 { return float64(r.sched.Stats.Throttles.Load()) }),
+			counter("events_parked_total", "Events parked in walcast.parked after max_attempts or behind a parked event of their row.",
+				func(r *sinkRun) float64 { return float64(r.sched.Stats.Parked.Load()) }),
+			counter("events_replayed_total", "Parked events delivered by walcast replay.",
+				func(r *sinkRun) float64 { return float64(r.sched.Stats.Replayed.Load()) }),
+			counter("events_filtered_total", "Events resolved without delivery because the sink's tables/ops filter excludes them.",
+				func(r *sinkRun) float64 { return float64(r.sched.Stats.Filtered.Load()) }),
+			counter("events_skipped_total", "Replayed events at or below the sink's checkpoint, resolved without delivery.",
+				func(r *sinkRun) float64 { return float64(r.sched.Stats.Skipped.Load()) }),
+			counter("events_dropped_total", "Events a non-durable sink's full queue dropped.",
+				func(r *sinkRun) float64 { return float64(r.queue.Dropped()) }),
+		},
+		held:        sink("held_events", "Events the sink's scheduler holds: pending, backing off or in flight."),
+		inFlight:    sink("in_flight_batches", "Deliver calls in flight."),
+		queued:      sink("queued_events", "Events in the sink's queue, not yet taken by its scheduler."),
+		unresolved:  sink("unresolved_events", "Events fanned out to the sink and not yet delivered, filtered, skipped or parked."),
+		paused:      sink("paused", "1 while the sink is paused by walcast pause."),
+		watermark:   sink("watermark_lsn", "Commit LSN of the sink's watermark: everything at or below it is resolved."),
+		lastSuccess: sink("last_success_timestamp_seconds", "Unix time of the sink's last successful Deliver (0: none since start)."),
+	}
+}
+
+func (c *pipelineCollector) Describe(ch chan<- *prometheus.Desc) {
+	prometheus.DescribeByCollect(c, ch)
+}
+
+func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	gauge(c.received, float64(c.capt.Received()))
+	gauge(c.confirmed, float64(c.tracker.Flush()))
+	streaming := 0.0
+	if c.capt.Streaming() {
+		streaming = 1
+	}
+	gauge(c.streaming, streaming)
+	ch <- prometheus.MustNewConstMetric(c.captured, prometheus.CounterValue, float64(c.fan.Events()))
+
+	marks := c.tracker.Peek()
+	for i, r := range c.runs {
+		l := []string{r.cfg.ID, r.cfg.Type}
+		for _, sc := range c.sinkCounters {
+			ch <- prometheus.MustNewConstMetric(sc.desc, prometheus.CounterValue, sc.value(r), l...)
+		}
+		st := &r.sched.Stats
+		gauge(c.held, float64(st.Held.Load()), l...)
+		gauge(c.inFlight, float64(st.InFlight.Load()), l...)
+		gauge(c.queued, float64(len(r.queue.C)), l...)
+		gauge(c.unresolved, float64(c.tracker.Pending(i)), l...)
+		paused := 0.0
+		if r.sched.Paused() {
+			paused = 1
+		}
+		gauge(c.paused, paused, l...)
+		gauge(c.watermark, float64(marks[i].CommitLSN), l...)
+		last := 0.0
+		if ns := st.LastSuccess.Load(); ns > 0 {
+			last = float64(ns) / 1e9
+		}
+		gauge(c.lastSuccess, last, l...)
+	}
+}
+
+// deliverSeconds is the Deliver latency histogram, by sink and outcome.
+func newDeliverSeconds() *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "walcast_sink_deliver_duration_seconds",
+		Help:    "How long Deliver calls took, by outcome (ok, retryable, throttled, permanent, fatal).",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 120},
+	}, []string{"sink", "outcome"})
+}
+
+// serveMetrics serves /metrics (Prometheus text format) and /healthz on
+// addr until ctx ends. It returns once the listener is bound, so a bad
+// address fails the start.
+func serveMetrics(ctx context.Context, addr, pipeline string, reg *prometheus.Registry, healthy func() error, log *slog.Logger) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metrics: listen on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := healthy(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	log.Info("serving metrics", "addr", ln.Addr().String(), "pipeline", pipeline)
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("metrics server stopped", "err", err)
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	}()
+	return nil
+}
+
+// newRegistry returns a registry with the pipeline's metrics, the Go
+// runtime's and the process's, every series labelled with the pipeline.
+func newRegistry(pipeline string, c prometheus.Collector, deliver *prometheus.HistogramVec) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	wrapped := prometheus.WrapRegistererWith(prometheus.Labels{"pipeline": pipeline}, reg)
+	wrapped.MustRegister(c, deliver)
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}

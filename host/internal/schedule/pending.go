@@ -1,0 +1,207 @@
+package schedule
+
+import (
+	"sort"
+	"time"
+
+	"github.com/walcast/walcast/host/internal/ack"
+	"github.com/walcast/walcast/pluginkit"
+)
+
+// isolation says how a failing event may be batched on its next attempt.
+// A batch that fails is split so that one bad row cannot hold its
+// batch-mates hostage: first into one batch per row, then, if a row's batch
+// still fails, into single events. Only an event that fails on its own is
+// ever parked.
+type isolation uint8
+
+const (
+	batchAny isolation = iota // normal batching
+	batchRow                  // only with events of its own row
+	batchOne                  // alone
+)
+
+// entry is one event waiting in the scheduler.
+type entry struct {
+	seq ack.Seq
+	ev  pluginkit.Event
+	row string
+	// oldRow is the row an update moved away from (it changed the key):
+	// the event waits for both rows and holds both while in flight.
+	oldRow string
+	bytes  int
+	// replay marks an event taken from walcast.parked by `walcast replay`:
+	// it is not tracked by the ack tracker (it was resolved when parked),
+	// and on success it leaves walcast.parked.
+	replay bool
+	// gapBefore: events were dropped for this (non-durable) sink just
+	// before this one; the batch carrying it says so to the plugin.
+	gapBefore bool
+
+	attempts  int
+	iso       isolation
+	notBefore time.Time
+	firstFail time.Time
+	lastErr   string
+}
+
+// before orders entries: replayed events first (they are older than every
+// live event of their row), then by id.
+func (e *entry) before(o *entry) bool {
+	if e.replay != o.replay {
+		return e.replay
+	}
+	return e.ev.ID.Compare(o.ev.ID) < 0
+}
+
+// rowKey identifies a row: changes to the same row keep their order. The
+// unit separator cannot occur in the JSON key and, unlike NUL, can be
+// stored in a text column (walcast.parked.row_key).
+func rowKey(ev pluginkit.Event) string { return rowOf(ev, ev.Key) }
+
+// rowOf is the row of ev's table with the given key.
+func rowOf(ev pluginkit.Event, key []byte) string {
+	return ev.Schema + "." + ev.Table + "\x1f" + string(key)
+}
+
+// pending holds the events a sink has taken from its queue but not yet
+// resolved, in order, plus the per-row state that decides what may go out.
+type pending struct {
+	list     []*entry
+	bytes    int            // payload bytes of the entries in list
+	inFlight map[string]int // rows with a batch in flight
+}
+
+func newPending() *pending { return &pending{inFlight: map[string]int{}} }
+
+func (p *pending) len() int { return len(p.list) }
+
+// add appends a live event (ids arrive in order).
+func (p *pending) add(e *entry) {
+	p.list = append(p.list, e)
+	p.bytes += e.bytes
+}
+
+// putBack re-inserts entries (a failed or throttled batch) in order.
+func (p *pending) putBack(es []*entry) {
+	for _, e := range es {
+		p.bytes += e.bytes
+		i := sort.Search(len(p.list), func(i int) bool { return e.before(p.list[i]) })
+		p.list = append(p.list, nil)
+		copy(p.list[i+1:], p.list[i:])
+		p.list[i] = e
+	}
+}
+
+// limits bound a batch.
+type limits struct {
+	events int
+	bytes  int
+	strict bool // global commit order: never skip an event that cannot go
+}
+
+// take forms the next batch: events in order, skipping (unless strict) the
+// rows that have a batch in flight or an event still backing off, so a
+// row's events never overtake each other and never fly twice at once. It
+// returns nil when nothing can go now, plus the earliest time a backing-off
+// event becomes ready (zero if none).
+func (p *pending) take(now time.Time, lim limits) (batch []*entry, wake time.Time) {
+	blocked := map[string]bool{}
+	size := 0
+	keep := p.list[:0]
+	var taken []*entry
+	for i, e := range p.list {
+		if len(taken) >= lim.events || (len(taken) > 0 && size+e.bytes > lim.bytes) {
+			keep = append(keep, p.list[i:]...)
+			break
+		}
+		ok := !blocked[e.row] && p.inFlight[e.row] == 0 &&
+			(e.oldRow == "" || (!blocked[e.oldRow] && p.inFlight[e.oldRow] == 0))
+		if ok && e.notBefore.After(now) {
+			ok = false
+			if wake.IsZero() || e.notBefore.Before(wake) {
+				wake = e.notBefore
+			}
+		}
+		if ok && len(taken) > 0 {
+			first := taken[0]
+			switch {
+			case first.iso == batchOne || e.iso == batchOne:
+				ok = false
+			case (first.iso == batchRow || e.iso == batchRow) && e.row != first.row:
+				ok = false
+			}
+		}
+		if !ok {
+			blocked[e.row] = true // later events of this row must wait too
+			if e.oldRow != "" {
+				blocked[e.oldRow] = true
+			}
+			keep = append(keep, e)
+			if lim.strict {
+				keep = append(keep, p.list[i+1:]...)
+				break
+			}
+			continue
+		}
+		taken = append(taken, e)
+		size += e.bytes
+	}
+	// Drop the stale tail so landed entries (and their payloads) are not
+	// kept alive by the backing array until it is overwritten.
+	clear(p.list[len(keep):])
+	p.list = keep
+	for _, e := range taken {
+		p.inFlight[e.row]++
+		if e.oldRow != "" {
+			p.inFlight[e.oldRow]++
+		}
+		p.bytes -= e.bytes
+	}
+	return taken, wake
+}
+
+// landed releases the rows of a batch that came back.
+func (p *pending) landed(batch []*entry) {
+	for _, e := range batch {
+		p.release(e.row)
+		if e.oldRow != "" {
+			p.release(e.oldRow)
+		}
+	}
+}
+
+func (p *pending) release(row string) {
+	if p.inFlight[row]--; p.inFlight[row] <= 0 {
+		delete(p.inFlight, row)
+	}
+}
+
+// removeRow takes every pending entry of row out (to park them behind a
+// parked event), in order.
+func (p *pending) removeRow(row string) []*entry {
+	var out []*entry
+	keep := p.list[:0]
+	for _, e := range p.list {
+		if e.row == row {
+			out = append(out, e)
+			p.bytes -= e.bytes
+		} else {
+			keep = append(keep, e)
+		}
+	}
+	clear(p.list[len(keep):])
+	p.list = keep
+	return out
+}
+
+// hasReplay reports whether replayed events of row are still pending (not
+// in flight: callers check p.inFlight for that).
+func (p *pending) hasReplay(row string) bool {
+	for _, e := range p.list {
+		if e.row == row && e.replay {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,504 @@
+package schedule
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/walcast/walcast/host/internal/ack"
+	"github.com/walcast/walcast/host/internal/checkpoint"
+	"github.com/walcast/walcast/host/internal/fanout"
+	"github.com/walcast/walcast/pluginkit"
+)
+
+// fakeSink records deliveries and checks the row invariant: a row is never
+// in flight twice at once.
+type fakeSink struct {
+	t        *testing.T
+	mu       sync.Mutex
+	inFlight map[string]bool
+	got      []pluginkit.Event
+	attempts int
+	// behave decides the outcome of one attempt (nil: success).
+	behave  func(ctx context.Context, n int, evs []pluginkit.Event) error
+	latency func() time.Duration
+}
+
+func (f *fakeSink) Deliver(ctx context.Context, evs []pluginkit.Event) (pluginkit.DeliverResult, error) {
+	f.mu.Lock()
+	f.attempts++
+	n := f.attempts
+	rows := map[string]bool{}
+	for _, e := range evs {
+		r := rowKey(e)
+		if !rows[r] && f.inFlight[r] {
+			f.t.Errorf("row %q in flight twice", r)
+		}
+		rows[r] = true
+	}
+	for r := range rows {
+		f.inFlight[r] = true
+	}
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		for r := range rows {
+			delete(f.inFlight, r)
+		}
+		f.mu.Unlock()
+	}()
+	if f.latency != nil {
+		time.Sleep(f.latency())
+	}
+	if f.behave != nil {
+		if err := f.behave(ctx, n, evs); err != nil {
+			return pluginkit.DeliverResult{}, err
+		}
+	}
+	f.mu.Lock()
+	f.got = append(f.got, evs...)
+	f.mu.Unlock()
+	return pluginkit.DeliverResult{}, nil
+}
+
+func (f *fakeSink) delivered() []pluginkit.Event {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.got)
+}
+
+// memParked is an in-memory walcast.parked.
+type memParked struct {
+	mu sync.Mutex
+	ps []checkpoint.Parked
+}
+
+func (m *memParked) Park(_ context.Context, ps []checkpoint.Parked) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range ps {
+		i := slices.IndexFunc(m.ps, func(q checkpoint.Parked) bool { return q.Event.ID == p.Event.ID })
+		if i >= 0 {
+			m.ps[i].Attempts += p.Attempts
+			continue
+		}
+		m.ps = append(m.ps, p)
+	}
+	return nil
+}
+func (m *memParked) Unpark(_ context.Context, _ string, ids []pluginkit.EventID) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.ps = slices.DeleteFunc(m.ps, func(p checkpoint.Parked) bool { return slices.Contains(ids, p.Event.ID) })
+	return nil
+}
+func (m *memParked) ParkedRows(context.Context, string) ([]string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var rows []string
+	for _, p := range m.ps {
+		if !slices.Contains(rows, p.Row) {
+			rows = append(rows, p.Row)
+		}
+	}
+	return rows, nil
+}
+func (m *memParked) ListParked(_ context.Context, _ string, row string) ([]checkpoint.Parked, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []checkpoint.Parked
+	for _, p := range m.ps {
+		if row == "" || p.Row == row {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b checkpoint.Parked) int { return a.Event.ID.Compare(b.Event.ID) })
+	return out, nil
+}
+func (m *memParked) ParkedRowOf(_ context.Context, _ string, id pluginkit.EventID) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range m.ps {
+		if p.Event.ID == id {
+			return p.Row, nil
+		}
+	}
+	return "", nil
+}
+func (m *memParked) len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.ps)
+}
+
+type harness struct {
+	t       *testing.T
+	tracker *ack.Tracker
+	queue   *fanout.Queue
+	sched   *Scheduler
+	stop    chan struct{}
+	done    chan error
+	lsn     uint64
+	last    pluginkit.EventID
+}
+
+func start(t *testing.T, cfg Config, sink Deliverer) *harness {
+	t.Helper()
+	h := &harness{t: t, tracker: ack.New([]ack.SinkSpec{{ID: "s", Durable: true}}, 0), queue: fanout.NewQueue(100000, true),
+		stop: make(chan struct{}), done: make(chan error, 1), lsn: 0x1000}
+	cfg.SinkID = "s"
+	h.sched = New(cfg, h.queue, h.tracker, sink)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { h.done <- h.sched.Run(ctx, h.stop) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-h.done; err != nil {
+			t.Error(err)
+		}
+	})
+	return h
+}
+
+// push commits one transaction with one event per row key given.
+func (h *harness) push(rows ...int) {
+	h.lsn += 0x100
+	for i, r := range rows {
+		ev := pluginkit.Event{ID: pluginkit.EventID{CommitLSN: h.lsn, Index: uint64(i)}, Schema: "public", Table: "t",
+			Op: pluginkit.OpUpdate, Key: fmt.Appendf(nil, `{"id":%d}`, r), Payload: fmt.Appendf(nil, `{"row":%d}`, r)}
+		seq, err := h.tracker.Add(ev.ID)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		h.queue.C <- fanout.Item{Seq: seq, Event: ev}
+		h.last = ev.ID
+	}
+	h.tracker.Commit(h.lsn + 8)
+}
+
+func (h *harness) waitResolved(d time.Duration) {
+	h.t.Helper()
+	deadline := time.Now().Add(d)
+	for h.tracker.Pending(0) > 0 {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("%d events still unresolved after %s", h.tracker.Pending(0), d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// checkRowOrder fails when any row's events arrived out of id order.
+func checkRowOrder(t *testing.T, evs []pluginkit.Event) {
+	t.Helper()
+	last := map[string]pluginkit.EventID{}
+	for _, e := range evs {
+		r := rowKey(e)
+		if p, ok := last[r]; ok && e.ID.Compare(p) <= 0 {
+			t.Fatalf("row %s: %s delivered after %s", r, e.ID, p)
+		}
+		last[r] = e.ID
+	}
+}
+
+func TestRowLanesKeepPerRowOrder(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	lat := rand.New(rand.NewPCG(5, 6))
+	var mu sync.Mutex
+	sink := &fakeSink{t: t, inFlight: map[string]bool{}, latency: func() time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		return time.Duration(lat.IntN(3000)) * time.Microsecond
+	}}
+	h := start(t, Config{BatchSize: 10, MaxInFlight: 8, RetryBase: time.Millisecond}, sink)
+	for tx := 0; tx < 400; tx++ {
+		rows := make([]int, 1+r.IntN(10))
+		for i := range rows {
+			rows[i] = r.IntN(30) // few rows: many conflicts
+		}
+		h.push(rows...)
+	}
+	h.waitResolved(30 * time.Second)
+	got := sink.delivered()
+	checkRowOrder(t, got)
+	if wm, _ := h.tracker.Watermarks(); wm[0] != h.last {
+		t.Fatalf("watermark %s, want %s", wm[0], h.last)
+	}
+}
+
+func TestFailingRowIsIsolatedAndParked(t *testing.T) {
+	bad := []byte(`{"id":13}`)
+	sink := &fakeSink{t: t, inFlight: map[string]bool{}, behave: func(_ context.Context, _ int, evs []pluginkit.Event) error {
+		for _, e := range evs {
+			if string(e.Key) == string(bad) {
+				return errors.New("receiver rejects row 13")
+			}
+		}
+		return nil
+	}}
+	store := &memParked{}
+	h := start(t, Config{BatchSize: 50, MaxInFlight: 4, RetryBase: time.Millisecond, MaxAttempts: 3, Parked: store}, sink)
+	for tx := 0; tx < 20; tx++ {
+		h.push(tx%5, 13, 100+tx) // row 13 changes in every transaction
+	}
+	h.waitResolved(30 * time.Second)
+	got := sink.delivered()
+	checkRowOrder(t, got)
+	for _, e := range got {
+		if string(e.Key) == string(bad) {
+			t.Fatalf("event of the failing row was delivered: %s", e.ID)
+		}
+	}
+	if len(got) != 40 {
+		t.Fatalf("delivered %d events of healthy rows, want 40", len(got))
+	}
+	parked, _ := store.ListParked(context.Background(), "s", "")
+	if len(parked) != 20 {
+		t.Fatalf("%d events parked, want the 20 of row 13", len(parked))
+	}
+	if parked[0].Attempts < 3 {
+		t.Fatalf("first parked event has %d attempts, want at least max_attempts 3", parked[0].Attempts)
+	}
+
+	// Replay with the receiver healthy: row 13's history in order, then
+	// its later live events flow normally.
+	bad = []byte("none")
+	if err := h.sched.Replay(context.Background(), checkpoint.ReplayRequest{Sink: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for store.len() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d events still parked after replay", store.len())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	h.push(13)
+	h.waitResolved(10 * time.Second)
+	got = sink.delivered()
+	checkRowOrder(t, got)
+	if n := len(got); n != 61 {
+		t.Fatalf("delivered %d events after replay, want 61", n)
+	}
+	if last := got[len(got)-1]; last.ID != h.last {
+		t.Fatalf("the live event after the replay arrived as %s, not last", last.ID)
+	}
+}
+
+func TestThrottleIsNotAnAttempt(t *testing.T) {
+	var times []time.Time
+	sink := &fakeSink{t: t, inFlight: map[string]bool{}, behave: func(_ context.Context, n int, _ []pluginkit.Event) error {
+		times = append(times, time.Now())
+		if n <= 3 {
+			return pluginkit.Throttled(150*time.Millisecond, errors.New("429"))
+		}
+		return nil
+	}}
+	store := &memParked{}
+	h := start(t, Config{BatchSize: 10, MaxInFlight: 1, RetryBase: time.Hour, MaxAttempts: 1, Parked: store}, sink)
+	h.push(1)
+	h.waitResolved(10 * time.Second)
+	if store.len() != 0 {
+		t.Fatal("a throttled event was parked: throttles must not count as attempts")
+	}
+	for i := 1; i < len(times); i++ {
+		if gap := times[i].Sub(times[i-1]); gap < 140*time.Millisecond {
+			t.Fatalf("attempt %d came %s after a throttle of 150ms", i+1, gap)
+		}
+	}
+	if a := h.sched.Stats.Attempts.Load(); a != 1 {
+		t.Fatalf("attempts = %d, want 1 (throttles are not attempts)", a)
+	}
+}
+
+func TestDeliverTimeoutRetries(t *testing.T) {
+	sink := &fakeSink{t: t, inFlight: map[string]bool{}, behave: func(ctx context.Context, n int, _ []pluginkit.Event) error {
+		if n == 1 {
+			<-ctx.Done() // hang until the host gives up
+			return ctx.Err()
+		}
+		return nil
+	}}
+	h := start(t, Config{BatchSize: 10, RetryBase: 10 * time.Millisecond, DeliverTimeout: 100 * time.Millisecond}, sink)
+	h.push(1, 2)
+	h.waitResolved(10 * time.Second)
+	if len(sink.delivered()) != 2 || h.sched.Stats.Failures.Load() != 1 {
+		t.Fatalf("delivered %d, failures %d", len(sink.delivered()), h.sched.Stats.Failures.Load())
+	}
+}
+
+func TestRateLimit(t *testing.T) {
+	sink := &fakeSink{t: t, inFlight: map[string]bool{}}
+	h := start(t, Config{BatchSize: 100, MaxInFlight: 8, RateLimit: 500}, sink)
+	for i := 0; i < 100; i++ {
+		h.push(i*10, i*10+1, i*10+2, i*10+3, i*10+4, i*10+5, i*10+6, i*10+7, i*10+8, i*10+9)
+	}
+	begin := time.Now()
+	time.Sleep(2 * time.Second)
+	n := len(sink.delivered())
+	rate := float64(n) / time.Since(begin).Seconds()
+	// The limit is the upper bound; the lower one only catches a limiter
+	// that starves the sink, with room for a loaded 2-core CI machine.
+	if rate < 500*0.75 || rate > 500*1.15 {
+		t.Fatalf("delivered %.0f events/s, want 500 (-25%%, +15%%)", rate)
+	}
+}
+
+func TestPermanentErrorParksAtOnceWhenAlone(t *testing.T) {
+	sink := &fakeSink{t: t, inFlight: map[string]bool{}, behave: func(_ context.Context, _ int, evs []pluginkit.Event) error {
+		for _, e := range evs {
+			if string(e.Key) == `{"id":2}` {
+				return pluginkit.Permanent(errors.New("schema rejected"))
+			}
+		}
+		return nil
+	}}
+	store := &memParked{}
+	h := start(t, Config{BatchSize: 10, RetryBase: time.Hour, MaxAttempts: 5, Parked: store}, sink)
+	h.push(1, 2, 3)
+	h.waitResolved(10 * time.Second)
+	if store.len() != 1 || len(sink.delivered()) != 2 {
+		t.Fatalf("parked %d, delivered %d", store.len(), len(sink.delivered()))
+	}
+}
+
+func TestFatalStopsInsteadOfParking(t *testing.T) {
+	sink := &fakeSink{t: t, inFlight: map[string]bool{}, behave: func(context.Context, int, []pluginkit.Event) error {
+		return pluginkit.Fatal(errors.New("fenced"))
+	}}
+	store := &memParked{}
+	tracker := ack.New([]ack.SinkSpec{{ID: "s", Durable: true}}, 0)
+	queue := fanout.NewQueue(10, true)
+	s := New(Config{SinkID: "s", MaxAttempts: 1, Parked: store}, queue, tracker, sink)
+	seq, _ := tracker.Add(pluginkit.EventID{CommitLSN: 1, Index: 0})
+	queue.C <- fanout.Item{Seq: seq, Event: pluginkit.Event{ID: pluginkit.EventID{CommitLSN: 1}, Schema: "public", Table: "t", Key: []byte("1")}}
+	done := make(chan error, 1)
+	go func() { done <- s.Run(context.Background(), make(chan struct{})) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "fenced") {
+			t.Fatalf("Run returned %v, want the fatal error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a fatal sink error did not stop the scheduler")
+	}
+	if store.len() != 0 || tracker.Pending(0) != 1 {
+		t.Fatalf("parked %d, pending %d: a fatal error must leave the event unresolved, not parked", store.len(), tracker.Pending(0))
+	}
+}
+
+func TestFirstRetryKeepsTheBatchWhole(t *testing.T) {
+	// The scheduler may cut the first batch before all ten events are queued,
+	// so the test follows whatever the first (failed) batch held: its first
+	// retry must carry exactly those events again, in one request.
+	var mu sync.Mutex
+	var attempts [][]string
+	sink := &fakeSink{t: t, inFlight: map[string]bool{}, behave: func(_ context.Context, n int, evs []pluginkit.Event) error {
+		ids := make([]string, len(evs))
+		for i, e := range evs {
+			ids[i] = e.ID.String()
+		}
+		mu.Lock()
+		attempts = append(attempts, ids)
+		mu.Unlock()
+		if n == 1 {
+			return errors.New("transient")
+		}
+		return nil
+	}}
+	h := start(t, Config{BatchSize: 10, MaxInFlight: 1, RetryBase: 50 * time.Millisecond}, sink)
+	h.push(1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+	h.waitResolved(10 * time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	failed := strings.Join(attempts[0], ",")
+	for _, a := range attempts[1:] {
+		if slices.Contains(a, attempts[0][0]) {
+			if got := strings.Join(a, ","); got != failed {
+				t.Fatalf("failed batch [%s] was retried as [%s], want it whole (attempts %v)", failed, got, attempts)
+			}
+			return
+		}
+	}
+	t.Fatalf("failed batch [%s] never retried (attempts %v)", failed, attempts)
+}
+
+// A gap flag (events dropped for a non-durable sink) reaches the plugin
+// with the batch of the flagged event, also when the flagged event itself
+// is filtered out, and only once.
+func TestGapBeforeReachesTheSink(t *testing.T) {
+	var mu sync.Mutex
+	var gaps []bool
+	var firsts []string
+	sink := &fakeSink{t: t, inFlight: map[string]bool{}, behave: func(ctx context.Context, _ int, evs []pluginkit.Event) error {
+		mu.Lock()
+		gaps = append(gaps, pluginkit.GapBefore(ctx))
+		firsts = append(firsts, evs[0].ID.String())
+		mu.Unlock()
+		return nil
+	}}
+	tracker := ack.New([]ack.SinkSpec{{ID: "s"}}, 0)
+	queue := fanout.NewQueue(100, false)
+	s := New(Config{SinkID: "s", BatchSize: 1, Strict: true, Tables: map[string]bool{"public.t": true}}, queue, tracker, sink)
+	push := func(table string, idx uint64, gap bool) {
+		ev := pluginkit.Event{ID: pluginkit.EventID{CommitLSN: 0x100, Index: idx}, Schema: "public", Table: table, Op: pluginkit.OpInsert, Key: []byte("1")}
+		seq, _ := tracker.Add(ev.ID)
+		queue.C <- fanout.Item{Seq: seq, Event: ev, GapBefore: gap}
+	}
+	push("t", 0, false)
+	push("other", 1, true) // filtered: its flag moves to event 2
+	push("t", 2, false)
+	push("t", 3, false)
+	tracker.Commit(0x108)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, make(chan struct{})) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for tracker.Pending(0) > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	want := []bool{false, true, false}
+	if !slices.Equal(gaps, want) {
+		t.Fatalf("batches %v carried gap flags %v, want %v", firsts, gaps, want)
+	}
+}
+
+// The scheduler takes from its queue only while it holds fewer than
+// 4 × MaxBatchBytes of payload: large rows cannot fill its window of
+// events with gigabytes.
+func TestHeldBytesAreBounded(t *testing.T) {
+	release := make(chan struct{})
+	sink := &fakeSink{t: t, inFlight: map[string]bool{}, behave: func(ctx context.Context, _ int, _ []pluginkit.Event) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}}
+	h := start(t, Config{BatchSize: 10, MaxInFlight: 2, MaxBatchBytes: 100 << 10}, sink) // 400 KiB held at most
+	payload := make([]byte, 50<<10)
+	h.lsn += 0x100
+	for i := range 200 { // 10 MB
+		ev := pluginkit.Event{ID: pluginkit.EventID{CommitLSN: h.lsn, Index: uint64(i)}, Schema: "public", Table: "t",
+			Op: pluginkit.OpInsert, Key: fmt.Appendf(nil, `{"id":%d}`, i), Payload: payload}
+		seq, _ := h.tracker.Add(ev.ID)
+		h.queue.C <- fanout.Item{Seq: seq, Event: ev}
+	}
+	h.tracker.Commit(h.lsn + 8)
+	time.Sleep(300 * time.Millisecond)
+	held := h.sched.Stats.Held.Load()
+	if held == 0 || held*int64(len(payload)) > 400<<10+int64(len(payload)) {
+		t.Fatalf("scheduler holds %d events of 50 KiB, want at most 400 KiB worth (and some)", held)
+	}
+	close(release)
+	h.waitResolved(30 * time.Second)
+}
