@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/walcast/walcast/pluginkit/protocol"
 )
 
 // hclogTimeFormat is the layout go-plugin's host side insists on for
@@ -21,13 +23,13 @@ const LevelTrace = slog.LevelDebug - 4
 // "@timestamp", "@module" and the attributes), which go-plugin on the host
 // side parses and the host re-emits through its own structured log, tagged
 // with the sink's id. The level is the one the host asked for in
-// EnvLogLevel, info when unset.
+// the environment, info when unset.
 //
 // Call it before Serve (in main or in the sink's constructor): Serve points
 // os.Stderr at go-plugin's stdio stream, and a logger created afterwards
 // reaches the host through that slower path.
 func NewLogger() *slog.Logger {
-	return slog.New(newLogHandler(os.Stderr, parseLevel(os.Getenv(EnvLogLevel)))).
+	return slog.New(newLogHandler(os.Stderr, parseLevel(os.Getenv(protocol.EnvLogLevel)))).
 		With("@module", filepath.Base(os.Args[0]))
 }
 

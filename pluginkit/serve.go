@@ -10,33 +10,14 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
+
+	"github.com/walcast/walcast/pluginkit/protocol"
 )
 
-// Handshake is the go-plugin handshake every walcast sink plugin and the
-// host agree on. ProtocolVersion changes whenever proto/sink/v1 changes
-// incompatibly; the host then refuses to start an older plugin instead of
-// failing on its first call. The cookie only stops a user from running a
-// plugin binary by hand by accident; it is not a security measure (the
-// SHA-256 check of installed plugins is).
-var Handshake = plugin.HandshakeConfig{
-	ProtocolVersion:  1,
-	MagicCookieKey:   "WALCAST_PLUGIN",
-	MagicCookieValue: "d1c8a3f5-walcast-sink",
-}
-
-// PluginName is the name the sink service is dispensed under in the
-// go-plugin plugin set.
-const PluginName = "sink"
-
-// MaxMessageSize is the largest gRPC message either side accepts. gRPC's
-// default of 4 MiB on the receiving side is too small for a batch of wide
-// rows; the host also splits batches by bytes to stay under it.
-const MaxMessageSize = 64 << 20
-
-// EnvLogLevel is the environment variable through which the host tells a
-// plugin which log level it will keep ("trace", "debug", "info", "warn" or
-// "error"), so that a plugin does not format lines the host drops.
-const EnvLogLevel = "WALCAST_PLUGIN_LOG_LEVEL"
+// MaxMessageSize is the largest Deliver request a sink receives: the host
+// cuts batches so that they fit, and a single larger event still comes
+// alone.
+const MaxMessageSize = protocol.MaxMessageSize
 
 // closeTimeout bounds the Close a plugin runs on its own when the host went
 // away without calling it.
@@ -81,10 +62,10 @@ func Serve(s Sink) {
 	})
 
 	plugin.Serve(&plugin.ServeConfig{
-		HandshakeConfig: Handshake,
-		Plugins:         plugin.PluginSet{PluginName: &grpcPlugin{srv: srv}},
+		HandshakeConfig: protocol.Handshake(),
+		Plugins:         plugin.PluginSet{protocol.PluginName: &grpcPlugin{srv: srv}},
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
-			opts = append(opts, grpcServerOptions()...)
+			opts = append(opts, protocol.ServerOptions()...)
 			g := grpc.NewServer(opts...)
 			mu.Lock()
 			stopFn = g.Stop
@@ -94,7 +75,7 @@ func Serve(s Sink) {
 		// go-plugin's own messages, in the same JSON form as NewLogger's.
 		Logger: hclog.New(&hclog.LoggerOptions{
 			Output:     os.Stderr,
-			Level:      hclog.LevelFromString(os.Getenv(EnvLogLevel)),
+			Level:      hclog.LevelFromString(os.Getenv(protocol.EnvLogLevel)),
 			JSONFormat: true,
 		}),
 	})

@@ -3,6 +3,7 @@ package pluginkit
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -10,12 +11,13 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/walcast/walcast/pluginkit/protocol"
 	sinkv1 "github.com/walcast/walcast/proto/sink/v1"
 )
 
 // server adapts a Sink to the generated gRPC service. It is the only place
 // on the plugin side where proto types meet domain types, and every error
-// leaves through StatusFromError.
+// leaves through toStatus.
 //
 // The context of each call is the gRPC handler's, which carries the host's
 // deadline and is cancelled when the host gives up on the call.
@@ -57,7 +59,7 @@ func (s *server) Configure(ctx context.Context, req *sinkv1.ConfigureRequest) (*
 	}
 	ctx = WithIdentity(ctx, Identity{Pipeline: req.GetPipeline(), SinkID: req.GetSinkId()})
 	if err := s.sink.Configure(ctx, cfg); err != nil {
-		return nil, StatusFromError(err)
+		return nil, toStatus(err)
 	}
 	return &sinkv1.ConfigureResponse{}, nil
 }
@@ -65,7 +67,7 @@ func (s *server) Configure(ctx context.Context, req *sinkv1.ConfigureRequest) (*
 func (s *server) Open(ctx context.Context, _ *sinkv1.OpenRequest) (*sinkv1.OpenResponse, error) {
 	res, err := s.sink.Open(ctx)
 	if err != nil {
-		return nil, StatusFromError(err)
+		return nil, toStatus(err)
 	}
 	s.mu.Lock()
 	s.opened = true
@@ -84,7 +86,7 @@ func (s *server) Deliver(ctx context.Context, req *sinkv1.DeliverRequest) (*sink
 	for i, e := range req.GetEvents() {
 		id, err := ParseEventID(e.GetId())
 		if err != nil {
-			return nil, StatusFromError(Permanent(fmt.Errorf("event %d of batch: %w", i, err)))
+			return nil, toStatus(Permanent(fmt.Errorf("event %d of batch: %w", i, err)))
 		}
 		events[i] = Event{ID: id, Schema: e.GetSchema(), Table: e.GetTable(), Op: Op(e.GetOp()), Key: e.GetKey(), Payload: e.GetPayload()}
 	}
@@ -97,13 +99,13 @@ func (s *server) Deliver(ctx context.Context, req *sinkv1.DeliverRequest) (*sink
 func (s *server) deliver(ctx context.Context, events []Event) (*sinkv1.DeliverResponse, error) {
 	res, err := s.sink.Deliver(ctx, events)
 	if err != nil {
-		return nil, StatusFromError(err)
+		return nil, toStatus(err)
 	}
 	return &sinkv1.DeliverResponse{Duplicates: int64(res.Duplicates)}, nil
 }
 
-// serviceDesc is sinkv1.Sink_ServiceDesc with Deliver decoded by
-// decodeDeliverRequest (see wire.go).
+// serviceDesc is sinkv1.Sink_ServiceDesc with Deliver decoded straight into
+// events by the protocol's codec (protocol.DeliverRequest).
 func serviceDesc() *grpc.ServiceDesc {
 	desc := sinkv1.Sink_ServiceDesc
 	desc.Methods = slices.Clone(desc.Methods)
@@ -116,18 +118,18 @@ func serviceDesc() *grpc.ServiceDesc {
 }
 
 func deliverHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-	in := new(deliverRequest)
+	in := new(protocol.DeliverRequest)
 	if err := dec(in); err != nil {
 		// The host sent something it can never send correctly again.
-		return nil, StatusFromError(Permanent(err))
+		return nil, toStatus(Permanent(err))
 	}
 	s := srv.(*server)
 	call := func(ctx context.Context, req any) (any, error) {
-		r := req.(*deliverRequest)
-		if r.gapBefore {
+		r := req.(*protocol.DeliverRequest)
+		if r.GapBefore {
 			ctx = WithGapBefore(ctx)
 		}
-		return s.deliver(ctx, r.events)
+		return s.deliver(ctx, r.Events)
 	}
 	if interceptor == nil {
 		return call(ctx, in)
@@ -141,7 +143,7 @@ func (s *server) Close(ctx context.Context, _ *sinkv1.CloseRequest) (*sinkv1.Clo
 	s.opened = false
 	s.mu.Unlock()
 	if err := s.sink.Close(ctx); err != nil {
-		return nil, StatusFromError(err)
+		return nil, toStatus(err)
 	}
 	return &sinkv1.CloseResponse{}, nil
 }
@@ -159,4 +161,31 @@ func (s *server) closeIfOpen(timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	_ = s.sink.Close(ctx) // nobody is left to report the error to
+}
+
+// toStatus converts an error returned by a Sink into the gRPC status error
+// the host receives. It classifies err by its pluginkit kind only; a gRPC
+// status the sink itself received from a downstream service is not passed
+// through, so that a downstream InvalidArgument cannot be mistaken for a
+// config error. A nil err gives nil.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	f := protocol.Fault{Msg: err.Error()}
+	if ce, ok := errors.AsType[*ConfigError](err); ok {
+		f.Kind, f.Field, f.FieldMsg = protocol.FaultConfig, ce.Field, ce.Msg
+		return f.Err()
+	}
+	switch kind, after := KindOf(err); kind {
+	case KindThrottled:
+		f.Kind, f.RetryAfter = protocol.FaultThrottled, after
+	case KindPermanent:
+		f.Kind = protocol.FaultPermanent
+	case KindFatal:
+		f.Kind = protocol.FaultFatal
+	default:
+		f.Kind = protocol.FaultRetryable
+	}
+	return f.Err()
 }

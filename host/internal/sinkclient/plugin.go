@@ -18,6 +18,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/protocol"
 	sinkv1 "github.com/walcast/walcast/proto/sink/v1"
 )
 
@@ -99,18 +100,18 @@ func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
 	cmd := exec.Command(cfg.Path)
 	// Tell the plugin which log level we keep; the host environment, which
 	// go-plugin appends, may override it.
-	cmd.Env = []string{pluginkit.EnvLogLevel + "=" + hlog.GetLevel().String()}
+	cmd.Env = []string{protocol.EnvLogLevel + "=" + hlog.GetLevel().String()}
 	cmd.SysProcAttr = sysProcAttr()
 
 	client := plugin.NewClient(&plugin.ClientConfig{
-		HandshakeConfig:  pluginkit.Handshake,
-		Plugins:          plugin.PluginSet{pluginkit.PluginName: &grpcPlugin{}},
+		HandshakeConfig:  protocol.Handshake(),
+		Plugins:          plugin.PluginSet{protocol.PluginName: &grpcPlugin{}},
 		Cmd:              cmd,
 		SecureConfig:     secure,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         true,
 		StartTimeout:     startTimeout,
-		GRPCDialOptions:  pluginkit.GRPCDialOptions(),
+		GRPCDialOptions:  protocol.ClientOptions(),
 		Logger:           hlog,
 		SyncStdout:       stdout,
 		SyncStderr:       newLineLogger(hlog),
@@ -120,10 +121,10 @@ func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
 		client.Kill()
 		return nil, fmt.Errorf("launch sink plugin %s: %w", cfg.Path, err)
 	}
-	raw, err := rpc.Dispense(pluginkit.PluginName)
+	raw, err := rpc.Dispense(protocol.PluginName)
 	if err != nil {
 		client.Kill()
-		return nil, fmt.Errorf("launch sink plugin %s: dispense %q: %w", cfg.Path, pluginkit.PluginName, err)
+		return nil, fmt.Errorf("launch sink plugin %s: dispense %q: %w", cfg.Path, protocol.PluginName, err)
 	}
 	c := raw.(*grpcClient)
 	return &Plugin{client: client, sink: c.SinkClient, conn: c.conn, log: log, cfg: cfg}, nil
@@ -206,10 +207,10 @@ func (p *Plugin) Open(ctx context.Context) (pluginkit.OpenResult, error) {
 // event durably; any error is classified by pluginkit.KindOf, and a plugin
 // that died mid-call gives a retryable one.
 func (p *Plugin) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error) {
-	// Sent as a pluginkit.DeliverBatch, which the codec encodes straight
+	// Sent as a protocol.DeliverBatch, which the codec encodes straight
 	// into the sink.v1.DeliverRequest wire format.
 	var resp sinkv1.DeliverResponse
-	if err := p.conn.Invoke(ctx, sinkv1.Sink_Deliver_FullMethodName, pluginkit.DeliverBatch{Events: events, GapBefore: pluginkit.GapBefore(ctx)}, &resp); err != nil {
+	if err := p.conn.Invoke(ctx, sinkv1.Sink_Deliver_FullMethodName, protocol.DeliverBatch{Events: events, GapBefore: pluginkit.GapBefore(ctx)}, &resp); err != nil {
 		return pluginkit.DeliverResult{}, callError(ctx, "deliver", err)
 	}
 	return pluginkit.DeliverResult{Duplicates: int(resp.GetDuplicates())}, nil
@@ -230,7 +231,7 @@ func (p *Plugin) Close(ctx context.Context) error {
 // moment before gRPC reports the deadline, and the caller must still be able
 // to tell that its deadline passed.
 func callError(ctx context.Context, op string, err error) error {
-	err = pluginkit.ErrorFromStatus(err)
+	err = fromStatus(err)
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 		return fmt.Errorf("%s: %w (%w)", op, err, cerr)
 	}

@@ -1,4 +1,4 @@
-package pluginkit
+package protocol
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"unsafe"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // Deliver requests are the one hot message between the host and a plugin:
@@ -15,12 +17,12 @@ import (
 // and two byte copies per event on each side, and most of a plugin's GC
 // work. DeliverBatch and decodeDeliverRequest read and write the same wire
 // format (sink.v1.DeliverRequest, so plugins written in other languages
-// against proto/ are unaffected) straight from and into []Event.
+// against proto/ are unaffected) straight from and into []cdc.Event.
 
 // Field numbers of sink.v1.DeliverRequest and sink.v1.Event
 // (proto/sink/v1/sink.proto).
 const (
-	fieldEvents    protowire.Number = 1 // DeliverRequest.events
+	fieldEvents    protowire.Number = 1 // DeliverRequest.Events
 	fieldGapBefore protowire.Number = 2 // DeliverRequest.gap_before
 	fieldID        protowire.Number = 1
 	fieldSchema    protowire.Number = 2
@@ -30,11 +32,11 @@ const (
 	fieldPayload   protowire.Number = 6
 )
 
-// DeliverBatch is a Deliver request as the host sends it. The gRPC codec
-// of GRPCDialOptions encodes it as a sink.v1.DeliverRequest without
-// building the generated messages.
+// DeliverBatch is a Deliver request as the host sends it. The codec of
+// ClientOptions encodes it as a sink.v1.DeliverRequest without building the
+// generated messages.
 type DeliverBatch struct {
-	Events    []Event
+	Events    []cdc.Event
 	GapBefore bool // see GapBefore
 }
 
@@ -75,7 +77,7 @@ func (b DeliverBatch) AppendWire(buf []byte) []byte {
 
 // eventSize is the encoded size of one sink.v1.Event. Like generated
 // proto3 code, empty fields are left out.
-func eventSize(e *Event) int {
+func eventSize(e *cdc.Event) int {
 	return fieldSize(idTextLen(e.ID)) + fieldSize(len(e.Schema)) + fieldSize(len(e.Table)) +
 		fieldSize(len(e.Op)) + fieldSize(len(e.Key)) + fieldSize(len(e.Payload))
 }
@@ -105,7 +107,7 @@ func appendStringField(buf []byte, num protowire.Number, v string) []byte {
 }
 
 // idTextLen is len(id.String()) without formatting it.
-func idTextLen(id EventID) int {
+func idTextLen(id cdc.EventID) int {
 	hex := func(v uint64) int { return max(1, (bits.Len64(v)+3)/4) }
 	dec := 1
 	for v := id.Index; v >= 10; v /= 10 {
@@ -114,11 +116,11 @@ func idTextLen(id EventID) int {
 	return hex(id.CommitLSN>>32) + 1 + hex(id.CommitLSN&0xFFFFFFFF) + 1 + dec
 }
 
-// deliverRequest is what the plugin side's codec decodes a Deliver request
-// into (see deliverHandler).
-type deliverRequest struct {
-	events    []Event
-	gapBefore bool
+// DeliverRequest is what the plugin side's codec decodes a Deliver request
+// into: the events point into the received message, which is never reused.
+type DeliverRequest struct {
+	Events    []cdc.Event
+	GapBefore bool
 }
 
 // decodeDeliverRequest decodes a sink.v1.DeliverRequest. Keys and
@@ -126,16 +128,16 @@ type deliverRequest struct {
 // be reused: a sink may keep an event's bytes after Deliver returns), and
 // schema and table names are shared between consecutive events of the
 // same table.
-func decodeDeliverRequest(data []byte) (deliverRequest, error) {
+func decodeDeliverRequest(data []byte) (DeliverRequest, error) {
 	count := 0
 	for rest := data; len(rest) > 0; {
 		num, typ, n := protowire.ConsumeTag(rest)
 		if n < 0 {
-			return deliverRequest{}, fmt.Errorf("decode deliver request: %w", protowire.ParseError(n))
+			return DeliverRequest{}, fmt.Errorf("decode deliver request: %w", protowire.ParseError(n))
 		}
 		m := protowire.ConsumeFieldValue(num, typ, rest[n:])
 		if m < 0 {
-			return deliverRequest{}, fmt.Errorf("decode deliver request: %w", protowire.ParseError(m))
+			return DeliverRequest{}, fmt.Errorf("decode deliver request: %w", protowire.ParseError(m))
 		}
 		if num == fieldEvents && typ == protowire.BytesType {
 			count++
@@ -143,7 +145,7 @@ func decodeDeliverRequest(data []byte) (deliverRequest, error) {
 		rest = rest[n+m:]
 	}
 	var d eventDecoder
-	req := deliverRequest{events: make([]Event, 0, count)}
+	req := DeliverRequest{Events: make([]cdc.Event, 0, count)}
 	for len(data) > 0 {
 		num, typ, n := protowire.ConsumeTag(data)
 		data = data[n:]
@@ -153,13 +155,13 @@ func decodeDeliverRequest(data []byte) (deliverRequest, error) {
 			data = data[m:]
 			ev, err := d.decode(msg)
 			if err != nil {
-				return deliverRequest{}, fmt.Errorf("decode deliver request: event %d: %w", len(req.events), err)
+				return DeliverRequest{}, fmt.Errorf("decode deliver request: event %d: %w", len(req.Events), err)
 			}
-			req.events = append(req.events, ev)
+			req.Events = append(req.Events, ev)
 		case num == fieldGapBefore && typ == protowire.VarintType:
 			v, m := protowire.ConsumeVarint(data)
 			data = data[m:]
-			req.gapBefore = v != 0
+			req.GapBefore = v != 0
 		default:
 			data = data[protowire.ConsumeFieldValue(num, typ, data):]
 		}
@@ -171,35 +173,35 @@ type eventDecoder struct {
 	schema, table string
 }
 
-func (d *eventDecoder) decode(msg []byte) (Event, error) {
-	var ev Event
+func (d *eventDecoder) decode(msg []byte) (cdc.Event, error) {
+	var ev cdc.Event
 	seenID := false
 	for len(msg) > 0 {
 		num, typ, n := protowire.ConsumeTag(msg)
 		if n < 0 {
-			return Event{}, protowire.ParseError(n)
+			return cdc.Event{}, protowire.ParseError(n)
 		}
 		msg = msg[n:]
 		if typ != protowire.BytesType || num < fieldID || num > fieldPayload {
 			m := protowire.ConsumeFieldValue(num, typ, msg)
 			if m < 0 {
-				return Event{}, protowire.ParseError(m)
+				return cdc.Event{}, protowire.ParseError(m)
 			}
 			msg = msg[m:]
 			continue
 		}
 		v, m := protowire.ConsumeBytes(msg)
 		if m < 0 {
-			return Event{}, protowire.ParseError(m)
+			return cdc.Event{}, protowire.ParseError(m)
 		}
 		msg = msg[m:]
 		switch num {
 		case fieldID:
-			// ParseEventID keeps nothing of its argument, so the bytes
+			// cdc.ParseEventID keeps nothing of its argument, so the bytes
 			// can be read in place.
-			id, err := ParseEventID(unsafe.String(unsafe.SliceData(v), len(v)))
+			id, err := cdc.ParseEventID(unsafe.String(unsafe.SliceData(v), len(v)))
 			if err != nil {
-				return Event{}, err
+				return cdc.Event{}, err
 			}
 			ev.ID, seenID = id, true
 		case fieldSchema:
@@ -221,7 +223,7 @@ func (d *eventDecoder) decode(msg []byte) (Event, error) {
 		}
 	}
 	if !seenID {
-		return Event{}, errors.New("no id")
+		return cdc.Event{}, errors.New("no id")
 	}
 	return ev, nil
 }
@@ -235,16 +237,16 @@ func clip(v []byte) []byte {
 	return v[:len(v):len(v)]
 }
 
-func opOf(v []byte) Op {
+func opOf(v []byte) cdc.Op {
 	switch string(v) {
-	case string(OpInsert):
-		return OpInsert
-	case string(OpUpdate):
-		return OpUpdate
-	case string(OpDelete):
-		return OpDelete
-	case string(OpTruncate):
-		return OpTruncate
+	case string(cdc.OpInsert):
+		return cdc.OpInsert
+	case string(cdc.OpUpdate):
+		return cdc.OpUpdate
+	case string(cdc.OpDelete):
+		return cdc.OpDelete
+	case string(cdc.OpTruncate):
+		return cdc.OpTruncate
 	}
-	return Op(v)
+	return cdc.Op(v)
 }

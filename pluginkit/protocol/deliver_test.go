@@ -1,4 +1,4 @@
-package pluginkit
+package protocol
 
 import (
 	"bytes"
@@ -9,10 +9,11 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/walcast/walcast/pluginkit/cdc"
 	sinkv1 "github.com/walcast/walcast/proto/sink/v1"
 )
 
-func toProto(events []Event, gap bool) *sinkv1.DeliverRequest {
+func toProto(events []cdc.Event, gap bool) *sinkv1.DeliverRequest {
 	req := &sinkv1.DeliverRequest{GapBefore: gap}
 	for _, e := range events {
 		req.Events = append(req.Events, &sinkv1.Event{Id: e.ID.String(), Schema: e.Schema, Table: e.Table, Op: string(e.Op), Key: e.Key, Payload: e.Payload})
@@ -20,12 +21,12 @@ func toProto(events []Event, gap bool) *sinkv1.DeliverRequest {
 	return req
 }
 
-func sampleBatch() []Event {
-	return []Event{
-		{ID: EventID{CommitLSN: 0x1A2B3C8, Index: 0}, Schema: "public", Table: "orders", Op: OpInsert, Key: []byte(`{"id":1}`), Payload: []byte(`{"id":"0/1A2B3C8:0"}`)},
-		{ID: EventID{CommitLSN: 0x1A2B3C8, Index: 1}, Schema: "public", Table: "orders", Op: OpUpdate, Key: []byte(`{"id":2}`), Payload: bytes.Repeat([]byte("x"), 300)},
-		{ID: EventID{CommitLSN: 0xFFFFFFFF_FFFFFFFF, Index: 1<<64 - 1}, Schema: "s", Table: "t", Op: OpTruncate, Key: []byte("null"), Payload: []byte("{}")},
-		{ID: EventID{}, Schema: "", Table: "", Op: OpDelete}, // empty fields are left out, as proto3 does
+func sampleBatch() []cdc.Event {
+	return []cdc.Event{
+		{ID: cdc.EventID{CommitLSN: 0x1A2B3C8, Index: 0}, Schema: "public", Table: "orders", Op: cdc.OpInsert, Key: []byte(`{"id":1}`), Payload: []byte(`{"id":"0/1A2B3C8:0"}`)},
+		{ID: cdc.EventID{CommitLSN: 0x1A2B3C8, Index: 1}, Schema: "public", Table: "orders", Op: cdc.OpUpdate, Key: []byte(`{"id":2}`), Payload: bytes.Repeat([]byte("x"), 300)},
+		{ID: cdc.EventID{CommitLSN: 0xFFFFFFFF_FFFFFFFF, Index: 1<<64 - 1}, Schema: "s", Table: "t", Op: cdc.OpTruncate, Key: []byte("null"), Payload: []byte("{}")},
+		{ID: cdc.EventID{}, Schema: "", Table: "", Op: cdc.OpDelete}, // empty fields are left out, as proto3 does
 	}
 }
 
@@ -50,14 +51,14 @@ func TestDeliverWireMatchesGeneratedCode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !reflect.DeepEqual(req.events, events) || req.gapBefore != gap {
-			t.Fatalf("decoded %+v (gap %v)\nwant %+v (gap %v)", req.events, req.gapBefore, events, gap)
+		if !reflect.DeepEqual(req.Events, events) || req.GapBefore != gap {
+			t.Fatalf("decoded %+v (gap %v)\nwant %+v (gap %v)", req.Events, req.GapBefore, events, gap)
 		}
 	}
 	back, _ := decodeDeliverRequest(DeliverBatch{Events: events}.AppendWire(nil))
 	// A sink appending to one event's payload must not overwrite the next.
-	_ = append(back.events[0].Payload, "XXXXXXXX"...)
-	if !bytes.Equal(back.events[1].Key, events[1].Key) {
+	_ = append(back.Events[0].Payload, "XXXXXXXX"...)
+	if !bytes.Equal(back.Events[1].Key, events[1].Key) {
 		t.Fatal("appending to a payload overwrote the next event's key")
 	}
 }
@@ -73,13 +74,13 @@ func TestDeliverCodec(t *testing.T) {
 	if err := proto.Unmarshal(bs.Materialize(), &generated); err != nil || !proto.Equal(&generated, toProto(events, true)) {
 		t.Fatalf("generated code reads back %v (%v)", &generated, err)
 	}
-	var req deliverRequest
+	var req DeliverRequest
 	if err := (codec{}).Unmarshal(bs, &req); err != nil {
 		t.Fatal(err)
 	}
 	bs.Free()
-	if len(req.events) != len(events) || !req.gapBefore || req.events[1].ID != events[1].ID || string(req.events[1].Payload) != string(events[1].Payload) {
-		t.Fatalf("codec round trip: %+v", req.events)
+	if len(req.Events) != len(events) || !req.GapBefore || req.Events[1].ID != events[1].ID || string(req.Events[1].Payload) != string(events[1].Payload) {
+		t.Fatalf("codec round trip: %+v", req.Events)
 	}
 	bad := mem.BufferSlice{mem.SliceBuffer([]byte{0x0a, 0x05, 0x0a, 0x03, 'x', 'y', 'z'})}
 	if err := (codec{}).Unmarshal(bad, &req); err == nil {
@@ -92,9 +93,9 @@ func FuzzDeliverWire(f *testing.F) {
 	f.Add(uint64(0), uint64(1<<63), "", "", "", []byte(nil), []byte(nil), 1)
 	f.Fuzz(func(t *testing.T, lsn, idx uint64, schema, table, op string, key, payload []byte, n int) {
 		n = (n%5+5)%5 + 1
-		events := make([]Event, n)
+		events := make([]cdc.Event, n)
 		for i := range events {
-			events[i] = Event{ID: EventID{CommitLSN: lsn, Index: idx + uint64(i)}, Schema: schema, Table: table, Op: Op(op), Key: key, Payload: payload}
+			events[i] = cdc.Event{ID: cdc.EventID{CommitLSN: lsn, Index: idx + uint64(i)}, Schema: schema, Table: table, Op: cdc.Op(op), Key: key, Payload: payload}
 			if len(key) == 0 {
 				events[i].Key = nil
 			}
@@ -117,7 +118,7 @@ func FuzzDeliverWire(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !reflect.DeepEqual(back.events, events) || back.gapBefore != b.GapBefore {
+		if !reflect.DeepEqual(back.Events, events) || back.GapBefore != b.GapBefore {
 			t.Fatalf("decoded %+v, want %+v", back, events)
 		}
 	})
@@ -133,8 +134,8 @@ func FuzzDecodeDeliverRequest(f *testing.F) {
 			return
 		}
 		var generated sinkv1.DeliverRequest
-		if proto.Unmarshal(data, &generated) == nil && (len(generated.GetEvents()) != len(req.events) || generated.GetGapBefore() != req.gapBefore) {
-			t.Fatalf("decoded %d events (gap %v), generated code %d (gap %v)", len(req.events), req.gapBefore, len(generated.GetEvents()), generated.GetGapBefore())
+		if proto.Unmarshal(data, &generated) == nil && (len(generated.GetEvents()) != len(req.Events) || generated.GetGapBefore() != req.GapBefore) {
+			t.Fatalf("decoded %d events (gap %v), generated code %d (gap %v)", len(req.Events), req.GapBefore, len(generated.GetEvents()), generated.GetGapBefore())
 		}
 	})
 }

@@ -1,4 +1,4 @@
-package pluginkit
+package protocol
 
 import (
 	"fmt"
@@ -20,8 +20,8 @@ import (
 // overwritten before it is read, and nothing but our own messages ever
 // sits in them. The wire format is gRPC's proto codec, unchanged.
 
-// GRPCDialOptions are the options the host's plugin client dials with.
-func GRPCDialOptions() []grpc.DialOption {
+// ClientOptions are the options the host's plugin client dials with.
+func ClientOptions() []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(MaxMessageSize),
@@ -32,8 +32,8 @@ func GRPCDialOptions() []grpc.DialOption {
 	}
 }
 
-// grpcServerOptions are the options Serve's gRPC server runs with.
-func grpcServerOptions() []grpc.ServerOption {
+// ServerOptions are the options a plugin's gRPC server runs with.
+func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxMessageSize),
 		grpc.MaxSendMsgSize(MaxMessageSize),
@@ -76,7 +76,7 @@ func (codec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 func (codec) Unmarshal(data mem.BufferSlice, v any) error {
-	if r, ok := v.(*deliverRequest); ok {
+	if r, ok := v.(*DeliverRequest); ok {
 		// A buffer of its own, not from the pool: the events point into
 		// it, and a sink may keep them.
 		var err error

@@ -1,4 +1,4 @@
-package pluginkit
+package protocol
 
 import (
 	"testing"

@@ -1,0 +1,58 @@
+// Package pluginkit is the SDK walcast sinks are built on. A sink is an
+// executable named walcast-sink-<type> whose main is one line:
+//
+//	func main() { pluginkit.Serve(mysink.New()) }
+//
+// The host launches it as a separate process, speaks gRPC to it and hands
+// it batches of change events; everything about processes, handshakes and
+// the wire is pluginkit's business (and its protocol subpackage's), not the
+// sink's.
+//
+// # The contract
+//
+// A sink implements Sink. The host calls Info (at any time, also from
+// `walcast validate`), then Configure with the sink's `config` block as
+// JSON, Open, Deliver any number of times, and Close. A nil error from
+// Deliver means every event of the batch is durably at the destination:
+// only then does the host record the acknowledgement, and only then may the
+// replication slot let the change go. Anything else makes the host deliver
+// the batch again, so delivery is at-least-once and Event.ID is what
+// receivers deduplicate on: it is identical on every redelivery.
+//
+// Events of one row (schema, table and key) reach a sink in commit order and
+// never in two concurrent Delivers; different rows may be delivered
+// concurrently unless Info.Ordered asks for one batch at a time. Compare
+// ids with CompareEventIDs or EventID.Compare, never as strings.
+//
+// # Errors
+//
+// What Deliver returns decides what the host does next:
+//
+//   - a plain error, or Retryable: retry the batch with backoff, and park
+//     its events after the pipeline's max_attempts;
+//   - Throttled(d, err): pause this sink for d without counting an attempt
+//     (an HTTP 429 with Retry-After, say);
+//   - Permanent: retrying cannot help (a payload the destination refuses):
+//     park the events now and go on with other rows;
+//   - Fatal: this sink cannot deliver anything any more (fenced, gone):
+//     stop the pipeline.
+//
+// Configure reports a bad setting with a *ConfigError naming the attribute,
+// and the host points at that attribute's line in the pipeline file;
+// DecodeConfig turns the config JSON into a struct and does this for
+// unknown attributes and wrong types.
+//
+// # Logging, identity, gaps
+//
+// Log with NewLogger: the host re-emits the lines through its own log,
+// tagged with the sink's id. Never print to stdout before Serve runs: it
+// carries the handshake. IdentityFrom(ctx) in Configure names the pipeline
+// and sink, stable across restarts. A non-durable sink may be told with
+// GapBefore that events were dropped before a batch.
+//
+// # Testing
+//
+// Run the conformance suite, pluginkit/sinktest, from the sink's own go
+// test; then `walcast validate` and `walcast run` with --plugin-dir check
+// the built binary end to end. examples/customsink is a complete sink.
+package pluginkit

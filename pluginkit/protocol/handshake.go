@@ -1,0 +1,46 @@
+// Package protocol is the contract between the walcast host and its sink
+// plugins, underneath pluginkit: the go-plugin handshake, the gRPC options
+// and codec both sides use, the Deliver request's wire form, and how a
+// sink's error kinds travel as gRPC status.
+//
+// Sink authors never import it: pluginkit.Serve is their whole interface
+// to it. The host's plugin client (host/internal/sinkclient) and
+// pluginkit's server are its two users, so that neither side can drift
+// from the other. The service itself is proto/sink/v1; a plugin written in
+// another language implements that service, the handshake below and the
+// status mapping in status.go.
+package protocol
+
+import "github.com/hashicorp/go-plugin"
+
+// ProtocolVersion changes whenever proto/sink/v1 or this package changes
+// incompatibly; the host then refuses to start an older plugin instead of
+// failing on its first call.
+const ProtocolVersion = 1
+
+// Handshake is the go-plugin handshake every walcast sink plugin and the
+// host agree on. The cookie only stops a user from running a plugin binary
+// by hand by accident; it is not a security measure (the SHA-256 check of
+// installed plugins is). It is a function so that nobody can change it for
+// everyone.
+func Handshake() plugin.HandshakeConfig {
+	return plugin.HandshakeConfig{
+		ProtocolVersion:  ProtocolVersion,
+		MagicCookieKey:   "WALCAST_PLUGIN",
+		MagicCookieValue: "d1c8a3f5-walcast-sink",
+	}
+}
+
+// PluginName is the name the sink service is dispensed under in the
+// go-plugin plugin set.
+const PluginName = "sink"
+
+// MaxMessageSize is the largest gRPC message either side accepts. gRPC's
+// default of 4 MiB on the receiving side is too small for a batch of wide
+// rows; the host also splits batches by bytes to stay under it.
+const MaxMessageSize = 64 << 20
+
+// EnvLogLevel is the environment variable through which the host tells a
+// plugin which log level it will keep ("trace", "debug", "info", "warn" or
+// "error"), so that a plugin does not format lines the host drops.
+const EnvLogLevel = "WALCAST_PLUGIN_LOG_LEVEL"
