@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/walcast/walcast/host/internal/ack"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
@@ -24,17 +25,18 @@ var ErrInvalidAck = errors.New("invalid ack")
 // unacknowledged event.
 type acks struct {
 	mu sync.Mutex
-	// flush is the position that may be confirmed to PostgreSQL.
-	flush uint64
 	// acked is the highest acknowledged id; everything at or below it is
 	// acknowledged.
 	acked cdc.EventID
 	// delivered has one entry per transaction with events returned by
 	// Next and not yet all acknowledged, in commit order. It is what tells
 	// a real id from an invented one.
-	delivered fifo[deliveredTx]
-	// committed holds committed, unreleased transactions in commit order.
-	committed fifo[committedTx]
+	delivered ack.FIFO[deliveredTx]
+	// committed holds committed, unreleased transactions in commit order,
+	// each marked by the last event handed over before its commit (for a
+	// transaction without captured changes, the last event of an earlier
+	// one, or zero). It holds the flush position.
+	committed *ack.Releases[cdc.EventID]
 }
 
 // deliveredTx: Next has returned events commitLSN:0 .. commitLSN:last.
@@ -45,27 +47,21 @@ type deliveredTx struct {
 	last      uint64
 }
 
-// committedTx is released when the ack reaches through, the last event
-// handed over before its commit (for a transaction without captured
-// changes, the last event of an earlier one, or zero).
-type committedTx struct {
-	through cdc.EventID
-	endLSN  uint64
+func newAcks(start uint64) *acks {
+	return &acks{committed: ack.NewReleases(start, cdc.EventID.Compare)}
 }
-
-func newAcks(start uint64) *acks { return &acks{flush: start} }
 
 // deliver records that Next returned id. Ids arrive in stream order.
 func (a *acks) deliver(id cdc.EventID) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if n := a.delivered.len(); n > 0 {
-		if last := a.delivered.at(n - 1); last.commitLSN == id.CommitLSN {
+	if n := a.delivered.Len(); n > 0 {
+		if last := a.delivered.At(n - 1); last.commitLSN == id.CommitLSN {
 			last.last = id.Index
 			return
 		}
 	}
-	a.delivered.push(deliveredTx{commitLSN: id.CommitLSN, last: id.Index})
+	a.delivered.Push(deliveredTx{commitLSN: id.CommitLSN, last: id.Index})
 }
 
 // ack acknowledges every event at or below id.
@@ -81,15 +77,15 @@ func (a *acks) ack(id cdc.EventID) error {
 	// Every entry before id's transaction is acknowledged by this ack;
 	// id itself must lie inside a delivered transaction.
 	i := 0
-	for i < a.delivered.len() && a.delivered.at(i).commitLSN < id.CommitLSN {
+	for i < a.delivered.Len() && a.delivered.At(i).commitLSN < id.CommitLSN {
 		i++
 	}
-	if i == a.delivered.len() || a.delivered.at(i).commitLSN != id.CommitLSN || a.delivered.at(i).last < id.Index {
+	if i == a.delivered.Len() || a.delivered.At(i).commitLSN != id.CommitLSN || a.delivered.At(i).last < id.Index {
 		return fmt.Errorf("ack %s: Next never returned this event: %w", id, ErrInvalidAck)
 	}
-	a.delivered.drop(i)
+	a.delivered.Drop(i)
 	a.acked = id
-	a.release()
+	a.committed.Release(a.acked)
 	return nil
 }
 
@@ -98,21 +94,10 @@ func (a *acks) ack(id cdc.EventID) error {
 func (a *acks) commit(through cdc.EventID, endLSN uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.committed.push(committedTx{through: through, endLSN: endLSN})
+	a.committed.Commit(through, endLSN)
 	// The consumer may have acked the last event before capture read the
 	// commit record.
-	a.release()
-}
-
-// release pops every committed transaction the ack has reached. Caller
-// holds mu.
-func (a *acks) release() {
-	n := 0
-	for n < a.committed.len() && a.committed.at(n).through.Compare(a.acked) <= 0 {
-		a.flush = max(a.flush, a.committed.at(n).endLSN)
-		n++
-	}
-	a.committed.drop(n)
+	a.committed.Release(a.acked)
 }
 
 // advanceIdle moves the flush position to a keepalive's WAL end when
@@ -122,36 +107,12 @@ func (a *acks) release() {
 func (a *acks) advanceIdle(walEnd uint64, last cdc.EventID) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.committed.len() > 0 || a.acked.Compare(last) < 0 || walEnd <= a.flush {
-		return false
-	}
-	a.flush = walEnd
-	return true
+	return a.committed.AdvanceIdle(walEnd, a.acked.Compare(last) >= 0)
 }
 
 // position is the LSN that may be confirmed to PostgreSQL.
 func (a *acks) position() uint64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.flush
-}
-
-// fifo is a queue over a slice that reuses its storage: popping moves a
-// head index, and the live part is moved down once the head passes half.
-type fifo[T any] struct {
-	buf  []T
-	head int
-}
-
-func (q *fifo[T]) len() int    { return len(q.buf) - q.head }
-func (q *fifo[T]) at(i int) *T { return &q.buf[q.head+i] }
-func (q *fifo[T]) push(v T)    { q.buf = append(q.buf, v) }
-func (q *fifo[T]) drop(n int) {
-	q.head += n
-	if q.head == len(q.buf) {
-		q.buf, q.head = q.buf[:0], 0
-	} else if q.head > len(q.buf)/2 {
-		q.buf = q.buf[:copy(q.buf, q.buf[q.head:])]
-		q.head = 0
-	}
+	return a.committed.Flush()
 }

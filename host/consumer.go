@@ -13,11 +13,9 @@ import (
 type consumer struct {
 	events chan<- cdc.Event
 	acks   *acks
-	// last and lastEnd are the last event and commit handed over; after a
-	// reconnect PostgreSQL resends from the slot's confirmed position and
-	// everything up to them is skipped.
-	last    cdc.EventID
-	lastEnd uint64
+	// last is the last event handed over: the idle advance needs it
+	// acknowledged.
+	last cdc.EventID
 }
 
 var _ capture.Consumer = (*consumer)(nil)
@@ -25,9 +23,6 @@ var _ capture.Consumer = (*consumer)(nil)
 // Event blocks while the channel is full — the consumer is behind, and
 // the changes wait in the slot instead of in memory.
 func (c *consumer) Event(ctx context.Context, ev cdc.Event, idle func()) error {
-	if !c.last.IsZero() && ev.ID.Compare(c.last) <= 0 {
-		return nil
-	}
 	if err := capture.Send(ctx, c.events, ev, idle); err != nil {
 		return err
 	}
@@ -36,13 +31,7 @@ func (c *consumer) Event(ctx context.Context, ev cdc.Event, idle func()) error {
 }
 
 // Commit implements capture.Consumer.
-func (c *consumer) Commit(commitLSN, endLSN uint64) {
-	if endLSN <= c.lastEnd {
-		return
-	}
-	c.lastEnd = endLSN
-	c.acks.commit(c.last, endLSN)
-}
+func (c *consumer) Commit(commitLSN, endLSN uint64) { c.acks.commit(c.last, endLSN) }
 
 // Flush implements capture.Consumer.
 func (c *consumer) Flush() uint64 { return c.acks.position() }

@@ -1,6 +1,7 @@
 package ack
 
 import (
+	"cmp"
 	"fmt"
 	"sync"
 
@@ -21,11 +22,13 @@ type SinkSpec struct {
 // Tracker is safe for concurrent use: capture adds events and commits from
 // one goroutine while each sink's scheduler resolves from its own.
 type Tracker struct {
-	mu      sync.Mutex
-	sinks   []*sinkState
-	next    Seq   // seq of the next event to be added
-	txs     []txn // committed, not yet released, in commit order
-	flush   uint64
+	mu    sync.Mutex
+	sinks []*sinkState
+	next  Seq // seq of the next event to be added
+	// txs holds committed transactions, each marked by the seq one past
+	// its last event: it is released once every durable sink's first
+	// unresolved seq reaches that mark.
+	txs     *Releases[Seq]
 	lastAdd cdc.EventID
 	// committed is the tracker's next seq at the last Commit: events at or
 	// above it belong to a transaction whose commit has not been seen.
@@ -45,17 +48,11 @@ type slot struct {
 	done bool
 }
 
-// txn is a committed transaction waiting to be released.
-type txn struct {
-	endSeq Seq // every event of the transaction has seq < endSeq
-	endLSN uint64
-}
-
 // New returns a tracker for the given sinks. start is the flush position
 // already confirmed to PostgreSQL (the slot's confirmed_flush_lsn), so that
 // Flush never reports less than what the server already has.
 func New(sinks []SinkSpec, start uint64) *Tracker {
-	t := &Tracker{flush: start}
+	t := &Tracker{txs: NewReleases(start, cmp.Compare[Seq])}
 	for _, s := range sinks {
 		t.sinks = append(t.sinks, &sinkState{SinkSpec: s, ring: make([]slot, 1024)})
 	}
@@ -92,7 +89,7 @@ func (t *Tracker) Add(id cdc.EventID) (Seq, error) {
 func (t *Tracker) Commit(endLSN uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.txs = append(t.txs, txn{endSeq: t.next, endLSN: endLSN})
+	t.txs.Commit(t.next, endLSN)
 	t.committed = t.next
 	t.release()
 }
@@ -133,22 +130,19 @@ func (t *Tracker) Resolve(i int, seqs ...Seq) {
 // release pops every committed transaction that every durable sink has
 // fully resolved. Caller holds mu.
 func (t *Tracker) release() {
+	t.txs.Release(t.durableLow())
+}
+
+// durableLow is the first seq some durable sink has not resolved (next when
+// every one has resolved everything). Caller holds mu.
+func (t *Tracker) durableLow() Seq {
 	low := t.next
 	for _, s := range t.sinks {
 		if s.Durable && s.low < low {
 			low = s.low
 		}
 	}
-	n := 0
-	for n < len(t.txs) && t.txs[n].endSeq <= low {
-		if t.txs[n].endLSN > t.flush {
-			t.flush = t.txs[n].endLSN
-		}
-		n++
-	}
-	if n > 0 {
-		t.txs = append(t.txs[:0], t.txs[n:]...)
-	}
+	return low
 }
 
 // Flush is the LSN that may be confirmed to PostgreSQL: the end LSN of the
@@ -156,7 +150,7 @@ func (t *Tracker) release() {
 func (t *Tracker) Flush() uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.flush
+	return t.txs.Flush()
 }
 
 // AdvanceIdle moves the flush position to walEnd — a keepalive's server WAL
@@ -167,16 +161,7 @@ func (t *Tracker) Flush() uint64 {
 func (t *Tracker) AdvanceIdle(walEnd uint64) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(t.txs) > 0 || t.committed < t.next || walEnd <= t.flush {
-		return false
-	}
-	for _, s := range t.sinks {
-		if s.Durable && s.low < t.next {
-			return false
-		}
-	}
-	t.flush = walEnd
-	return true
+	return t.txs.AdvanceIdle(walEnd, t.committed == t.next && t.durableLow() == t.next)
 }
 
 // Idle reports whether every added event is resolved for every sink.

@@ -147,3 +147,28 @@ func TestRandomResolutionOrder(t *testing.T) {
 		t.Fatal("not idle after resolving everything")
 	}
 }
+
+// Releases is the rule both the tracker and library mode confirm by:
+// transactions go in commit order, only once resolved through their mark,
+// and the idle advance needs nothing pending.
+func TestReleases(t *testing.T) {
+	r := NewReleases(100, func(a, b int) int { return a - b })
+	r.Commit(5, 200)
+	r.Commit(9, 300)
+	if r.Release(4) || r.Flush() != 100 {
+		t.Fatalf("released before the mark: flush %d", r.Flush())
+	}
+	if !r.Release(7) || r.Flush() != 200 || r.Pending() != 1 {
+		t.Fatalf("after resolving 7: flush %d, pending %d", r.Flush(), r.Pending())
+	}
+	if r.AdvanceIdle(400, true) {
+		t.Fatal("idle advance with a transaction pending")
+	}
+	r.Release(9)
+	if r.AdvanceIdle(400, false) || r.Flush() != 300 {
+		t.Fatal("idle advance with events in flight")
+	}
+	if !r.AdvanceIdle(400, true) || r.Flush() != 400 || r.AdvanceIdle(350, true) {
+		t.Fatalf("idle advance: flush %d", r.Flush())
+	}
+}

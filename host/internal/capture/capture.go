@@ -48,8 +48,8 @@ type Consumer interface {
 	// Event hands over one change. It may block while a durable sink's
 	// queue is full; while blocked it must call idle every few hundred
 	// milliseconds so the capture loop can keep answering the server.
-	// Events already handed over before a reconnect arrive again and must
-	// be skipped by the Consumer.
+	// Capture never hands over an event or a commit twice, reconnects
+	// included: ids strictly increase.
 	Event(ctx context.Context, ev cdc.Event, idle func()) error
 	// Commit marks the end of the transaction whose events were just
 	// handed over; endLSN is its end LSN (the position to confirm once the
@@ -74,6 +74,12 @@ type Capture struct {
 	conn    *pgconn.PgConn
 	sentAt  time.Time
 	sentPos uint64
+	// lastEvent and lastEnd are the last event and commit handed to the
+	// consumer. After a reconnect PostgreSQL resends everything after the
+	// slot's confirmed position, and whatever is at or below them is
+	// skipped here, once for every consumer.
+	lastEvent cdc.EventID
+	lastEnd   uint64
 	// Also read by other goroutines (metrics).
 	received  atomic.Uint64 // highest WAL position seen on the stream
 	streaming atomic.Bool
@@ -280,11 +286,21 @@ func (c *Capture) handleCopyData(ctx context.Context, data []byte, idle func()) 
 			if err := c.dec.Decode(msg, nil); err != nil {
 				return err
 			}
-			c.consumer.Commit(uint64(commit.CommitLSN), uint64(commit.TransactionEndLSN))
+			if end := uint64(commit.TransactionEndLSN); end > c.lastEnd {
+				c.lastEnd = end
+				c.consumer.Commit(uint64(commit.CommitLSN), end)
+			}
 			return nil
 		}
 		return c.dec.Decode(msg, func(ev cdc.Event) error {
-			return c.consumer.Event(ctx, ev, idle)
+			if !c.lastEvent.IsZero() && ev.ID.Compare(c.lastEvent) <= 0 {
+				return nil // resent after a reconnect: already handed over
+			}
+			if err := c.consumer.Event(ctx, ev, idle); err != nil {
+				return err
+			}
+			c.lastEvent = ev.ID
+			return nil
 		})
 	}
 	return nil

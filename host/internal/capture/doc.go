@@ -15,6 +15,7 @@
 // the walsender time out.
 //
 // After a lost connection it reconnects with backoff; PostgreSQL then
-// resends everything after the slot's confirmed position, so the Consumer
-// sees some events again and must skip the ones it already has.
+// resends everything after the slot's confirmed position, and capture skips
+// every event and commit it already handed over, so a Consumer sees each
+// exactly once per process.
 package capture

@@ -7,11 +7,8 @@
 // sink never holds the stream back: when its queue is full the event is
 // dropped for that sink and counted.
 //
-// Fanout also makes the stream idempotent towards the sinks: after a
-// reconnect PostgreSQL resends everything after the slot's confirmed
-// position, and every event or commit already handed over is skipped here.
-// The same rule is what a later "rewind" (re-attaching a detached sink by
-// restarting replication) builds on.
+// Capture hands over every event once, reconnects included, so fanout
+// needs no deduplication of its own.
 package fanout
 
 import (
@@ -99,8 +96,6 @@ func (q *Queue) Dropped() int64 { return q.dropped.Load() }
 type Fanout struct {
 	tracker *ack.Tracker
 	queues  []*Queue // indexed like the tracker's sinks
-	last    pluginkit.EventID
-	lastEnd uint64
 	events  atomic.Int64
 }
 
@@ -117,9 +112,6 @@ func New(tracker *ack.Tracker, queues []*Queue) *Fanout {
 
 // Event registers ev with the tracker and queues it for every sink.
 func (f *Fanout) Event(ctx context.Context, ev pluginkit.Event, idle func()) error {
-	if !f.last.IsZero() && ev.ID.Compare(f.last) <= 0 {
-		return nil // resent after a reconnect: already in the pipeline
-	}
 	seq, err := f.tracker.Add(ev.ID)
 	if err != nil {
 		return fmt.Errorf("fan out event: %w", err)
@@ -152,20 +144,12 @@ func (f *Fanout) Event(ctx context.Context, ev pluginkit.Event, idle func()) err
 			return err
 		}
 	}
-	f.last = ev.ID
 	f.events.Add(1)
 	return nil
 }
 
-// Commit records a transaction's end unless it was already recorded before
-// a reconnect.
-func (f *Fanout) Commit(commitLSN, endLSN uint64) {
-	if endLSN <= f.lastEnd {
-		return
-	}
-	f.lastEnd = endLSN
-	f.tracker.Commit(endLSN)
-}
+// Commit records a transaction's end.
+func (f *Fanout) Commit(commitLSN, endLSN uint64) { f.tracker.Commit(endLSN) }
 
 // Flush implements capture.Consumer.
 func (f *Fanout) Flush() uint64 { return f.tracker.Flush() }
