@@ -58,7 +58,7 @@ kafka:
 demo: build
 	$(GO) run ./cmd/walcast-demo --bin $(BIN)
 
-# bench runs the benchmark of BENCHMARKS.md (a private PostgreSQL, the
+# bench runs the benchmark of docs/benchmarks.md (a private PostgreSQL, the
 # workload in fresh slots, each path drains one, 3 runs, medians) and writes
 # bench/out/results.json. BENCHFLAGS passes flags to walcast-bench, e.g.
 # BENCHFLAGS='-scale 0.1 -runs 1' for a quick run.
