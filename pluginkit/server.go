@@ -56,6 +56,9 @@ func (s *server) Configure(ctx context.Context, req *sinkv1.ConfigureRequest) (*
 		cfg = json.RawMessage("{}")
 	}
 	ctx = WithIdentity(ctx, Identity{Pipeline: req.GetPipeline(), SinkID: req.GetSinkId()})
+	if t := req.GetTables(); len(t) > 0 {
+		ctx = WithTables(ctx, t)
+	}
 	if err := s.sink.Configure(ctx, cfg); err != nil {
 		return nil, StatusFromError(err)
 	}

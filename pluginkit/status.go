@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -17,7 +18,8 @@ import (
 // (pluginkit's server adapter) and the host side (host/sinkclient) cannot
 // drift apart:
 //
-//	*ConfigError  ↔ InvalidArgument + BadRequest.FieldViolation{field, description}
+//	*ConfigError  ↔ InvalidArgument + BadRequest.FieldViolation{field, description, reason "TABLE:<table>"}
+//	               (one violation per ConfigError in an errors.Join)
 //	throttled     ↔ ResourceExhausted + RetryInfo{retry_delay}
 //	permanent     ↔ FailedPrecondition
 //	retryable     ↔ Unavailable
@@ -25,6 +27,10 @@ import (
 // On the host side every other code, and every error that is not a status
 // at all, is retryable: a crashed plugin or a broken connection must lead
 // to a redelivery, never to a lost batch.
+
+// tableReason prefixes a FieldViolation's reason that names the table a
+// ConfigError is about.
+const tableReason = "TABLE:"
 
 // StatusFromError converts an error returned by a Sink into the gRPC status
 // error a plugin sends to the host. It classifies err by its pluginkit kind
@@ -37,15 +43,17 @@ func StatusFromError(err error) error {
 	}
 	msg := err.Error()
 
-	var ce *ConfigError
-	if errors.As(err, &ce) {
+	if ces := ConfigErrors(err); len(ces) > 0 {
 		st := status.New(codes.InvalidArgument, msg)
-		return withDetails(st, &errdetails.BadRequest{
-			FieldViolations: []*errdetails.BadRequest_FieldViolation{{
-				Field:       ce.Field,
-				Description: ce.Msg,
-			}},
-		})
+		br := &errdetails.BadRequest{}
+		for _, ce := range ces {
+			fv := &errdetails.BadRequest_FieldViolation{Field: ce.Field, Description: ce.Msg}
+			if ce.Table != "" {
+				fv.Reason = tableReason + ce.Table
+			}
+			br.FieldViolations = append(br.FieldViolations, fv)
+		}
+		return withDetails(st, br)
 	}
 
 	switch kind, after := KindOf(err); kind {
@@ -95,8 +103,15 @@ func ErrorFromStatus(err error) error {
 	case codes.InvalidArgument:
 		for _, d := range st.Details() {
 			if br, ok := d.(*errdetails.BadRequest); ok && len(br.GetFieldViolations()) > 0 {
-				fv := br.GetFieldViolations()[0]
-				return &remoteError{msg: msg, err: &ConfigError{Field: fv.GetField(), Msg: fv.GetDescription()}}
+				var errs []error
+				for _, fv := range br.GetFieldViolations() {
+					table, _ := strings.CutPrefix(fv.GetReason(), tableReason)
+					errs = append(errs, &ConfigError{Field: fv.GetField(), Msg: fv.GetDescription(), Table: table})
+				}
+				if len(errs) == 1 {
+					return &remoteError{msg: msg, err: errs[0]}
+				}
+				return &remoteError{msg: msg, err: errors.Join(errs...)}
 			}
 		}
 	case codes.ResourceExhausted:
