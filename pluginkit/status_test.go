@@ -114,3 +114,23 @@ func TestStatusNil(t *testing.T) {
 		t.Errorf("ErrorFromStatus(nil) = %v", err)
 	}
 }
+
+// Several ConfigErrors, some about a table, cross the boundary intact and in
+// order, so validate can point at each table.
+func TestStatusCarriesEveryConfigError(t *testing.T) {
+	in := errors.Join(
+		&ConfigError{Table: "public.café", Msg: "collides"},
+		fmt.Errorf("wrapped: %w", &ConfigError{Field: "topics", Table: "public.x", Msg: "bad override"}),
+		&ConfigError{Field: "brokers", Msg: "required"},
+	)
+	got := ConfigErrors(ErrorFromStatus(StatusFromError(in)))
+	want := []ConfigError{{Table: "public.café", Msg: "collides"}, {Field: "topics", Table: "public.x", Msg: "bad override"}, {Field: "brokers", Msg: "required"}}
+	if len(got) != len(want) {
+		t.Fatalf("got %d config errors, want %d: %v", len(got), len(want), got)
+	}
+	for i := range want {
+		if *got[i] != want[i] {
+			t.Errorf("config error %d = %+v, want %+v", i, *got[i], want[i])
+		}
+	}
+}

@@ -284,6 +284,11 @@ func asReceived(t testing.TB, rs []kafkaRecord) []received {
 	t.Helper()
 	out := make([]received, 0, len(rs))
 	for _, r := range rs {
+		if r.Headers["walcast-derived"] != "" {
+			// A tombstone or an old key's delete: records that follow
+			// from an event (README, Kafka sink), not events themselves.
+			continue
+		}
 		var e struct {
 			ID     string          `json:"id"`
 			Xid    uint32          `json:"xid"`
@@ -305,7 +310,12 @@ func asReceived(t testing.TB, rs []kafkaRecord) []received {
 		var key, rkey bytes.Buffer
 		json.Compact(&key, e.Key)
 		json.Compact(&rkey, r.Key)
-		if key.String() != rkey.String() {
+		wantKey := key.String()
+		if wantKey == "null" {
+			// Truncates and keyless rows are keyed by their event id.
+			wantKey = fmt.Sprintf(`{"walcast_id":%q}`, e.ID)
+		}
+		if wantKey != rkey.String() {
 			t.Fatalf("event %s: record key %s, envelope key %s", e.ID, r.Key, e.Key)
 		}
 		out = append(out, received{ID: id, Xid: e.Xid, Table: e.Table, Op: e.Op, Key: key.String(), Raw: r.Value})
