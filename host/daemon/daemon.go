@@ -195,7 +195,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 			Meter:          r.meter,
 			Logger:         log,
 			Observe: func(took time.Duration, outcome string) {
-				deliverSeconds.WithLabelValues(r.cfg.ID, outcome).Observe(took.Seconds())
+				deliverSeconds.WithLabelValues(r.cfg.ID, r.cfg.Type, outcome).Observe(took.Seconds())
 			},
 		}, r.queue, tracker, r.plugin)
 		log.Info("sink ready", "sink", r.cfg.ID, "type", r.cfg.Type, "durable", r.cfg.Durable, "resume_after", skip[i].String())
@@ -208,7 +208,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	fan := fanout.New(tracker, queues)
 	capt := capture.New(ccfg, fan)
 	if opts.MetricsListen != "" {
-		reg := newRegistry(p.Name, newPipelineCollector(runs, tracker, fan, capt), deliverSeconds)
+		reg := newRegistry(p.Name, newPipelineCollector(runs, tracker, fan, capt, slotRetainedWAL(pool, p.Source.Slot)), deliverSeconds)
 		healthy := func() error {
 			if !capt.Streaming() {
 				return errors.New("replication stream down: connecting or reconnecting to PostgreSQL")

@@ -120,7 +120,7 @@ func (f *Fanout) Event(ctx context.Context, ev pluginkit.Event, idle func()) err
 	if !f.last.IsZero() && ev.ID.Compare(f.last) <= 0 {
 		return nil // resent after a reconnect: already in the pipeline
 	}
-	seq, err := f.tracker.Add(ev.ID)
+	seq, err := f.tracker.AddEvent(ev.ID, len(ev.Payload), time.Now())
 	if err != nil {
 		return fmt.Errorf("fan out event: %w", err)
 	}
