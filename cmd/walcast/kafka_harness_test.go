@@ -221,14 +221,16 @@ func needKcat(t testing.TB) string {
 }
 
 // readKcat reads topic with kcat as a read_committed consumer, from the
-// beginning to the end of every partition.
-func readKcat(t testing.TB, addr, topic string) []kafkaRecord {
+// beginning to the end of every partition; extra are more kcat flags (-Z:
+// a null value is read as nil, not as an empty one).
+func readKcat(t testing.TB, addr, topic string, extra ...string) []kafkaRecord {
 	t.Helper()
 	kcat := needKcat(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, kcat, "-C", "-b", addr, "-t", topic, "-o", "beginning", "-e", "-J", "-q",
-		"-X", "isolation.level=read_committed")
+	args := append([]string{"-C", "-b", addr, "-t", topic, "-o", "beginning", "-e", "-J", "-q",
+		"-X", "isolation.level=read_committed"}, extra...)
+	cmd := exec.CommandContext(ctx, kcat, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
