@@ -2,7 +2,7 @@
 #
 #   make demo    throwaway PostgreSQL + a pipeline + changes flowing to stdout
 #   make test    everything CI runs (vet, gofmt, race-enabled tests)
-#   make tools   the external programs the tests use (kcat)
+#   make tools   the external clients the tests use (kcat, chromium, promtool, standardwebhooks)
 #   make kafka   a Kafka-protocol broker (kfake) on 127.0.0.1:9092
 
 GO       ?= go
@@ -35,17 +35,43 @@ fmt-check:
 test: tools build vet fmt-check
 	$(GO) test -race -timeout 25m -count=1 ./...
 
-# tools installs what the tests run besides Go and PostgreSQL: Debian's kcat,
-# the independent librdkafka client that checks what a read_committed Kafka
-# consumer sees. CI starts from a fresh machine, so this runs before tests.
+# tools installs what the tests run besides Go and PostgreSQL, the clients
+# nobody on this project wrote that check each interface from the outside:
+#   kcat (Debian)              what a read_committed librdkafka consumer sees
+#   chromium (Debian)          EventSource and cross-origin fetch against sse
+#   promtool (Debian's         the README's alert rules, with rule unit tests
+#     prometheus package)
+#   node + npm standardwebhooks  the Standard Webhooks reference verifier,
+#     (npm package, into .tools/npm, git-ignored)
+# CI starts from a fresh machine, so `make test` runs this first. Each step
+# is skipped when its client is already there; installing needs root or
+# password-less sudo (the tests say what is missing otherwise).
+APT_TOOLS   := kcat:kcat chromium:chromium promtool:prometheus node:nodejs npm:npm
+NPM_TOOLS   := standardwebhooks@1.1.1
+NPM_DIR     := .tools/npm
 tools:
-	@if command -v kcat >/dev/null 2>&1; then exit 0; fi; \
-	if [ "$$(id -u)" = 0 ]; then sudo=; \
-	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo=sudo; \
-	else echo "WARNING: kcat is missing and installing it needs root: run 'sudo apt-get install -y kcat'; the Kafka tests fail until it is installed" >&2; exit 0; fi; \
-	echo "installing kcat"; \
-	export DEBIAN_FRONTEND=noninteractive; \
-	$$sudo apt-get install -y kcat || { $$sudo apt-get update && $$sudo apt-get install -y kcat; }
+	@missing=; for t in $(APT_TOOLS); do \
+		command -v $${t%%:*} >/dev/null 2>&1 || missing="$$missing $${t#*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ]; then sudo=; \
+		elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo=sudo; \
+		else echo "WARNING: missing test clients ($$missing) and installing them needs root: run 'sudo apt-get install -y$$missing'; the tests that use them fail in CI and skip by hand" >&2; missing=; fi; \
+	fi; \
+	if [ -n "$$missing" ]; then \
+		echo "installing$$missing"; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		$$sudo apt-get install -y --no-install-recommends $$missing || \
+			{ $$sudo apt-get update && $$sudo apt-get install -y --no-install-recommends $$missing; } || exit 1; \
+	fi
+	@for p in $(NPM_TOOLS); do \
+		name=$${p%@*}; want=$${p##*@}; \
+		have=$$(node -p "require('./$(NPM_DIR)/node_modules/$$name/package.json').version" 2>/dev/null); \
+		[ "$$have" = "$$want" ] && continue; \
+		command -v npm >/dev/null 2>&1 || { echo "WARNING: npm is missing; cannot install $$p" >&2; continue; }; \
+		echo "installing npm $$p into $(NPM_DIR)"; \
+		npm install --no-audit --no-fund --no-save --prefix $(NPM_DIR) $$p || exit 1; \
+	done
 
 # kafka runs kfake, an in-memory Kafka-protocol broker, on 127.0.0.1 (port
 # KAFKA_PORT, default 9092) until interrupted; KAFKA_DATA keeps its state

@@ -28,6 +28,25 @@ func IdentityFrom(ctx context.Context) Identity {
 	return id
 }
 
+type tablesKey struct{}
+
+// WithTables returns ctx carrying the tables a sink can receive events of,
+// as Serve passes them to Configure. Tests use it to give the sink the
+// tables the host would.
+func WithTables(ctx context.Context, tables []string) context.Context {
+	return context.WithValue(ctx, tablesKey{}, tables)
+}
+
+// TablesFrom returns, inside Configure, the "schema.table" names the sink
+// can receive events of (the sink's tables filter, else the source's
+// tables), so that Configure can reject a table the sink could not route
+// before anything runs. It is nil when the host did not say (an older host,
+// or a test calling Configure directly).
+func TablesFrom(ctx context.Context) []string {
+	t, _ := ctx.Value(tablesKey{}).([]string)
+	return t
+}
+
 type gapKey struct{}
 
 // WithGapBefore marks ctx for a Deliver whose batch follows events that

@@ -204,6 +204,7 @@ func replayDirect(ctx context.Context, p *config.Pipeline, sink *config.Sink, st
 	pluginDir string, log *slog.Logger, stdout, stderr io.Writer) int {
 	ps := newPluginSet(pluginDir, log, stdout)
 	ps.Pipeline = p.Name
+	ps.Source = &p.Source
 	plugin, _, err := ps.Launch(ctx, sink)
 	if err != nil {
 		fmt.Fprintln(stderr, "walcast replay:", err)

@@ -38,6 +38,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	plugins := newPluginSet(*pluginDir, log, stdout)
 	plugins.Pipeline = p.Name
+	plugins.Source = &p.Source
 	err = daemon.Run(ctx, daemon.Options{
 		Pipeline:        p,
 		Launch:          plugins.Launch,

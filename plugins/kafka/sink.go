@@ -90,7 +90,7 @@ func (s *Sink) Info() pluginkit.Info {
 
 // Configure validates the config; it contacts no broker.
 func (s *Sink) Configure(ctx context.Context, raw json.RawMessage) error {
-	st, err := decodeConfig(raw, pluginkit.IdentityFrom(ctx))
+	st, err := decodeConfig(raw, pluginkit.IdentityFrom(ctx), pluginkit.TablesFrom(ctx))
 	if err != nil {
 		return err
 	}
@@ -319,29 +319,22 @@ func (s *Sink) fence(what string, err error) error {
 	return pluginkit.Fatal(s.fenced)
 }
 
-// records builds the Kafka records of a batch, creating missing topics.
+// records builds the Kafka records of a batch (see eventRecords), creating
+// missing topics.
 func (s *Sink) records(ctx context.Context, c *conn, events []pluginkit.Event) ([]*kgo.Record, error) {
 	recs := make([]*kgo.Record, 0, len(events)+1)
 	var missing []string
-	for _, e := range events {
-		topic := s.cfg.topicPrefix + "." + e.Schema + "." + e.Table
+	for i := range events {
+		e := &events[i]
+		topic := s.cfg.topicFor(e.Schema, e.Table)
 		if !s.topics[topic] && !slices.Contains(missing, topic) {
 			if !legalTopic.MatchString(topic) {
-				return nil, pluginkit.Permanent(fmt.Errorf("event %s: table %s.%s gives topic name %q, which Kafka does not accept (letters, digits, '.', '_', '-'; at most 249 characters)",
+				return nil, pluginkit.Permanent(fmt.Errorf("event %s: table %s.%s gives topic name %q, which Kafka does not accept (letters, digits, '.', '_', '-'; at most 249 characters): set a shorter name in topics",
 					e.ID, e.Schema, e.Table, topic))
 			}
 			missing = append(missing, topic)
 		}
-		recs = append(recs, &kgo.Record{
-			Topic: topic,
-			Key:   e.Key,
-			Value: e.Payload,
-			Headers: []kgo.RecordHeader{
-				{Key: "walcast-id", Value: []byte(e.ID.String())},
-				{Key: "walcast-op", Value: []byte(e.Op)},
-				{Key: "walcast-table", Value: []byte(e.Schema + "." + e.Table)},
-			},
-		})
+		recs = s.eventRecords(recs, topic, e)
 	}
 	if len(missing) > 0 {
 		if err := s.ensureTopics(ctx, c, missing, false); err != nil {

@@ -166,7 +166,7 @@ func TestConfigure(t *testing.T) {
 }
 
 func TestDefaults(t *testing.T) {
-	st, err := decodeConfig(json.RawMessage(`{"brokers":["k:9092"]}`), pluginkit.Identity{})
+	st, err := decodeConfig(json.RawMessage(`{"brokers":["k:9092"]}`), pluginkit.Identity{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -426,7 +426,7 @@ func TestTopicAuthorizationFailure(t *testing.T) {
 }
 
 func TestTransactionalIDDefaultsToSinkID(t *testing.T) {
-	st, err := decodeConfig(json.RawMessage(`{"brokers":["k:9092"]}`), pluginkit.Identity{Pipeline: "shop", SinkID: "events"})
+	st, err := decodeConfig(json.RawMessage(`{"brokers":["k:9092"]}`), pluginkit.Identity{Pipeline: "shop", SinkID: "events"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -67,6 +67,9 @@ type sinkRun struct {
 	queue  *fanout.Queue
 	sched  *schedule.Scheduler
 	meter  *schedule.Meter
+	// failed: a failure that stopped the sink is on record (shown by
+	// walcast status); saveLoop clears it once the sink delivers again.
+	failed bool
 }
 
 // Run runs the pipeline until ctx ends (a clean shutdown, returns nil) or
@@ -158,6 +161,17 @@ func Run(ctx context.Context, opts Options) (err error) {
 		skip = append(skip, through)
 	}
 
+	failures, err := store.LoadSinkFailures(ctx)
+	if err != nil {
+		return err
+	}
+	for _, r := range runs {
+		if f, ok := failures[r.cfg.ID]; ok {
+			r.failed = true
+			log.Warn("sink stopped the last run; delivering again", "sink", r.cfg.ID, "stopped_at", f.At, "err", f.Error)
+		}
+	}
+
 	tracker := ack.New(specs, prep.ConfirmedFlush)
 	deliverSeconds := newDeliverSeconds()
 	queues := make([]*fanout.Queue, len(runs))
@@ -195,7 +209,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 			Meter:          r.meter,
 			Logger:         log,
 			Observe: func(took time.Duration, outcome string) {
-				deliverSeconds.WithLabelValues(r.cfg.ID, outcome).Observe(took.Seconds())
+				deliverSeconds.WithLabelValues(r.cfg.ID, r.cfg.Type, outcome).Observe(took.Seconds())
 			},
 		}, r.queue, tracker, r.plugin)
 		log.Info("sink ready", "sink", r.cfg.ID, "type", r.cfg.Type, "durable", r.cfg.Durable, "resume_after", skip[i].String())
@@ -208,7 +222,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	fan := fanout.New(tracker, queues)
 	capt := capture.New(ccfg, fan)
 	if opts.MetricsListen != "" {
-		reg := newRegistry(p.Name, newPipelineCollector(runs, tracker, fan, capt), deliverSeconds)
+		reg := newRegistry(p.Name, newPipelineCollector(runs, tracker, fan, capt, slotRetainedWAL(pool, p.Source.Slot)), deliverSeconds)
 		healthy := func() error {
 			if !capt.Streaming() {
 				return errors.New("replication stream down: connecting or reconnecting to PostgreSQL")
@@ -233,6 +247,9 @@ func Run(ctx context.Context, opts Options) (err error) {
 		sched.Go(func() error {
 			err := r.sched.Run(hard, stop)
 			if err != nil {
+				if kind, _ := pluginkit.KindOf(err); kind == pluginkit.KindFatal {
+					recordFailure(store, r.cfg.ID, err, log)
+				}
 				schedErr <- fmt.Errorf("sink %s: %w", r.cfg.ID, err)
 			}
 			return err
@@ -309,6 +326,33 @@ func Run(ctx context.Context, opts Options) (err error) {
 	return err
 }
 
+// recordFailure puts the error that stopped a sink on record in the control
+// plane, where `walcast status` shows it. It runs as the pipeline stops, so
+// it has its own deadline.
+func recordFailure(store *checkpoint.Store, sink string, err error, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	log.Error("sink cannot go on; the pipeline stops, walcast status shows why", "sink", sink, "err", err)
+	if rerr := store.RecordSinkFailure(ctx, sink, err.Error()); rerr != nil {
+		log.Warn("record sink failure", "sink", sink, "err", rerr)
+	}
+}
+
+// clearRecovered forgets the recorded failure of every sink that has
+// delivered since the start.
+func clearRecovered(ctx context.Context, store *checkpoint.Store, runs []*sinkRun, log *slog.Logger) {
+	for _, r := range runs {
+		if !r.failed || r.sched.Stats.Delivered.Load() == 0 {
+			continue
+		}
+		if err := store.ClearSinkFailure(ctx, r.cfg.ID); err != nil {
+			log.Warn("clear sink failure", "sink", r.cfg.ID, "err", err)
+			continue
+		}
+		r.failed = false
+	}
+}
+
 func startSink(ctx context.Context, launch Launcher, s *config.Sink) (Plugin, pluginkit.EventID, error) {
 	plugin, res, err := launch(ctx, s)
 	if err != nil {
@@ -326,6 +370,7 @@ func saveLoop(ctx context.Context, store *checkpoint.Store, tracker *ack.Tracker
 			return
 		case <-t.C:
 		}
+		clearRecovered(ctx, store, runs, log)
 		if err := saveMarks(ctx, store, tracker, runs, false); err != nil && ctx.Err() == nil {
 			// The database may be restarting; the next tick tries again.
 			log.Warn("write checkpoints", "err", err)

@@ -32,6 +32,9 @@ type Config struct {
 	SinkID string
 	// Pipeline is the pipeline's name.
 	Pipeline string
+	// Tables are the tables the sink can receive events of; Configure
+	// passes them (pluginkit.TablesFrom).
+	Tables []string
 	// Logger receives the plugin's logs and go-plugin's own. Nil discards
 	// them.
 	Logger *slog.Logger
@@ -180,7 +183,7 @@ func (p *Plugin) Info(ctx context.Context) (pluginkit.Info, error) {
 // Configure passes the sink's config block, encoded as a JSON object. A
 // rejected attribute comes back as a *pluginkit.ConfigError.
 func (p *Plugin) Configure(ctx context.Context, config json.RawMessage) error {
-	if _, err := p.sink.Configure(ctx, &sinkv1.ConfigureRequest{Config: config, Pipeline: p.cfg.Pipeline, SinkId: p.cfg.SinkID}); err != nil {
+	if _, err := p.sink.Configure(ctx, &sinkv1.ConfigureRequest{Config: config, Pipeline: p.cfg.Pipeline, SinkId: p.cfg.SinkID, Tables: p.cfg.Tables}); err != nil {
 		return callError(ctx, "configure", err)
 	}
 	return nil

@@ -221,8 +221,13 @@ type ConfigureRequest struct {
 	// pipeline and sink_id name the sink in the host's pipeline file. Sinks
 	// use them for identities that must stay stable across restarts (the
 	// Kafka sink's transactional id, for example).
-	Pipeline      string `protobuf:"bytes,2,opt,name=pipeline,proto3" json:"pipeline,omitempty"`
-	SinkId        string `protobuf:"bytes,3,opt,name=sink_id,json=sinkId,proto3" json:"sink_id,omitempty"`
+	Pipeline string `protobuf:"bytes,2,opt,name=pipeline,proto3" json:"pipeline,omitempty"`
+	SinkId   string `protobuf:"bytes,3,opt,name=sink_id,json=sinkId,proto3" json:"sink_id,omitempty"`
+	// tables are the "schema.table" names this sink can receive events of,
+	// in the order the pipeline lists them, so that a sink can reject a
+	// table it cannot route (the Kafka sink checks each topic name) before
+	// anything runs. Empty from an older host.
+	Tables        []string `protobuf:"bytes,4,rep,name=tables,proto3" json:"tables,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -276,6 +281,13 @@ func (x *ConfigureRequest) GetSinkId() string {
 		return x.SinkId
 	}
 	return ""
+}
+
+func (x *ConfigureRequest) GetTables() []string {
+	if x != nil {
+		return x.Tables
+	}
+	return nil
 }
 
 type ConfigureResponse struct {
@@ -672,11 +684,12 @@ const file_sink_v1_sink_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1a\n" +
 	"\brequired\x18\x03 \x01(\bR\brequired\x12\x10\n" +
-	"\x03doc\x18\x04 \x01(\tR\x03doc\"_\n" +
+	"\x03doc\x18\x04 \x01(\tR\x03doc\"w\n" +
 	"\x10ConfigureRequest\x12\x16\n" +
 	"\x06config\x18\x01 \x01(\fR\x06config\x12\x1a\n" +
 	"\bpipeline\x18\x02 \x01(\tR\bpipeline\x12\x17\n" +
-	"\asink_id\x18\x03 \x01(\tR\x06sinkId\"\x13\n" +
+	"\asink_id\x18\x03 \x01(\tR\x06sinkId\x12\x16\n" +
+	"\x06tables\x18\x04 \x03(\tR\x06tables\"\x13\n" +
 	"\x11ConfigureResponse\"\r\n" +
 	"\vOpenRequest\".\n" +
 	"\fOpenResponse\x12\x1e\n" +
