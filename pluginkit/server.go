@@ -91,6 +91,9 @@ func (s *server) Deliver(ctx context.Context, req *sinkv1.DeliverRequest) (*sink
 	if req.GetGapBefore() {
 		ctx = WithGapBefore(ctx)
 	}
+	if req.GetReplay() {
+		ctx = WithReplay(ctx)
+	}
 	return s.deliver(ctx, events)
 }
 
@@ -126,6 +129,9 @@ func deliverHandler(srv any, ctx context.Context, dec func(any) error, intercept
 		r := req.(*deliverRequest)
 		if r.gapBefore {
 			ctx = WithGapBefore(ctx)
+		}
+		if r.replay {
+			ctx = WithReplay(ctx)
 		}
 		return s.deliver(ctx, r.events)
 	}

@@ -22,6 +22,7 @@ import (
 const (
 	fieldEvents    protowire.Number = 1 // DeliverRequest.events
 	fieldGapBefore protowire.Number = 2 // DeliverRequest.gap_before
+	fieldReplay    protowire.Number = 3 // DeliverRequest.replay
 	fieldID        protowire.Number = 1
 	fieldSchema    protowire.Number = 2
 	fieldTable     protowire.Number = 3
@@ -36,6 +37,7 @@ const (
 type DeliverBatch struct {
 	Events    []Event
 	GapBefore bool // see GapBefore
+	Replay    bool // see IsReplay
 }
 
 // Size is the encoded size in bytes.
@@ -46,6 +48,9 @@ func (b DeliverBatch) Size() int {
 		n += 1 + protowire.SizeVarint(uint64(m)) + m
 	}
 	if b.GapBefore {
+		n += 2
+	}
+	if b.Replay {
 		n += 2
 	}
 	return n
@@ -68,6 +73,10 @@ func (b DeliverBatch) AppendWire(buf []byte) []byte {
 	}
 	if b.GapBefore {
 		buf = protowire.AppendTag(buf, fieldGapBefore, protowire.VarintType)
+		buf = protowire.AppendVarint(buf, 1)
+	}
+	if b.Replay {
+		buf = protowire.AppendTag(buf, fieldReplay, protowire.VarintType)
 		buf = protowire.AppendVarint(buf, 1)
 	}
 	return buf
@@ -119,6 +128,7 @@ func idTextLen(id EventID) int {
 type deliverRequest struct {
 	events    []Event
 	gapBefore bool
+	replay    bool
 }
 
 // decodeDeliverRequest decodes a sink.v1.DeliverRequest. Keys and
@@ -160,6 +170,10 @@ func decodeDeliverRequest(data []byte) (deliverRequest, error) {
 			v, m := protowire.ConsumeVarint(data)
 			data = data[m:]
 			req.gapBefore = v != 0
+		case num == fieldReplay && typ == protowire.VarintType:
+			v, m := protowire.ConsumeVarint(data)
+			data = data[m:]
+			req.replay = v != 0
 		default:
 			data = data[protowire.ConsumeFieldValue(num, typ, data):]
 		}

@@ -209,7 +209,7 @@ func (p *Plugin) Deliver(ctx context.Context, events []pluginkit.Event) (plugink
 	// Sent as a pluginkit.DeliverBatch, which the codec encodes straight
 	// into the sink.v1.DeliverRequest wire format.
 	var resp sinkv1.DeliverResponse
-	if err := p.conn.Invoke(ctx, sinkv1.Sink_Deliver_FullMethodName, pluginkit.DeliverBatch{Events: events, GapBefore: pluginkit.GapBefore(ctx)}, &resp); err != nil {
+	if err := p.conn.Invoke(ctx, sinkv1.Sink_Deliver_FullMethodName, pluginkit.DeliverBatch{Events: events, GapBefore: pluginkit.GapBefore(ctx), Replay: pluginkit.IsReplay(ctx)}, &resp); err != nil {
 		return pluginkit.DeliverResult{}, callError(ctx, "deliver", err)
 	}
 	return pluginkit.DeliverResult{Duplicates: int(resp.GetDuplicates())}, nil
