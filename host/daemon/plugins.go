@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"path/filepath"
+	"slices"
 
 	"github.com/hashicorp/go-plugin"
 	"github.com/hashicorp/hcl/v2"
@@ -74,6 +76,9 @@ func (ps *PluginSet) Launch(ctx context.Context, s *config.Sink) (Plugin, plugin
 	cfg, err := ps.clientConfig(s.Type, s.ID)
 	if err != nil {
 		return nil, pluginkit.OpenResult{}, err
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Env)) {
+		cfg.Env = append(cfg.Env, k+"="+s.Env[k])
 	}
 	info, err := sinkclient.Describe(ctx, cfg, nil)
 	if err != nil {
