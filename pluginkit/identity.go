@@ -63,3 +63,22 @@ func GapBefore(ctx context.Context) bool {
 	v, _ := ctx.Value(gapKey{}).(bool)
 	return v
 }
+
+type replayKey struct{}
+
+// WithReplay marks ctx for a Deliver of parked events an operator asked
+// for again (see IsReplay). The host sets it; tests use it.
+func WithReplay(ctx context.Context) context.Context {
+	return context.WithValue(ctx, replayKey{}, true)
+}
+
+// IsReplay reports, inside Deliver, that the batch holds parked events an
+// operator replayed (`walcast replay`). They are older than the events the
+// sink delivered since, so they lie at or below any checkpoint the sink
+// reported: a sink that skips such events as duplicates must write these
+// anyway, without moving its checkpoint back. On a replay batch the host
+// treats a reported duplicate as a failure and keeps the events parked.
+func IsReplay(ctx context.Context) bool {
+	v, _ := ctx.Value(replayKey{}).(bool)
+	return v
+}

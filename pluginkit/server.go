@@ -95,6 +95,9 @@ func (s *server) Deliver(ctx context.Context, req *sinkv1.DeliverRequest) (*sink
 	if req.GetGapBefore() {
 		ctx = WithGapBefore(ctx)
 	}
+	if req.GetReplay() {
+		ctx = WithReplay(ctx)
+	}
 	return s.deliver(ctx, events)
 }
 
@@ -130,6 +133,9 @@ func deliverHandler(srv any, ctx context.Context, dec func(any) error, intercept
 		r := req.(*protocol.DeliverRequest)
 		if r.GapBefore {
 			ctx = WithGapBefore(ctx)
+		}
+		if r.Replay {
+			ctx = WithReplay(ctx)
 		}
 		return s.deliver(ctx, r.Events)
 	}

@@ -182,36 +182,20 @@ func Run(ctx context.Context, opts Options) (err error) {
 		// measured ~7% slower than two with batch_size 1000, four no faster).
 		r.queue = fanout.NewQueue(max(2*r.cfg.Delivery.BatchSize, 1024), r.cfg.Durable)
 		queues[i] = r.queue
-		d := r.cfg.Delivery
-		strict := d.Ordering == config.OrderingStrict
-		if r.plugin.Info().Ordered && !strict {
-			// The sink needs batches in commit order, one at a time (the
-			// Kafka sink filters at or below its own checkpoint, which is
-			// only sound that way); per-row order holds all the same.
+		if r.plugin.Info().Ordered && r.cfg.Delivery.Ordering != config.OrderingStrict {
 			log.Info("sink delivers one batch at a time in commit order, as its plugin requires", "sink", r.cfg.ID)
-			strict = true
 		}
 		r.meter = schedule.NewMeter(r.cfg.ID)
-		r.sched = schedule.New(schedule.Config{
-			SinkID:         r.cfg.ID,
-			Index:          i,
-			BatchSize:      d.BatchSize,
-			MaxInFlight:    d.MaxInFlight,
-			Strict:         strict,
-			RateLimit:      d.RateLimit,
-			RetryBase:      d.RetryBase,
-			MaxAttempts:    d.MaxAttempts,
-			DeliverTimeout: d.DeliverTimeout,
-			SkipThrough:    skip[i],
-			Tables:         set(r.cfg.Tables),
-			Ops:            set(r.cfg.Ops),
-			Parked:         store,
-			Meter:          r.meter,
-			Logger:         log,
-			Observe: func(took time.Duration, outcome string) {
-				deliverSeconds.WithLabelValues(r.cfg.ID, r.cfg.Type, outcome).Observe(took.Seconds())
-			},
-		}, r.queue, tracker, r.plugin)
+		scfg := ScheduleConfig(r.cfg, r.plugin.Info())
+		scfg.Index = i
+		scfg.SkipThrough = skip[i]
+		scfg.Parked = store
+		scfg.Meter = r.meter
+		scfg.Logger = log
+		scfg.Observe = func(took time.Duration, outcome string) {
+			deliverSeconds.WithLabelValues(r.cfg.ID, r.cfg.Type, outcome).Observe(took.Seconds())
+		}
+		r.sched = schedule.New(scfg, r.queue, tracker, r.plugin)
 		log.Info("sink ready", "sink", r.cfg.ID, "type", r.cfg.Type, "durable", r.cfg.Durable, "resume_after", skip[i].String())
 	}
 	// Pauses hold from the first event on, not from the first poll.
@@ -418,6 +402,29 @@ func saveUsage(ctx context.Context, store *checkpoint.Store, runs []*sinkRun) er
 // Connect opens the control connection pool of a pipeline's source.
 func Connect(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
 	return capture.Connect(ctx, dsn, 4)
+}
+
+// ScheduleConfig is a sink's delivery policy as its scheduler takes it:
+// the pipeline's delivery block, filters, and what the plugin requires.
+// The daemon and the daemon-less walcast replay both use it.
+func ScheduleConfig(s *config.Sink, info pluginkit.Info) schedule.Config {
+	d := s.Delivery
+	return schedule.Config{
+		SinkID:      s.ID,
+		BatchSize:   d.BatchSize,
+		MaxInFlight: d.MaxInFlight,
+		// A plugin that asks for order gets batches in commit order, one
+		// at a time (the Kafka sink filters at or below its own
+		// checkpoint, which is only sound that way); per-row order holds
+		// all the same.
+		Strict:         d.Ordering == config.OrderingStrict || info.Ordered,
+		RateLimit:      d.RateLimit,
+		RetryBase:      d.RetryBase,
+		MaxAttempts:    d.MaxAttempts,
+		DeliverTimeout: d.DeliverTimeout,
+		Tables:         set(s.Tables),
+		Ops:            set(s.Ops),
+	}
 }
 
 func set[T comparable](xs []T) map[T]bool {

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"path/filepath"
+	"slices"
 
 	"github.com/hashicorp/go-plugin"
 
@@ -83,6 +85,9 @@ func (ps *PluginSet) Launch(ctx context.Context, s *config.Sink) (Plugin, plugin
 		src = &config.Source{}
 	}
 	cfg.Tables = config.SinkTables(src, s)
+	for _, k := range slices.Sorted(maps.Keys(s.Env)) {
+		cfg.Env = append(cfg.Env, k+"="+s.Env[k])
+	}
 	info, err := sinkclient.Describe(ctx, cfg, nil)
 	if err != nil {
 		return nil, pluginkit.OpenResult{}, fmt.Errorf("describe plugin %s: %w", cfg.Path, explainChecksum(cfg, err))

@@ -503,7 +503,12 @@ type DeliverRequest struct {
 	Events []*Event               `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
 	// gap_before: events were dropped for this sink just before this batch
 	// (the sink is not durable and its queue in the host was full).
-	GapBefore     bool `protobuf:"varint,2,opt,name=gap_before,json=gapBefore,proto3" json:"gap_before,omitempty"`
+	GapBefore bool `protobuf:"varint,2,opt,name=gap_before,json=gapBefore,proto3" json:"gap_before,omitempty"`
+	// replay: the events were parked earlier and an operator asked for them
+	// again (`walcast replay`). They are older than the sink's checkpoint, by
+	// definition, and must be written anyway: a sink that drops events at or
+	// below its checkpoint as duplicates must not drop these.
+	Replay        bool `protobuf:"varint,3,opt,name=replay,proto3" json:"replay,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -552,9 +557,18 @@ func (x *DeliverRequest) GetGapBefore() bool {
 	return false
 }
 
+func (x *DeliverRequest) GetReplay() bool {
+	if x != nil {
+		return x.Replay
+	}
+	return false
+}
+
 type DeliverResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// duplicates counts events the sink recognised as already delivered.
+	// duplicates counts events the sink recognised as already delivered. On a
+	// replay batch the host treats any duplicate as a failure: the events
+	// stay parked.
 	Duplicates    int64 `protobuf:"varint,1,opt,name=duplicates,proto3" json:"duplicates,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -702,11 +716,12 @@ const file_sink_v1_sink_proto_rawDesc = "" +
 	"\x05table\x18\x03 \x01(\tR\x05table\x12\x0e\n" +
 	"\x02op\x18\x04 \x01(\tR\x02op\x12\x10\n" +
 	"\x03key\x18\x05 \x01(\fR\x03key\x12\x18\n" +
-	"\apayload\x18\x06 \x01(\fR\apayload\"_\n" +
+	"\apayload\x18\x06 \x01(\fR\apayload\"w\n" +
 	"\x0eDeliverRequest\x12.\n" +
 	"\x06events\x18\x01 \x03(\v2\x16.walcast.sink.v1.EventR\x06events\x12\x1d\n" +
 	"\n" +
-	"gap_before\x18\x02 \x01(\bR\tgapBefore\"1\n" +
+	"gap_before\x18\x02 \x01(\bR\tgapBefore\x12\x16\n" +
+	"\x06replay\x18\x03 \x01(\bR\x06replay\"1\n" +
 	"\x0fDeliverResponse\x12\x1e\n" +
 	"\n" +
 	"duplicates\x18\x01 \x01(\x03R\n" +
