@@ -15,8 +15,10 @@ type chartHTML = template.HTML
 // Chart geometry in SVG user units; the CSS scales the whole picture.
 const (
 	chartW, chartH = 480, 140
-	padL, padR     = 56, 8
+	padL, padR     = 56, 20
 	padT, padB     = 10, 22
+	// bytesH is the height of the smaller bytes chart under the usage one.
+	bytesH = 90
 )
 
 // series is one line or set of bars, drawn with a CSS class (its colour).
@@ -25,32 +27,37 @@ type series struct {
 	Values      []float64
 }
 
-// usageChart draws a sink's last 24 hours: attempts, delivered and failed
-// as grouped bars per hour; the bytes are in each hour's tooltip.
+// usageChart draws a sink's last 24 hours from walcast.usage: delivery
+// attempts (batches), delivered events and failed attempts as grouped
+// bars per hour, and under them the bytes sent per hour.
 func usageChart(hours []hourUsage) chartHTML {
 	if len(hours) == 0 {
 		return ""
 	}
-	ss := []series{{Name: "attempts", Class: "attempts"}, {Name: "delivered", Class: "delivered"}, {Name: "failed", Class: "failed"}}
+	ss := []series{{Name: "attempts", Class: "attempts"}, {Name: "delivered events", Class: "delivered"}, {Name: "failed attempts", Class: "failed"}}
+	bs := []series{{Name: "bytes", Class: "bytes"}}
 	labels := make([]string, len(hours))
 	tips := make([]string, len(hours))
 	for i, h := range hours {
 		ss[0].Values = append(ss[0].Values, float64(h.Attempts))
 		ss[1].Values = append(ss[1].Values, float64(h.Delivered))
 		ss[2].Values = append(ss[2].Values, float64(h.Failed))
+		bs[0].Values = append(bs[0].Values, float64(h.Bytes))
 		labels[i] = h.Hour.UTC().Format("15:04")
-		tips[i] = fmt.Sprintf("%s UTC: %d attempts, %d delivered, %d failed, %s",
+		tips[i] = fmt.Sprintf("%s UTC: %d attempts, %d delivered events, %d failed attempts, %s",
 			h.Hour.UTC().Format("2006-01-02 15:04"), h.Attempts, h.Delivered, h.Failed, humanBytes(h.Bytes))
 	}
-	return barChart("hourly usage", labels, tips, ss, func(v float64) string { return fmt.Sprintf("%.0f", v) })
+	return barChart("hourly deliveries", chartH, labels, tips, ss, niceMax, func(v float64) string { return fmt.Sprintf("%.0f", v) }) +
+		barChart("hourly bytes", bytesH, labels, tips, bs, niceBytes, func(v float64) string { return humanBytes(int64(v)) })
 }
 
-// barChart draws grouped bars, one group per label.
-func barChart(title string, labels, tips []string, ss []series, yLabel func(float64) string) chartHTML {
-	top := niceMax(ss)
+// barChart draws grouped bars, one group per label, in a chart of height
+// h.
+func barChart(title string, h int, labels, tips []string, ss []series, scale func([]series) float64, yLabel func(float64) string) chartHTML {
+	top := scale(ss)
 	var b strings.Builder
-	open(&b, title)
-	axes(&b, top, yLabel)
+	open(&b, title, h)
+	axes(&b, top, h, yLabel)
 	n := len(labels)
 	slot := float64(chartW-padL-padR) / float64(n)
 	bw := slot * 0.8 / float64(len(ss))
@@ -59,15 +66,15 @@ func barChart(title string, labels, tips []string, ss []series, yLabel func(floa
 		fmt.Fprintf(&b, `<g class="hour"><title>%s</title>`, html.EscapeString(tips[i]))
 		// A transparent full-height rectangle carries the tooltip where
 		// the bars are short.
-		fmt.Fprintf(&b, `<rect class="hit" x="%.1f" y="%d" width="%.1f" height="%d"/>`, x0, padT, slot*0.8, chartH-padT-padB)
+		fmt.Fprintf(&b, `<rect class="hit" x="%.1f" y="%d" width="%.1f" height="%d"/>`, x0, padT, slot*0.8, h-padT-padB)
 		for j, s := range ss {
-			h := s.Values[i] / top * float64(chartH-padT-padB)
+			bh := s.Values[i] / top * float64(h-padT-padB)
 			fmt.Fprintf(&b, `<rect class="%s" x="%.1f" y="%.1f" width="%.1f" height="%.1f"/>`,
-				html.EscapeString(s.Class), x0+bw*float64(j), float64(chartH-padB)-h, bw, h)
+				html.EscapeString(s.Class), x0+bw*float64(j), float64(h-padB)-bh, bw, bh)
 		}
 		b.WriteString(`</g>`)
-		if i%6 == 0 {
-			fmt.Fprintf(&b, `<text class="xlabel" x="%.1f" y="%d">%s</text>`, x0, chartH-6, html.EscapeString(labels[i]))
+		if i%6 == 0 || i == n-1 {
+			fmt.Fprintf(&b, `<text class="xlabel" x="%.1f" y="%d">%s</text>`, x0+slot*0.4, h-6, html.EscapeString(labels[i]))
 		}
 	}
 	legend(&b, ss)
@@ -78,13 +85,13 @@ func barChart(title string, labels, tips []string, ss []series, yLabel func(floa
 // lagChart draws the slot's lag samples of the last hour as a line.
 func lagChart(samples []lagSample, now time.Time) chartHTML {
 	var b strings.Builder
-	open(&b, "slot lag, last hour")
+	open(&b, "slot lag, last hour", chartH)
 	ss := []series{{Name: "lag", Class: "lag"}}
 	for _, s := range samples {
 		ss[0].Values = append(ss[0].Values, float64(s.Bytes))
 	}
-	top := niceMax(ss)
-	axes(&b, top, func(v float64) string { return humanBytes(int64(v)) })
+	top := niceBytes(ss)
+	axes(&b, top, chartH, func(v float64) string { return humanBytes(int64(v)) })
 	start := now.Add(-lagWindow)
 	x := func(t time.Time) float64 {
 		return float64(padL) + float64(t.Sub(start))/float64(lagWindow)*float64(chartW-padL-padR)
@@ -109,23 +116,24 @@ func lagChart(samples []lagSample, now time.Time) chartHTML {
 	}
 	for m := 0; m <= 60; m += 15 {
 		t := start.Add(time.Duration(m) * time.Minute)
-		fmt.Fprintf(&b, `<text class="xlabel" x="%.1f" y="%d">%s</text>`, x(t)-14, chartH-6, t.UTC().Format("15:04"))
+		fmt.Fprintf(&b, `<text class="xlabel" x="%.1f" y="%d">%s</text>`, x(t), chartH-6, t.UTC().Format("15:04"))
 	}
 	b.WriteString(`</svg>`)
 	return chartHTML(b.String())
 }
 
-func open(b *strings.Builder, title string) {
-	fmt.Fprintf(b, `<svg class="chart" viewBox="0 0 %d %d" role="img" aria-label="%s"><title>%s</title>`,
-		chartW, chartH, html.EscapeString(title), html.EscapeString(title))
+// open starts an SVG chart of height h; its size on the page is the CSS's.
+func open(b *strings.Builder, title string, h int) {
+	fmt.Fprintf(b, `<svg class="chart" viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="%s"><title>%s</title>`,
+		chartW, h, chartW, h, html.EscapeString(title), html.EscapeString(title))
 }
 
 // axes draws the baseline, the top grid line and their labels.
-func axes(b *strings.Builder, top float64, label func(float64) string) {
-	fmt.Fprintf(b, `<line class="axis" x1="%d" y1="%d" x2="%d" y2="%d"/>`, padL, chartH-padB, chartW-padR, chartH-padB)
+func axes(b *strings.Builder, top float64, h int, label func(float64) string) {
+	fmt.Fprintf(b, `<line class="axis" x1="%d" y1="%d" x2="%d" y2="%d"/>`, padL, h-padB, chartW-padR, h-padB)
 	fmt.Fprintf(b, `<line class="grid" x1="%d" y1="%d" x2="%d" y2="%d"/>`, padL, padT, chartW-padR, padT)
 	fmt.Fprintf(b, `<text class="ylabel" x="%d" y="%d">%s</text>`, padL-4, padT+4, html.EscapeString(label(top)))
-	fmt.Fprintf(b, `<text class="ylabel" x="%d" y="%d">0</text>`, padL-4, chartH-padB+4)
+	fmt.Fprintf(b, `<text class="ylabel" x="%d" y="%d">0</text>`, padL-4, h-padB+4)
 }
 
 func legend(b *strings.Builder, ss []series) {
@@ -159,6 +167,22 @@ func niceMax(ss []series) float64 {
 		}
 	}
 	return 10 * p
+}
+
+// niceBytes is niceMax in units of 1024^k, so that the axis reads 5.0 KiB
+// rather than 4.9 KiB.
+func niceBytes(ss []series) float64 {
+	m := 0.0
+	for _, s := range ss {
+		for _, v := range s.Values {
+			m = max(m, v)
+		}
+	}
+	unit := 1.0
+	for unit*1024 <= m {
+		unit *= 1024
+	}
+	return unit * niceMax([]series{{Values: []float64{m / unit}}})
 }
 
 func humanBytes(n int64) string {

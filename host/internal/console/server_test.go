@@ -315,13 +315,13 @@ func TestCharts(t *testing.T) {
 	hours := make([]hourUsage, 24)
 	hours[23] = hourUsage{Hour: time.Date(2026, 1, 1, 23, 0, 0, 0, time.UTC), Attempts: 12, Delivered: 9, Failed: 3, Bytes: 4096}
 	svg := string(usageChart(hours))
-	if !strings.HasPrefix(svg, "<svg") || !strings.HasSuffix(svg, "</svg>") || strings.Count(svg, `<g class="hour">`) != 24 ||
-		!strings.Contains(svg, "2026-01-01 23:00 UTC: 12 attempts, 9 delivered, 3 failed, 4.0 KiB") {
+	if !strings.HasPrefix(svg, "<svg") || !strings.HasSuffix(svg, "</svg>") || strings.Count(svg, `<g class="hour">`) != 2*24 || !strings.Contains(svg, `>5.0 KiB</text>`) ||
+		!strings.Contains(svg, "2026-01-01 23:00 UTC: 12 attempts, 9 delivered events, 3 failed attempts, 4.0 KiB") {
 		t.Errorf("usage chart:\n%s", svg)
 	}
 	now := time.Now()
 	svg = string(lagChart([]lagSample{{At: now.Add(-time.Minute), Bytes: 100}, {At: now, Bytes: 2048}}, now))
-	if !strings.Contains(svg, `<polyline class="lag" points="`) || !strings.Contains(svg, "2.0 KiB") {
+	if !strings.Contains(svg, `<polyline class="lag" points="`) || !strings.Contains(svg, "2.0 KiB") || !strings.Contains(svg, `>2.0 KiB</text>`) {
 		t.Errorf("lag chart:\n%s", svg)
 	}
 }
