@@ -2,7 +2,7 @@
 #
 #   make demo    throwaway PostgreSQL + a pipeline + changes flowing to stdout
 #   make test    everything CI runs (vet, gofmt, race-enabled tests)
-#   make tools   the external programs the tests use (kcat)
+#   make tools   the external programs the tests use (kcat, chromium)
 #   make kafka   a Kafka-protocol broker (kfake) on 127.0.0.1:9092
 
 GO       ?= go
@@ -35,17 +35,23 @@ fmt-check:
 test: tools build vet fmt-check
 	$(GO) test -race -timeout 25m -count=1 ./...
 
-# tools installs what the tests run besides Go and PostgreSQL: Debian's kcat,
-# the independent librdkafka client that checks what a read_committed Kafka
-# consumer sees. CI starts from a fresh machine, so this runs before tests.
+# tools installs what the tests run besides Go and PostgreSQL, from Debian:
+# kcat, the independent librdkafka client that checks what a
+# read_committed Kafka consumer sees, and chromium, the headless browser
+# the console test drives. CI starts from a fresh machine, so this runs
+# before tests; each is installed only when missing.
+TOOLS := kcat:kcat chromium:chromium
 tools:
-	@if command -v kcat >/dev/null 2>&1; then exit 0; fi; \
+	@missing=; for t in $(TOOLS); do \
+		command -v "$${t%%:*}" >/dev/null 2>&1 || missing="$$missing $${t#*:}"; \
+	done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ]; then sudo=; \
 	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo=sudo; \
-	else echo "WARNING: kcat is missing and installing it needs root: run 'sudo apt-get install -y kcat'; the Kafka tests fail until it is installed" >&2; exit 0; fi; \
-	echo "installing kcat"; \
+	else echo "WARNING:$$missing missing and installing needs root: run 'sudo apt-get install -y$$missing'; the tests that use them fail until they are installed" >&2; exit 0; fi; \
+	echo "installing$$missing"; \
 	export DEBIAN_FRONTEND=noninteractive; \
-	$$sudo apt-get install -y kcat || { $$sudo apt-get update && $$sudo apt-get install -y kcat; }
+	$$sudo apt-get install -y --no-install-recommends $$missing || { $$sudo apt-get update && $$sudo apt-get install -y --no-install-recommends $$missing; }
 
 # kafka runs kfake, an in-memory Kafka-protocol broker, on 127.0.0.1 (port
 # KAFKA_PORT, default 9092) until interrupted; KAFKA_DATA keeps its state
