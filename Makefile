@@ -38,7 +38,8 @@ test: tools build vet fmt-check
 # tools installs what the tests run besides Go and PostgreSQL, the clients
 # nobody on this project wrote that check each interface from the outside:
 #   kcat (Debian)              what a read_committed librdkafka consumer sees
-#   chromium (Debian)          EventSource and cross-origin fetch against sse
+#   chromium (Debian)          EventSource and cross-origin fetch against sse,
+#                              and the web console driven like a user
 #   promtool (Debian's         the README's alert rules, with rule unit tests
 #     prometheus package)
 #   node + npm standardwebhooks  the Standard Webhooks reference verifier,

@@ -27,6 +27,9 @@ Usage:
                                                     deliver parked events again, in order per row
   walcast pause PIPELINE.hcl [--sink ID]            stop delivering (to one sink); events wait in the slot
   walcast resume PIPELINE.hcl [--sink ID]           deliver again after walcast pause
+  walcast console PIPELINE.hcl... [--listen 127.0.0.1:8080] [--token TOKEN]
+                                                    web console: slots, sinks, usage, lag, parked
+                                                    events; replay, pause and resume buttons
   walcast teardown PIPELINE.hcl --yes [--force]     drop the slot, publication and checkpoints
   walcast plugin install SOURCE [--plugin-dir DIR] [--name TYPE]
                                                     install a sink plugin (binary, Go package
@@ -61,6 +64,8 @@ func run(args []string, stdout, stderr io.Writer, buildVersion string) int {
 		return cmdPause(rest, stdout, stderr)
 	case "resume":
 		return cmdResume(rest, stdout, stderr)
+	case "console":
+		return cmdConsole(rest, stdout, stderr)
 	case "teardown":
 		return cmdTeardown(rest, stdout, stderr)
 	case "plugin":

@@ -115,74 +115,101 @@ func cmdReplay(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer pool.Close()
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	err := replayParked(ctx, replayTarget{p: p, store: store, db: pool}, req, *wait, *pluginDir, log, stdout, stderr)
+	switch {
+	case errors.Is(err, errStillParked):
+		return 1 // each failure has been reported
+	case err != nil:
+		fmt.Fprintln(stderr, "walcast replay:", err)
+		return 1
+	}
+	return 0
+}
+
+// replayTarget is the pipeline a replay acts on and its control plane.
+type replayTarget struct {
+	p     *config.Pipeline
+	store *checkpoint.Store
+	db    checkpoint.Querier
+}
+
+// errStillParked says that a direct replay left rows parked; each failure
+// was written out as it happened.
+var errStillParked = errors.New("rows still parked")
+
+// replayParked delivers parked events of req.Sink again (req.ID's row, or
+// all of them), as `walcast replay` and the console's replay buttons do:
+// through the running daemon when one streams the slot (then it waits up
+// to wait for the events to leave walcast.parked), else directly with the
+// sink's plugin from pluginDir. Progress goes to out, the failures of a
+// direct replay to errOut.
+func replayParked(ctx context.Context, t replayTarget, req checkpoint.ReplayRequest, wait time.Duration,
+	pluginDir string, log *slog.Logger, out, errOut io.Writer) error {
+	p, store := t.p, t.store
 	var sink *config.Sink
 	for i := range p.Sinks {
-		if p.Sinks[i].ID == *sinkID {
+		if p.Sinks[i].ID == req.Sink {
 			sink = &p.Sinks[i]
 		}
 	}
 	if sink == nil {
-		fmt.Fprintf(stderr, "walcast replay: pipeline %q has no sink %q\n", p.Name, *sinkID)
-		return 1
+		return fmt.Errorf("pipeline %q has no sink %q", p.Name, req.Sink)
 	}
 	row := ""
 	if !req.ID.IsZero() {
 		r, err := store.ParkedRowOf(ctx, req.Sink, req.ID)
 		if err != nil {
-			fmt.Fprintln(stderr, "walcast replay:", err)
-			return 1
+			return err
 		}
 		if r == "" {
-			fmt.Fprintf(stderr, "walcast replay: event %s is not parked for sink %s (see walcast parked)\n", req.ID, req.Sink)
-			return 1
+			return fmt.Errorf("event %s is not parked for sink %s (see walcast parked)", req.ID, req.Sink)
 		}
 		row = r
 	}
 	before, err := store.ListParked(ctx, req.Sink, row)
 	if err != nil {
-		fmt.Fprintln(stderr, "walcast replay:", err)
-		return 1
+		return err
 	}
 	if len(before) == 0 {
-		fmt.Fprintln(stdout, "nothing parked to replay")
-		return 0
+		fmt.Fprintln(out, "nothing parked to replay")
+		return nil
 	}
-	running, err := slotActive(ctx, pool, p.Source.Slot)
+	running, err := slotActive(ctx, t.db, p.Source.Slot)
 	if err != nil {
-		fmt.Fprintln(stderr, "walcast replay:", err)
-		return 1
+		return err
 	}
-	if running {
-		// The daemon owns delivery: hand it the request, so the replayed
-		// events and the live ones of the same rows stay in order.
-		if err := store.RequestReplay(ctx, req); err != nil {
-			fmt.Fprintln(stderr, "walcast replay:", err)
-			return 1
+	if !running {
+		return replayDirect(ctx, p, sink, store, req, row, before, wait, pluginDir, log, out, errOut)
+	}
+	// The daemon owns delivery: hand it the request, so the replayed
+	// events and the live ones of the same rows stay in order.
+	if err := store.RequestReplay(ctx, req); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "asked the running daemon to replay %d parked events of sink %s\n", len(before), req.Sink)
+	if wait == 0 {
+		return nil
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		left, err := store.ListParked(ctx, req.Sink, row)
+		if err != nil {
+			return err
 		}
-		fmt.Fprintf(stdout, "asked the running daemon to replay %d parked events of sink %s\n", len(before), req.Sink)
-		if *wait == 0 {
-			return 0
+		if !stillParked(before, left) {
+			fmt.Fprintf(out, "replayed %d events; walcast.parked holds %d for sink %s\n", len(before), len(left), req.Sink)
+			return nil
 		}
-		deadline := time.Now().Add(*wait)
-		for {
-			left, err := store.ListParked(ctx, req.Sink, row)
-			if err != nil {
-				fmt.Fprintln(stderr, "walcast replay:", err)
-				return 1
-			}
-			if !stillParked(before, left) {
-				fmt.Fprintf(stdout, "replayed %d events; walcast.parked holds %d for sink %s\n", len(before), len(left), req.Sink)
-				return 0
-			}
-			if time.Now().After(deadline) {
-				fmt.Fprintf(stderr, "walcast replay: after %s %d events of sink %s are still parked; the daemon keeps trying (see walcast parked)\n", *wait, len(left), req.Sink)
-				return 1
-			}
-			time.Sleep(250 * time.Millisecond)
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after %s %d events of sink %s are still parked; the daemon keeps trying (see walcast parked)", wait, len(left), req.Sink)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
 		}
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	return replayDirect(ctx, p, sink, store, req, row, before, *wait, *pluginDir, log, stdout, stderr)
 }
 
 // stillParked reports whether any of the events asked for is still parked.
@@ -204,14 +231,13 @@ func stillParked(asked, left []checkpoint.Parked) bool {
 // batching, rate limit, row order, retries and parking again all apply. It
 // stops after wait (0: when the replay ends); what is left stays parked.
 func replayDirect(ctx context.Context, p *config.Pipeline, sink *config.Sink, store *checkpoint.Store, req checkpoint.ReplayRequest,
-	row string, before []checkpoint.Parked, wait time.Duration, pluginDir string, log *slog.Logger, stdout, stderr io.Writer) int {
+	row string, before []checkpoint.Parked, wait time.Duration, pluginDir string, log *slog.Logger, stdout, stderr io.Writer) error {
 	ps := newPluginSet(pluginDir, log, stdout)
 	ps.Pipeline = p.Name
 	ps.Source = &p.Source
 	plugin, _, err := ps.Launch(ctx, sink)
 	if err != nil {
-		fmt.Fprintln(stderr, "walcast replay:", err)
-		return 1
+		return err
 	}
 	defer plugin.Close(context.WithoutCancel(ctx))
 	cfg := daemon.ScheduleConfig(sink, plugin.Info())
@@ -229,8 +255,7 @@ func replayDirect(ctx context.Context, p *config.Pipeline, sink *config.Sink, st
 	}
 	left, lerr := store.ListParked(ctx, req.Sink, row)
 	if lerr != nil {
-		fmt.Fprintln(stderr, "walcast replay:", lerr)
-		return 1
+		return lerr
 	}
 	still := 0
 	for _, pe := range left {
@@ -242,12 +267,12 @@ func replayDirect(ctx context.Context, p *config.Pipeline, sink *config.Sink, st
 	fmt.Fprintf(stdout, "replayed directly (no daemon running): %d delivered, %d still parked\n", delivered, still)
 	if still > 0 {
 		fmt.Fprintf(stderr, "walcast replay: %d events of sink %s are still parked (see walcast parked for why)\n", still, req.Sink)
-		return 1
+		return errStillParked
 	}
-	if err != nil {
-		return 1
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return errStillParked // reported above
 	}
-	return 0
+	return nil
 }
 
 // slotActive reports whether a walsender streams from the slot, i.e.

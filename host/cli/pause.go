@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/walcast/walcast/host/internal/checkpoint"
+	"github.com/walcast/walcast/host/internal/config"
 )
 
 // cmdPause and cmdResume record an operator pause in walcast.pauses and
@@ -35,40 +38,49 @@ func setPaused(name string, paused bool, args []string, stdout, stderr io.Writer
 		return 1
 	}
 	defer pool.Close()
-	what := "pipeline " + p.Name
-	if *sinkID != "" {
-		found := false
-		for _, s := range p.Sinks {
-			found = found || s.ID == *sinkID
-		}
-		if !found {
-			fmt.Fprintf(stderr, "walcast %s: pipeline %q has no sink %q\n", name, p.Name, *sinkID)
-			return 1
-		}
-		what = "sink " + *sinkID + " of pipeline " + p.Name
-	}
-	if !paused && *sinkID != "" {
-		if pauses, err := store.LoadPauses(ctx); err == nil && !pauses.Pipeline.IsZero() {
-			fmt.Fprintf(stderr, "walcast resume: the whole pipeline %s is paused; resume it without --sink\n", p.Name)
-			return 1
-		}
-	}
-	changed, err := store.SetPaused(ctx, *sinkID, paused)
+	msg, err := applyPause(ctx, p, store, *sinkID, paused)
 	if err != nil {
 		fmt.Fprintf(stderr, "walcast %s: %v\n", name, err)
 		return 1
 	}
+	fmt.Fprint(stdout, msg)
+	return 0
+}
+
+// applyPause pauses or resumes one sink of p (the whole pipeline when
+// sinkID is empty), as `walcast pause`/`resume` and the console's buttons
+// do, and returns what it did in words, one or more lines.
+func applyPause(ctx context.Context, p *config.Pipeline, store *checkpoint.Store, sinkID string, paused bool) (string, error) {
+	what := "pipeline " + p.Name
+	if sinkID != "" {
+		found := false
+		for _, s := range p.Sinks {
+			found = found || s.ID == sinkID
+		}
+		if !found {
+			return "", fmt.Errorf("pipeline %q has no sink %q", p.Name, sinkID)
+		}
+		what = "sink " + sinkID + " of pipeline " + p.Name
+	}
+	if !paused && sinkID != "" {
+		if pauses, err := store.LoadPauses(ctx); err == nil && !pauses.Pipeline.IsZero() {
+			return "", fmt.Errorf("the whole pipeline %s is paused; resume it without --sink", p.Name)
+		}
+	}
+	changed, err := store.SetPaused(ctx, sinkID, paused)
+	if err != nil {
+		return "", err
+	}
 	switch {
 	case !changed && paused:
-		fmt.Fprintf(stdout, "%s was already paused\n", what)
+		return what + " was already paused\n", nil
 	case !changed:
-		fmt.Fprintf(stdout, "%s was not paused\n", what)
+		return what + " was not paused\n", nil
 	case paused:
-		fmt.Fprintf(stdout, "paused %s: a running walcast starts no new deliveries for it (batches in flight finish).\n", what)
-		fmt.Fprintln(stdout, "Nothing is dropped: events wait in the replication slot, which retains WAL until you run walcast resume;")
-		fmt.Fprintln(stdout, "while a durable sink is paused the other sinks of the pipeline stop too once its queue is full.")
+		return "paused " + what + ": a running walcast starts no new deliveries for it (batches in flight finish).\n" +
+			"Nothing is dropped: events wait in the replication slot, which retains WAL until you run walcast resume;\n" +
+			"while a durable sink is paused the other sinks of the pipeline stop too once its queue is full.\n", nil
 	default:
-		fmt.Fprintf(stdout, "resumed %s\n", what)
+		return "resumed " + what + "\n", nil
 	}
-	return 0
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"archive/zip"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,26 +24,7 @@ import (
 // and returns its stdout, stderr and exit status.
 func walcastCmd(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "walcast"), args...)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "WALCAST_PLUGIN_DIR=") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	var exitErr *exec.ExitError
-	switch {
-	case errors.As(err, &exitErr):
-		code = exitErr.ExitCode()
-	case err != nil:
-		t.Fatalf("walcast %s: %v", strings.Join(args, " "), err)
-	}
-	return stdout.String(), stderr.String(), code
+	return walcastEnvCmd(t, nil, args...)
 }
 
 // buildCustomSink builds examples/customsink, a third-party sink that
@@ -274,4 +257,314 @@ func TestPluginUsage(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, "no such file or directory") {
 		t.Errorf("install of a missing path: exit %d, stderr %q", code, stderr)
 	}
+}
+
+// notesSink is the source of a third-party sink module, example.com/sink:
+// a sink of type "notes" that appends each event id to a file.
+const notesSink = `package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+
+	"github.com/walcast/walcast/pluginkit"
+)
+
+type notes struct{ path string }
+
+func (n *notes) Info() pluginkit.Info {
+	return pluginkit.Info{Name: "notes", Version: pluginkit.BuildVersion(), Config: []pluginkit.ConfigField{
+		{Name: "path", Type: pluginkit.TypeString, Required: true, Doc: "file the event ids are appended to"},
+	}}
+}
+
+func (n *notes) Configure(_ context.Context, raw json.RawMessage) error {
+	var c struct {
+		Path string ` + "`json:\"path\"`" + `
+	}
+	if err := pluginkit.DecodeConfig(raw, &c); err != nil {
+		return err
+	}
+	n.path = c.Path
+	return nil
+}
+
+func (n *notes) Open(context.Context) (pluginkit.OpenResult, error) { return pluginkit.OpenResult{}, nil }
+
+func (n *notes) Deliver(_ context.Context, evs []pluginkit.Event) (pluginkit.DeliverResult, error) {
+	f, err := os.OpenFile(n.path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return pluginkit.DeliverResult{}, err
+	}
+	for _, e := range evs {
+		if _, err := f.WriteString(e.ID.String() + "\n"); err != nil {
+			f.Close()
+			return pluginkit.DeliverResult{}, err
+		}
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return pluginkit.DeliverResult{}, err
+	}
+	return pluginkit.DeliverResult{}, f.Close()
+}
+
+func (n *notes) Close(context.Context) error { return nil }
+
+func main() { pluginkit.Serve(&notes{}) }
+`
+
+// walcastCheckoutVersion is the version under which the module proxy of
+// TestPluginInstallModule serves this checkout of walcast.
+const walcastCheckoutVersion = "v0.0.0-checkout"
+
+// goProxy is a Go module proxy in a directory, served to the go command as
+// GOPROXY=file://DIR: <module>/@v/list, <version>.info, .mod and .zip.
+type goProxy struct {
+	t   *testing.T
+	dir string
+}
+
+// add publishes module@version with the given files (paths relative to
+// the module root; go.mod among them).
+func (p goProxy) add(module, version string, files map[string][]byte) {
+	p.t.Helper()
+	if strings.ToLower(module) != module {
+		p.t.Fatalf("module path %s: upper case needs !-escaping, which this proxy does not do", module)
+	}
+	dir := filepath.Join(p.dir, filepath.FromSlash(module), "@v")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		p.t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		w, err := zw.Create(module + "@" + version + "/" + name)
+		if err == nil {
+			_, err = w.Write(files[name])
+		}
+		if err != nil {
+			p.t.Fatal(err)
+		}
+	}
+	if err := zw.Close(); err != nil {
+		p.t.Fatal(err)
+	}
+	info := fmt.Sprintf(`{"Version":%q,"Time":"2026-01-01T00:00:00Z"}`, version)
+	for ext, data := range map[string][]byte{".info": []byte(info), ".mod": files["go.mod"], ".zip": buf.Bytes()} {
+		if err := os.WriteFile(filepath.Join(dir, version+ext), data, 0o644); err != nil {
+			p.t.Fatal(err)
+		}
+	}
+	list, err := os.OpenFile(filepath.Join(dir, "list"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err == nil {
+		_, err = fmt.Fprintln(list, version)
+		if cerr := list.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// checkoutFiles returns this checkout's module files as git sees them
+// (tracked or new, not ignored), the content a release zip would hold.
+func checkoutFiles(t *testing.T) map[string][]byte {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("git", "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("git ls-files (the test packs this checkout as a module): %v", err)
+	}
+	files := map[string][]byte{}
+	for _, name := range strings.Split(strings.TrimRight(string(out), "\x00"), "\x00") {
+		data, err := os.ReadFile(filepath.Join(root, name))
+		if errors.Is(err, os.ErrNotExist) {
+			continue // deleted in the work tree
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[name] = data
+	}
+	return files
+}
+
+// goEnv returns `go env NAME`.
+func goEnv(t *testing.T, name string) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", name).Output()
+	if err != nil {
+		t.Fatalf("go env %s: %v", name, err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// TestPluginInstallModule installs a third-party sink the way its users
+// would, `walcast plugin install example.com/sink@v1.0.0`, with no
+// network: a module proxy in a directory serves example.com/sink (which
+// requires github.com/walcast/walcast for pluginkit) and this checkout as
+// github.com/walcast/walcast; every other module comes from the local
+// module cache's download directory, itself a module proxy. A fresh
+// GOMODCACHE keeps the test's fake versions out of the user's cache.
+// The plugin is built, locked with its module version and SHA-256, and
+// then checks a pipeline's config in `walcast validate` and delivers in
+// `walcast run`.
+func TestPluginInstallModule(t *testing.T) {
+	tmp := t.TempDir()
+	proxy := goProxy{t: t, dir: filepath.Join(tmp, "proxy")}
+	realCache := filepath.Join(goEnv(t, "GOMODCACHE"), "cache", "download")
+	env := []string{
+		"GOPROXY=file://" + proxy.dir + ",file://" + realCache,
+		"GOMODCACHE=" + filepath.Join(tmp, "modcache"),
+		"GOSUMDB=off", // the fake modules have no checksum database entry
+		"GOTOOLCHAIN=local",
+		"GOWORK=off",
+		// -modcacherw lets t.TempDir remove the module cache; -trimpath
+		// keeps compiled packages cacheable across runs despite the fresh
+		// module cache directory.
+		"GOFLAGS=-modcacherw -trimpath " + os.Getenv("GOFLAGS"),
+	}
+
+	walcastMod := checkoutFiles(t)
+	proxy.add("github.com/walcast/walcast", walcastCheckoutVersion, walcastMod)
+
+	// The sink's author publishes its go.mod and go.sum.
+	src := filepath.Join(tmp, "src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	goMod := "module example.com/sink\n\ngo 1.26.0\n\nrequire github.com/walcast/walcast " + walcastCheckoutVersion + "\n"
+	for name, data := range map[string]string{"go.mod": goMod, "main.go": notesSink} {
+		if err := os.WriteFile(filepath.Join(src, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A build with -mod=mod records what the sink needs in go.mod and
+	// go.sum. (go mod tidy would also want the test dependencies of every
+	// dependency, which the local module cache does not hold.)
+	build := exec.Command("go", "build", "-mod=mod", "-o", os.DevNull, ".")
+	build.Dir = src
+	build.Env = append(os.Environ(), env...)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build -mod=mod in the sink module: %v\n%s", err, out)
+	}
+	sinkFiles := map[string][]byte{}
+	for _, name := range []string{"go.mod", "go.sum", "main.go"} {
+		data, err := os.ReadFile(filepath.Join(src, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sinkFiles[name] = data
+	}
+	proxy.add("example.com/sink", "v1.0.0", sinkFiles)
+
+	install := func(dir, arg string) (string, string, int) {
+		return walcastEnvCmd(t, env, "plugin", "install", arg, "--plugin-dir", dir)
+	}
+	dir := t.TempDir()
+	start := time.Now()
+	stdout, stderr, code := install(dir, "example.com/sink@v1.0.0")
+	if code != 0 {
+		t.Fatalf("walcast plugin install example.com/sink@v1.0.0: exit %d\n%s", code, stderr)
+	}
+	t.Logf("installed in %s: %s", time.Since(start).Round(time.Millisecond), stdout)
+	wantInstalled(t, stdout, "notes", dir)
+	e := readLock(t, dir).Plugins["notes"]
+	if e.Version != "v1.0.0" || e.Source != "example.com/sink@v1.0.0" {
+		t.Errorf("lock entry %+v, want version v1.0.0 and source example.com/sink@v1.0.0", e)
+	}
+
+	// A query is resolved: the lock says which version was built. (And a
+	// GOFLAGS=-mod=mod in the user's environment does not get in the way.)
+	latest := t.TempDir()
+	stdout, stderr, code = walcastEnvCmd(t, append(env, "GOFLAGS=-mod=mod -modcacherw -trimpath"), "plugin", "install", "example.com/sink@latest", "--plugin-dir", latest)
+	if code != 0 {
+		t.Fatalf("walcast plugin install example.com/sink@latest: exit %d\n%s", code, stderr)
+	}
+	wantInstalled(t, stdout, "notes", latest)
+	if e := readLock(t, latest).Plugins["notes"]; e.Source != "example.com/sink@v1.0.0" || e.Version != "v1.0.0" {
+		t.Errorf("lock entry after installing @latest: %+v, want source example.com/sink@v1.0.0", e)
+	}
+
+	// A version the proxy does not have fails with the go command's word.
+	_, stderr, code = install(t.TempDir(), "example.com/sink@v9.9.9")
+	if code != 1 || !strings.Contains(stderr, "go install example.com/sink@v9.9.9") {
+		t.Errorf("install of a missing version: exit %d, stderr:\n%s", code, stderr)
+	}
+
+	// The installed plugin checks its config block...
+	out := filepath.Join(t.TempDir(), "notes.txt")
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	exec1(t, db, "CREATE TABLE orders (id int PRIMARY KEY)")
+	pipeline := writePipeline(t, "pluginmodule", dsn, []string{"public.orders"}, sinkSpec{
+		ID: "notes", SinkType: "notes", Config: fmt.Sprintf("    path = %q\n", out)})
+	if _, stderr, code := walcastCmd(t, "validate", pipeline, "--plugin-dir", dir); code != 0 {
+		t.Fatalf("validate with the installed plugin: exit %d: %s", code, stderr)
+	}
+	bad := writePipeline(t, "pluginmodulebad", dsn, []string{"public.orders"}, sinkSpec{
+		ID: "notes", SinkType: "notes", Config: "    file = \"x\"\n"})
+	if _, stderr, code := walcastCmd(t, "validate", bad, "--plugin-dir", dir); code == 0 || !strings.Contains(stderr, "path") {
+		t.Errorf("validate of a config without path: exit %d: %s", code, stderr)
+	}
+
+	// ...and delivers.
+	cmd := exec.Command(filepath.Join(binDir, "walcast"), "run", pipeline, "--plugin-dir", dir)
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("walcast run log:\n%s", tail(log.String(), 40))
+		}
+	}()
+	waitSlot(t, db, "walcast_pluginmodule")
+	exec1(t, db, "INSERT INTO orders VALUES (1), (2)")
+	waitFor(t, "the notes sink to write two event ids", time.Minute, func() bool {
+		b, _ := os.ReadFile(out)
+		return strings.Count(string(b), "\n") >= 2
+	})
+}
+
+// walcastEnvCmd is walcastCmd with more environment variables. Its
+// deadline leaves room for `plugin install` builds on a loaded machine.
+func walcastEnvCmd(t *testing.T, env []string, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "walcast"), args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "WALCAST_PLUGIN_DIR=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exitErr *exec.ExitError
+	switch {
+	case errors.As(err, &exitErr):
+		return stdout.String(), stderr.String(), exitErr.ExitCode()
+	case err != nil:
+		t.Fatalf("walcast %s: %v", strings.Join(args, " "), err)
+	}
+	return stdout.String(), stderr.String(), 0
 }

@@ -3,6 +3,7 @@ package pluginlock
 import (
 	"context"
 	"crypto/sha256"
+	"debug/buildinfo"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -187,7 +188,7 @@ func Install(ctx context.Context, src Source, opts InstallOptions) (Installed, e
 	if opts.Now != nil {
 		now = opts.Now
 	}
-	entry := Entry{Version: info.Version, SHA256: sum, Source: src.Arg, InstalledAt: now().UTC().Truncate(time.Second)}
+	entry := Entry{Version: info.Version, SHA256: sum, Source: builtFrom(src, binary), InstalledAt: now().UTC().Truncate(time.Second)}
 	// The binary and its entry change under the directory's lock, so that
 	// concurrent installs keep every entry and each entry pins the binary
 	// that is actually in place.
@@ -210,6 +211,21 @@ func Install(ctx context.Context, src Source, opts InstallOptions) (Installed, e
 		return Installed{}, fmt.Errorf("install plugin %s: %s is in place but not recorded, re-run the install: %w", sinkType, dest, err)
 	}
 	return Installed{Type: sinkType, Path: dest, Entry: entry}, nil
+}
+
+// builtFrom is the lock entry's Source: src.Arg, except that a module
+// query (@latest, @main, a version prefix) is replaced by the version the
+// go command resolved it to, read from the binary's build information, so
+// that the lock says what was built and the install can be repeated.
+func builtFrom(src Source, binary string) string {
+	if src.Kind != SourceModule {
+		return src.Arg
+	}
+	bi, err := buildinfo.ReadFile(binary)
+	if err != nil || bi.Path == "" || bi.Main.Version == "" || bi.Main.Version == "(devel)" {
+		return src.Arg
+	}
+	return bi.Path + "@" + bi.Main.Version
 }
 
 // checkType rejects what cannot be a sink type (pluginkit.ValidTypeName),

@@ -43,7 +43,8 @@ type Entry struct {
 	// SHA256 is the hex SHA-256 of the installed executable.
 	SHA256 string `json:"sha256"`
 	// Source is what was installed: an absolute path (binary or package
-	// directory) or module@version.
+	// directory) or package@version with the version the go command
+	// resolved (v1.2.3 where the user asked for @latest).
 	Source string `json:"source"`
 	// InstalledAt is when, in UTC, to the second.
 	InstalledAt time.Time `json:"installed_at"`
