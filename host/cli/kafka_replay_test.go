@@ -21,6 +21,7 @@ func TestKafkaReplayOfParkedEvent(t *testing.T) {
 	db := connect(t, dsn)
 	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	truthSlot(t, db, "truth_kreplay")
+	t.Cleanup(func() { dropSlot(dsn, "truth_kreplay") }) // cluster-wide: -count reruns the test
 	addr := startKafka(t)
 	pipeline := writePipeline(t, "kreplay", dsn, []string{"public.items"}, sinkSpec{
 		ID: "kafka", SinkType: "kafka", Batch: 10,

@@ -7,6 +7,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -108,6 +109,37 @@ func TestMetrics(t *testing.T) {
 	mf = scrape(t, base)
 	if n := histogramCount(t, mf, "walcast_sink_deliver_duration_seconds", map[string]string{"sink": "hook", "type": "webhook", "outcome": "retryable"}); n < 2 {
 		t.Errorf("retryable Deliver observations %v, want at least 2", n)
+	}
+
+	// walcast_sink_delivery_attempts_total is a counter: scraped while a
+	// request the receiver will throttle is in flight, after the throttle,
+	// and after the delivery, it never goes down, and the throttled
+	// request is not an attempt.
+	entered, release := make(chan struct{}), make(chan struct{})
+	var throttled sync.Once
+	rcv.setRespond(func(http.Header, []byte, []received) (int, http.Header) {
+		status := 0
+		throttled.Do(func() {
+			close(entered)
+			<-release
+			status = http.StatusTooManyRequests
+		})
+		return status, http.Header{"Retry-After": {"1"}}
+	})
+	before := value(t, scrape(t, base), "walcast_sink_delivery_attempts_total", hook)
+	exec1(t, db, `UPDATE items SET v = 2 WHERE id = 2`)
+	<-entered
+	during := value(t, scrape(t, base), "walcast_sink_delivery_attempts_total", hook)
+	close(release)
+	waitFor(t, "the throttle in the metrics", time.Minute, func() bool {
+		return value(t, scrape(t, base), "walcast_sink_throttles_total", hook) >= 1
+	})
+	afterThrottle := value(t, scrape(t, base), "walcast_sink_delivery_attempts_total", hook)
+	waitFor(t, "the update after the throttle", time.Minute, func() bool { return rcv.distinct() == 102 })
+	after := value(t, scrape(t, base), "walcast_sink_delivery_attempts_total", hook)
+	if during < before || afterThrottle < during || after < afterThrottle || after != before+1 {
+		t.Errorf("delivery_attempts_total scraped %v before, %v during the throttled request, %v after the throttle, %v after the delivery; "+
+			"want a counter that never goes down and grows by 1", before, during, afterThrottle, after)
 	}
 
 	if out, err := walcastCLI(t, "pause", pipeline, "--sink", "hook"); err != nil {

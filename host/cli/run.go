@@ -47,7 +47,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		MetricsListen:   *metrics,
 	})
 	if err != nil {
-		log.Error("walcast run failed", "err", err)
+		// Printed once (daemon.Run does not log the error it returns),
+		// as plain text like every command's errors: err carries the
+		// whole chain of causes, which may span lines.
 		fmt.Fprintln(stderr, "walcast run:", err)
 		return 1
 	}

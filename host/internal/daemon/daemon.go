@@ -263,12 +263,14 @@ func Run(ctx context.Context, opts Options) (err error) {
 	case err = <-captureErr:
 		captureDone = true
 		if err != nil {
-			log.Error("capture failed", "err", err)
+			// Run returns err and the caller reports it, once.
+			log.Info("stopping: the replication stream failed; waiting for deliveries in flight", "timeout", opts.ShutdownTimeout)
 		}
 	case err = <-schedErr:
 		// A sink's scheduler cannot go on: stop everything rather than let
-		// its queue fill and stall the stream silently.
-		log.Error("sink failed", "err", err)
+		// its queue fill and stall the stream silently. Run returns err
+		// and the caller reports it, once.
+		log.Info("stopping: a sink failed; waiting for deliveries in flight", "timeout", opts.ShutdownTimeout)
 	}
 	cancelCapture()
 	if !captureDone {

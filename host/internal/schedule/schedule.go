@@ -451,9 +451,12 @@ func (s *Scheduler) deliver(ctx context.Context, batch []*entry, size int) {
 		// A parked event lies below the sink's checkpoint by definition,
 		// so a sink that calls it a duplicate most likely skipped it
 		// without writing it. Unparking it would lose it without a word:
-		// it fails instead (alone, it is parked again, saying why).
-		err = pluginkit.Permanent(fmt.Errorf("the sink reported %d of %d replayed events as already delivered and did not write them "+
-			"(a sink must write a replayed batch, see pluginkit.IsReplay); they stay parked", res.Duplicates, len(batch)))
+		// it fails instead (alone, it is parked again, saying why). The
+		// host cannot tell that from a sink that really holds it; an
+		// operator can, and removes it from walcast.parked.
+		err = pluginkit.Permanent(fmt.Errorf("the sink reported %d of %d replayed events as already delivered; a sink that skips events "+
+			"at or below its checkpoint has not written them (it must write replay batches, see pluginkit.IsReplay), so they stay parked: "+
+			"if the destination does hold them, delete them from walcast.parked", res.Duplicates, len(batch)))
 	}
 	if err == nil && replay && s.cfg.Parked != nil {
 		// Replayed events leave walcast.parked before they count as
