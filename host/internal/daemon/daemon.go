@@ -318,7 +318,8 @@ func Run(ctx context.Context, opts Options) (err error) {
 func recordFailure(store *checkpoint.Store, sink string, err error, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	log.Error("sink cannot go on; the pipeline stops, walcast status shows why", "sink", sink, "err", err)
+	// The error itself is what Run returns, and the caller prints it once.
+	log.Error("sink cannot go on; the pipeline stops, walcast status shows why", "sink", sink)
 	if rerr := store.RecordSinkFailure(ctx, sink, err.Error()); rerr != nil {
 		log.Warn("record sink failure", "sink", sink, "err", rerr)
 	}
