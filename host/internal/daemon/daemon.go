@@ -319,7 +319,7 @@ func recordFailure(store *checkpoint.Store, sink string, err error, log *slog.Lo
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	// The error itself is what Run returns, and the caller prints it once.
-	log.Error("sink cannot go on; the pipeline stops, walcast status shows why", "sink", sink)
+	log.Error("the sink stopped the pipeline; walcast status shows why", "sink", sink)
 	if rerr := store.RecordSinkFailure(ctx, sink, err.Error()); rerr != nil {
 		log.Warn("record sink failure", "sink", sink, "err", rerr)
 	}
