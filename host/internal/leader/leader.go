@@ -1,0 +1,284 @@
+// Package leader decides which walcast process streams a pipeline when
+// several run it: the one whose dedicated connection to the source
+// database holds the pipeline's session-level advisory lock. The source
+// database is the coordinator every pipeline already depends on, so there
+// is no other service and no consensus of our own.
+//
+// States of one process:
+//
+//	standby ──lock acquired──▶ leader ──session lost──▶ lost (stop delivering at once)
+//	   ▲                          │
+//	   └────────── Release ◀──────┘ (graceful stop: the lock goes with the session)
+//
+// Invariants:
+//
+//   - At most one session holds the lock: PostgreSQL guarantees it.
+//   - A leader learns it lost its session within CheckInterval plus a ping
+//     timeout, and Lost is closed then; the daemon stops delivering.
+//   - A write made through the lease (Exec, Query, QueryRow) runs on the
+//     lock's own session, so it cannot succeed once that session is gone:
+//     a paused old leader that wakes up after a standby took over cannot
+//     move a checkpoint. Slot confirmations are fenced by PostgreSQL itself:
+//     a slot streams to one walsender at a time (its active_pid).
+//   - The server notices a dead client through TCP keepalives set on the
+//     lock session (KeepaliveIdle + KeepaliveInterval × KeepaliveCount),
+//     which bounds how long a crashed machine keeps the lock; a process
+//     that exits or is killed closes its socket and frees it at once.
+package leader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Config says which pipeline to lead and how quickly to notice changes.
+type Config struct {
+	// DSN is the source database.
+	DSN string
+	// Pipeline names the lock: one lock per pipeline name.
+	Pipeline string
+	// Holder describes this process to standbys and `walcast status`
+	// (default "walcast <hostname> pid <pid>"). It is the lock session's
+	// application_name, so it must fit in 63 bytes.
+	Holder string
+	// PollInterval is how often a standby tries the lock. Default 2s.
+	PollInterval time.Duration
+	// CheckInterval is how often a leader checks its session. Default 1s.
+	CheckInterval time.Duration
+	// KeepaliveIdle, KeepaliveInterval and KeepaliveCount are the server's
+	// TCP keepalive settings for the lock session. Defaults 5s, 2s, 3: a
+	// vanished leader's lock is freed within about 11s.
+	KeepaliveIdle, KeepaliveInterval time.Duration
+	KeepaliveCount                   int
+	Logger                           *slog.Logger
+}
+
+func (c *Config) defaults() {
+	if c.Holder == "" {
+		host, _ := os.Hostname()
+		c.Holder = "walcast " + host + " pid " + strconv.Itoa(os.Getpid())
+	}
+	if len(c.Holder) > 63 {
+		c.Holder = c.Holder[:63]
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = 2 * time.Second
+	}
+	if c.CheckInterval <= 0 {
+		c.CheckInterval = time.Second
+	}
+	if c.KeepaliveIdle <= 0 {
+		c.KeepaliveIdle = 5 * time.Second
+	}
+	if c.KeepaliveInterval <= 0 {
+		c.KeepaliveInterval = 2 * time.Second
+	}
+	if c.KeepaliveCount <= 0 {
+		c.KeepaliveCount = 3
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Keys returns the two int4 keys of the pipeline's advisory lock: a fixed
+// class for walcast and a hash of the pipeline name. Anyone can find the
+// holder in pg_locks (locktype 'advisory', classid and objid these keys).
+func Keys(pipeline string) (class, obj int32) {
+	h := fnv.New32a()
+	h.Write([]byte(pipeline))
+	return 0x77636173, int32(h.Sum32()) // "wcas"
+}
+
+// Holder describes the current leader of a pipeline.
+type Holder struct {
+	PID   int       // the lock session's backend pid
+	Name  string    // its application_name (Config.Holder)
+	Since time.Time // when the session started
+}
+
+// Lease is held leadership. Its methods are safe for concurrent use.
+type Lease struct {
+	cfg  Config
+	mu   sync.Mutex // serialises use of conn
+	conn *pgx.Conn
+	lost chan struct{}
+	once sync.Once
+	err  error // why it was lost
+	done chan struct{}
+	stop context.CancelFunc
+}
+
+// ErrLost is wrapped by what a lease's methods return once its session is
+// gone: another process may lead by now.
+var ErrLost = errors.New("leadership lost")
+
+// Acquire blocks until this process holds the pipeline's lock, or ctx ends.
+// While it waits it logs once whom it stands by for, and again only when
+// the leader changes.
+func Acquire(ctx context.Context, cfg Config) (*Lease, error) {
+	cfg.defaults()
+	class, obj := Keys(cfg.Pipeline)
+	var standingBy Holder
+	for {
+		conn, err := connect(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		var got bool
+		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, $2)`, class, obj).Scan(&got); err != nil {
+			conn.Close(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("try the leadership lock of pipeline %s: %w", cfg.Pipeline, err)
+		}
+		if got {
+			return start(cfg, conn), nil
+		}
+		h, err := current(ctx, conn, cfg.Pipeline)
+		conn.Close(context.WithoutCancel(ctx))
+		if err == nil && h != standingBy {
+			standingBy = h
+			cfg.Logger.Info("standing by: another walcast streams this pipeline; taking over when it stops",
+				"pipeline", cfg.Pipeline, "leader", h.Name, "leader_pid", h.PID, "since", h.Since.UTC().Format(time.RFC3339))
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(cfg.PollInterval):
+		}
+	}
+}
+
+// connect opens the lock session with server-side TCP keepalives, so that
+// PostgreSQL itself frees the lock of a leader whose machine vanished.
+func connect(ctx context.Context, cfg Config) (*pgx.Conn, error) {
+	pcfg, err := pgx.ParseConfig(cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("parse source dsn: %w", err)
+	}
+	if pcfg.ConnectTimeout == 0 {
+		pcfg.ConnectTimeout = 10 * time.Second
+	}
+	pcfg.RuntimeParams["application_name"] = cfg.Holder
+	pcfg.RuntimeParams["tcp_keepalives_idle"] = strconv.Itoa(int(cfg.KeepaliveIdle.Seconds()))
+	pcfg.RuntimeParams["tcp_keepalives_interval"] = strconv.Itoa(int(cfg.KeepaliveInterval.Seconds()))
+	pcfg.RuntimeParams["tcp_keepalives_count"] = strconv.Itoa(cfg.KeepaliveCount)
+	conn, err := pgx.ConnectConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("open the leadership session of pipeline %s: %w", cfg.Pipeline, err)
+	}
+	return conn, nil
+}
+
+// Current returns who holds the pipeline's lock; ok is false when nobody
+// does. db is any connection to the source database.
+func Current(ctx context.Context, db interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, pipeline string) (h Holder, ok bool, err error) {
+	h, err = current(ctx, db, pipeline)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Holder{}, false, nil
+	}
+	return h, err == nil, err
+}
+
+func current(ctx context.Context, db interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, pipeline string) (Holder, error) {
+	class, obj := Keys(pipeline)
+	var h Holder
+	err := db.QueryRow(ctx, `
+SELECT a.pid, a.application_name, a.backend_start
+FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.granted AND l.classid = $1::int::oid AND l.objid = $2::int::oid AND l.objsubid = 2
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+		class, obj).Scan(&h.PID, &h.Name, &h.Since)
+	return h, err
+}
+
+func start(cfg Config, conn *pgx.Conn) *Lease {
+	ctx, stop := context.WithCancel(context.Background())
+	l := &Lease{cfg: cfg, conn: conn, lost: make(chan struct{}), done: make(chan struct{}), stop: stop}
+	go l.watch(ctx)
+	cfg.Logger.Info("leading: this walcast streams the pipeline", "pipeline", cfg.Pipeline, "holder", cfg.Holder)
+	return l
+}
+
+// watch pings the session every CheckInterval and declares the lease lost
+// when a ping fails or takes longer than the interval allows.
+func (l *Lease) watch(ctx context.Context) {
+	defer close(l.done)
+	t := time.NewTicker(l.cfg.CheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, 2*l.cfg.CheckInterval)
+		l.mu.Lock()
+		err := l.conn.Ping(pctx)
+		l.mu.Unlock()
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			l.markLost(fmt.Errorf("the leadership session of pipeline %s failed: %w", l.cfg.Pipeline, err))
+			return
+		}
+	}
+}
+
+func (l *Lease) markLost(err error) {
+	l.once.Do(func() {
+		l.err = err
+		close(l.lost)
+		l.cfg.Logger.Error("leadership lost: stopping deliveries at once; a standby may take over", "pipeline", l.cfg.Pipeline, "err", err)
+	})
+}
+
+// Lost is closed once the lock session is gone.
+func (l *Lease) Lost() <-chan struct{} { return l.lost }
+
+// Err says why the lease was lost, nil while it is held.
+func (l *Lease) Err() error {
+	select {
+	case <-l.lost:
+		return fmt.Errorf("%w: %w", ErrLost, l.err)
+	default:
+		return nil
+	}
+}
+
+// Exec runs a statement on the lock session: it cannot succeed once the
+// session that holds the lock is gone. Checkpoints go through it.
+func (l *Lease) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := l.Err(); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	tag, err := l.conn.Exec(ctx, sql, args...)
+	if err != nil && l.conn.IsClosed() {
+		l.markLost(err)
+	}
+	return tag, err
+}
+
+// Release gives the lock up by closing its session; a standby takes over
+// within its poll interval. It waits for the watcher to end.
+func (l *Lease) Release(ctx context.Context) error {
+	l.stop()
+	<-l.done
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.conn.Close(ctx)
+}
