@@ -2,7 +2,7 @@
 #
 #   make demo    throwaway PostgreSQL + a pipeline + changes flowing to stdout
 #   make test    everything CI runs (vet, gofmt, race-enabled tests)
-#   make tools   the external programs the tests use (kcat, chromium)
+#   make tools   the external clients the tests use (kcat, chromium, promtool, standardwebhooks)
 #   make kafka   a Kafka-protocol broker (kfake) on 127.0.0.1:9092
 
 GO       ?= go
@@ -35,23 +35,44 @@ fmt-check:
 test: tools build vet fmt-check
 	$(GO) test -race -timeout 25m -count=1 ./...
 
-# tools installs what the tests run besides Go and PostgreSQL, from Debian:
-# kcat, the independent librdkafka client that checks what a
-# read_committed Kafka consumer sees, and chromium, the headless browser
-# the console test drives. CI starts from a fresh machine, so this runs
-# before tests; each is installed only when missing.
-TOOLS := kcat:kcat chromium:chromium
+# tools installs what the tests run besides Go and PostgreSQL, the clients
+# nobody on this project wrote that check each interface from the outside:
+#   kcat (Debian)              what a read_committed librdkafka consumer sees
+#   chromium (Debian)          EventSource and cross-origin fetch against sse,
+#                              and the web console driven like a user
+#   promtool (Debian's         the README's alert rules, with rule unit tests
+#     prometheus package)
+#   node + npm standardwebhooks  the Standard Webhooks reference verifier,
+#     (npm package, into .tools/npm, git-ignored)
+# CI starts from a fresh machine, so `make test` runs this first. Each step
+# is skipped when its client is already there; installing needs root or
+# password-less sudo (the tests say what is missing otherwise).
+APT_TOOLS   := kcat:kcat chromium:chromium promtool:prometheus node:nodejs npm:npm
+NPM_TOOLS   := standardwebhooks@1.1.1
+NPM_DIR     := .tools/npm
 tools:
-	@missing=; for t in $(TOOLS); do \
-		command -v "$${t%%:*}" >/dev/null 2>&1 || missing="$$missing $${t#*:}"; \
+	@missing=; for t in $(APT_TOOLS); do \
+		command -v $${t%%:*} >/dev/null 2>&1 || missing="$$missing $${t#*:}"; \
 	done; \
-	if [ -z "$$missing" ]; then exit 0; fi; \
-	if [ "$$(id -u)" = 0 ]; then sudo=; \
-	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo=sudo; \
-	else echo "WARNING:$$missing missing and installing needs root: run 'sudo apt-get install -y$$missing'; the tests that use them fail until they are installed" >&2; exit 0; fi; \
-	echo "installing$$missing"; \
-	export DEBIAN_FRONTEND=noninteractive; \
-	$$sudo apt-get install -y --no-install-recommends $$missing || { $$sudo apt-get update && $$sudo apt-get install -y --no-install-recommends $$missing; }
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ]; then sudo=; \
+		elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo=sudo; \
+		else echo "WARNING: missing test clients ($$missing) and installing them needs root: run 'sudo apt-get install -y$$missing'; the tests that use them fail in CI and skip by hand" >&2; missing=; fi; \
+	fi; \
+	if [ -n "$$missing" ]; then \
+		echo "installing$$missing"; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		$$sudo apt-get install -y --no-install-recommends $$missing || \
+			{ $$sudo apt-get update && $$sudo apt-get install -y --no-install-recommends $$missing; } || exit 1; \
+	fi
+	@for p in $(NPM_TOOLS); do \
+		name=$${p%@*}; want=$${p##*@}; \
+		have=$$(node -p "require('./$(NPM_DIR)/node_modules/$$name/package.json').version" 2>/dev/null); \
+		[ "$$have" = "$$want" ] && continue; \
+		command -v npm >/dev/null 2>&1 || { echo "WARNING: npm is missing; cannot install $$p" >&2; continue; }; \
+		echo "installing npm $$p into $(NPM_DIR)"; \
+		npm install --no-audit --no-fund --no-save --prefix $(NPM_DIR) $$p || exit 1; \
+	done
 
 # kafka runs kfake, an in-memory Kafka-protocol broker, on 127.0.0.1 (port
 # KAFKA_PORT, default 9092) until interrupted; KAFKA_DATA keeps its state
@@ -64,7 +85,7 @@ kafka:
 demo: build
 	$(GO) run ./cmd/walcast-demo --bin $(BIN)
 
-# bench runs the benchmark of BENCHMARKS.md (a private PostgreSQL, the
+# bench runs the benchmark of docs/benchmarks.md (a private PostgreSQL, the
 # workload in fresh slots, each path drains one, 3 runs, medians) and writes
 # bench/out/results.json. BENCHFLAGS passes flags to walcast-bench, e.g.
 # BENCHFLAGS='-scale 0.1 -runs 1' for a quick run.

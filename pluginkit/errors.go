@@ -93,12 +93,42 @@ func KindOf(err error) (Kind, time.Duration) {
 }
 
 // ConfigError rejects one attribute of a sink's config block. The host turns
-// it into a FILE:LINE:COL diagnostic pointing at that attribute.
+// it into a FILE:LINE:COL diagnostic pointing at that attribute. Several
+// problems can be reported at once with errors.Join; see ConfigErrors.
 type ConfigError struct {
 	// Field is the attribute name in the config block; empty means the
 	// block as a whole.
 	Field string
 	Msg   string
+	// Table, when set, is the captured table ("schema.table", one of
+	// TablesFrom) the problem is about. When Field is not written
+	// in the config block, the host points at that table in the source's
+	// tables list instead.
+	Table string
+}
+
+// ConfigErrors returns every *ConfigError in err's tree (errors.Join
+// included), in order.
+func ConfigErrors(err error) []*ConfigError {
+	var out []*ConfigError
+	var walk func(error)
+	walk = func(e error) {
+		switch x := e.(type) {
+		case nil:
+			return
+		case *ConfigError:
+			out = append(out, x)
+			return
+		case interface{ Unwrap() []error }:
+			for _, c := range x.Unwrap() {
+				walk(c)
+			}
+		case interface{ Unwrap() error }:
+			walk(x.Unwrap())
+		}
+	}
+	walk(err)
+	return out
 }
 
 func (e *ConfigError) Error() string {

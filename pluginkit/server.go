@@ -3,7 +3,6 @@ package pluginkit
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -58,6 +57,9 @@ func (s *server) Configure(ctx context.Context, req *sinkv1.ConfigureRequest) (*
 		cfg = json.RawMessage("{}")
 	}
 	ctx = WithIdentity(ctx, Identity{Pipeline: req.GetPipeline(), SinkID: req.GetSinkId()})
+	if t := req.GetTables(); len(t) > 0 {
+		ctx = WithTables(ctx, t)
+	}
 	if err := s.sink.Configure(ctx, cfg); err != nil {
 		return nil, toStatus(err)
 	}
@@ -92,6 +94,9 @@ func (s *server) Deliver(ctx context.Context, req *sinkv1.DeliverRequest) (*sink
 	}
 	if req.GetGapBefore() {
 		ctx = WithGapBefore(ctx)
+	}
+	if req.GetReplay() {
+		ctx = WithReplay(ctx)
 	}
 	return s.deliver(ctx, events)
 }
@@ -128,6 +133,9 @@ func deliverHandler(srv any, ctx context.Context, dec func(any) error, intercept
 		r := req.(*protocol.DeliverRequest)
 		if r.GapBefore {
 			ctx = WithGapBefore(ctx)
+		}
+		if r.Replay {
+			ctx = WithReplay(ctx)
 		}
 		return s.deliver(ctx, r.Events)
 	}
@@ -173,8 +181,11 @@ func toStatus(err error) error {
 		return nil
 	}
 	f := protocol.Fault{Msg: err.Error()}
-	if ce, ok := errors.AsType[*ConfigError](err); ok {
-		f.Kind, f.Field, f.FieldMsg = protocol.FaultConfig, ce.Field, ce.Msg
+	if ces := ConfigErrors(err); len(ces) > 0 {
+		f.Kind = protocol.FaultConfig
+		for _, ce := range ces {
+			f.Violations = append(f.Violations, protocol.Violation{Field: ce.Field, Msg: ce.Msg, Table: ce.Table})
+		}
 		return f.Err()
 	}
 	switch kind, after := KindOf(err); kind {

@@ -3,6 +3,7 @@ package pluginkit
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -27,8 +28,10 @@ func TestToStatus(t *testing.T) {
 		{"throttled", Throttled(7*time.Second, errors.New("429")), protocol.Fault{Kind: protocol.FaultThrottled, RetryAfter: 7 * time.Second}},
 		{"wrapped throttled", fmt.Errorf("post batch: %w", Throttled(1500*time.Millisecond, nil)), protocol.Fault{Kind: protocol.FaultThrottled, RetryAfter: 1500 * time.Millisecond}},
 		{"wrapped permanent", fmt.Errorf("post batch: %w", Permanent(errors.New("bad"))), protocol.Fault{Kind: protocol.FaultPermanent}},
-		{"config error", &ConfigError{Field: "url", Msg: "scheme must be http or https"}, protocol.Fault{Kind: protocol.FaultConfig, Field: "url", FieldMsg: "scheme must be http or https"}},
-		{"wrapped config error", fmt.Errorf("configure: %w", &ConfigError{Field: "timeout", Msg: "not a duration"}), protocol.Fault{Kind: protocol.FaultConfig, Field: "timeout", FieldMsg: "not a duration"}},
+		{"config error", &ConfigError{Field: "url", Msg: "scheme must be http or https"}, protocol.Fault{Kind: protocol.FaultConfig, Violations: []protocol.Violation{{Field: "url", Msg: "scheme must be http or https"}}}},
+		{"wrapped config error", fmt.Errorf("configure: %w", &ConfigError{Field: "timeout", Msg: "not a duration"}), protocol.Fault{Kind: protocol.FaultConfig, Violations: []protocol.Violation{{Field: "timeout", Msg: "not a duration"}}}},
+		{"several config errors", errors.Join(&ConfigError{Table: "public.café", Msg: "collides"}, fmt.Errorf("wrapped: %w", &ConfigError{Field: "topics", Table: "public.x", Msg: "bad override"})),
+			protocol.Fault{Kind: protocol.FaultConfig, Violations: []protocol.Violation{{Table: "public.café", Msg: "collides"}, {Field: "topics", Table: "public.x", Msg: "bad override"}}}},
 		// A status the sink received from a downstream gRPC service must not
 		// leak through as if it were ours.
 		{"downstream status", status.Error(codes.InvalidArgument, "receiver rejected"), protocol.Fault{Kind: protocol.FaultRetryable}},
@@ -36,7 +39,7 @@ func TestToStatus(t *testing.T) {
 	for _, tt := range tests {
 		want := tt.want
 		want.Msg = tt.err.Error()
-		if got := protocol.FaultOf(toStatus(tt.err)); got != want {
+		if got := protocol.FaultOf(toStatus(tt.err)); !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: %+v, want %+v", tt.name, got, want)
 		}
 	}

@@ -28,7 +28,9 @@ type Sink interface {
 	// Open connects to the destination. The returned OpenResult may name
 	// the last event id the destination itself has durably recorded (the
 	// Kafka sink's checkpoint topic, for example); the host then never
-	// redelivers events at or below it.
+	// redelivers live events at or below it. Parked events an operator
+	// replays lie below it all the same: they come in batches of their
+	// own, marked by IsReplay, and must be written.
 	Open(ctx context.Context) (OpenResult, error)
 
 	// Deliver hands over a batch of events in id order. A nil error means
@@ -67,6 +69,7 @@ type OpenResult struct {
 // DeliverResult is what a successful Deliver reports.
 type DeliverResult struct {
 	// Duplicates counts events of the batch the sink recognised as already
-	// delivered and skipped.
+	// delivered and skipped. In a replay batch (IsReplay) the host treats
+	// any duplicate as a failure and keeps the events parked.
 	Duplicates int
 }

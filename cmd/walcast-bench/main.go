@@ -2,7 +2,7 @@
 // a private PostgreSQL, the workload waiting in fresh slots, then
 // each path drains one — pg_recvlogical, library mode, the daemon with the
 // stdout, webhook and kafka sinks — and the figures are printed and
-// written as JSON. See BENCHMARKS.md.
+// written as JSON. See docs/benchmarks.md.
 //
 //	walcast-bench [-bin bin] [-scale 1] [-runs 3] [-paths a,b] [-out bench/out/results.json]
 //

@@ -119,7 +119,7 @@ func batch(ids ...string) []byte {
 // post signs body with key at ts and posts it, as one delivery attempt.
 func (f *fixture) post(body []byte, key []byte, ts time.Time) (int, Result) {
 	f.t.Helper()
-	id := "0/16B3748:0..0/16B3748:2" // the sink's batch id: first..last event id
+	id := "wc1_62fc54b86ac922611b71f0ccb8b89ba5" // a webhook-id as the sink sends it: names the exact body
 	stamp := strconv.FormatInt(ts.Unix(), 10)
 	mac := hmac.New(sha256.New, key)
 	mac.Write([]byte(id + "." + stamp + "."))

@@ -221,14 +221,16 @@ func needKcat(t testing.TB) string {
 }
 
 // readKcat reads topic with kcat as a read_committed consumer, from the
-// beginning to the end of every partition.
-func readKcat(t testing.TB, addr, topic string) []kafkaRecord {
+// beginning to the end of every partition; extra are more kcat flags (-Z:
+// a null value is read as nil, not as an empty one).
+func readKcat(t testing.TB, addr, topic string, extra ...string) []kafkaRecord {
 	t.Helper()
 	kcat := needKcat(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, kcat, "-C", "-b", addr, "-t", topic, "-o", "beginning", "-e", "-J", "-q",
-		"-X", "isolation.level=read_committed")
+	args := append([]string{"-C", "-b", addr, "-t", topic, "-o", "beginning", "-e", "-J", "-q",
+		"-X", "isolation.level=read_committed"}, extra...)
+	cmd := exec.CommandContext(ctx, kcat, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -284,6 +286,11 @@ func asReceived(t testing.TB, rs []kafkaRecord) []received {
 	t.Helper()
 	out := make([]received, 0, len(rs))
 	for _, r := range rs {
+		if r.Headers["walcast-derived"] != "" {
+			// A tombstone or an old key's delete: records that follow
+			// from an event (README, Kafka sink), not events themselves.
+			continue
+		}
 		var e struct {
 			ID     string          `json:"id"`
 			Xid    uint32          `json:"xid"`
@@ -305,7 +312,12 @@ func asReceived(t testing.TB, rs []kafkaRecord) []received {
 		var key, rkey bytes.Buffer
 		json.Compact(&key, e.Key)
 		json.Compact(&rkey, r.Key)
-		if key.String() != rkey.String() {
+		wantKey := key.String()
+		if wantKey == "null" {
+			// Truncates and keyless rows are keyed by their event id.
+			wantKey = fmt.Sprintf(`{"walcast_id":%q}`, e.ID)
+		}
+		if wantKey != rkey.String() {
 			t.Fatalf("event %s: record key %s, envelope key %s", e.ID, r.Key, e.Key)
 		}
 		out = append(out, received{ID: id, Xid: e.Xid, Table: e.Table, Op: e.Op, Key: key.String(), Raw: r.Value})

@@ -17,6 +17,7 @@ import (
 	"github.com/walcast/walcast/host/internal/checkpoint"
 	"github.com/walcast/walcast/host/internal/config"
 	"github.com/walcast/walcast/host/internal/daemon"
+	"github.com/walcast/walcast/host/internal/schedule"
 	"github.com/walcast/walcast/pluginkit"
 )
 
@@ -87,7 +88,7 @@ func cmdReplay(args []string, stdout, stderr io.Writer) int {
 	sinkID := fs.String("sink", "", "the sink whose parked events to deliver again (required)")
 	all := fs.Bool("all", false, "replay every parked event of the sink")
 	idFlag := fs.String("id", "", "replay the row of this parked event, oldest parked event first")
-	wait := fs.Duration("wait", 60*time.Second, "how long to wait for the replayed events to leave walcast.parked (0: do not wait)")
+	wait := fs.Duration("wait", 60*time.Second, "how long to wait for the replayed events to leave walcast.parked (0: do not wait for a daemon; replaying directly, wait until the replay ends)")
 	pluginDir := fs.String("plugin-dir", "", "directory holding walcast-sink-* plugins (direct replay)")
 	path, ok := parseArgs(fs, args, stderr)
 	if !ok {
@@ -179,7 +180,7 @@ func replayParked(ctx context.Context, t replayTarget, req checkpoint.ReplayRequ
 		return err
 	}
 	if !running {
-		return replayDirect(ctx, p, sink, store, before, pluginDir, log, out, errOut)
+		return replayDirect(ctx, p, sink, store, req, row, before, wait, pluginDir, log, out, errOut)
 	}
 	// The daemon owns delivery: hand it the request, so the replayed
 	// events and the live ones of the same rows stay in order.
@@ -225,49 +226,51 @@ func stillParked(asked, left []checkpoint.Parked) bool {
 	return false
 }
 
-// replayDirect delivers parked events itself when no daemon runs: row by
-// row, oldest first, each row stopping at its first failure.
-func replayDirect(ctx context.Context, p *config.Pipeline, sink *config.Sink, store *checkpoint.Store, parked []checkpoint.Parked,
-	pluginDir string, log *slog.Logger, stdout, stderr io.Writer) error {
+// replayDirect delivers parked events itself when no daemon runs, through
+// the scheduler the daemon replays with (schedule.ReplayParked): the sink's
+// batching, rate limit, row order, retries and parking again all apply. It
+// stops after wait (0: when the replay ends); what is left stays parked.
+func replayDirect(ctx context.Context, p *config.Pipeline, sink *config.Sink, store *checkpoint.Store, req checkpoint.ReplayRequest,
+	row string, before []checkpoint.Parked, wait time.Duration, pluginDir string, log *slog.Logger, stdout, stderr io.Writer) error {
 	ps := newPluginSet(pluginDir, log, stdout)
 	ps.Pipeline = p.Name
+	ps.Source = &p.Source
 	plugin, _, err := ps.Launch(ctx, sink)
 	if err != nil {
 		return err
 	}
 	defer plugin.Close(context.WithoutCancel(ctx))
-	rows := map[string][]checkpoint.Parked{}
-	var order []string
-	for _, pe := range parked {
-		if _, ok := rows[pe.Row]; !ok {
-			order = append(order, pe.Row)
-		}
-		rows[pe.Row] = append(rows[pe.Row], pe)
+	cfg := daemon.ScheduleConfig(sink, plugin.Info())
+	cfg.Parked = store
+	cfg.Logger = log
+	rctx := ctx
+	if wait > 0 {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(ctx, wait)
+		defer cancel()
 	}
-	delivered, failed := 0, 0
-	for _, row := range order {
-		for _, pe := range rows[row] {
-			dctx, cancel := context.WithTimeout(ctx, sink.Delivery.DeliverTimeout)
-			_, err := plugin.Deliver(dctx, []pluginkit.Event{pe.Event})
-			cancel()
-			if err == nil {
-				err = store.Unpark(ctx, sink.ID, []pluginkit.EventID{pe.Event.ID})
-			}
-			if err != nil {
-				failed++
-				pe.Attempts, pe.LastError, pe.LastFailure = 1, err.Error(), time.Now()
-				if perr := store.Park(ctx, []checkpoint.Parked{pe}); perr != nil {
-					fmt.Fprintln(stderr, "walcast replay:", perr)
-				}
-				fmt.Fprintf(stderr, "walcast replay: %s: %v; its row stays parked\n", pe.Event.ID, err)
-				break
-			}
-			delivered++
-		}
+	delivered, err := schedule.ReplayParked(rctx, cfg, plugin, req)
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		fmt.Fprintln(stderr, "walcast replay:", err)
 	}
-	fmt.Fprintf(stdout, "replayed directly (no daemon running): %d delivered, %d rows still parked\n", delivered, failed)
-	if failed > 0 {
+	left, lerr := store.ListParked(ctx, req.Sink, row)
+	if lerr != nil {
+		return lerr
+	}
+	still := 0
+	for _, pe := range left {
+		if !stillParked([]checkpoint.Parked{pe}, before) {
+			continue // parked since, not asked for
+		}
+		still++
+	}
+	fmt.Fprintf(stdout, "replayed directly (no daemon running): %d delivered, %d still parked\n", delivered, still)
+	if still > 0 {
+		fmt.Fprintf(stderr, "walcast replay: %d events of sink %s are still parked (see walcast parked for why)\n", still, req.Sink)
 		return errStillParked
+	}
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return errStillParked // reported above
 	}
 	return nil
 }

@@ -6,7 +6,9 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -347,7 +349,13 @@ func TestWebhookSignature(t *testing.T) {
 			bad.Add(1)
 			return http.StatusUnauthorized, nil
 		}
-		ids.Store(id, evs[0].ID.String()+".."+evs[len(evs)-1].ID.String())
+		// The README's webhook-id: "wc1_" and the first 128 bits, in hex,
+		// of the SHA-256 of the batch's event ids, each followed by "\n".
+		sum := sha256.New()
+		for _, e := range evs {
+			io.WriteString(sum, e.ID.String()+"\n")
+		}
+		ids.Store(id, "wc1_"+hex.EncodeToString(sum.Sum(nil)[:16]))
 		return 0, nil
 	})
 	pipeline := writePipeline(t, "signed", dsn, []string{"public.items"},

@@ -38,6 +38,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	plugins := newPluginSet(*pluginDir, log, stdout)
 	plugins.Pipeline = p.Name
+	plugins.Source = &p.Source
 	err = daemon.Run(ctx, daemon.Options{
 		Pipeline:        p,
 		Launch:          plugins.Launch,
@@ -46,7 +47,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		MetricsListen:   *metrics,
 	})
 	if err != nil {
-		log.Error("walcast run failed", "err", err)
+		// Printed once (daemon.Run does not log the error it returns),
+		// as plain text like every command's errors: err carries the
+		// whole chain of causes, which may span lines.
 		fmt.Fprintln(stderr, "walcast run:", err)
 		return 1
 	}

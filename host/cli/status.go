@@ -75,6 +75,11 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 	if !pauses.Pipeline.IsZero() {
 		fmt.Fprintf(stdout, "paused since %s (walcast resume %s)\n", pauses.Pipeline.UTC().Format(time.RFC3339), path)
 	}
+	failures, err := store.LoadSinkFailures(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "walcast status:", err)
+		return 1
+	}
 	usage, err := store.LoadUsage(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "walcast status:", err)
@@ -111,9 +116,17 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 		if _, paused := pauses.Paused(s.ID); paused {
 			state = "paused"
 		}
+		if _, failed := failures[s.ID]; failed {
+			state = "stopped"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", s.ID, s.Type, state, cp, perSink[s.ID], d.attempts, d.delivered, d.failed, humanBytes(d.bytes))
 	}
 	tw.Flush()
+	for _, s := range p.Sinks {
+		if f, ok := failures[s.ID]; ok {
+			fmt.Fprintf(stdout, "sink %s stopped at %s: %s\n", s.ID, f.At.UTC().Format(time.RFC3339), f.Error)
+		}
+	}
 	return 0
 }
 

@@ -24,6 +24,7 @@ import (
 const (
 	fieldEvents    protowire.Number = 1 // DeliverRequest.Events
 	fieldGapBefore protowire.Number = 2 // DeliverRequest.gap_before
+	fieldReplay    protowire.Number = 3 // DeliverRequest.replay
 	fieldID        protowire.Number = 1
 	fieldSchema    protowire.Number = 2
 	fieldTable     protowire.Number = 3
@@ -38,6 +39,7 @@ const (
 type DeliverBatch struct {
 	Events    []cdc.Event
 	GapBefore bool // see GapBefore
+	Replay    bool // see IsReplay
 }
 
 // Size is the encoded size in bytes.
@@ -48,6 +50,9 @@ func (b DeliverBatch) Size() int {
 		n += 1 + protowire.SizeVarint(uint64(m)) + m
 	}
 	if b.GapBefore {
+		n += 2
+	}
+	if b.Replay {
 		n += 2
 	}
 	return n
@@ -70,6 +75,10 @@ func (b DeliverBatch) AppendWire(buf []byte) []byte {
 	}
 	if b.GapBefore {
 		buf = protowire.AppendTag(buf, fieldGapBefore, protowire.VarintType)
+		buf = protowire.AppendVarint(buf, 1)
+	}
+	if b.Replay {
+		buf = protowire.AppendTag(buf, fieldReplay, protowire.VarintType)
 		buf = protowire.AppendVarint(buf, 1)
 	}
 	return buf
@@ -121,6 +130,7 @@ func idTextLen(id cdc.EventID) int {
 type DeliverRequest struct {
 	Events    []cdc.Event
 	GapBefore bool
+	Replay    bool
 }
 
 // decodeDeliverRequest decodes a sink.v1.DeliverRequest. Keys and
@@ -162,6 +172,10 @@ func decodeDeliverRequest(data []byte) (DeliverRequest, error) {
 			v, m := protowire.ConsumeVarint(data)
 			data = data[m:]
 			req.GapBefore = v != 0
+		case num == fieldReplay && typ == protowire.VarintType:
+			v, m := protowire.ConsumeVarint(data)
+			data = data[m:]
+			req.Replay = v != 0
 		default:
 			data = data[protowire.ConsumeFieldValue(num, typ, data):]
 		}

@@ -13,8 +13,8 @@ import (
 	sinkv1 "github.com/walcast/walcast/proto/sink/v1"
 )
 
-func toProto(events []cdc.Event, gap bool) *sinkv1.DeliverRequest {
-	req := &sinkv1.DeliverRequest{GapBefore: gap}
+func toProto(events []cdc.Event, gap, replay bool) *sinkv1.DeliverRequest {
+	req := &sinkv1.DeliverRequest{GapBefore: gap, Replay: replay}
 	for _, e := range events {
 		req.Events = append(req.Events, &sinkv1.Event{Id: e.ID.String(), Schema: e.Schema, Table: e.Table, Op: string(e.Op), Key: e.Key, Payload: e.Payload})
 	}
@@ -34,15 +34,16 @@ func sampleBatch() []cdc.Event {
 // and the plugin's decoding reads what the generated code writes.
 func TestDeliverWireMatchesGeneratedCode(t *testing.T) {
 	events := sampleBatch()
-	for _, gap := range []bool{false, true} {
-		want, err := proto.MarshalOptions{Deterministic: true}.Marshal(toProto(events, gap))
+	for i := range 4 {
+		gap, replay := i&1 != 0, i&2 != 0
+		want, err := proto.MarshalOptions{Deterministic: true}.Marshal(toProto(events, gap, replay))
 		if err != nil {
 			t.Fatal(err)
 		}
-		b := DeliverBatch{Events: events, GapBefore: gap}
+		b := DeliverBatch{Events: events, GapBefore: gap, Replay: replay}
 		got := b.AppendWire(nil)
 		if !bytes.Equal(got, want) {
-			t.Fatalf("gap %v: encoding differs from the generated code:\n got %x\nwant %x", gap, got, want)
+			t.Fatalf("gap %v, replay %v: encoding differs from the generated code:\n got %x\nwant %x", gap, replay, got, want)
 		}
 		if n := b.Size(); n != len(want) {
 			t.Fatalf("Size() = %d, encoded %d", n, len(want))
@@ -51,8 +52,8 @@ func TestDeliverWireMatchesGeneratedCode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !reflect.DeepEqual(req.Events, events) || req.GapBefore != gap {
-			t.Fatalf("decoded %+v (gap %v)\nwant %+v (gap %v)", req.Events, req.GapBefore, events, gap)
+		if !reflect.DeepEqual(req.Events, events) || req.GapBefore != gap || req.Replay != replay {
+			t.Fatalf("decoded %+v (gap %v, replay %v)\nwant %+v (gap %v, replay %v)", req.Events, req.GapBefore, req.Replay, events, gap, replay)
 		}
 	}
 	back, _ := decodeDeliverRequest(DeliverBatch{Events: events}.AppendWire(nil))
@@ -66,12 +67,12 @@ func TestDeliverWireMatchesGeneratedCode(t *testing.T) {
 // Through the codec, as gRPC calls it on each side.
 func TestDeliverCodec(t *testing.T) {
 	events := sampleBatch()
-	bs, err := codec{}.Marshal(DeliverBatch{Events: events, GapBefore: true})
+	bs, err := codec{}.Marshal(DeliverBatch{Events: events, GapBefore: true, Replay: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var generated sinkv1.DeliverRequest
-	if err := proto.Unmarshal(bs.Materialize(), &generated); err != nil || !proto.Equal(&generated, toProto(events, true)) {
+	if err := proto.Unmarshal(bs.Materialize(), &generated); err != nil || !proto.Equal(&generated, toProto(events, true, true)) {
 		t.Fatalf("generated code reads back %v (%v)", &generated, err)
 	}
 	var req DeliverRequest
@@ -79,7 +80,7 @@ func TestDeliverCodec(t *testing.T) {
 		t.Fatal(err)
 	}
 	bs.Free()
-	if len(req.Events) != len(events) || !req.GapBefore || req.Events[1].ID != events[1].ID || string(req.Events[1].Payload) != string(events[1].Payload) {
+	if len(req.Events) != len(events) || !req.GapBefore || !req.Replay || req.Events[1].ID != events[1].ID || string(req.Events[1].Payload) != string(events[1].Payload) {
 		t.Fatalf("codec round trip: %+v", req.Events)
 	}
 	bad := mem.BufferSlice{mem.SliceBuffer([]byte{0x0a, 0x05, 0x0a, 0x03, 'x', 'y', 'z'})}
@@ -103,7 +104,7 @@ func FuzzDeliverWire(f *testing.F) {
 				events[i].Payload = nil
 			}
 		}
-		b := DeliverBatch{Events: events, GapBefore: n%2 == 0}
+		b := DeliverBatch{Events: events, GapBefore: n%2 == 0, Replay: idx%3 == 0}
 		wire := b.AppendWire(nil)
 		if len(wire) != b.Size() {
 			t.Fatalf("Size %d, encoded %d", b.Size(), len(wire))
@@ -111,14 +112,14 @@ func FuzzDeliverWire(f *testing.F) {
 		// proto3 strings must be UTF-8 for the generated code (PostgreSQL
 		// names always are in a UTF-8 database).
 		if utf8.ValidString(schema) && utf8.ValidString(table) && utf8.ValidString(op) &&
-			!proto.Equal(mustUnmarshal(t, wire), toProto(events, b.GapBefore)) {
+			!proto.Equal(mustUnmarshal(t, wire), toProto(events, b.GapBefore, b.Replay)) {
 			t.Fatal("generated code reads something else")
 		}
 		back, err := decodeDeliverRequest(wire)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !reflect.DeepEqual(back.Events, events) || back.GapBefore != b.GapBefore {
+		if !reflect.DeepEqual(back.Events, events) || back.GapBefore != b.GapBefore || back.Replay != b.Replay {
 			t.Fatalf("decoded %+v, want %+v", back, events)
 		}
 	})
@@ -126,7 +127,7 @@ func FuzzDeliverWire(f *testing.F) {
 
 // Arbitrary bytes never panic the plugin's decoder.
 func FuzzDecodeDeliverRequest(f *testing.F) {
-	f.Add(DeliverBatch{Events: sampleBatch(), GapBefore: true}.AppendWire(nil))
+	f.Add(DeliverBatch{Events: sampleBatch(), GapBefore: true, Replay: true}.AppendWire(nil))
 	f.Add([]byte{0x0a, 0xff})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		req, err := decodeDeliverRequest(data)
@@ -134,8 +135,10 @@ func FuzzDecodeDeliverRequest(f *testing.F) {
 			return
 		}
 		var generated sinkv1.DeliverRequest
-		if proto.Unmarshal(data, &generated) == nil && (len(generated.GetEvents()) != len(req.Events) || generated.GetGapBefore() != req.GapBefore) {
-			t.Fatalf("decoded %d events (gap %v), generated code %d (gap %v)", len(req.Events), req.GapBefore, len(generated.GetEvents()), generated.GetGapBefore())
+		if proto.Unmarshal(data, &generated) == nil && (len(generated.GetEvents()) != len(req.Events) ||
+			generated.GetGapBefore() != req.GapBefore || generated.GetReplay() != req.Replay) {
+			t.Fatalf("decoded %d events (gap %v, replay %v), generated code %d (gap %v, replay %v)", len(req.Events), req.GapBefore, req.Replay,
+				len(generated.GetEvents()), generated.GetGapBefore(), generated.GetReplay())
 		}
 	})
 }

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -16,7 +17,8 @@ import (
 // (pluginkit's server) and the host side (host/internal/sinkclient) cannot
 // drift apart:
 //
-//	FaultConfig     ↔ InvalidArgument + BadRequest.FieldViolation{field, description}
+//	FaultConfig     ↔ InvalidArgument + BadRequest.FieldViolation{field, description, reason "TABLE:<table>"}
+//	                  (one violation per config error)
 //	FaultThrottled  ↔ ResourceExhausted + RetryInfo{retry_delay}
 //	FaultPermanent  ↔ FailedPrecondition
 //	FaultFatal      ↔ Aborted
@@ -48,22 +50,37 @@ type Fault struct {
 	Msg string
 	// RetryAfter is the pause a FaultThrottled asks for.
 	RetryAfter time.Duration
-	// Field and FieldMsg name the config attribute of a FaultConfig and
-	// what is wrong with it.
-	Field, FieldMsg string
+	// Violations are the config errors of a FaultConfig, in order.
+	Violations []Violation
 	// Context is context.DeadlineExceeded or context.Canceled when the call
 	// ended because its context did (host side only), so that the host can
 	// tell its own deadline from a failure of the sink.
 	Context error
 }
 
+// Violation is one config error: the attribute (or "" for the block), what
+// is wrong with it, and the captured table it is about, if any.
+type Violation struct {
+	Field, Msg, Table string
+}
+
+// tableReason prefixes a FieldViolation's reason that names the table a
+// violation is about.
+const tableReason = "TABLE:"
+
 // Err returns the gRPC status error that carries f.
 func (f Fault) Err() error {
 	switch f.Kind {
 	case FaultConfig:
-		return withDetails(status.New(codes.InvalidArgument, f.Msg), &errdetails.BadRequest{
-			FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: f.Field, Description: f.FieldMsg}},
-		})
+		br := &errdetails.BadRequest{}
+		for _, v := range f.Violations {
+			fv := &errdetails.BadRequest_FieldViolation{Field: v.Field, Description: v.Msg}
+			if v.Table != "" {
+				fv.Reason = tableReason + v.Table
+			}
+			br.FieldViolations = append(br.FieldViolations, fv)
+		}
+		return withDetails(status.New(codes.InvalidArgument, f.Msg), br)
 	case FaultThrottled:
 		return withDetails(status.New(codes.ResourceExhausted, f.Msg), &errdetails.RetryInfo{RetryDelay: durationpb.New(f.RetryAfter)})
 	case FaultPermanent:
@@ -102,8 +119,12 @@ func FaultOf(err error) Fault {
 	case codes.InvalidArgument:
 		for _, d := range st.Details() {
 			if br, ok := d.(*errdetails.BadRequest); ok && len(br.GetFieldViolations()) > 0 {
-				fv := br.GetFieldViolations()[0]
-				return Fault{Kind: FaultConfig, Msg: msg, Field: fv.GetField(), FieldMsg: fv.GetDescription()}
+				f := Fault{Kind: FaultConfig, Msg: msg}
+				for _, fv := range br.GetFieldViolations() {
+					table, _ := strings.CutPrefix(fv.GetReason(), tableReason)
+					f.Violations = append(f.Violations, Violation{Field: fv.GetField(), Msg: fv.GetDescription(), Table: table})
+				}
+				return f
 			}
 		}
 	case codes.ResourceExhausted:

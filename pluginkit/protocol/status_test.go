@@ -3,6 +3,7 @@ package protocol
 import (
 	"context"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -17,9 +18,12 @@ func TestFaultRoundTrip(t *testing.T) {
 		{Kind: FaultFatal, Msg: "fenced"},
 		{Kind: FaultThrottled, Msg: "429", RetryAfter: 7 * time.Second},
 		{Kind: FaultThrottled, Msg: "slow down", RetryAfter: 1500 * time.Millisecond},
-		{Kind: FaultConfig, Msg: "url: scheme must be http or https", Field: "url", FieldMsg: "scheme must be http or https"},
+		{Kind: FaultConfig, Msg: "url: scheme must be http or https", Violations: []Violation{{Field: "url", Msg: "scheme must be http or https"}}},
+		{Kind: FaultConfig, Msg: "three problems", Violations: []Violation{
+			{Table: "public.café", Msg: "collides"}, {Field: "topics", Table: "public.x", Msg: "bad override"}, {Field: "brokers", Msg: "required"},
+		}},
 	} {
-		if got := FaultOf(f.Err()); got != f {
+		if got := FaultOf(f.Err()); !reflect.DeepEqual(got, f) {
 			t.Errorf("FaultOf(%+v.Err()) = %+v", f, got)
 		}
 	}
@@ -54,7 +58,7 @@ func TestFaultOfHostSide(t *testing.T) {
 		{"canceled", status.Error(codes.Canceled, "context canceled"), Fault{Kind: FaultRetryable, Msg: "context canceled", Context: context.Canceled}},
 	}
 	for _, tt := range tests {
-		if got := FaultOf(tt.err); got != tt.want {
+		if got := FaultOf(tt.err); !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("%s: FaultOf = %+v, want %+v", tt.name, got, tt.want)
 		}
 	}

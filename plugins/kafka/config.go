@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -40,7 +41,9 @@ const (
 // decoding offers; their keys are checked here.
 var configFields = []pluginkit.ConfigField{
 	{Name: "brokers", Type: pluginkit.TypeStringList, Required: true, Doc: `Seed brokers, "host:port".`},
-	{Name: "topic_prefix", Type: pluginkit.TypeString, Doc: `Events go to "<topic_prefix>.<schema>.<table>". Default "walcast".`},
+	{Name: "topic_prefix", Type: pluginkit.TypeString, Doc: `Events go to "<topic_prefix>.<schema>.<table>", each character Kafka does not allow in a topic name replaced by "_". Default "walcast".`},
+	{Name: "topics", Type: pluginkit.TypeStringMap, Doc: `Per-table topic names, "schema.table" = "topic", instead of the derived name.`},
+	{Name: "tombstones", Type: pluginkit.TypeBool, Doc: "true (default): a delete is followed by a tombstone (same key, null value), and an update that changes the key is preceded by a delete and a tombstone for the old key, so compacted topics forget deleted rows. false: one record per event."},
 	{Name: "eos", Type: pluginkit.TypeBool, Doc: "true (default): one Kafka transaction per batch, exactly once into the topic for read_committed readers. false: idempotent producer, at least once."},
 	{Name: "transactional_id", Type: pluginkit.TypeString, Doc: `Kafka transactional id (eos only); also the key of this sink's checkpoint record. Must be unique per sink and stable across restarts: it fences zombie producers. Default "walcast-<sink id>".`},
 	{Name: "checkpoint_topic", Type: pluginkit.TypeString, Doc: `Compacted topic holding the last event id committed per transactional id (eos only). Default "walcast.checkpoints".`},
@@ -57,6 +60,8 @@ var configFields = []pluginkit.ConfigField{
 type config struct {
 	Brokers            []string          `json:"brokers"`
 	TopicPrefix        string            `json:"topic_prefix"`
+	Topics             map[string]string `json:"topics"`
+	Tombstones         *bool             `json:"tombstones"`
 	EOS                *bool             `json:"eos"`
 	TransactionalID    string            `json:"transactional_id"`
 	CheckpointTopic    string            `json:"checkpoint_topic"`
@@ -73,6 +78,8 @@ type config struct {
 type settings struct {
 	brokers         []string
 	topicPrefix     string
+	topics          map[string]string // "schema.table" -> topic
+	tombstones      bool
 	eos             bool
 	txnID           string
 	checkpointTopic string
@@ -92,17 +99,23 @@ type settings struct {
 // legalTopic is Kafka's rule for topic names.
 var legalTopic = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
 
-func decodeConfig(raw json.RawMessage, id pluginkit.Identity) (settings, error) {
+func decodeConfig(raw json.RawMessage, id pluginkit.Identity, tables []string) (settings, error) {
 	var c config
 	if err := pluginkit.DecodeConfig(raw, &c); err != nil {
 		return settings{}, err
 	}
-	return parseConfig(c, id)
+	st, err := parseConfig(c, id)
+	if err != nil {
+		return st, err
+	}
+	// Every topic problem at once, so that validate lists them all.
+	return st, errors.Join(parseTopics(&st, c.Topics), checkTopics(st, tables))
 }
 
 func parseConfig(c config, id pluginkit.Identity) (settings, error) {
 	st := settings{
 		topicPrefix:     cmp.Or(c.TopicPrefix, defaultTopicPrefix),
+		tombstones:      c.Tombstones == nil || *c.Tombstones,
 		eos:             c.EOS == nil || *c.EOS,
 		checkpointTopic: cmp.Or(c.CheckpointTopic, defaultCheckpointTopic),
 		clientID:        cmp.Or(c.ClientID, defaultClientID),

@@ -90,7 +90,7 @@ func (s *Sink) Info() pluginkit.Info {
 
 // Configure validates the config; it contacts no broker.
 func (s *Sink) Configure(ctx context.Context, raw json.RawMessage) error {
-	st, err := decodeConfig(raw, pluginkit.IdentityFrom(ctx))
+	st, err := decodeConfig(raw, pluginkit.IdentityFrom(ctx), pluginkit.TablesFrom(ctx))
 	if err != nil {
 		return err
 	}
@@ -182,7 +182,10 @@ func (s *Sink) dropConn() {
 }
 
 // Deliver produces the batch. With eos it is one transaction that also
-// moves the checkpoint, and nil means it committed. ctx ends at the sink's
+// moves the checkpoint, and nil means it committed. Events at or below the
+// checkpoint are skipped as duplicates, except in a replay batch
+// (pluginkit.IsReplay): parked events lie below the checkpoint by
+// definition, and were never written. ctx ends at the sink's
 // deliver_timeout.
 func (s *Sink) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error) {
 	if len(events) == 0 {
@@ -207,10 +210,13 @@ func (s *Sink) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit
 		return pluginkit.DeliverResult{}, s.produce(ctx, events)
 	}
 
-	fresh := make([]pluginkit.Event, 0, len(events))
-	for _, e := range events {
-		if e.ID.Compare(s.checkpoint) > 0 {
-			fresh = append(fresh, e)
+	fresh := events
+	if !pluginkit.IsReplay(ctx) {
+		fresh = make([]pluginkit.Event, 0, len(events))
+		for _, e := range events {
+			if e.ID.Compare(s.checkpoint) > 0 {
+				fresh = append(fresh, e)
+			}
 		}
 	}
 	res := pluginkit.DeliverResult{Duplicates: len(events) - len(fresh)}
@@ -240,12 +246,18 @@ func (s *Sink) produce(ctx context.Context, events []pluginkit.Event) error {
 }
 
 // transact runs one transaction: the events, the checkpoint record, commit.
+// The checkpoint record never moves back: a replayed batch, which lies
+// below the checkpoint, writes the checkpoint it already had.
 // On any failure it aborts and drops the connection; the next Deliver
 // reconnects and reads the checkpoint back, so even a commit whose outcome
 // never reached us is settled before anything is produced again.
 func (s *Sink) transact(ctx context.Context, events []pluginkit.Event) error {
 	c := s.conn
 	last := events[len(events)-1].ID
+	cp := last
+	if s.checkpoint.Compare(cp) > 0 {
+		cp = s.checkpoint
+	}
 	// Give up well before the broker would abort the transaction itself:
 	// a broker-side timeout bumps the epoch, which would look like fencing.
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.txnTimeout*8/10)
@@ -258,7 +270,7 @@ func (s *Sink) transact(ctx context.Context, events []pluginkit.Event) error {
 	recs = append(recs, &kgo.Record{
 		Topic: s.cfg.checkpointTopic,
 		Key:   []byte(s.cfg.txnID),
-		Value: []byte(last.String()),
+		Value: []byte(cp.String()),
 	})
 	if err := c.cl.BeginTransaction(); err != nil {
 		return s.failed(ctx, c, false, s.classify("begin transaction", err))
@@ -279,7 +291,7 @@ func (s *Sink) transact(ctx context.Context, events []pluginkit.Event) error {
 		// came back): do not abort, reconnect, which settles it.
 		return s.failed(ctx, c, false, s.classify(what, err))
 	}
-	s.checkpoint = last
+	s.checkpoint = cp
 	return nil
 }
 
@@ -319,29 +331,22 @@ func (s *Sink) fence(what string, err error) error {
 	return pluginkit.Fatal(s.fenced)
 }
 
-// records builds the Kafka records of a batch, creating missing topics.
+// records builds the Kafka records of a batch (see eventRecords), creating
+// missing topics.
 func (s *Sink) records(ctx context.Context, c *conn, events []pluginkit.Event) ([]*kgo.Record, error) {
 	recs := make([]*kgo.Record, 0, len(events)+1)
 	var missing []string
-	for _, e := range events {
-		topic := s.cfg.topicPrefix + "." + e.Schema + "." + e.Table
+	for i := range events {
+		e := &events[i]
+		topic := s.cfg.topicFor(e.Schema, e.Table)
 		if !s.topics[topic] && !slices.Contains(missing, topic) {
 			if !legalTopic.MatchString(topic) {
-				return nil, pluginkit.Permanent(fmt.Errorf("event %s: table %s.%s gives topic name %q, which Kafka does not accept (letters, digits, '.', '_', '-'; at most 249 characters)",
+				return nil, pluginkit.Permanent(fmt.Errorf("event %s: table %s.%s gives topic name %q, which Kafka does not accept (letters, digits, '.', '_', '-'; at most 249 characters): set a shorter name in topics",
 					e.ID, e.Schema, e.Table, topic))
 			}
 			missing = append(missing, topic)
 		}
-		recs = append(recs, &kgo.Record{
-			Topic: topic,
-			Key:   e.Key,
-			Value: e.Payload,
-			Headers: []kgo.RecordHeader{
-				{Key: "walcast-id", Value: []byte(e.ID.String())},
-				{Key: "walcast-op", Value: []byte(e.Op)},
-				{Key: "walcast-table", Value: []byte(e.Schema + "." + e.Table)},
-			},
-		})
+		recs = s.eventRecords(recs, topic, e)
 	}
 	if len(missing) > 0 {
 		if err := s.ensureTopics(ctx, c, missing, false); err != nil {

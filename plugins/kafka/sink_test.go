@@ -166,7 +166,7 @@ func TestConfigure(t *testing.T) {
 }
 
 func TestDefaults(t *testing.T) {
-	st, err := decodeConfig(json.RawMessage(`{"brokers":["k:9092"]}`), pluginkit.Identity{})
+	st, err := decodeConfig(json.RawMessage(`{"brokers":["k:9092"]}`), pluginkit.Identity{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -426,11 +426,36 @@ func TestTopicAuthorizationFailure(t *testing.T) {
 }
 
 func TestTransactionalIDDefaultsToSinkID(t *testing.T) {
-	st, err := decodeConfig(json.RawMessage(`{"brokers":["k:9092"]}`), pluginkit.Identity{Pipeline: "shop", SinkID: "events"})
+	st, err := decodeConfig(json.RawMessage(`{"brokers":["k:9092"]}`), pluginkit.Identity{Pipeline: "shop", SinkID: "events"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st.txnID != "walcast-events" {
 		t.Fatalf("transactional id %q, want walcast-events (the host-given sink id)", st.txnID)
+	}
+}
+
+// A replayed batch (parked events, so below the checkpoint) is written, in
+// a transaction whose checkpoint record repeats the checkpoint instead of
+// moving it back; outside a replay the same events are duplicates.
+func TestReplayBelowCheckpointIsWritten(t *testing.T) {
+	_, addr := broker(t)
+	s, _ := openSink(t, addr, map[string]any{"transactional_id": "walcast-replay"})
+	parked, later := events(0x100, 2), events(0x200, 5)
+	deliver(t, s, later)
+	if r := deliver(t, s, parked); r.Duplicates != len(parked) {
+		t.Fatalf("events below the checkpoint outside a replay: %d duplicates, want %d", r.Duplicates, len(parked))
+	}
+	ctx, cancel := context.WithTimeout(pluginkit.WithReplay(t.Context()), 30*time.Second)
+	defer cancel()
+	res, err := s.Deliver(ctx, parked)
+	if err != nil || res.Duplicates != 0 {
+		t.Fatalf("replay: %+v, %v; want it written", res, err)
+	}
+	assertOnce(t, read(t, addr, "walcast.public.items", kgo.ReadCommitted()), append(append([]pluginkit.Event{}, later...), parked...))
+	s.Close(t.Context())
+	_, open := openSink(t, addr, map[string]any{"transactional_id": "walcast-replay"})
+	if want := later[len(later)-1].ID; open.Checkpoint != want {
+		t.Fatalf("checkpoint after the replay = %s, want %s (it must never move back)", open.Checkpoint, want)
 	}
 }

@@ -114,10 +114,18 @@ func (r *ring) evictLocked(now time.Time) {
 // should get.
 type cursor uint64
 
-// gapInfo describes events a client cannot get any more.
+// gapInfo describes events a client cannot get any more. Oldest is null
+// when the window holds no event (nothing delivered since this process
+// started, or all of it expired): never an empty string, which no client
+// could tell from an id.
 type gapInfo struct {
-	Requested string `json:"requested"`
-	Oldest    string `json:"oldest"`
+	Requested string  `json:"requested"`
+	Oldest    *string `json:"oldest"`
+}
+
+func idPtr(id pluginkit.EventID) *string {
+	s := id.String()
+	return &s
 }
 
 // resume returns the cursor for a client that last saw id, and a gap when
@@ -140,11 +148,16 @@ func (r *ring) resume(id pluginkit.EventID) (cursor, *gapInfo) {
 	if continuous {
 		return c, nil
 	}
-	g := &gapInfo{Requested: id.String()}
-	if len(r.buf) > 0 {
-		g.Oldest = r.buf[0].id.String()
-	}
-	return c, g
+	return c, &gapInfo{Requested: id.String(), Oldest: r.oldestLocked()}
+}
+
+// unknown returns the cursor and gap for a client that sent a position that
+// is not an event id: the whole window follows the gap frame.
+func (r *ring) unknown(requested string) (cursor, *gapInfo) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.evictLocked(r.now())
+	return cursor(r.next - uint64(len(r.buf))), &gapInfo{Requested: requested, Oldest: r.oldestLocked()}
 }
 
 // live returns the cursor of the next event to arrive.
@@ -172,16 +185,20 @@ func (r *ring) read(c cursor) (events []stored, after cursor, missed bool, wake 
 	return events, cursor(r.next), missed, r.wake
 }
 
-// oldest is the id of the oldest retained event, or "" when none is.
-func (r *ring) oldest() string {
+// oldest is the id of the oldest retained event, or nil when none is.
+func (r *ring) oldest() *string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.oldestLocked()
+}
+
+func (r *ring) oldestLocked() *string {
 	for _, s := range r.buf {
 		if !s.gap {
-			return s.id.String()
+			return idPtr(s.id)
 		}
 	}
-	return ""
+	return nil
 }
 
 // changeFrame renders an event as an SSE frame. The envelope is compact

@@ -59,7 +59,7 @@ type settings struct {
 	retention  time.Duration
 	heartbeat  time.Duration
 	token      string
-	corsOrigin string
+	cors       cors
 	maxClients int
 }
 
@@ -85,7 +85,9 @@ func (s *Sink) Info() pluginkit.Info {
 			{Name: "retention_mb", Type: pluginkit.TypeNumber, Doc: "How many MiB of events stay resumable (the window is in memory). Default 64."},
 			{Name: "heartbeat", Type: pluginkit.TypeDuration, Doc: `Comment line sent to idle clients so proxies keep the connection. Default "15s".`},
 			{Name: "token", Type: pluginkit.TypeString, Doc: "When set, clients must send Authorization: Bearer <token> or ?token=<token>."},
-			{Name: "cors_origin", Type: pluginkit.TypeString, Doc: `Access-Control-Allow-Origin sent to browsers, for example "https://app.example.com" or "*".`},
+			{Name: "cors_origins", Type: pluginkit.TypeStringList, Doc: `Origins whose pages may read the stream (CORS), for example ["https://app.example.com"]; "*" for any, only without token.`},
+			{Name: "cors_origin", Type: pluginkit.TypeString, Doc: `One origin, as in cors_origins (kept for older configs).`},
+			{Name: "cors_credentials", Type: pluginkit.TypeBool, Doc: "Send Access-Control-Allow-Credentials: true, for pages that fetch with credentials (cookies); needs cors_origins. Default false."},
 			{Name: "max_clients", Type: pluginkit.TypeNumber, Doc: "Connected clients at most; more are answered 503. Default 1000."},
 		},
 	}
@@ -100,6 +102,8 @@ type config struct {
 	Heartbeat       string   `json:"heartbeat"`
 	Token           string   `json:"token"`
 	CORSOrigin      string   `json:"cors_origin"`
+	CORSOrigins     []string `json:"cors_origins"`
+	CORSCredentials *bool    `json:"cors_credentials"`
 	MaxClients      *float64 `json:"max_clients"`
 }
 
@@ -121,7 +125,7 @@ func (s *Sink) Configure(_ context.Context, raw json.RawMessage) error {
 
 func parseConfig(c config) (settings, error) {
 	st := settings{listen: c.Listen, path: defaultPath, retention: defaultRetention, maxEvents: defaultMaxEvents, maxBytes: defaultMaxBytes,
-		heartbeat: defaultHeartbeat, token: c.Token, corsOrigin: c.CORSOrigin, maxClients: defaultClients}
+		heartbeat: defaultHeartbeat, token: c.Token, maxClients: defaultClients}
 	if c.Listen == "" {
 		return st, &pluginkit.ConfigError{Field: "listen", Msg: `is required, for example "127.0.0.1:8090"`}
 	}
@@ -172,9 +176,11 @@ func parseConfig(c config) (settings, error) {
 		return st, err
 	}
 	st.maxBytes = mb << 20
-	if strings.ContainsAny(c.CORSOrigin, "\r\n") {
-		return st, &pluginkit.ConfigError{Field: "cors_origin", Msg: "must be one line"}
+	cs, err := parseCORS(c.CORSOrigin, c.CORSOrigins, c.CORSCredentials, c.Token)
+	if err != nil {
+		return st, err
 	}
+	st.cors = cs
 	return st, nil
 }
 
@@ -270,11 +276,13 @@ func (s *Sink) serveStream(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "sse sink is not open", http.StatusServiceUnavailable)
 		return
 	}
-	if cfg.corsOrigin != "" {
-		w.Header().Set("Access-Control-Allow-Origin", cfg.corsOrigin)
+	if req.Method == http.MethodOptions {
+		cfg.cors.preflight(w, req)
+		return
 	}
+	cfg.cors.headers(w, req)
 	if req.Method != http.MethodGet {
-		w.Header().Set("Allow", "GET")
+		w.Header().Set("Allow", "GET, OPTIONS")
 		http.Error(w, "use GET", http.StatusMethodNotAllowed)
 		return
 	}
@@ -295,12 +303,15 @@ func (s *Sink) serveStream(w http.ResponseWriter, req *http.Request) {
 	var c cursor
 	var gap *gapInfo
 	if last != "" {
-		id, err := pluginkit.ParseEventID(last)
-		if err != nil {
-			http.Error(w, fmt.Sprintf("Last-Event-ID: %v", err), http.StatusBadRequest)
-			return
+		if id, err := pluginkit.ParseEventID(last); err == nil {
+			c, gap = r.resume(id)
+		} else {
+			// Not an id walcast wrote. A 400 would make a browser's
+			// EventSource give up for good; an unknown position is a
+			// gap like an id from before the window: the gap frame,
+			// then every retained event.
+			c, gap = r.unknown(last)
 		}
-		c, gap = r.resume(id)
 	} else {
 		c = r.live()
 	}
@@ -347,7 +358,7 @@ func (s *Sink) serveStream(w http.ResponseWriter, req *http.Request) {
 		for _, e := range events {
 			if e.gap {
 				// walcast itself dropped events for this sink here.
-				if !write(gapFrame(&gapInfo{Requested: lastSent, Oldest: e.id.String()})) {
+				if !write(gapFrame(&gapInfo{Requested: lastSent, Oldest: idPtr(e.id)})) {
 					return
 				}
 				continue

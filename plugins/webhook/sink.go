@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -201,8 +202,8 @@ func (s *Sink) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit
 	req.GetBody = func() (io.ReadCloser, error) { return bodyReader(body), nil }
 	req.Header = cfg.headers.Clone()
 	req.Header.Set("Content-Type", "application/json")
-	// The same batch always carries the same id, so a receiver can
-	// recognise a redelivery.
+	// The id names this exact body: a redelivery of the same events
+	// carries the same id, a batch cut differently never does.
 	req.Header.Set("Idempotency-Key", id)
 	req.Header.Set("Webhook-Id", id)
 	req.Header.Set("Webhook-Timestamp", ts)
@@ -223,12 +224,30 @@ func (s *Sink) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, errorBodyBytes))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainBytes))
 	err = fmt.Errorf("POST %s: %s: %q", cfg.url.Redacted(), resp.Status, snippet)
-	if resp.StatusCode == http.StatusTooManyRequests {
-		after := retryAfter(resp.Header.Get("Retry-After"), s.nowFunc())
-		s.log.Debug("webhook throttled", "retry_after", after.String())
-		return pluginkit.DeliverResult{}, pluginkit.Throttled(after, err)
+	return pluginkit.DeliverResult{}, s.classify(resp, err)
+}
+
+// classify maps a non-2xx answer to an error kind, following the Standard
+// Webhooks operational advice:
+//   - 429, and 503 with a Retry-After header: the receiver asks to slow
+//     down; the sink pauses and the attempt is not counted;
+//   - 410 Gone: the endpoint was removed on purpose; retrying cannot help,
+//     and parking event after event would only hide it, so the sink stops
+//     (fatal) until someone points it at a live URL;
+//   - anything else (503 without Retry-After included): a failed attempt.
+func (s *Sink) classify(resp *http.Response, err error) error {
+	ra := resp.Header.Get("Retry-After")
+	switch {
+	case resp.StatusCode == http.StatusTooManyRequests,
+		resp.StatusCode == http.StatusServiceUnavailable && strings.TrimSpace(ra) != "":
+		after := retryAfter(ra, s.nowFunc())
+		s.log.Debug("webhook throttled", "status", resp.StatusCode, "retry_after", after.String())
+		return pluginkit.Throttled(after, err)
+	case resp.StatusCode == http.StatusGone:
+		s.log.Error("webhook endpoint is gone (410): this sink stops delivering; point url at a live endpoint and restart", "err", err)
+		return pluginkit.Fatal(fmt.Errorf("endpoint gone (410 Gone), delivery to this sink stopped: %w", err))
 	}
-	return pluginkit.DeliverResult{}, pluginkit.Retryable(err)
+	return pluginkit.Retryable(err)
 }
 
 // Close releases idle connections.
@@ -273,11 +292,22 @@ func bodyReader(b net.Buffers) io.ReadCloser {
 	return io.NopCloser(&c)
 }
 
-// batchID names a batch by its first and last event id. Event ids are
-// derived from the WAL, so a redelivered batch gets the same id.
+// batchID names the exact list of events in a batch, which is what the
+// body is: "wc1_" and the first 128 bits of the SHA-256 of the event ids,
+// in order, one per line, in hex. Event ids are derived from the WAL, so a
+// redelivery of the same events gets the same id; a batch re-cut after a
+// split or a restart holds a different list and gets a different id, so a
+// receiver deduplicating on webhook-id (as the Standard Webhooks spec
+// advises) never drops an event it has not seen.
 func batchID(events []pluginkit.Event) string {
-	first, last := events[0].ID, events[len(events)-1].ID
-	return first.String() + ".." + last.String()
+	h := sha256.New()
+	var buf []byte
+	for _, e := range events {
+		buf, _ = e.ID.AppendText(buf[:0]) // never fails
+		buf = append(buf, '\n')
+		h.Write(buf)
+	}
+	return "wc1_" + hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // sign computes the Standard Webhooks signature header value.

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
@@ -41,11 +42,17 @@ type sinkState struct {
 	low       Seq    // first unresolved seq; all below are resolved
 	ring      []slot // ring[seq % len] for seq in [low, next)
 	watermark cdc.EventID
+	// open and openBytes count the events in [low, next) not resolved
+	// yet, and their payload bytes: the sink's backlog.
+	open      int
+	openBytes int64
 }
 
 type slot struct {
-	id   cdc.EventID
-	done bool
+	id    cdc.EventID
+	done  bool
+	bytes int64
+	at    int64 // unix nanoseconds when the event was added
 }
 
 // New returns a tracker for the given sinks. start is the flush position
@@ -65,18 +72,28 @@ func (t *Tracker) Sinks() int { return len(t.sinks) }
 
 // Add registers the next event of the stream for every sink and returns
 // its sequence number. Ids must be added in increasing order.
-func (t *Tracker) Add(id cdc.EventID) (Seq, error) {
+func (t *Tracker) Add(id cdc.EventID) (Seq, error) { return t.AddEvent(id, 0, time.Time{}) }
+
+// AddEvent is Add for an event of the given payload size read from the
+// slot at the given time, which Backlog reports while it is unresolved.
+func (t *Tracker) AddEvent(id cdc.EventID, bytes int, at time.Time) (Seq, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !t.lastAdd.IsZero() && id.Compare(t.lastAdd) <= 0 {
 		return 0, fmt.Errorf("event %s added after %s: ids must increase", id, t.lastAdd)
 	}
 	seq := t.next
+	var ns int64
+	if !at.IsZero() {
+		ns = at.UnixNano()
+	}
 	for _, s := range t.sinks {
 		if Seq(len(s.ring)) <= seq-s.low {
 			s.grow()
 		}
-		s.ring[int(seq%Seq(len(s.ring)))] = slot{id: id}
+		s.ring[int(seq%Seq(len(s.ring)))] = slot{id: id, bytes: int64(bytes), at: ns}
+		s.open++
+		s.openBytes += int64(bytes)
 	}
 	t.next++
 	t.lastAdd = id
@@ -104,7 +121,12 @@ func (t *Tracker) Resolve(i int, seqs ...Seq) {
 		if seq < s.low || seq >= t.next {
 			continue
 		}
-		s.ring[int(seq%Seq(len(s.ring)))].done = true
+		sl := &s.ring[int(seq%Seq(len(s.ring)))]
+		if !sl.done {
+			sl.done = true
+			s.open--
+			s.openBytes -= sl.bytes
+		}
 	}
 	moved := false
 	for s.low < t.next {
@@ -181,6 +203,24 @@ func (t *Tracker) Pending(i int) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return int(t.next - t.sinks[i].low)
+}
+
+// Backlog describes sink i's backlog: the events added and not resolved yet
+// (delivered, filtered, skipped, parked or dropped), their payload bytes,
+// and when the oldest of them was added (zero when there is none, or it
+// was added without a time).
+func (t *Tracker) Backlog(i int) (events int, bytes int64, oldest time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.sinks[i]
+	if s.low < t.next {
+		// The slot at low is unresolved: Resolve moves low past every
+		// resolved one.
+		if ns := s.ring[int(s.low%Seq(len(s.ring)))].at; ns != 0 {
+			oldest = time.Unix(0, ns)
+		}
+	}
+	return s.open, s.openBytes, oldest
 }
 
 // SetWatermark seeds sink i's watermark with its stored checkpoint, so

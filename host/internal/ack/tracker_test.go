@@ -3,6 +3,7 @@ package ack
 import (
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
@@ -171,4 +172,34 @@ func TestReleases(t *testing.T) {
 	if !r.AdvanceIdle(400, true) || r.Flush() != 400 || r.AdvanceIdle(350, true) {
 		t.Fatalf("idle advance: flush %d", r.Flush())
 	}
+}
+
+// Backlog counts what a sink has not resolved, out-of-order resolutions
+// included, and dates it from its oldest unresolved event.
+func TestBacklog(t *testing.T) {
+	tr := New([]SinkSpec{{ID: "a", Durable: true}, {ID: "b", Durable: true}}, 0)
+	t0 := time.Unix(1_700_000_000, 0)
+	var seqs []Seq
+	for i := range 4 {
+		s, err := tr.AddEvent(id(100, uint64(i)), 10*(i+1), t0.Add(time.Duration(i)*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, s)
+	}
+	check := func(sink, events int, bytes int64, oldest time.Time) {
+		t.Helper()
+		e, b, o := tr.Backlog(sink)
+		if e != events || b != bytes || !o.Equal(oldest) {
+			t.Errorf("sink %d backlog = %d events, %d bytes, oldest %v; want %d, %d, %v", sink, e, b, o, events, bytes, oldest)
+		}
+	}
+	check(0, 4, 100, t0)
+	tr.Resolve(0, seqs[1], seqs[1]) // out of order, twice: the oldest is still event 0
+	check(0, 3, 80, t0)
+	tr.Resolve(0, seqs[0])
+	check(0, 2, 70, t0.Add(2*time.Second))
+	tr.Resolve(0, seqs[2], seqs[3])
+	check(0, 0, 0, time.Time{})
+	check(1, 4, 100, t0)
 }

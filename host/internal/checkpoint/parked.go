@@ -31,6 +31,10 @@ CREATE TABLE IF NOT EXISTS walcast.parked (
 	PRIMARY KEY (pipeline, sink, commit_lsn, idx)
 );
 CREATE INDEX IF NOT EXISTS parked_row ON walcast.parked (pipeline, sink, row_key, commit_lsn, idx);
+-- old_row_key: the row an update moved away from (it changed the key); the
+-- event is parked under both rows. Empty for every other event.
+ALTER TABLE walcast.parked ADD COLUMN IF NOT EXISTS old_row_key text NOT NULL DEFAULT '';
+CREATE INDEX IF NOT EXISTS parked_old_row ON walcast.parked (pipeline, sink, old_row_key) WHERE old_row_key <> '';
 CREATE TABLE IF NOT EXISTS walcast.replay_requests (
 	id           bigserial PRIMARY KEY,
 	pipeline     text NOT NULL,
@@ -53,9 +57,13 @@ CREATE TABLE IF NOT EXISTS walcast.usage (
 // Parked is an event a sink gave up on after max_attempts, with what is
 // needed to deliver it again later.
 type Parked struct {
-	Sink         string
-	Event        cdc.Event
-	Row          string
+	Sink  string
+	Event cdc.Event
+	Row   string
+	// OldRow is the row an update moved away from when it changed the
+	// key: the event belongs to, and holds back, both rows. Empty for
+	// every other event.
+	OldRow       string
 	Attempts     int
 	LastError    string
 	FirstFailure time.Time
@@ -69,12 +77,12 @@ func (s *Store) Park(ctx context.Context, ps []Parked) error {
 		e := p.Event
 		_, err := s.db.Exec(ctx, `
 INSERT INTO walcast.parked AS p (pipeline, sink, event_id, commit_lsn, idx, row_key, schema_name, table_name, op, key, payload,
-	attempts, last_error, first_failed_at, last_failed_at)
-VALUES ($1, $2, $3, $4::pg_lsn, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+	attempts, last_error, first_failed_at, last_failed_at, old_row_key)
+VALUES ($1, $2, $3, $4::pg_lsn, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
 ON CONFLICT (pipeline, sink, commit_lsn, idx) DO UPDATE
 SET attempts = p.attempts + excluded.attempts, last_error = excluded.last_error, last_failed_at = excluded.last_failed_at`,
 			s.pipeline, p.Sink, e.ID.String(), cdc.FormatLSN(e.ID.CommitLSN), int64(e.ID.Index), p.Row,
-			e.Schema, e.Table, string(e.Op), e.Key, e.Payload, p.Attempts, p.LastError, p.FirstFailure, p.LastFailure)
+			e.Schema, e.Table, string(e.Op), e.Key, e.Payload, p.Attempts, p.LastError, p.FirstFailure, p.LastFailure, p.OldRow)
 		if err != nil {
 			return fmt.Errorf("park event %s of sink %s: %w", e.ID, p.Sink, err)
 		}
@@ -98,10 +106,14 @@ func (s *Store) Unpark(ctx context.Context, sink string, ids []cdc.EventID) erro
 	return nil
 }
 
-// ParkedRows returns the rows of sink that have parked events: later events
-// of those rows are parked behind them.
+// ParkedRows returns the rows of sink that have parked events (an update
+// that changed the key counts for both its rows): later events of those
+// rows are parked behind them.
 func (s *Store) ParkedRows(ctx context.Context, sink string) ([]string, error) {
-	rows, err := s.db.Query(ctx, `SELECT DISTINCT row_key FROM walcast.parked WHERE pipeline = $1 AND sink = $2`, s.pipeline, sink)
+	rows, err := s.db.Query(ctx, `
+SELECT row_key FROM walcast.parked WHERE pipeline = $1 AND sink = $2
+UNION
+SELECT old_row_key FROM walcast.parked WHERE pipeline = $1 AND sink = $2 AND old_row_key <> ''`, s.pipeline, sink)
 	if err != nil {
 		return nil, fmt.Errorf("load parked rows of sink %s: %w", sink, err)
 	}
@@ -118,12 +130,14 @@ func (s *Store) ParkedRows(ctx context.Context, sink string) ([]string, error) {
 }
 
 // ListParked returns the parked events of sink (every sink when empty),
-// oldest first per row; row limits the result to one row when not empty.
+// oldest first per row; row limits the result to one row when not empty
+// (with the updates that moved a key away from it).
 func (s *Store) ListParked(ctx context.Context, sink, row string) ([]Parked, error) {
 	rows, err := s.db.Query(ctx, `
-SELECT sink, commit_lsn::text AS lsn_text, idx, row_key, schema_name, table_name, op, key, payload, attempts, last_error, first_failed_at, last_failed_at
+SELECT sink, commit_lsn::text AS lsn_text, idx, row_key, old_row_key, schema_name, table_name, op, key, payload, attempts, last_error,
+	first_failed_at, last_failed_at
 FROM walcast.parked
-WHERE pipeline = $1 AND ($2 = '' OR sink = $2) AND ($3 = '' OR row_key = $3)
+WHERE pipeline = $1 AND ($2 = '' OR sink = $2) AND ($3 = '' OR row_key = $3 OR old_row_key = $3)
 ORDER BY sink, commit_lsn, idx`, s.pipeline, sink, row)
 	if err != nil {
 		return nil, fmt.Errorf("list parked events: %w", err)
@@ -136,7 +150,8 @@ ORDER BY sink, commit_lsn, idx`, s.pipeline, sink, row)
 // without loading every payload of a sink that parked thousands.
 func (s *Store) RecentParked(ctx context.Context, limit int) ([]Parked, error) {
 	rows, err := s.db.Query(ctx, `
-SELECT sink, commit_lsn::text AS lsn_text, idx, row_key, schema_name, table_name, op, key, payload, attempts, last_error, first_failed_at, last_failed_at
+SELECT sink, commit_lsn::text AS lsn_text, idx, row_key, old_row_key, schema_name, table_name, op, key, payload, attempts, last_error,
+	first_failed_at, last_failed_at
 FROM walcast.parked
 WHERE pipeline = $1
 ORDER BY last_failed_at DESC, sink, commit_lsn, idx
@@ -154,7 +169,7 @@ func scanParked(rows pgx.Rows) ([]Parked, error) {
 		var p Parked
 		var lsn, op string
 		var idx int64
-		if err := rows.Scan(&p.Sink, &lsn, &idx, &p.Row, &p.Event.Schema, &p.Event.Table, &op, &p.Event.Key, &p.Event.Payload,
+		if err := rows.Scan(&p.Sink, &lsn, &idx, &p.Row, &p.OldRow, &p.Event.Schema, &p.Event.Table, &op, &p.Event.Key, &p.Event.Payload,
 			&p.Attempts, &p.LastError, &p.FirstFailure, &p.LastFailure); err != nil {
 			return nil, fmt.Errorf("list parked events: %w", err)
 		}

@@ -72,6 +72,44 @@ func TestParkListUnpark(t *testing.T) {
 	}
 }
 
+// An update that changed the key is parked under both rows: both count as
+// parked, and listing either row finds it. Init also upgrades a table made
+// before old_row_key existed.
+func TestParkedKeyChangeBelongsToBothRows(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, cluster.Database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s := New(pool, "shop")
+	if err := s.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A table made by an older walcast, then Init again.
+	if _, err := pool.Exec(ctx, `ALTER TABLE walcast.parked DROP COLUMN old_row_key`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	ev := cdc.Event{ID: cdc.MustParseEventID("0/1B:0"), Schema: "public", Table: "t", Op: cdc.OpUpdate, Key: []byte(`{"id":2}`), Payload: []byte(`{}`)}
+	if err := s.Park(ctx, []Parked{{Sink: "hook", Event: ev, Row: "new", OldRow: "old", LastError: "x", FirstFailure: now, LastFailure: now}}); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := s.ParkedRows(ctx, "hook")
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("parked rows %v (%v), want old and new", rows, err)
+	}
+	for _, r := range []string{"old", "new"} {
+		got, err := s.ListParked(ctx, "hook", r)
+		if err != nil || len(got) != 1 || got[0].Row != "new" || got[0].OldRow != "old" {
+			t.Fatalf("row %s: listed %+v (%v)", r, got, err)
+		}
+	}
+}
+
 // TestRecentParkedAndSummary: the console's view of walcast.parked, a
 // count and the latest error per sink, and the newest failures first.
 func TestRecentParkedAndSummary(t *testing.T) {

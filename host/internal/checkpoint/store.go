@@ -69,7 +69,7 @@ func New(db Querier, pipeline string) *Store {
 
 // Init creates the walcast schema and its tables when missing.
 func (s *Store) Init(ctx context.Context) error {
-	if _, err := s.db.Exec(ctx, ddl+parkedDDL+pauseDDL); err != nil {
+	if _, err := s.db.Exec(ctx, ddl+parkedDDL+pauseDDL+failureDDL); err != nil {
 		return fmt.Errorf("create walcast schema: %w", err)
 	}
 	return nil
@@ -181,9 +181,9 @@ func (s *Store) LoadPipeline(ctx context.Context) (p Pipeline, ok bool, err erro
 }
 
 // Forget deletes the pipeline's record, checkpoints, parked events, replay
-// requests, usage and pauses.
+// requests, usage, pauses and sink failures.
 func (s *Store) Forget(ctx context.Context) error {
-	for _, table := range []string{"checkpoints", "parked", "replay_requests", "usage", "pauses", "pipelines"} {
+	for _, table := range []string{"checkpoints", "parked", "replay_requests", "usage", "pauses", "sink_failures", "pipelines"} {
 		if _, err := s.db.Exec(ctx, `DELETE FROM walcast.`+table+` WHERE pipeline = $1`, s.pipeline); err != nil {
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {

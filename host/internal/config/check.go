@@ -3,7 +3,6 @@ package config
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/hashicorp/hcl/v2"
@@ -20,9 +19,10 @@ type PluginChecker interface {
 	// the plugin cannot be found or started.
 	Describe(ctx context.Context, sinkType string) (pluginkit.Info, error)
 	// CheckConfig asks the plugin to validate config (as produced by
-	// DecodeSinkConfig) the way Configure would. A *pluginkit.ConfigError
-	// points at one attribute.
-	CheckConfig(ctx context.Context, sinkType string, config json.RawMessage) error
+	// DecodeSinkConfig) the way Configure would, telling it the tables the
+	// sink can receive (see SinkTables). Each *pluginkit.ConfigError in
+	// the result points at one attribute or table.
+	CheckConfig(ctx context.Context, sinkType string, tables []string, config json.RawMessage) error
 }
 
 // Check validates each sink of p against its plugin, for `walcast
@@ -37,12 +37,12 @@ func Check(ctx context.Context, p *Pipeline, plugins PluginChecker) hcl.Diagnost
 		if ctx.Err() != nil {
 			break
 		}
-		diags = append(diags, checkSink(ctx, &p.Sinks[i], plugins)...)
+		diags = append(diags, checkSink(ctx, &p.Source, &p.Sinks[i], plugins)...)
 	}
 	return diags
 }
 
-func checkSink(ctx context.Context, s *Sink, plugins PluginChecker) hcl.Diagnostics {
+func checkSink(ctx context.Context, src *Source, s *Sink, plugins PluginChecker) hcl.Diagnostics {
 	info, err := plugins.Describe(ctx, s.Type)
 	if err != nil {
 		return hcl.Diagnostics{{
@@ -64,10 +64,9 @@ func checkSink(ctx context.Context, s *Sink, plugins PluginChecker) hcl.Diagnost
 		return diags // the plugin would only repeat what is already said
 	}
 
-	if err := plugins.CheckConfig(ctx, s.Type, raw); err != nil {
-		var cerr *pluginkit.ConfigError
-		if errors.As(err, &cerr) {
-			diags = append(diags, ConfigErrorDiag(s.Config, s.ConfigRange, cerr, s.ID))
+	if err := plugins.CheckConfig(ctx, s.Type, SinkTables(src, s), raw); err != nil {
+		if cdiags := ConfigErrorDiags(src, s, err); len(cdiags) > 0 {
+			diags = append(diags, cdiags...)
 		} else {
 			diags = append(diags, &hcl.Diagnostic{
 				Severity: hcl.DiagError,

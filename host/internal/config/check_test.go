@@ -34,7 +34,7 @@ func (f *fakePlugins) Describe(ctx context.Context, sinkType string) (pluginkit.
 	return pluginkit.Info{}, fmt.Errorf("no plugin walcast-sink-%s in the plugin directory", sinkType)
 }
 
-func (f *fakePlugins) CheckConfig(ctx context.Context, sinkType string, config json.RawMessage) error {
+func (f *fakePlugins) CheckConfig(ctx context.Context, sinkType string, tables []string, config json.RawMessage) error {
 	f.mu.Lock()
 	if f.checked == nil {
 		f.checked = map[string]string{}

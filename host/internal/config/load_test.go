@@ -232,3 +232,27 @@ func rangeStrings(rs []hcl.Range) []string {
 	}
 	return out
 }
+
+func TestSinkEnv(t *testing.T) {
+	const file = `
+pipeline = "shop"
+source "postgres" {
+  dsn    = "postgres://localhost/shop"
+  tables = ["public.orders"]
+}
+sink "kafka" "k" {
+  env = { KAFKA_PASSWORD = "pw", %s = "x" }
+}
+`
+	p, diags := parse(fmt.Appendf(nil, file, "SSL_KEY_FILE"), "x.hcl", testEnv)
+	if diags.HasErrors() {
+		t.Fatal(FormatDiagnostics(diags))
+	}
+	if env := p.Sinks[0].Env; len(env) != 2 || env["KAFKA_PASSWORD"] != "pw" {
+		t.Errorf("env = %v", env)
+	}
+	_, diags = parse(fmt.Appendf(nil, file, `"1BAD"`), "x.hcl", testEnv)
+	if got := FormatDiagnostics(diags); !strings.Contains(got, `x.hcl:8:9: error: Invalid environment variable name: "1BAD"`) {
+		t.Errorf("got %s", got)
+	}
+}

@@ -57,12 +57,17 @@ func checkTableName(t string) string {
 	if strings.ContainsAny(t, "*?") {
 		return fmt.Sprintf("Table %q contains a wildcard; list every table to capture by name.", t)
 	}
-	if strings.ContainsAny(t, "\" \t\r\n") {
-		return fmt.Sprintf(`Table %q contains quotes or spaces; write schema.table as spelled in the catalog, without quotes.`, t)
+	if strings.ContainsAny(t, "\"\t\r\n") {
+		return fmt.Sprintf(`Table %q contains quotes or control characters; write schema.table as spelled in the catalog, without quotes.`, t)
 	}
 	schema, table, ok := strings.Cut(t, ".")
 	if !ok {
 		return fmt.Sprintf("Table %q must be schema-qualified, as in %q.", t, "public."+t)
+	}
+	// A space inside a name is legal (CREATE TABLE "order items"); one at
+	// either end of the schema or the table is almost always a typo.
+	if strings.TrimSpace(schema) != schema || strings.TrimSpace(table) != table {
+		return fmt.Sprintf(`Table %q has a space at the start or end of its schema or table name; write schema.table as spelled in the catalog.`, t)
 	}
 	if schema == "" || table == "" || strings.Contains(table, ".") {
 		return fmt.Sprintf(`Table %q is not of the form "schema.table".`, t)

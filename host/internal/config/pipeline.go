@@ -60,6 +60,10 @@ type Sink struct {
 	// Ops, when non-empty, restricts the sink to these operations.
 	Ops      []pluginkit.Op
 	Delivery Delivery
+	// Env holds environment variables the sink's plugin process gets on
+	// top of the few every plugin gets (the `env` attribute). Nothing else
+	// of walcast's environment reaches a plugin.
+	Env map[string]string
 
 	// Config is the sink's `config` block, left undecoded: only the plugin
 	// knows its schema. Decode it with DecodeSinkConfig. It is an empty body

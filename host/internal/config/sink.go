@@ -2,7 +2,9 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -18,6 +20,7 @@ var sinkSchema = &hcl.BodySchema{
 		{Name: "durable"},
 		{Name: "tables"},
 		{Name: "ops"},
+		{Name: "env"},
 	},
 	Blocks: []hcl.BlockHeaderSchema{
 		{Type: "delivery"},
@@ -82,6 +85,9 @@ func (d *decoder) decodeSink(block *hcl.Block, src Source) (s Sink, ok bool) {
 	if attr, found := attrs["ops"]; found {
 		s.Ops = d.decodeOps(attr)
 	}
+	if attr, found := attrs["env"]; found {
+		s.Env = d.decodeEnv(attr)
+	}
 
 	blocks := make(map[string]*hcl.Block, len(content.Blocks))
 	for _, b := range content.Blocks {
@@ -128,6 +134,25 @@ func (d *decoder) checkSinkTables(tables []string, ranges []hcl.Range, listRange
 				t, strings.Join(src.Tables, ", "))
 		}
 	}
+}
+
+// envName is a portable environment variable name.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// decodeEnv decodes a sink's env map: variables its plugin process gets
+// on top of the few it always gets (sinkclient.AllowedEnv).
+func (d *decoder) decodeEnv(attr *hcl.Attribute) map[string]string {
+	var env map[string]string
+	if !d.decodeAttr(attr, &env) {
+		return nil
+	}
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		if !envName.MatchString(k) {
+			d.errorf(attr.Expr.Range(), "Invalid environment variable name",
+				"%q is not a variable name: letters, digits and '_', not starting with a digit.", k)
+		}
+	}
+	return env
 }
 
 func (d *decoder) decodeOps(attr *hcl.Attribute) []pluginkit.Op {

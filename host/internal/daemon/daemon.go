@@ -67,6 +67,9 @@ type sinkRun struct {
 	queue  *fanout.Queue
 	sched  *schedule.Scheduler
 	meter  *schedule.Meter
+	// failed: a failure that stopped the sink is on record (shown by
+	// walcast status); saveLoop clears it once the sink delivers again.
+	failed bool
 }
 
 // Run runs the pipeline until ctx ends (a clean shutdown, returns nil) or
@@ -158,6 +161,17 @@ func Run(ctx context.Context, opts Options) (err error) {
 		skip = append(skip, through)
 	}
 
+	failures, err := store.LoadSinkFailures(ctx)
+	if err != nil {
+		return err
+	}
+	for _, r := range runs {
+		if f, ok := failures[r.cfg.ID]; ok {
+			r.failed = true
+			log.Warn("sink stopped the last run; delivering again", "sink", r.cfg.ID, "stopped_at", f.At, "err", f.Error)
+		}
+	}
+
 	tracker := ack.New(specs, prep.ConfirmedFlush)
 	deliverSeconds := newDeliverSeconds()
 	queues := make([]*fanout.Queue, len(runs))
@@ -168,36 +182,20 @@ func Run(ctx context.Context, opts Options) (err error) {
 		// measured ~7% slower than two with batch_size 1000, four no faster).
 		r.queue = fanout.NewQueue(max(2*r.cfg.Delivery.BatchSize, 1024), r.cfg.Durable)
 		queues[i] = r.queue
-		d := r.cfg.Delivery
-		strict := d.Ordering == config.OrderingStrict
-		if r.plugin.Info().Ordered && !strict {
-			// The sink needs batches in commit order, one at a time (the
-			// Kafka sink filters at or below its own checkpoint, which is
-			// only sound that way); per-row order holds all the same.
+		if r.plugin.Info().Ordered && r.cfg.Delivery.Ordering != config.OrderingStrict {
 			log.Info("sink delivers one batch at a time in commit order, as its plugin requires", "sink", r.cfg.ID)
-			strict = true
 		}
 		r.meter = schedule.NewMeter(r.cfg.ID)
-		r.sched = schedule.New(schedule.Config{
-			SinkID:         r.cfg.ID,
-			Index:          i,
-			BatchSize:      d.BatchSize,
-			MaxInFlight:    d.MaxInFlight,
-			Strict:         strict,
-			RateLimit:      d.RateLimit,
-			RetryBase:      d.RetryBase,
-			MaxAttempts:    d.MaxAttempts,
-			DeliverTimeout: d.DeliverTimeout,
-			SkipThrough:    skip[i],
-			Tables:         set(r.cfg.Tables),
-			Ops:            set(r.cfg.Ops),
-			Parked:         store,
-			Meter:          r.meter,
-			Logger:         log,
-			Observe: func(took time.Duration, outcome string) {
-				deliverSeconds.WithLabelValues(r.cfg.ID, outcome).Observe(took.Seconds())
-			},
-		}, r.queue, tracker, r.plugin)
+		scfg := ScheduleConfig(r.cfg, r.plugin.Info())
+		scfg.Index = i
+		scfg.SkipThrough = skip[i]
+		scfg.Parked = store
+		scfg.Meter = r.meter
+		scfg.Logger = log
+		scfg.Observe = func(took time.Duration, outcome string) {
+			deliverSeconds.WithLabelValues(r.cfg.ID, r.cfg.Type, outcome).Observe(took.Seconds())
+		}
+		r.sched = schedule.New(scfg, r.queue, tracker, r.plugin)
 		log.Info("sink ready", "sink", r.cfg.ID, "type", r.cfg.Type, "durable", r.cfg.Durable, "resume_after", skip[i].String())
 	}
 	// Pauses hold from the first event on, not from the first poll.
@@ -208,7 +206,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	fan := fanout.New(tracker, queues)
 	capt := capture.New(ccfg, fan)
 	if opts.MetricsListen != "" {
-		reg := newRegistry(p.Name, newPipelineCollector(runs, tracker, fan, capt), deliverSeconds)
+		reg := newRegistry(p.Name, newPipelineCollector(runs, tracker, fan, capt, slotRetainedWAL(pool, p.Source.Slot)), deliverSeconds)
 		healthy := func() error {
 			if !capt.Streaming() {
 				return errors.New("replication stream down: connecting or reconnecting to PostgreSQL")
@@ -233,6 +231,9 @@ func Run(ctx context.Context, opts Options) (err error) {
 		sched.Go(func() error {
 			err := r.sched.Run(hard, stop)
 			if err != nil {
+				if kind, _ := pluginkit.KindOf(err); kind == pluginkit.KindFatal {
+					recordFailure(store, r.cfg.ID, err, log)
+				}
 				schedErr <- fmt.Errorf("sink %s: %w", r.cfg.ID, err)
 			}
 			return err
@@ -262,12 +263,14 @@ func Run(ctx context.Context, opts Options) (err error) {
 	case err = <-captureErr:
 		captureDone = true
 		if err != nil {
-			log.Error("capture failed", "err", err)
+			// Run returns err and the caller reports it, once.
+			log.Info("stopping: the replication stream failed; waiting for deliveries in flight", "timeout", opts.ShutdownTimeout)
 		}
 	case err = <-schedErr:
 		// A sink's scheduler cannot go on: stop everything rather than let
-		// its queue fill and stall the stream silently.
-		log.Error("sink failed", "err", err)
+		// its queue fill and stall the stream silently. Run returns err
+		// and the caller reports it, once.
+		log.Info("stopping: a sink failed; waiting for deliveries in flight", "timeout", opts.ShutdownTimeout)
 	}
 	cancelCapture()
 	if !captureDone {
@@ -309,6 +312,34 @@ func Run(ctx context.Context, opts Options) (err error) {
 	return err
 }
 
+// recordFailure puts the error that stopped a sink on record in the control
+// plane, where `walcast status` shows it. It runs as the pipeline stops, so
+// it has its own deadline.
+func recordFailure(store *checkpoint.Store, sink string, err error, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// The error itself is what Run returns, and the caller prints it once.
+	log.Error("sink cannot go on; the pipeline stops, walcast status shows why", "sink", sink)
+	if rerr := store.RecordSinkFailure(ctx, sink, err.Error()); rerr != nil {
+		log.Warn("record sink failure", "sink", sink, "err", rerr)
+	}
+}
+
+// clearRecovered forgets the recorded failure of every sink that has
+// delivered since the start.
+func clearRecovered(ctx context.Context, store *checkpoint.Store, runs []*sinkRun, log *slog.Logger) {
+	for _, r := range runs {
+		if !r.failed || r.sched.Stats.Delivered.Load() == 0 {
+			continue
+		}
+		if err := store.ClearSinkFailure(ctx, r.cfg.ID); err != nil {
+			log.Warn("clear sink failure", "sink", r.cfg.ID, "err", err)
+			continue
+		}
+		r.failed = false
+	}
+}
+
 func startSink(ctx context.Context, launch Launcher, s *config.Sink) (Plugin, pluginkit.EventID, error) {
 	plugin, res, err := launch(ctx, s)
 	if err != nil {
@@ -326,6 +357,7 @@ func saveLoop(ctx context.Context, store *checkpoint.Store, tracker *ack.Tracker
 			return
 		case <-t.C:
 		}
+		clearRecovered(ctx, store, runs, log)
 		if err := saveMarks(ctx, store, tracker, runs, false); err != nil && ctx.Err() == nil {
 			// The database may be restarting; the next tick tries again.
 			log.Warn("write checkpoints", "err", err)
@@ -373,6 +405,29 @@ func saveUsage(ctx context.Context, store *checkpoint.Store, runs []*sinkRun) er
 // Connect opens the control connection pool of a pipeline's source.
 func Connect(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
 	return capture.Connect(ctx, dsn, 4)
+}
+
+// ScheduleConfig is a sink's delivery policy as its scheduler takes it:
+// the pipeline's delivery block, filters, and what the plugin requires.
+// The daemon and the daemon-less walcast replay both use it.
+func ScheduleConfig(s *config.Sink, info pluginkit.Info) schedule.Config {
+	d := s.Delivery
+	return schedule.Config{
+		SinkID:      s.ID,
+		BatchSize:   d.BatchSize,
+		MaxInFlight: d.MaxInFlight,
+		// A plugin that asks for order gets batches in commit order, one
+		// at a time (the Kafka sink filters at or below its own
+		// checkpoint, which is only sound that way); per-row order holds
+		// all the same.
+		Strict:         d.Ordering == config.OrderingStrict || info.Ordered,
+		RateLimit:      d.RateLimit,
+		RetryBase:      d.RetryBase,
+		MaxAttempts:    d.MaxAttempts,
+		DeliverTimeout: d.DeliverTimeout,
+		Tables:         set(s.Tables),
+		Ops:            set(s.Ops),
+	}
 }
 
 func set[T comparable](xs []T) map[T]bool {

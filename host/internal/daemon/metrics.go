@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -31,14 +32,24 @@ type pipelineCollector struct {
 	sinkCounters                             []sinkCounter
 	held, inFlight, queued, unresolved       *prometheus.Desc
 	paused, watermark, lastSuccess           *prometheus.Desc
+	backlogEvents, backlogBytes, oldestAge   *prometheus.Desc
+
+	// slotWAL, when set, asks PostgreSQL how much WAL the slot retains.
+	slotWAL     func(ctx context.Context) (int64, error)
+	retainedWAL *prometheus.Desc
 }
+
+// slotQueryTimeout bounds the PostgreSQL query a scrape makes; a scrape
+// that cannot get an answer in time goes without the slot's figure.
+const slotQueryTimeout = 2 * time.Second
 
 type sinkCounter struct {
 	desc  *prometheus.Desc
 	value func(*sinkRun) float64
 }
 
-func newPipelineCollector(runs []*sinkRun, tracker *ack.Tracker, fan *fanout.Fanout, capt *capture.Capture) *pipelineCollector {
+func newPipelineCollector(runs []*sinkRun, tracker *ack.Tracker, fan *fanout.Fanout, capt *capture.Capture,
+	slotWAL func(ctx context.Context) (int64, error)) *pipelineCollector {
 	sink := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc("walcast_sink_"+name, help, []string{"sink", "type"}, nil)
 	}
@@ -46,7 +57,9 @@ func newPipelineCollector(runs []*sinkRun, tracker *ack.Tracker, fan *fanout.Fan
 		return sinkCounter{sink(name, help), v}
 	}
 	return &pipelineCollector{
-		runs: runs, tracker: tracker, fan: fan, capt: capt,
+		runs: runs, tracker: tracker, fan: fan, capt: capt, slotWAL: slotWAL,
+		retainedWAL: prometheus.NewDesc("walcast_slot_retained_wal_bytes",
+			"WAL PostgreSQL keeps for the replication slot: pg_current_wal_lsn() - restart_lsn, read from PostgreSQL at scrape time.", nil, nil),
 		received:  prometheus.NewDesc("walcast_received_lsn", "Highest WAL position received from the replication slot.", nil, nil),
 		confirmed: prometheus.NewDesc("walcast_confirmed_flush_lsn", "WAL position walcast may confirm to PostgreSQL: every durable sink resolved everything below it.", nil, nil),
 		streaming: prometheus.NewDesc("walcast_streaming", "1 while the replication stream is up, 0 while reconnecting.", nil, nil),
@@ -82,6 +95,11 @@ func newPipelineCollector(runs []*sinkRun, tracker *ack.Tracker, fan *fanout.Fan
 		paused:      sink("paused", "1 while the sink is paused by walcast pause."),
 		watermark:   sink("watermark_lsn", "Commit LSN of the sink's watermark: everything at or below it is resolved."),
 		lastSuccess: sink("last_success_timestamp_seconds", "Unix time of the sink's last successful Deliver (0: none since start)."),
+		backlogEvents: sink("backlog_events",
+			"Events captured and not yet resolved (delivered, filtered, skipped, parked or dropped) for the sink."),
+		backlogBytes: sink("backlog_bytes", "Envelope bytes of the sink's backlog events."),
+		oldestAge: sink("oldest_unresolved_age_seconds",
+			"Seconds since walcast read the sink's oldest unresolved event from the slot; 0 with an empty backlog."),
 	}
 }
 
@@ -101,6 +119,14 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(c.streaming, streaming)
 	ch <- prometheus.MustNewConstMetric(c.captured, prometheus.CounterValue, float64(c.fan.Events()))
+	if c.slotWAL != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), slotQueryTimeout)
+		if n, err := c.slotWAL(ctx); err == nil {
+			gauge(c.retainedWAL, float64(n))
+		}
+		cancel()
+	}
+	now := time.Now()
 
 	marks := c.tracker.Peek()
 	for i, r := range c.runs {
@@ -124,16 +150,40 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 			last = float64(ns) / 1e9
 		}
 		gauge(c.lastSuccess, last, l...)
+		events, bytes, oldest := c.tracker.Backlog(i)
+		gauge(c.backlogEvents, float64(events), l...)
+		gauge(c.backlogBytes, float64(bytes), l...)
+		age := 0.0
+		if !oldest.IsZero() {
+			age = max(now.Sub(oldest).Seconds(), 0)
+		}
+		gauge(c.oldestAge, age, l...)
 	}
 }
 
-// deliverSeconds is the Deliver latency histogram, by sink and outcome.
+// deliverSeconds is the Deliver latency histogram, by sink (and its type,
+// like every sink series) and outcome.
 func newDeliverSeconds() *prometheus.HistogramVec {
 	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "walcast_sink_deliver_duration_seconds",
 		Help:    "How long Deliver calls took, by outcome (ok, retryable, throttled, permanent, fatal).",
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 120},
-	}, []string{"sink", "outcome"})
+	}, []string{"sink", "type", "outcome"})
+}
+
+// slotRetainedWAL returns a function reading how many bytes of WAL the
+// slot holds back, as `walcast status` shows it.
+func slotRetainedWAL(pool *pgxpool.Pool, slot string) func(ctx context.Context) (int64, error) {
+	return func(ctx context.Context) (int64, error) {
+		var n int64
+		err := pool.QueryRow(ctx, `
+SELECT coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint
+FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&n)
+		if err != nil {
+			return 0, fmt.Errorf("read retained WAL of slot %s: %w", slot, err)
+		}
+		return n, nil
+	}
 }
 
 // serveMetrics serves /metrics (Prometheus text format) and /healthz on

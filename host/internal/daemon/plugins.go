@@ -7,10 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"path/filepath"
+	"slices"
 
 	"github.com/hashicorp/go-plugin"
-	"github.com/hashicorp/hcl/v2"
 
 	"github.com/walcast/walcast/host/internal/config"
 	"github.com/walcast/walcast/host/internal/pluginlock"
@@ -26,7 +27,11 @@ type PluginSet struct {
 	Dirs []string
 	// Pipeline names the pipeline to the plugins (pluginkit.IdentityFrom).
 	Pipeline string
-	Logger   *slog.Logger
+	// Source is the pipeline's source: Launch tells each plugin the tables
+	// its sink can receive (pluginkit.TablesFrom) and points a rejected
+	// table at where it is written. Nil tells plugins nothing.
+	Source *config.Source
+	Logger *slog.Logger
 	// Stdout receives what plugins print (the stdout sink's output).
 	Stdout io.Writer
 }
@@ -75,6 +80,14 @@ func (ps *PluginSet) Launch(ctx context.Context, s *config.Sink) (Plugin, plugin
 	if err != nil {
 		return nil, pluginkit.OpenResult{}, err
 	}
+	src := ps.Source
+	if src == nil {
+		src = &config.Source{}
+	}
+	cfg.Tables = config.SinkTables(src, s)
+	for _, k := range slices.Sorted(maps.Keys(s.Env)) {
+		cfg.Env = append(cfg.Env, k+"="+s.Env[k])
+	}
 	info, err := sinkclient.Describe(ctx, cfg, nil)
 	if err != nil {
 		return nil, pluginkit.OpenResult{}, fmt.Errorf("describe plugin %s: %w", cfg.Path, explainChecksum(cfg, err))
@@ -85,10 +98,8 @@ func (ps *PluginSet) Launch(ctx context.Context, s *config.Sink) (Plugin, plugin
 	}
 	sup, err := sinkclient.Start(ctx, cfg, raw)
 	if err != nil {
-		var cerr *pluginkit.ConfigError
-		if errors.As(err, &cerr) {
-			d := config.ConfigErrorDiag(s.Config, s.ConfigRange, cerr, s.ID)
-			return nil, pluginkit.OpenResult{}, errors.New(config.FormatDiagnostics(hcl.Diagnostics{d}))
+		if diags := config.ConfigErrorDiags(src, s, err); len(diags) > 0 {
+			return nil, pluginkit.OpenResult{}, errors.New(config.FormatDiagnostics(diags))
 		}
 		return nil, pluginkit.OpenResult{}, fmt.Errorf("start plugin %s: %w", cfg.Path, explainChecksum(cfg, err))
 	}
@@ -106,11 +117,12 @@ func (ps *PluginSet) Describe(ctx context.Context, sinkType string) (pluginkit.I
 }
 
 // CheckConfig implements config.PluginChecker.
-func (ps *PluginSet) CheckConfig(ctx context.Context, sinkType string, raw json.RawMessage) error {
+func (ps *PluginSet) CheckConfig(ctx context.Context, sinkType string, tables []string, raw json.RawMessage) error {
 	cfg, err := ps.clientConfig(sinkType, sinkType)
 	if err != nil {
 		return err
 	}
+	cfg.Tables = tables
 	if raw == nil {
 		raw = json.RawMessage("{}")
 	}

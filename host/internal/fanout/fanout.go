@@ -112,7 +112,7 @@ func New(tracker *ack.Tracker, queues []*Queue) *Fanout {
 
 // Event registers ev with the tracker and queues it for every sink.
 func (f *Fanout) Event(ctx context.Context, ev pluginkit.Event, idle func()) error {
-	seq, err := f.tracker.Add(ev.ID)
+	seq, err := f.tracker.AddEvent(ev.ID, len(ev.Payload), time.Now())
 	if err != nil {
 		return fmt.Errorf("fan out event: %w", err)
 	}

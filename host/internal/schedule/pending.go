@@ -27,7 +27,8 @@ type entry struct {
 	ev  pluginkit.Event
 	row string
 	// oldRow is the row an update moved away from (it changed the key):
-	// the event waits for both rows and holds both while in flight.
+	// the event belongs to both rows. It waits for both, holds both while
+	// in flight, and is parked under both.
 	oldRow string
 	bytes  int
 	// replay marks an event taken from walcast.parked by `walcast replay`:
@@ -126,6 +127,10 @@ func (p *pending) take(now time.Time, lim limits) (batch []*entry, wake time.Tim
 		if ok && len(taken) > 0 {
 			first := taken[0]
 			switch {
+			case first.replay != e.replay:
+				// The sink is told a batch is a replay (pluginkit.IsReplay):
+				// a batch is all replayed events or none.
+				ok = false
 			case first.iso == batchOne || e.iso == batchOne:
 				ok = false
 			case (first.iso == batchRow || e.iso == batchRow) && e.row != first.row:
@@ -177,18 +182,29 @@ func (p *pending) release(row string) {
 	}
 }
 
-// removeRow takes every pending entry of row out (to park them behind a
-// parked event), in order.
-func (p *pending) removeRow(row string) []*entry {
+// touches reports whether e belongs to one of rows.
+func (e *entry) touches(rows map[string]bool) bool {
+	return rows[e.row] || (e.oldRow != "" && rows[e.oldRow])
+}
+
+// removeRows takes out, in order, every pending entry that must wait behind
+// an event of rows that was just parked: the entries of those rows and,
+// because an update that changed the key belongs to two rows, the later
+// entries of every row such an entry brings in. rows grows by those rows.
+func (p *pending) removeRows(rows map[string]bool) []*entry {
 	var out []*entry
 	keep := p.list[:0]
 	for _, e := range p.list {
-		if e.row == row {
-			out = append(out, e)
-			p.bytes -= e.bytes
-		} else {
+		if !e.touches(rows) {
 			keep = append(keep, e)
+			continue
 		}
+		rows[e.row] = true
+		if e.oldRow != "" {
+			rows[e.oldRow] = true
+		}
+		out = append(out, e)
+		p.bytes -= e.bytes
 	}
 	clear(p.list[len(keep):])
 	p.list = keep
@@ -199,7 +215,7 @@ func (p *pending) removeRow(row string) []*entry {
 // in flight: callers check p.inFlight for that).
 func (p *pending) hasReplay(row string) bool {
 	for _, e := range p.list {
-		if e.row == row && e.replay {
+		if e.replay && (e.row == row || e.oldRow == row) {
 			return true
 		}
 	}

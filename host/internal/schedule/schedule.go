@@ -11,18 +11,21 @@
 //	                                      → parked      (resolved)
 //
 // Invariants: two events of the same row (schema.table + key) are never in
-// flight at once and never delivered out of commit order; a row with a
-// parked event has every later event parked behind it until a replay
-// delivers them; nothing is resolved before it is delivered, filtered,
-// skipped as already delivered, or durably parked.
+// flight at once and never delivered out of commit order (an update that
+// changes the key belongs to both rows); a row with a parked event has
+// every later event parked behind it until a replay delivers them; nothing
+// is resolved before it is delivered, filtered, skipped as already
+// delivered, or durably parked; a parked event leaves walcast.parked only
+// once the sink wrote it (a replayed event it calls a duplicate stays).
+// Replayed events travel in batches of their own, flagged as a replay.
 package schedule
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -113,7 +116,7 @@ type Scheduler struct {
 	tracker *ack.Tracker
 	sink    Deliverer
 	log     *slog.Logger
-	replays chan checkpoint.ReplayRequest
+	replays chan replayReq
 	Stats   Stats
 
 	// paused is set by an operator (walcast pause); wake tells Run.
@@ -123,8 +126,10 @@ type Scheduler struct {
 	// Owned by the Run goroutine.
 	pend       *pending
 	parkedRows map[string]bool
-	replaying  map[string]bool // parked rows whose events are being replayed
-	window     int             // events held: pending plus in flight
+	replaying  map[string]bool            // parked rows whose events are being replayed
+	replayIDs  map[pluginkit.EventID]bool // replayed events pending or in flight
+	waiters    []*replayWaiter
+	window     int // events held: pending plus in flight
 	bucket     *bucket
 	pausedTill time.Time
 	gapCarry   bool // a gap flag whose event was filtered out: it goes to the next one
@@ -172,11 +177,12 @@ func New(cfg Config, queue *fanout.Queue, tracker *ack.Tracker, sink Deliverer) 
 	s := &Scheduler{
 		cfg: cfg, queue: queue, tracker: tracker, sink: sink,
 		log:        log.With("sink", cfg.SinkID),
-		replays:    make(chan checkpoint.ReplayRequest, 16),
+		replays:    make(chan replayReq, 16),
 		wake:       make(chan struct{}, 1),
 		pend:       newPending(),
 		parkedRows: map[string]bool{},
 		replaying:  map[string]bool{},
+		replayIDs:  map[pluginkit.EventID]bool{},
 		// Every lane full plus one batch ready for the first lane that
 		// frees up. In-flight events count: they are held until they land,
 		// and counting only the pending ones would double what a sink with
@@ -188,17 +194,6 @@ func New(cfg Config, queue *fanout.Queue, tracker *ack.Tracker, sink Deliverer) 
 		s.bucket = newBucket(cfg.RateLimit)
 	}
 	return s
-}
-
-// Replay asks the scheduler to deliver parked events again. It does not
-// wait for them to be delivered.
-func (s *Scheduler) Replay(ctx context.Context, r checkpoint.ReplayRequest) error {
-	select {
-	case s.replays <- r:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // Paused reports whether an operator paused the sink.
@@ -295,6 +290,9 @@ func (s *Scheduler) Run(ctx context.Context, stop <-chan struct{}) error {
 		case req := <-s.replays:
 			if err := s.startReplay(ctx, req); err != nil {
 				s.log.Error("replay", "err", err)
+				if req.done != nil {
+					req.done <- err
+				}
 			}
 		case <-s.wake:
 			if p := s.paused.Load(); p != paused {
@@ -362,9 +360,13 @@ func (s *Scheduler) accept(ctx context.Context, it fanout.Item) error {
 	if ev.OldKey != nil {
 		e.oldRow = rowOf(ev, ev.OldKey)
 	}
-	if s.parkedRows[e.row] {
+	if s.parkedRows[e.row] || (e.oldRow != "" && s.parkedRows[e.oldRow]) {
 		s.gapCarry = gap
-		return s.park(ctx, []*entry{e}, "parked behind an earlier parked event of the same row")
+		reason := "parked behind an earlier parked event of the same row"
+		if !s.parkedRows[e.row] {
+			reason = "parked behind an earlier parked event of the row whose key this update changed"
+		}
+		return s.park(ctx, []*entry{e}, reason, false)
 	}
 	s.pend.add(e)
 	return nil
@@ -429,11 +431,15 @@ func (s *Scheduler) deliver(ctx context.Context, batch []*entry, size int) {
 		events[i] = e.ev
 		gap = gap || e.gapBefore
 	}
-	s.Stats.Attempts.Add(1)
+	// A batch is all replayed events or none (pending.take).
+	replay := batch[0].replay
 	start := time.Now()
 	dctx, cancel := context.WithTimeout(ctx, s.cfg.DeliverTimeout)
 	if gap {
 		dctx = pluginkit.WithGapBefore(dctx)
+	}
+	if replay {
+		dctx = pluginkit.WithReplay(dctx)
 	}
 	res, err := s.sink.Deliver(dctx, events)
 	cancel()
@@ -441,18 +447,25 @@ func (s *Scheduler) deliver(ctx context.Context, batch []*entry, size int) {
 		// Answered too late: the host already treats it as failed.
 		err = fmt.Errorf("deliver did not resolve within %s: %w", s.cfg.DeliverTimeout, context.DeadlineExceeded)
 	}
-	if err == nil {
+	if err == nil && replay && res.Duplicates > 0 {
+		// A parked event lies below the sink's checkpoint by definition,
+		// so a sink that calls it a duplicate most likely skipped it
+		// without writing it. Unparking it would lose it without a word:
+		// it fails instead (alone, it is parked again, saying why). The
+		// host cannot tell that from a sink that really holds it; an
+		// operator can, and removes it from walcast.parked.
+		err = pluginkit.Permanent(fmt.Errorf("the sink reported %d of %d replayed events as already delivered; a sink that skips events "+
+			"at or below its checkpoint has not written them (it must write replay batches, see pluginkit.IsReplay), so they stay parked: "+
+			"if the destination does hold them, delete them from walcast.parked", res.Duplicates, len(batch)))
+	}
+	if err == nil && replay && s.cfg.Parked != nil {
 		// Replayed events leave walcast.parked before they count as
 		// delivered; if that fails they are delivered again later.
-		var ids []pluginkit.EventID
-		for _, e := range batch {
-			if e.replay {
-				ids = append(ids, e.ev.ID)
-			}
+		ids := make([]pluginkit.EventID, len(batch))
+		for i, e := range batch {
+			ids[i] = e.ev.ID
 		}
-		if len(ids) > 0 && s.cfg.Parked != nil {
-			err = retryStore(ctx, s.log, func(ctx context.Context) error { return s.cfg.Parked.Unpark(ctx, s.cfg.SinkID, ids) })
-		}
+		err = retryStore(ctx, s.log, func(ctx context.Context) error { return s.cfg.Parked.Unpark(ctx, s.cfg.SinkID, ids) })
 	}
 	s.results <- result{batch: batch, bytes: size, res: res, err: err, took: time.Since(start)}
 }
@@ -470,6 +483,7 @@ func (s *Scheduler) land(ctx context.Context, r result) error {
 		s.cfg.Observe(r.took, outcome)
 	}
 	if r.err == nil {
+		s.Stats.Attempts.Add(1)
 		s.Stats.Delivered.Add(int64(len(r.batch) - r.res.Duplicates))
 		s.Stats.Bytes.Add(int64(bytes))
 		s.Stats.LastSuccess.Store(time.Now().UnixNano())
@@ -480,7 +494,11 @@ func (s *Scheduler) land(ctx context.Context, r result) error {
 		for _, e := range r.batch {
 			if e.replay {
 				s.Stats.Replayed.Add(1)
+				delete(s.replayIDs, e.ev.ID)
 				replayed[e.row] = true
+				if e.oldRow != "" {
+					replayed[e.oldRow] = true
+				}
 				continue
 			}
 			seqs = append(seqs, e.seq)
@@ -501,13 +519,14 @@ func (s *Scheduler) land(ctx context.Context, r result) error {
 		// The sink cannot deliver anything any more: parking would park
 		// the whole stream. Stop; the batch stays unresolved and comes
 		// again after a restart, to a fresh plugin process.
+		s.Stats.Attempts.Add(1)
 		s.Stats.Failures.Add(1)
 		s.cfg.Meter.attempt(len(r.batch), bytes, false)
 		return fmt.Errorf("sink cannot go on (%s); stopping so that a restart starts it afresh: %w", r.batch[0].ev.ID, r.err)
 	}
 	if kind == pluginkit.KindThrottled {
-		// Not an attempt: not counted, not metered.
-		s.Stats.Attempts.Add(-1)
+		// Not an attempt: not counted, not metered. Attempts are counted
+		// here, once the outcome is known, so the counter never goes down.
 		s.Stats.Throttles.Add(1)
 		until := time.Now().Add(pause)
 		if until.After(s.pausedTill) {
@@ -517,6 +536,7 @@ func (s *Scheduler) land(ctx context.Context, r result) error {
 		s.pend.putBack(r.batch)
 		return nil
 	}
+	s.Stats.Attempts.Add(1)
 	s.Stats.Failures.Add(1)
 	s.cfg.Meter.attempt(len(r.batch), bytes, false)
 	now := time.Now()
@@ -573,34 +593,50 @@ func (s *Scheduler) land(ctx context.Context, r result) error {
 		"attempt", attempts, "retry_in", delay, "err", r.err)
 	s.pend.putBack(retry)
 	if len(park) > 0 {
-		return s.park(ctx, park, "")
+		return s.park(ctx, park, "", true)
 	}
 	return nil
 }
 
-// park writes events to walcast.parked and resolves them; every pending
-// event of their rows is parked behind them, and so is every later one
-// until a replay clears the row.
-func (s *Scheduler) park(ctx context.Context, es []*entry, reason string) error {
-	var all []*entry
+// park writes events to walcast.parked and resolves them. An event is
+// parked under its row and, for an update that changed the key, under the
+// old row too; every later event of those rows is parked behind it until a
+// replay clears them. failed says es just failed: the pending events of
+// their rows (and of the rows a key change among those brings in) are then
+// parked behind them, and the replay of those rows stops. An event parked
+// on arrival has nothing pending behind it.
+func (s *Scheduler) park(ctx context.Context, es []*entry, reason string, failed bool) error {
+	rows := map[string]bool{}
 	for _, e := range es {
-		all = append(all, e)
-		switch {
-		case e.replay:
-			// A replayed event failed again: it goes back to
-			// walcast.parked, and the rest of its row's replay stops
-			// (those events are still there, behind it).
-			s.pend.removeRow(e.row)
-			delete(s.replaying, e.row)
-		case !s.parkedRows[e.row]:
-			s.parkedRows[e.row] = true
-			all = append(all, s.pend.removeRow(e.row)...)
+		rows[e.row] = true
+		if e.oldRow != "" {
+			rows[e.oldRow] = true
+		}
+	}
+	all := slices.Clone(es)
+	if failed {
+		for _, e := range s.pend.removeRows(rows) {
+			if e.replay {
+				// Still in walcast.parked: the next replay loads it again.
+				delete(s.replayIDs, e.ev.ID)
+				continue
+			}
+			all = append(all, e)
+		}
+		for _, e := range es {
+			delete(s.replayIDs, e.ev.ID)
+		}
+	}
+	for r := range rows {
+		s.parkedRows[r] = true
+		if failed && s.replaying[r] {
+			s.endReplay(r)
 		}
 	}
 	now := time.Now()
 	recs := make([]checkpoint.Parked, 0, len(all))
 	for _, e := range all {
-		p := checkpoint.Parked{Sink: s.cfg.SinkID, Event: e.ev, Row: e.row, Attempts: e.attempts,
+		p := checkpoint.Parked{Sink: s.cfg.SinkID, Event: e.ev, Row: e.row, OldRow: e.oldRow, Attempts: e.attempts,
 			LastError: e.lastErr, FirstFailure: e.firstFail, LastFailure: now}
 		if p.LastError == "" {
 			p.LastError = reason
@@ -628,78 +664,6 @@ func (s *Scheduler) park(ctx context.Context, es []*entry, reason string) error 
 		s.log.Error("event parked after failed attempts", "event", es[0].ev.ID.String(), "table", es[0].ev.Schema+"."+es[0].ev.Table,
 			"attempts", es[0].attempts, "parked_behind", len(all)-len(es), "err", es[0].lastErr)
 	}
-	return nil
-}
-
-// startReplay loads parked events into pending (one row, or all rows).
-func (s *Scheduler) startReplay(ctx context.Context, req checkpoint.ReplayRequest) error {
-	if s.cfg.Parked == nil {
-		return errors.New("this sink does not park events")
-	}
-	row := ""
-	if !req.ID.IsZero() {
-		r, err := s.cfg.Parked.ParkedRowOf(ctx, s.cfg.SinkID, req.ID)
-		if err != nil {
-			return err
-		}
-		if r == "" {
-			return fmt.Errorf("event %s is not parked for sink %s", req.ID, s.cfg.SinkID)
-		}
-		row = r
-	}
-	ps, err := s.cfg.Parked.ListParked(ctx, s.cfg.SinkID, row)
-	if err != nil {
-		return err
-	}
-	n := 0
-	for _, p := range ps {
-		if s.replaying[p.Row] {
-			continue // loaded already, or being replayed
-		}
-		n += s.loadReplay(ps, p.Row)
-	}
-	s.log.Info("replaying parked events", "events", n)
-	return nil
-}
-
-// loadReplay makes the parked events of one row pending, oldest first, and
-// returns how many. The row stays parked (live events keep parking behind)
-// until continueReplay finds nothing left.
-func (s *Scheduler) loadReplay(ps []checkpoint.Parked, row string) int {
-	var es []*entry
-	for _, p := range ps {
-		if p.Row != row {
-			continue
-		}
-		es = append(es, &entry{ev: p.Event, row: row, bytes: len(p.Event.Payload), replay: true, firstFail: p.FirstFailure})
-	}
-	s.replaying[row] = true
-	s.pend.putBack(es)
-	return len(es)
-}
-
-// continueReplay runs after replayed events of row were delivered: once
-// none of the row's replayed events is pending, it picks up what was parked
-// meanwhile, or, with nothing left, lets the row flow again.
-func (s *Scheduler) continueReplay(ctx context.Context, row string) error {
-	if s.pend.hasReplay(row) || s.pend.inFlight[row] > 0 {
-		return nil
-	}
-	var left []checkpoint.Parked
-	err := retryStore(ctx, s.log, func(ctx context.Context) error {
-		var err error
-		left, err = s.cfg.Parked.ListParked(ctx, s.cfg.SinkID, row)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	if len(left) > 0 {
-		s.loadReplay(left, row)
-		return nil
-	}
-	delete(s.replaying, row)
-	delete(s.parkedRows, row)
 	return nil
 }
 

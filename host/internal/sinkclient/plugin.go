@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-plugin"
@@ -32,6 +34,9 @@ type Config struct {
 	SinkID string
 	// Pipeline is the pipeline's name.
 	Pipeline string
+	// Tables are the tables the sink can receive events of; Configure
+	// passes them (pluginkit.TablesFrom).
+	Tables []string
 	// Logger receives the plugin's logs and go-plugin's own. Nil discards
 	// them.
 	Logger *slog.Logger
@@ -46,6 +51,37 @@ type Config struct {
 	// StartTimeout bounds the launch and handshake when the context has no
 	// earlier deadline. Zero means one minute.
 	StartTimeout time.Duration
+	// Env holds "NAME=value" variables the plugin gets on top of the
+	// allowlisted ones (see AllowedEnv): the sink's `env` attribute.
+	Env []string
+}
+
+// allowedEnv names the variables of walcast's environment a plugin
+// inherits; see AllowedEnv.
+var allowedEnv = []string{
+	"PATH", "HOME", "TMPDIR", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR",
+	"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY",
+	"http_proxy", "https_proxy", "no_proxy", "all_proxy",
+}
+
+// envPrefix marks walcast's own plugin variables, which plugins inherit.
+const envPrefix = "WALCAST_PLUGIN_"
+
+// AllowedEnv returns the part of environ (os.Environ's form) a plugin
+// process inherits: PATH, HOME, TMPDIR, TZ, SSL_CERT_FILE, SSL_CERT_DIR,
+// the proxy variables and walcast's own WALCAST_PLUGIN_* variables.
+// Nothing else does: walcast's environment holds secrets
+// (WALCAST_SOURCE_DSN with its password, say) that a third-party plugin
+// must not see. A sink passes more with its `env` attribute.
+func AllowedEnv(environ []string) []string {
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if slices.Contains(allowedEnv, name) || strings.HasPrefix(name, envPrefix) {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // Plugin is one running sink plugin process. Its methods may be called
@@ -98,9 +134,13 @@ func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
 	}
 
 	cmd := exec.Command(cfg.Path)
-	// Tell the plugin which log level we keep; the host environment, which
-	// go-plugin appends, may override it.
+	// The plugin gets the log level we keep, then an allowlisted part of
+	// our environment (SkipHostEnv below; a WALCAST_PLUGIN_LOG_LEVEL there
+	// overrides ours), then the sink's own variables. For a repeated name
+	// the last one counts.
 	cmd.Env = []string{protocol.EnvLogLevel + "=" + hlog.GetLevel().String()}
+	cmd.Env = append(cmd.Env, AllowedEnv(os.Environ())...)
+	cmd.Env = append(cmd.Env, cfg.Env...)
 	cmd.SysProcAttr = sysProcAttr()
 
 	client := plugin.NewClient(&plugin.ClientConfig{
@@ -108,6 +148,7 @@ func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
 		Plugins:          plugin.PluginSet{protocol.PluginName: &grpcPlugin{}},
 		Cmd:              cmd,
 		SecureConfig:     secure,
+		SkipHostEnv:      true,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         true,
 		StartTimeout:     startTimeout,
@@ -180,7 +221,7 @@ func (p *Plugin) Info(ctx context.Context) (pluginkit.Info, error) {
 // Configure passes the sink's config block, encoded as a JSON object. A
 // rejected attribute comes back as a *pluginkit.ConfigError.
 func (p *Plugin) Configure(ctx context.Context, config json.RawMessage) error {
-	if _, err := p.sink.Configure(ctx, &sinkv1.ConfigureRequest{Config: config, Pipeline: p.cfg.Pipeline, SinkId: p.cfg.SinkID}); err != nil {
+	if _, err := p.sink.Configure(ctx, &sinkv1.ConfigureRequest{Config: config, Pipeline: p.cfg.Pipeline, SinkId: p.cfg.SinkID, Tables: p.cfg.Tables}); err != nil {
 		return callError(ctx, "configure", err)
 	}
 	return nil
@@ -210,7 +251,7 @@ func (p *Plugin) Deliver(ctx context.Context, events []pluginkit.Event) (plugink
 	// Sent as a protocol.DeliverBatch, which the codec encodes straight
 	// into the sink.v1.DeliverRequest wire format.
 	var resp sinkv1.DeliverResponse
-	if err := p.conn.Invoke(ctx, sinkv1.Sink_Deliver_FullMethodName, protocol.DeliverBatch{Events: events, GapBefore: pluginkit.GapBefore(ctx)}, &resp); err != nil {
+	if err := p.conn.Invoke(ctx, sinkv1.Sink_Deliver_FullMethodName, protocol.DeliverBatch{Events: events, GapBefore: pluginkit.GapBefore(ctx), Replay: pluginkit.IsReplay(ctx)}, &resp); err != nil {
 		return pluginkit.DeliverResult{}, callError(ctx, "deliver", err)
 	}
 	return pluginkit.DeliverResult{Duplicates: int(resp.GetDuplicates())}, nil

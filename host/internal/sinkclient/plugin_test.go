@@ -123,7 +123,7 @@ func TestWebhookDeliversSignedBatch(t *testing.T) {
 		t.Errorf("Authorization = %q", got)
 	}
 	id := h.Get("webhook-id")
-	if id != "0/16B3748:0..0/16B3900:0" || h.Get("Idempotency-Key") != id {
+	if id != webhookID(batch) || h.Get("Idempotency-Key") != id {
 		t.Errorf("webhook-id = %q, Idempotency-Key = %q", id, h.Get("Idempotency-Key"))
 	}
 	ts := h.Get("webhook-timestamp")
@@ -305,7 +305,7 @@ func TestSupervisedRestartsAfterCrash(t *testing.T) {
 		t.Fatalf("redelivery after the crash: %v", err)
 	}
 	req := <-reqs
-	if req.header.Get("Webhook-Id") != "0/2:0..0/2:1" {
+	if req.header.Get("Webhook-Id") != webhookID(batch) {
 		t.Errorf("redelivered batch id = %q", req.header.Get("Webhook-Id"))
 	}
 	if got := s.Restarts(); got != 1 {
@@ -374,4 +374,15 @@ func TestStdoutPlugin(t *testing.T) {
 		// go-plugin streams the plugin's stdout asynchronously.
 		waitFor(t, 10*time.Second, "the plugin's stdout", func() bool { return out.String() == want })
 	})
+}
+
+// webhookID is the webhook-id the README specifies for a batch: "wc1_" and
+// the first 128 bits, in hex, of the SHA-256 of its event ids, each
+// followed by a newline.
+func webhookID(batch []pluginkit.Event) string {
+	h := sha256.New()
+	for _, e := range batch {
+		io.WriteString(h, e.ID.String()+"\n")
+	}
+	return "wc1_" + hex.EncodeToString(h.Sum(nil)[:16])
 }

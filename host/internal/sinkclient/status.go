@@ -27,7 +27,14 @@ func fromStatus(err error) error {
 	f := protocol.FaultOf(err)
 	switch f.Kind {
 	case protocol.FaultConfig:
-		return &remoteError{msg: f.Msg, err: &pluginkit.ConfigError{Field: f.Field, Msg: f.FieldMsg}}
+		errs := make([]error, len(f.Violations))
+		for i, v := range f.Violations {
+			errs[i] = &pluginkit.ConfigError{Field: v.Field, Msg: v.Msg, Table: v.Table}
+		}
+		if len(errs) == 1 {
+			return &remoteError{msg: f.Msg, err: errs[0]}
+		}
+		return &remoteError{msg: f.Msg, err: errors.Join(errs...)}
 	case protocol.FaultThrottled:
 		return &remoteError{msg: f.Msg, err: pluginkit.Throttled(f.RetryAfter, errors.New(f.Msg))}
 	case protocol.FaultPermanent:

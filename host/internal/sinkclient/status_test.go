@@ -14,6 +14,16 @@ import (
 	"github.com/walcast/walcast/pluginkit/protocol"
 )
 
+// Several config errors come back as an errors.Join, each with its table,
+// so that validate can point at every one.
+func TestFromStatusConfigErrors(t *testing.T) {
+	f := protocol.Fault{Kind: protocol.FaultConfig, Msg: "two", Violations: []protocol.Violation{{Table: "public.a", Msg: "x"}, {Field: "brokers", Msg: "required"}}}
+	got := pluginkit.ConfigErrors(fromStatus(f.Err()))
+	if len(got) != 2 || *got[0] != (pluginkit.ConfigError{Table: "public.a", Msg: "x"}) || *got[1] != (pluginkit.ConfigError{Field: "brokers", Msg: "required"}) {
+		t.Errorf("got %v", got)
+	}
+}
+
 // Every fault a plugin can send comes back as the pluginkit error of the
 // same kind, with the plugin's text verbatim.
 func TestFromStatus(t *testing.T) {
@@ -28,7 +38,7 @@ func TestFromStatus(t *testing.T) {
 		{fault: protocol.Fault{Kind: protocol.FaultPermanent, Msg: "413"}, kind: pluginkit.KindPermanent},
 		{fault: protocol.Fault{Kind: protocol.FaultFatal, Msg: "fenced"}, kind: pluginkit.KindFatal},
 		{fault: protocol.Fault{Kind: protocol.FaultThrottled, Msg: "throttled for 7s: 429", RetryAfter: 7 * time.Second}, kind: pluginkit.KindThrottled, after: 7 * time.Second},
-		{fault: protocol.Fault{Kind: protocol.FaultConfig, Msg: "url: bad", Field: "url", FieldMsg: "bad"}, wantField: "url"},
+		{fault: protocol.Fault{Kind: protocol.FaultConfig, Msg: "url: bad", Violations: []protocol.Violation{{Field: "url", Msg: "bad"}}}, wantField: "url"},
 	}
 	for _, tt := range tests {
 		got := fromStatus(tt.fault.Err())
@@ -37,7 +47,7 @@ func TestFromStatus(t *testing.T) {
 		}
 		if tt.wantField != "" {
 			ce, ok := errors.AsType[*pluginkit.ConfigError](got)
-			if !ok || ce.Field != tt.wantField || ce.Msg != tt.fault.FieldMsg {
+			if !ok || ce.Field != tt.wantField || ce.Msg != tt.fault.Violations[0].Msg {
 				t.Errorf("%+v: %#v is not the ConfigError", tt.fault, got)
 			}
 			continue

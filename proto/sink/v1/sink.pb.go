@@ -221,8 +221,13 @@ type ConfigureRequest struct {
 	// pipeline and sink_id name the sink in the host's pipeline file. Sinks
 	// use them for identities that must stay stable across restarts (the
 	// Kafka sink's transactional id, for example).
-	Pipeline      string `protobuf:"bytes,2,opt,name=pipeline,proto3" json:"pipeline,omitempty"`
-	SinkId        string `protobuf:"bytes,3,opt,name=sink_id,json=sinkId,proto3" json:"sink_id,omitempty"`
+	Pipeline string `protobuf:"bytes,2,opt,name=pipeline,proto3" json:"pipeline,omitempty"`
+	SinkId   string `protobuf:"bytes,3,opt,name=sink_id,json=sinkId,proto3" json:"sink_id,omitempty"`
+	// tables are the "schema.table" names this sink can receive events of,
+	// in the order the pipeline lists them, so that a sink can reject a
+	// table it cannot route (the Kafka sink checks each topic name) before
+	// anything runs. Empty from an older host.
+	Tables        []string `protobuf:"bytes,4,rep,name=tables,proto3" json:"tables,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -276,6 +281,13 @@ func (x *ConfigureRequest) GetSinkId() string {
 		return x.SinkId
 	}
 	return ""
+}
+
+func (x *ConfigureRequest) GetTables() []string {
+	if x != nil {
+		return x.Tables
+	}
+	return nil
 }
 
 type ConfigureResponse struct {
@@ -491,7 +503,12 @@ type DeliverRequest struct {
 	Events []*Event               `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
 	// gap_before: events were dropped for this sink just before this batch
 	// (the sink is not durable and its queue in the host was full).
-	GapBefore     bool `protobuf:"varint,2,opt,name=gap_before,json=gapBefore,proto3" json:"gap_before,omitempty"`
+	GapBefore bool `protobuf:"varint,2,opt,name=gap_before,json=gapBefore,proto3" json:"gap_before,omitempty"`
+	// replay: the events were parked earlier and an operator asked for them
+	// again (`walcast replay`). They are older than the sink's checkpoint, by
+	// definition, and must be written anyway: a sink that drops events at or
+	// below its checkpoint as duplicates must not drop these.
+	Replay        bool `protobuf:"varint,3,opt,name=replay,proto3" json:"replay,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -540,9 +557,18 @@ func (x *DeliverRequest) GetGapBefore() bool {
 	return false
 }
 
+func (x *DeliverRequest) GetReplay() bool {
+	if x != nil {
+		return x.Replay
+	}
+	return false
+}
+
 type DeliverResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// duplicates counts events the sink recognised as already delivered.
+	// duplicates counts events the sink recognised as already delivered. On a
+	// replay batch the host treats any duplicate as a failure: the events
+	// stay parked.
 	Duplicates    int64 `protobuf:"varint,1,opt,name=duplicates,proto3" json:"duplicates,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -672,11 +698,12 @@ const file_sink_v1_sink_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1a\n" +
 	"\brequired\x18\x03 \x01(\bR\brequired\x12\x10\n" +
-	"\x03doc\x18\x04 \x01(\tR\x03doc\"_\n" +
+	"\x03doc\x18\x04 \x01(\tR\x03doc\"w\n" +
 	"\x10ConfigureRequest\x12\x16\n" +
 	"\x06config\x18\x01 \x01(\fR\x06config\x12\x1a\n" +
 	"\bpipeline\x18\x02 \x01(\tR\bpipeline\x12\x17\n" +
-	"\asink_id\x18\x03 \x01(\tR\x06sinkId\"\x13\n" +
+	"\asink_id\x18\x03 \x01(\tR\x06sinkId\x12\x16\n" +
+	"\x06tables\x18\x04 \x03(\tR\x06tables\"\x13\n" +
 	"\x11ConfigureResponse\"\r\n" +
 	"\vOpenRequest\".\n" +
 	"\fOpenResponse\x12\x1e\n" +
@@ -689,11 +716,12 @@ const file_sink_v1_sink_proto_rawDesc = "" +
 	"\x05table\x18\x03 \x01(\tR\x05table\x12\x0e\n" +
 	"\x02op\x18\x04 \x01(\tR\x02op\x12\x10\n" +
 	"\x03key\x18\x05 \x01(\fR\x03key\x12\x18\n" +
-	"\apayload\x18\x06 \x01(\fR\apayload\"_\n" +
+	"\apayload\x18\x06 \x01(\fR\apayload\"w\n" +
 	"\x0eDeliverRequest\x12.\n" +
 	"\x06events\x18\x01 \x03(\v2\x16.walcast.sink.v1.EventR\x06events\x12\x1d\n" +
 	"\n" +
-	"gap_before\x18\x02 \x01(\bR\tgapBefore\"1\n" +
+	"gap_before\x18\x02 \x01(\bR\tgapBefore\x12\x16\n" +
+	"\x06replay\x18\x03 \x01(\bR\x06replay\"1\n" +
 	"\x0fDeliverResponse\x12\x1e\n" +
 	"\n" +
 	"duplicates\x18\x01 \x01(\x03R\n" +

@@ -1,0 +1,241 @@
+package schedule
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/walcast/walcast/host/internal/ack"
+	"github.com/walcast/walcast/host/internal/checkpoint"
+	"github.com/walcast/walcast/host/internal/fanout"
+	"github.com/walcast/walcast/pluginkit"
+)
+
+// Replay: parked events go back into pending, flagged as replayed, and
+// are delivered like live ones (batching, rate limit, lanes, retries), in
+// batches of their own that tell the sink they are a replay. The rows
+// stay parked meanwhile, so live events of those rows keep parking behind
+// them; a row flows again only once nothing of it is left in
+// walcast.parked. An update that changed the key belongs to two rows, so
+// a replay loads every row linked to the asked one by such updates: their
+// parked events can only go out together, in order.
+
+// replayReq is a replay request; done, when not nil, receives nil once
+// every row it loaded has left replay (delivered, or parked again), or the
+// error that kept it from starting.
+type replayReq struct {
+	checkpoint.ReplayRequest
+	done chan error
+}
+
+// replayWaiter is a replayReq's done with the rows still being replayed.
+type replayWaiter struct {
+	rows map[string]bool
+	done chan error
+}
+
+// Replay asks the scheduler to deliver parked events again. It does not
+// wait for them to be delivered.
+func (s *Scheduler) Replay(ctx context.Context, r checkpoint.ReplayRequest) error {
+	return s.replay(ctx, replayReq{ReplayRequest: r})
+}
+
+func (s *Scheduler) replay(ctx context.Context, r replayReq) error {
+	select {
+	case s.replays <- r:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// startReplay loads parked events into pending: every parked event of the
+// sink, or the rows linked to the requested event's row.
+func (s *Scheduler) startReplay(ctx context.Context, req replayReq) error {
+	if s.cfg.Parked == nil {
+		return errors.New("this sink does not park events")
+	}
+	var ps []checkpoint.Parked
+	if req.ID.IsZero() {
+		var err error
+		if ps, err = s.cfg.Parked.ListParked(ctx, s.cfg.SinkID, ""); err != nil {
+			return err
+		}
+	} else {
+		row, err := s.cfg.Parked.ParkedRowOf(ctx, s.cfg.SinkID, req.ID)
+		if err != nil {
+			return err
+		}
+		if row == "" {
+			return fmt.Errorf("event %s is not parked for sink %s", req.ID, s.cfg.SinkID)
+		}
+		if ps, err = s.parkedGroup(ctx, row); err != nil {
+			return err
+		}
+	}
+	n := s.loadReplay(ps)
+	s.log.Info("replaying parked events", "events", n)
+	if req.done != nil {
+		w := &replayWaiter{rows: map[string]bool{}, done: req.done}
+		for _, p := range ps {
+			for _, r := range []string{p.Row, p.OldRow} {
+				if r != "" && s.replaying[r] {
+					w.rows[r] = true
+				}
+			}
+		}
+		if len(w.rows) == 0 {
+			w.done <- nil
+		} else {
+			s.waiters = append(s.waiters, w)
+		}
+	}
+	return nil
+}
+
+// parkedGroup returns the parked events of row and of every row linked to
+// it through parked updates that changed a key, in id order.
+func (s *Scheduler) parkedGroup(ctx context.Context, row string) ([]checkpoint.Parked, error) {
+	seen := map[string]bool{}
+	ids := map[pluginkit.EventID]bool{}
+	var out []checkpoint.Parked
+	for todo := []string{row}; len(todo) > 0; {
+		r := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		if seen[r] {
+			continue
+		}
+		seen[r] = true
+		ps, err := s.cfg.Parked.ListParked(ctx, s.cfg.SinkID, r)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range ps {
+			if ids[p.Event.ID] {
+				continue
+			}
+			ids[p.Event.ID] = true
+			out = append(out, p)
+			for _, o := range []string{p.Row, p.OldRow} {
+				if o != "" && !seen[o] {
+					todo = append(todo, o)
+				}
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b checkpoint.Parked) int { return a.Event.ID.Compare(b.Event.ID) })
+	return out, nil
+}
+
+// loadReplay makes parked events pending as replayed ones (those not
+// pending or in flight already) and returns how many. Their rows stay
+// parked (live events keep parking behind) until continueReplay finds
+// nothing of them left.
+func (s *Scheduler) loadReplay(ps []checkpoint.Parked) int {
+	var es []*entry
+	for _, p := range ps {
+		if s.replayIDs[p.Event.ID] {
+			continue
+		}
+		s.replayIDs[p.Event.ID] = true
+		es = append(es, &entry{ev: p.Event, row: p.Row, oldRow: p.OldRow, bytes: len(p.Event.Payload), replay: true, firstFail: p.FirstFailure})
+		s.replaying[p.Row] = true
+		if p.OldRow != "" {
+			s.replaying[p.OldRow] = true
+		}
+	}
+	s.pend.putBack(es)
+	return len(es)
+}
+
+// continueReplay runs after replayed events of row were delivered: once
+// none of the row's replayed events is pending or in flight, it picks up
+// what was parked meanwhile, or, with nothing left, lets the row flow
+// again.
+func (s *Scheduler) continueReplay(ctx context.Context, row string) error {
+	if !s.replaying[row] || s.pend.hasReplay(row) || s.pend.inFlight[row] > 0 {
+		return nil // still going, or stopped by a failure (parked again)
+	}
+	var left []checkpoint.Parked
+	err := retryStore(ctx, s.log, func(ctx context.Context) error {
+		var err error
+		left, err = s.parkedGroup(ctx, row)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	for _, p := range left {
+		if p.Row == row || p.OldRow == row {
+			s.loadReplay(left)
+			return nil
+		}
+	}
+	s.endReplay(row)
+	delete(s.parkedRows, row)
+	return nil
+}
+
+// endReplay ends the replay of row: done, or stopped by a failure.
+func (s *Scheduler) endReplay(row string) {
+	delete(s.replaying, row)
+	keep := s.waiters[:0]
+	for _, w := range s.waiters {
+		delete(w.rows, row)
+		if len(w.rows) == 0 {
+			w.done <- nil
+			continue
+		}
+		keep = append(keep, w)
+	}
+	clear(s.waiters[len(keep):])
+	s.waiters = keep
+}
+
+// ReplayParked delivers a sink's parked events when no daemon runs (the
+// daemon-less `walcast replay`) through a Scheduler of its own, so that it
+// follows the daemon's replay rules exactly: batching, rate limit, row
+// order, retries with backoff, parking again after max_attempts. It
+// returns once every row the request loaded has left replay or when ctx
+// ends (batches in flight finish first, each within its deliver timeout),
+// with the number of events delivered; walcast.parked tells what is left.
+func ReplayParked(ctx context.Context, cfg Config, sink Deliverer, req checkpoint.ReplayRequest) (int64, error) {
+	if cfg.Parked == nil {
+		return 0, errors.New("replay: no store for parked events")
+	}
+	cfg.Index = 0
+	cfg.SkipThrough = pluginkit.EventID{}
+	// No live events: an empty queue and a tracker nothing is added to.
+	tracker := ack.New([]ack.SinkSpec{{ID: cfg.SinkID, Durable: true}}, 0)
+	s := New(cfg, fanout.NewQueue(1, true), tracker, sink)
+	hard, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := make(chan struct{})
+	ran := make(chan error, 1)
+	go func() { ran <- s.Run(hard, stop) }()
+	done := make(chan error, 1)
+	var err error
+	if err = s.replay(ctx, replayReq{ReplayRequest: req, done: done}); err == nil {
+		select {
+		case err = <-done:
+		case err = <-ran:
+			if err == nil {
+				err = errors.New("replay: the scheduler stopped before the replay ended")
+			}
+			return s.Stats.Replayed.Load(), err
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+	}
+	close(stop)
+	// Run returns once the batches in flight landed; give up on them only
+	// well after their own deliver timeout.
+	t := time.AfterFunc(s.cfg.DeliverTimeout+30*time.Second, cancel)
+	defer t.Stop()
+	if rerr := <-ran; err == nil {
+		err = rerr
+	}
+	return s.Stats.Replayed.Load(), err
+}
