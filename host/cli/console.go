@@ -56,6 +56,10 @@ func cmdConsole(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "walcast console:", err)
 		return 2
 	}
+	if *sampleEvery < time.Second {
+		fmt.Fprintln(stderr, "walcast console: --sample-every must be at least 1s")
+		return 2
+	}
 	if *token == "" {
 		*token = os.Getenv(EnvConsoleToken)
 	}

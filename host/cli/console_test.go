@@ -18,11 +18,12 @@ import (
 	"github.com/chromedp/chromedp"
 )
 
-// startConsole runs `walcast console` on a free loopback port and returns
-// its URL.
-func startConsole(t *testing.T, args ...string) string {
+// startConsole runs `walcast console` on a free loopback port, with env
+// added to its environment, and returns its URL.
+func startConsole(t *testing.T, env []string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, "walcast"), append([]string{"console", "--listen", "127.0.0.1:0"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -188,8 +189,23 @@ func TestConsoleInBrowser(t *testing.T) {
 	waitFor(t, "the other 57 events", time.Minute, func() bool { return rcv.distinct() == 57 })
 	ids := parked()
 
-	url := startConsole(t, pipeline, "--sample-every", "1s", "--plugin-dir", binDir)
+	// With a token (from the environment), as a console reachable from
+	// other machines runs: the browser presents it once, then holds it in
+	// the console's cookie.
+	const token = "console-test-token"
+	url := startConsole(t, []string{"WALCAST_CONSOLE_TOKEN=" + token}, pipeline, "--sample-every", "1s", "--plugin-dir", binDir)
 	tab := browser(t, exe)
+	status := browseValue(t, tab, "open without the token", func(ctx context.Context, tg *chromedp.Target) (int64, error) {
+		resp, err := chromedp.RunResponse(ctx, chromedp.Navigate(url))
+		if err != nil {
+			return 0, err
+		}
+		return resp.Status, nil
+	})
+	if status != http.StatusUnauthorized {
+		t.Fatalf("console without the token answered %d, want 401", status)
+	}
+	browse(t, tab, "open with the token", chromedp.Navigate(url+"?token="+token), chromedp.WaitVisible(chromedp.CSS("section#p-console")))
 	text := func(sel string) string {
 		return strings.TrimSpace(browseValue(t, tab, "read "+sel, chromedp.Text(chromedp.CSS(sel))))
 	}
@@ -305,4 +321,19 @@ func sortedIDs(ids []string) []string {
 	out := slices.Clone(ids)
 	slices.Sort(out) // as the page's JavaScript sort(): by string
 	return out
+}
+
+// TestConsoleNeedsTokenBeyondLoopback: listening on every interface or
+// another address without a token is a usage error.
+func TestConsoleNeedsTokenBeyondLoopback(t *testing.T) {
+	pipeline := writePipeline(t, "consoletoken", "postgres://walcast@db.example/shop", []string{"public.orders"}, sinkSpec{ID: "hook", URL: "http://127.0.0.1:1/"})
+	for _, listen := range []string{":0", "0.0.0.0:0", "[::]:0"} {
+		_, stderr, code := walcastEnvCmd(t, []string{"WALCAST_CONSOLE_TOKEN="}, "console", pipeline, "--listen", listen)
+		if code != 2 || !strings.Contains(stderr, "set a token with --token or $WALCAST_CONSOLE_TOKEN") {
+			t.Errorf("console --listen %s without a token: exit %d, stderr %q", listen, code, stderr)
+		}
+	}
+	if _, stderr, code := walcastCmd(t, "console"); code != 2 || !strings.Contains(stderr, "want one or more PIPELINE.hcl arguments") {
+		t.Errorf("console without a pipeline: exit %d, stderr %q", code, stderr)
+	}
 }

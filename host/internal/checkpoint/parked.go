@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
@@ -140,6 +142,27 @@ ORDER BY sink, commit_lsn, idx`, s.pipeline, sink, row)
 	if err != nil {
 		return nil, fmt.Errorf("list parked events: %w", err)
 	}
+	return scanParked(rows)
+}
+
+// RecentParked returns the limit most recently failed parked events of
+// the pipeline, newest failure first: what an operator looks at first,
+// without loading every payload of a sink that parked thousands.
+func (s *Store) RecentParked(ctx context.Context, limit int) ([]Parked, error) {
+	rows, err := s.db.Query(ctx, `
+SELECT sink, commit_lsn::text AS lsn_text, idx, row_key, old_row_key, schema_name, table_name, op, key, payload, attempts, last_error,
+	first_failed_at, last_failed_at
+FROM walcast.parked
+WHERE pipeline = $1
+ORDER BY last_failed_at DESC, sink, commit_lsn, idx
+LIMIT $2`, s.pipeline, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list recently parked events: %w", err)
+	}
+	return scanParked(rows)
+}
+
+func scanParked(rows pgx.Rows) ([]Parked, error) {
 	defer rows.Close()
 	var out []Parked
 	for rows.Next() {
@@ -157,6 +180,39 @@ ORDER BY sink, commit_lsn, idx`, s.pipeline, sink, row)
 		p.Event.ID = cdc.EventID{CommitLSN: l, Index: uint64(idx)}
 		p.Event.Op = cdc.Op(op)
 		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// ParkedSummary is one sink's parked events in brief.
+type ParkedSummary struct {
+	Count int
+	// LastError and LastFailure are those of the most recently failed
+	// parked event.
+	LastError   string
+	LastFailure time.Time
+}
+
+// SummarizeParked returns, for each sink with parked events, how many it
+// has and its latest error.
+func (s *Store) SummarizeParked(ctx context.Context) (map[string]ParkedSummary, error) {
+	rows, err := s.db.Query(ctx, `
+SELECT DISTINCT ON (sink) sink, count(*) OVER (PARTITION BY sink), last_error, last_failed_at
+FROM walcast.parked
+WHERE pipeline = $1
+ORDER BY sink, last_failed_at DESC, commit_lsn DESC, idx DESC`, s.pipeline)
+	if err != nil {
+		return nil, fmt.Errorf("summarize parked events: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]ParkedSummary{}
+	for rows.Next() {
+		var sink string
+		var ps ParkedSummary
+		if err := rows.Scan(&sink, &ps.Count, &ps.LastError, &ps.LastFailure); err != nil {
+			return nil, fmt.Errorf("summarize parked events: %w", err)
+		}
+		out[sink] = ps
 	}
 	return out, rows.Err()
 }

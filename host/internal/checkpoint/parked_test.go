@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,5 +107,53 @@ func TestParkedKeyChangeBelongsToBothRows(t *testing.T) {
 		if err != nil || len(got) != 1 || got[0].Row != "new" || got[0].OldRow != "old" {
 			t.Fatalf("row %s: listed %+v (%v)", r, got, err)
 		}
+	}
+}
+
+// TestRecentParkedAndSummary: the console's view of walcast.parked, a
+// count and the latest error per sink, and the newest failures first.
+func TestRecentParkedAndSummary(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, cluster.Database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s := New(pool, "shop")
+	if err := s.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	park := func(sink, id, msg string, at time.Duration) Parked {
+		return Parked{Sink: sink, Row: "r", Attempts: 1, LastError: msg, FirstFailure: t0, LastFailure: t0.Add(at),
+			Event: cdc.Event{ID: cdc.MustParseEventID(id), Schema: "public", Table: "t", Op: cdc.OpInsert, Key: []byte(`{}`), Payload: []byte(`{}`)}}
+	}
+	if err := s.Park(ctx, []Parked{
+		park("hook", "0/A:0", "first", 0), park("hook", "0/B:0", "latest", 3*time.Minute), park("hook", "0/C:0", "middle", time.Minute),
+		park("kafka", "0/A:1", "only", 2*time.Minute),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := New(pool, "other").Park(ctx, []Parked{park("hook", "0/D:0", "other pipeline", 10*time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := s.SummarizeParked(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sum) != 2 || sum["hook"].Count != 3 || sum["hook"].LastError != "latest" || !sum["hook"].LastFailure.Equal(t0.Add(3*time.Minute)) ||
+		sum["kafka"].Count != 1 || sum["kafka"].LastError != "only" {
+		t.Errorf("SummarizeParked = %+v", sum)
+	}
+	recent, err := s.RecentParked(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range recent {
+		got = append(got, p.Sink+" "+p.Event.ID.String())
+	}
+	if want := "hook 0/B:0|kafka 0/A:1|hook 0/C:0"; strings.Join(got, "|") != want {
+		t.Errorf("RecentParked(3) = %s, want %s", strings.Join(got, "|"), want)
 	}
 }

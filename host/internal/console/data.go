@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -141,7 +140,11 @@ func load(ctx context.Context, p *Pipeline, now time.Time) (pipelineView, error)
 		return v, err
 	}
 	v.Paused, v.PausedSince = !pauses.Pipeline.IsZero(), pauses.Pipeline
-	parked, err := p.Store.ListParked(ctx, "", "")
+	summary, err := p.Store.SummarizeParked(ctx)
+	if err != nil {
+		return v, err
+	}
+	parked, err := p.Store.RecentParked(ctx, maxParkedShown)
 	if err != nil {
 		return v, err
 	}
@@ -157,15 +160,8 @@ func load(ctx context.Context, p *Pipeline, now time.Time) (pipelineView, error)
 			sv.Checkpoint = id.String()
 			sv.Behind = max(0, int64(current)-int64(id.CommitLSN))
 		}
-		for _, pe := range parked {
-			if pe.Sink != s.ID {
-				continue
-			}
-			sv.Parked++
-			if !pe.LastFailure.Before(sv.LastFail) {
-				sv.LastFail, sv.LastError = pe.LastFailure, pe.LastError
-			}
-		}
+		ps := summary[s.ID]
+		sv.Parked, sv.LastError, sv.LastFail = ps.Count, ps.LastError, ps.LastFailure
 		sv.Usage = make([]hourUsage, 24)
 		for i := range sv.Usage {
 			sv.Usage[i].Hour = firstHour.Add(time.Duration(i) * time.Hour)
@@ -188,10 +184,10 @@ func load(ctx context.Context, p *Pipeline, now time.Time) (pipelineView, error)
 		sv.Chart = usageChart(sv.Usage)
 		v.Sinks = append(v.Sinks, sv)
 	}
-	v.ParkedTotal = len(parked)
-	// Newest failures first: what an operator came to look at.
-	slices.SortStableFunc(parked, func(a, b checkpoint.Parked) int { return b.LastFailure.Compare(a.LastFailure) })
-	for _, pe := range parked[:min(len(parked), maxParkedShown)] {
+	for _, ps := range summary {
+		v.ParkedTotal += ps.Count
+	}
+	for _, pe := range parked {
 		v.Parked = append(v.Parked, parkedView{
 			Sink: pe.Sink, ID: pe.Event.ID.String(), Table: pe.Event.Schema + "." + pe.Event.Table, Op: string(pe.Event.Op),
 			Key: string(pe.Event.Key), Payload: prettyJSON(pe.Event.Payload), Attempts: pe.Attempts, LastError: pe.LastError,

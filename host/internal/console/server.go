@@ -317,14 +317,6 @@ func (s *Server) done(w http.ResponseWriter, r *http.Request, p *Pipeline, what,
 		s.notes = s.notes[:maxNotes]
 	}
 	s.mu.Unlock()
-	if r.Header.Get("Accept") == "application/json" {
-		w.Header().Set("Content-Type", "application/json")
-		if err != nil {
-			w.WriteHeader(http.StatusInternalServerError)
-		}
-		json.NewEncoder(w).Encode(map[string]any{"ok": err == nil, "message": n.Text})
-		return
-	}
 	http.Redirect(w, r, "/#p-"+url.PathEscape(p.Name), http.StatusSeeOther)
 }
 

@@ -325,3 +325,30 @@ func TestCharts(t *testing.T) {
 		t.Errorf("lag chart:\n%s", svg)
 	}
 }
+
+// TestPageBoundsTheParkedList: a sink with many parked events shows its
+// full count and only the most recent events.
+func TestPageBoundsTheParkedList(t *testing.T) {
+	s, _, _ := fixture(t, "")
+	store := s.cfg.Pipelines[0].Store
+	var ps []checkpoint.Parked
+	old := time.Now().Add(-time.Hour)
+	for i := range 250 {
+		ps = append(ps, checkpoint.Parked{Sink: "hook", Row: "r", Attempts: 1, LastError: "old", FirstFailure: old, LastFailure: old,
+			Event: cdc.Event{ID: cdc.EventID{CommitLSN: 0x100, Index: uint64(i)}, Schema: "public", Table: "orders", Op: cdc.OpInsert,
+				Key: []byte(`{}`), Payload: []byte(`{}`)}})
+	}
+	if err := store.Park(context.Background(), ps); err != nil {
+		t.Fatal(err)
+	}
+	body := get(s, "/", nil).Body.String()
+	if n := strings.Count(body, `<tr class="parked-event"`); n != maxParkedShown {
+		t.Errorf("page lists %d parked events, want %d", n, maxParkedShown)
+	}
+	for _, want := range []string{`<td class="sink-parked">251</td>`, "(the 200 most recent of 251)", `data-event="0/16B3F40:2"`,
+		"webhook: 500 Internal Server Error"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("page lacks %s", want)
+		}
+	}
+}
