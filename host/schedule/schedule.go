@@ -11,9 +11,12 @@
 //	                                      → parked      (resolved)
 //
 // Invariants: two events of the same row (schema.table + key) are never in
-// flight at once and never delivered out of commit order; a row with a
-// parked event has every later event parked behind it until a replay
-// delivers them; nothing is resolved before it is delivered, filtered,
+// flight at once and never delivered out of commit order; a truncate of a
+// table is a barrier for that table: it goes only once every earlier event
+// of the table is resolved, and no later event of the table goes before it
+// is resolved; a row with a parked event has every later event parked
+// behind it until a replay delivers them, and a table with a parked
+// truncate likewise; nothing is resolved before it is delivered, filtered,
 // skipped as already delivered, or durably parked.
 package schedule
 
@@ -123,15 +126,18 @@ type Scheduler struct {
 	// Owned by the Run goroutine.
 	pend       *pending
 	parkedRows map[string]bool
-	replaying  map[string]bool // parked rows whose events are being replayed
-	window     int             // events held: pending plus in flight
-	bucket     *bucket
-	pausedTill time.Time
-	gapCarry   bool // a gap flag whose event was filtered out: it goes to the next one
-	inFlight   int  // batches
-	flying     int  // events in those batches
-	flyBytes   int  // payload bytes in those batches
-	results    chan result
+	// parkedTables: tables whose truncate is parked; every later event of
+	// the table is parked behind it (and its row then stays parked).
+	parkedTables map[string]bool
+	replaying    map[string]bool // parked rows whose events are being replayed
+	window       int             // events held: pending plus in flight
+	bucket       *bucket
+	pausedTill   time.Time
+	gapCarry     bool // a gap flag whose event was filtered out: it goes to the next one
+	inFlight     int  // batches
+	flying       int  // events in those batches
+	flyBytes     int  // payload bytes in those batches
+	results      chan result
 }
 
 type result struct {
@@ -171,12 +177,13 @@ func New(cfg Config, queue *fanout.Queue, tracker *ack.Tracker, sink Deliverer) 
 	}
 	s := &Scheduler{
 		cfg: cfg, queue: queue, tracker: tracker, sink: sink,
-		log:        log.With("sink", cfg.SinkID),
-		replays:    make(chan checkpoint.ReplayRequest, 16),
-		wake:       make(chan struct{}, 1),
-		pend:       newPending(),
-		parkedRows: map[string]bool{},
-		replaying:  map[string]bool{},
+		log:          log.With("sink", cfg.SinkID),
+		replays:      make(chan checkpoint.ReplayRequest, 16),
+		wake:         make(chan struct{}, 1),
+		pend:         newPending(),
+		parkedRows:   map[string]bool{},
+		parkedTables: map[string]bool{},
+		replaying:    map[string]bool{},
 		// Every lane full plus one batch ready for the first lane that
 		// frees up. In-flight events count: they are held until they land,
 		// and counting only the pending ones would double what a sink with
@@ -232,6 +239,9 @@ func (s *Scheduler) Run(ctx context.Context, stop <-chan struct{}) error {
 		}
 		for _, r := range rows {
 			s.parkedRows[r] = true
+			if t := tableOfRow(r); t != "" {
+				s.parkedTables[t] = true
+			}
 		}
 	}
 	timer := time.NewTimer(time.Hour)
@@ -358,13 +368,15 @@ func (s *Scheduler) accept(ctx context.Context, it fanout.Item) error {
 		s.gapCarry = gap
 		return nil
 	}
-	e := &entry{seq: it.Seq, ev: ev, row: rowKey(ev), bytes: len(ev.Payload), gapBefore: gap}
-	if ev.OldKey != nil {
-		e.oldRow = rowOf(ev, ev.OldKey)
-	}
+	e := newEntry(ev)
+	e.seq, e.gapBefore = it.Seq, gap
 	if s.parkedRows[e.row] {
 		s.gapCarry = gap
 		return s.park(ctx, []*entry{e}, "parked behind an earlier parked event of the same row")
+	}
+	if s.parkedTables[e.table] {
+		s.gapCarry = gap
+		return s.park(ctx, []*entry{e}, "parked behind a parked truncate of the same table")
 	}
 	s.pend.add(e)
 	return nil
@@ -586,15 +598,38 @@ func (s *Scheduler) park(ctx context.Context, es []*entry, reason string) error 
 	for _, e := range es {
 		all = append(all, e)
 		switch {
+		case e.replay && e.barrier:
+			// A replayed truncate failed again: the replay of its
+			// table's later events stops too (they are still parked).
+			for _, o := range s.pend.removeTable(e.table) {
+				delete(s.replaying, o.row)
+			}
+			delete(s.replaying, e.row)
 		case e.replay:
 			// A replayed event failed again: it goes back to
 			// walcast.parked, and the rest of its row's replay stops
 			// (those events are still there, behind it).
 			s.pend.removeRow(e.row)
 			delete(s.replaying, e.row)
+		case e.barrier && !s.parkedTables[e.table]:
+			// Every later event of the table is parked behind the
+			// truncate, and each of their rows stays parked until
+			// replayed.
+			s.parkedRows[e.row] = true
+			s.parkedTables[e.table] = true
+			behind := s.pend.removeTable(e.table)
+			for _, o := range behind {
+				s.parkedRows[o.row] = true
+			}
+			all = append(all, behind...)
 		case !s.parkedRows[e.row]:
 			s.parkedRows[e.row] = true
 			all = append(all, s.pend.removeRow(e.row)...)
+		}
+	}
+	for _, e := range all {
+		if !e.replay {
+			s.parkedRows[e.row] = true // also when parked behind a table
 		}
 	}
 	now := time.Now()
@@ -671,7 +706,9 @@ func (s *Scheduler) loadReplay(ps []checkpoint.Parked, row string) int {
 		if p.Row != row {
 			continue
 		}
-		es = append(es, &entry{ev: p.Event, row: row, bytes: len(p.Event.Payload), replay: true, firstFail: p.FirstFailure})
+		e := newEntry(p.Event)
+		e.row, e.oldRow, e.replay, e.firstFail = row, "", true, p.FirstFailure
+		es = append(es, e)
 	}
 	s.replaying[row] = true
 	s.pend.putBack(es)
@@ -700,6 +737,9 @@ func (s *Scheduler) continueReplay(ctx context.Context, row string) error {
 	}
 	delete(s.replaying, row)
 	delete(s.parkedRows, row)
+	if t := tableOfRow(row); t != "" {
+		delete(s.parkedTables, t)
+	}
 	return nil
 }
 
