@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -195,4 +199,169 @@ func wrongSideOfTruncate(evs []received) int {
 		}
 	}
 	return n
+}
+
+// withSource adds lines to the source block of a pipeline file.
+func withSource(t testing.TB, path string, lines string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.Replace(string(b), "]\n}\n", "]\n"+lines+"}\n", 1)
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// rootTruth is the truth of a partitioned table as walcast publishes it:
+// test_decoding names the leaf partitions; walcast (publishing via the
+// root) names the root, and a TRUNCATE of the root is one event.
+func rootTruth(cs []change, root string, leaves ...string) []change {
+	var out []change
+	idx := map[uint32]int{}
+	truncated := map[uint32]bool{}
+	for _, c := range cs {
+		if slices.Contains(leaves, c.Table) {
+			c.Table = root
+		}
+		if c.Op == "truncate" && c.Table == root {
+			if truncated[c.Xid] {
+				continue
+			}
+			truncated[c.Xid] = true
+		}
+		c.Index = idx[c.Xid]
+		idx[c.Xid]++
+		out = append(out, c)
+	}
+	return out
+}
+
+// TestPartitionedTableUnderRootName: a partitioned table listed by its
+// root name is delivered under that name — from every partition, from a
+// partition created and one attached while walcast runs, and for rows
+// moving between partitions (which PostgreSQL decodes as a delete and an
+// insert) — to a sink whose filter names the root. Concurrent writers,
+// small batches, 8 in flight; a consumer applying the stream in order
+// rebuilds the table. A sink filter naming a partition is a config error.
+func TestPartitionedTableUnderRootName(t *testing.T) {
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	exec1(t, db, `CREATE TABLE p (id int PRIMARY KEY, v int NOT NULL) PARTITION BY RANGE (id)`)
+	exec1(t, db, `CREATE TABLE p_lo PARTITION OF p FOR VALUES FROM (0) TO (1000000)`)
+	exec1(t, db, `CREATE TABLE p_hi PARTITION OF p FOR VALUES FROM (1000000) TO (2000000)`)
+	exec1(t, db, `CREATE TABLE other (id int PRIMARY KEY, v int NOT NULL)`)
+	exec1(t, db, `CREATE SEQUENCE ids`)
+	rcv := newReceiver(t)
+	pipeline := writePipeline(t, "parts", dsn, []string{"public.p", "public.other"},
+		sinkSpec{ID: "hook", URL: rcv.URL, Batch: 5, Extra: "    max_in_flight = 8\n"})
+	os.WriteFile(pipeline, []byte(strings.Replace(readFile(t, pipeline), "  delivery {", "  tables = [\"public.p\"]\n  delivery {", 1)), 0o644)
+
+	// A filter naming a partition (or a typo) never silently filters.
+	bad := strings.Replace(readFile(t, pipeline), `tables = ["public.p"]`, `tables = ["public.p_lo"]`, 1)
+	badPath := filepath.Join(t.TempDir(), "bad.hcl")
+	os.WriteFile(badPath, []byte(bad), 0o644)
+	if out, err := walcastCLI(t, "validate", badPath, "--plugin-dir", binDir); err == nil || !strings.Contains(out, `Table "public.p_lo" is not among the source tables`) {
+		t.Fatalf("validate with a partition in a sink filter: err %v\n%s", err, out)
+	}
+
+	truthSlot(t, db, "truth_parts")
+	proc := startWalcast(t, pipeline)
+	waitSlot(t, db, "walcast_parts")
+
+	const writers, rounds = 3, 30
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- partitionWriter(dsn, w, rounds)
+		}()
+	}
+	// Meanwhile: a partition created and one attached.
+	exec1(t, db, `CREATE TABLE p_new PARTITION OF p FOR VALUES FROM (2000000) TO (3000000)`)
+	exec1(t, db, `CREATE TABLE p_att (id int NOT NULL, v int NOT NULL)`)
+	exec1(t, db, `ALTER TABLE p ATTACH PARTITION p_att FOR VALUES FROM (3000000) TO (4000000)`)
+	exec1(t, db, `INSERT INTO p SELECT g, 7 FROM generate_series(2000000, 2000019) g`)
+	exec1(t, db, `INSERT INTO p SELECT g, 8 FROM generate_series(3000010, 3000029) g`)
+	exec1(t, db, `UPDATE p SET id = id + 1000000, v = v + 1 WHERE id BETWEEN 2000000 AND 2000004`) // p_new → p_att (ids 3000000-3000004 are free)
+	wg.Wait()
+	for range writers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec1(t, db, `INSERT INTO other VALUES (1, 1)`)
+	leaves := []string{"p_lo", "p_hi", "p_new", "p_att"}
+	tables := map[string]bool{"public.p": true}
+	for _, l := range leaves {
+		tables["public."+l] = true
+	}
+	want := rootTruth(truth(t, db, "truth_parts", tables), "p", leaves...)
+	moves := 0
+	for i, c := range want[1:] {
+		if c.Op == "insert" && want[i].Op == "delete" && want[i].Xid == c.Xid {
+			moves++
+		}
+	}
+	waitFor(t, fmt.Sprintf("%d events", len(want)), 3*time.Minute, func() bool { return rcv.distinct() == len(want) })
+	proc.stop()
+	got := rcv.events()
+	verify(t, want, got)
+	for _, e := range got {
+		if e.Table != "p" {
+			t.Fatalf("event %s names table %s, want the root p", e.ID, e.Table)
+		}
+	}
+	t.Logf("%d events, %d rows moved between partitions (delete + insert)", len(want), moves)
+	checkMirror(t, db, applyStream(t, got), "p")
+}
+
+// partitionWriter inserts, updates, moves rows between partitions,
+// deletes and now and then truncates the partitioned table.
+func partitionWriter(dsn string, w, rounds int) error {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	r := rand.New(rand.NewPCG(uint64(w), 7))
+	for round := range rounds {
+		var ids []int
+		for range 10 {
+			var id int
+			if err := conn.QueryRow(ctx, "INSERT INTO p VALUES (nextval('ids'), $1) RETURNING id", round).Scan(&id); err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+		stmts := []string{
+			"UPDATE p SET v = v + 1 WHERE id = $1",
+			"UPDATE p SET id = id + 1000000 WHERE id = $1", // p_lo → p_hi
+			"DELETE FROM p WHERE id = $1",
+		}
+		for _, id := range ids[:6] {
+			if _, err := conn.Exec(ctx, stmts[r.IntN(len(stmts))], id); err != nil {
+				return err
+			}
+		}
+		if round%10 == 9 && w == 0 {
+			if _, err := conn.Exec(ctx, "TRUNCATE p"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func readFile(t testing.TB, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

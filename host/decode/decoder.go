@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/jackc/pglogrepl"
 
@@ -22,6 +23,11 @@ type Options struct {
 	// fast and bounded (e.g. a query with a short timeout, or a map loaded at
 	// startup). May be nil: the key is then every column.
 	PrimaryKey func(schema, table string) ([]string, error)
+	// Tables, when non-empty, are the only tables ("schema.table") whose
+	// changes become events; the changes of every other relation the
+	// publication sends are dropped without consuming an index, and
+	// counted (Unlisted).
+	Tables map[string]bool
 }
 
 // Decoder turns the pgoutput messages of one replication stream into
@@ -29,6 +35,9 @@ type Options struct {
 type Decoder struct {
 	opts Options
 	rels map[uint32]*relation
+	// unlisted counts dropped changes of tables outside Options.Tables;
+	// read by other goroutines (metrics).
+	unlisted atomic.Uint64
 
 	inTx      bool
 	commitLSN uint64
@@ -63,6 +72,10 @@ func (d *Decoder) Reset() {
 	d.index = 0
 	d.txHead = d.txHead[:0]
 }
+
+// Unlisted is how many changes of tables outside Options.Tables were
+// dropped. Safe to call concurrently with Decode.
+func (d *Decoder) Unlisted() uint64 { return d.unlisted.Load() }
 
 // InTransaction reports whether a Begin has been decoded without its Commit.
 // The capture loop must not confirm a keepalive's WAL end while it is true.
@@ -108,6 +121,9 @@ func (d *Decoder) Decode(msg pglogrepl.Message, emit func(cdc.Event) error) erro
 		rel, err := newRelation(m, d.opts.PrimaryKey)
 		if err != nil {
 			return fmt.Errorf("decode relation message: %w", err)
+		}
+		if !rel.skip && len(d.opts.Tables) > 0 && !d.opts.Tables[m.Namespace+"."+m.RelationName] {
+			rel.skip, rel.unlisted = true, true
 		}
 		d.rels[m.RelationID] = rel
 		return nil
@@ -181,6 +197,9 @@ func (d *Decoder) relationFor(op cdc.Op, id uint32) (*relation, error) {
 		return nil, fmt.Errorf("decode %s: unknown relation id %d (no Relation message since the connection started)", op, id)
 	}
 	if rel.skip {
+		if rel.unlisted {
+			d.unlisted.Add(1)
+		}
 		return nil, nil
 	}
 	return rel, nil
@@ -248,6 +267,9 @@ func (d *Decoder) truncate(m *pglogrepl.TruncateMessage, emit func(cdc.Event) er
 	for _, id := range m.RelationIDs {
 		rel := d.rels[id]
 		if rel.skip {
+			if rel.unlisted {
+				d.unlisted.Add(1)
+			}
 			continue
 		}
 		if err := d.truncateEvent(rel, cascade, restart, emit); err != nil {
