@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -364,4 +365,138 @@ func readFile(t testing.TB, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestOnlyListedTables: a FOR ALL TABLES publication named in the source
+// block, and a table added by hand to walcast's own publication while it
+// runs, publish more than source.tables; only the listed tables' changes
+// reach the sink, the others are dropped and counted, and the start says
+// which tables are dropped.
+func TestOnlyListedTables(t *testing.T) {
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	for _, tb := range []string{"a", "b", "extra"} {
+		exec1(t, db, `CREATE TABLE `+tb+` (id int PRIMARY KEY, v int NOT NULL)`)
+	}
+
+	t.Run("for all tables", func(t *testing.T) {
+		exec1(t, db, `CREATE PUBLICATION allpub FOR ALL TABLES`)
+		rcv := newReceiver(t)
+		pipeline := writePipeline(t, "listed_all", dsn, []string{"public.a"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 5})
+		withSource(t, pipeline, "  publication = \"allpub\"\n")
+		truthSlot(t, db, "truth_listed_all")
+		proc := startWalcast(t, pipeline, "--metrics-listen", "127.0.0.1:0")
+		waitSlot(t, db, "walcast_listed_all")
+		proc.waitLog(t, "not in source.tables")
+		if !strings.Contains(proc.logText(), "public.b, public.extra") {
+			t.Fatalf("the start does not name the dropped tables:\n%s", proc.logText())
+		}
+		for i := range 10 {
+			exec1(t, db, `INSERT INTO b VALUES ($1, 0)`, i)
+			exec1(t, db, `INSERT INTO a VALUES ($1, 0)`, i)
+			exec1(t, db, `INSERT INTO extra VALUES ($1, 0)`, i)
+		}
+		exec1(t, db, `UPDATE a SET v = 1`)
+		want := truth(t, db, "truth_listed_all", map[string]bool{"public.a": true})
+		waitFor(t, "a's changes", time.Minute, func() bool { return rcv.distinct() >= len(want) })
+		base := "http://" + regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(proc.logText())[1]
+		waitFor(t, "20 dropped changes counted", time.Minute, func() bool {
+			return value(t, scrape(t, base), "walcast_events_unlisted_total", nil) == 20
+		})
+		proc.stop()
+		verify(t, want, rcv.events())
+	})
+
+	t.Run("added by hand", func(t *testing.T) {
+		rcv := newReceiver(t)
+		pipeline := writePipeline(t, "listed_own", dsn, []string{"public.a"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 5})
+		truthSlot(t, db, "truth_listed_own")
+		proc := startWalcast(t, pipeline)
+		waitSlot(t, db, "walcast_listed_own")
+		exec1(t, db, `ALTER PUBLICATION walcast_listed_own ADD TABLE b`)
+		exec1(t, db, `UPDATE b SET v = v + 1`)
+		exec1(t, db, `UPDATE a SET v = v + 1`)
+		exec1(t, db, `INSERT INTO b VALUES (100, 0)`)
+		exec1(t, db, `INSERT INTO a VALUES (100, 0)`)
+		want := truth(t, db, "truth_listed_own", map[string]bool{"public.a": true})
+		waitFor(t, "a's changes", time.Minute, func() bool { return rcv.distinct() >= len(want) })
+		proc.stop()
+		verify(t, want, rcv.events())
+	})
+}
+
+// TestKeylessTableNeverBlocksTheApplication: with allow_keyless, a table
+// without a replica identity is captured insert- and truncate-only, and
+// the application's UPDATE and DELETE on it succeed while walcast runs
+// and after it stops.
+func TestKeylessTableNeverBlocksTheApplication(t *testing.T) {
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	exec1(t, db, `CREATE TABLE logs (id int NOT NULL, v int NOT NULL)`)
+	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	rcv := newReceiver(t)
+	pipeline := writePipeline(t, "keyless", dsn, []string{"public.logs", "public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 5})
+	withSource(t, pipeline, "  allow_keyless = true\n")
+	truthSlot(t, db, "truth_keyless")
+	proc := startWalcast(t, pipeline)
+	waitSlot(t, db, "walcast_keyless")
+	proc.waitLog(t, "streaming from slot")
+	exec1(t, db, `INSERT INTO logs SELECT g, 0 FROM generate_series(1, 10) g`)
+	exec1(t, db, `INSERT INTO items SELECT g, 0 FROM generate_series(1, 10) g`)
+	exec1(t, db, `UPDATE logs SET v = 1 WHERE id <= 5`) // the application's own writes
+	exec1(t, db, `DELETE FROM logs WHERE id = 10`)
+	exec1(t, db, `UPDATE items SET v = 1 WHERE id <= 5`)
+	exec1(t, db, `TRUNCATE logs`)
+	exec1(t, db, `INSERT INTO logs VALUES (11, 0)`)
+	// test_decoding shows every change; the keyless table's updates and
+	// deletes are not published, and its events carry key null.
+	var want []change
+	idx := map[uint32]int{}
+	for _, c := range truth(t, db, "truth_keyless", map[string]bool{"public.logs": true, "public.items": true}) {
+		if c.Table == "logs" {
+			if c.Op == "update" || c.Op == "delete" {
+				continue
+			}
+			c.Key = "null"
+		}
+		c.Index = idx[c.Xid]
+		idx[c.Xid]++
+		want = append(want, c)
+	}
+	waitFor(t, fmt.Sprintf("%d events", len(want)), time.Minute, func() bool { return rcv.distinct() >= len(want) })
+	proc.stop()
+	verify(t, want, rcv.events())
+	// And with walcast stopped.
+	exec1(t, db, `UPDATE logs SET v = 2`)
+	exec1(t, db, `DELETE FROM logs`)
+}
+
+// TestForeignPublicationOfPartitionsRefused: a publication the user made
+// without publish_via_partition_root would name a partitioned table's
+// events after its partitions; walcast run refuses it and says how to fix
+// it.
+func TestForeignPublicationOfPartitionsRefused(t *testing.T) {
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	exec1(t, db, `CREATE TABLE p (id int PRIMARY KEY, v int NOT NULL) PARTITION BY RANGE (id)`)
+	exec1(t, db, `CREATE TABLE p_lo PARTITION OF p FOR VALUES FROM (0) TO (1000000)`)
+	exec1(t, db, `CREATE PUBLICATION leafpub FOR TABLE p`)
+	pipeline := writePipeline(t, "leafpub", dsn, []string{"public.p"}, sinkSpec{ID: "hook", URL: "http://127.0.0.1:1/"})
+	withSource(t, pipeline, "  publication = \"leafpub\"\n")
+	out, err := walcastCLI(t, "run", pipeline, "--plugin-dir", binDir)
+	if err == nil || !strings.Contains(out, `ALTER PUBLICATION "leafpub" SET (publish_via_partition_root = true)`) {
+		t.Fatalf("walcast run with a publication that publishes partitions: err %v\n%s", err, out)
+	}
+	exec1(t, db, `ALTER PUBLICATION leafpub SET (publish_via_partition_root = true)`)
+	rcv := newReceiver(t)
+	pipeline = writePipeline(t, "leafpub", dsn, []string{"public.p"}, sinkSpec{ID: "hook", URL: rcv.URL})
+	withSource(t, pipeline, "  publication = \"leafpub\"\n")
+	proc := startWalcast(t, pipeline)
+	waitSlot(t, db, "walcast_leafpub")
+	exec1(t, db, `INSERT INTO p VALUES (1, 1)`)
+	waitFor(t, "the insert under the root's name", time.Minute, func() bool {
+		evs := rcv.events()
+		return len(evs) == 1 && evs[0].Table == "p"
+	})
+	proc.stop()
 }
