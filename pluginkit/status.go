@@ -77,8 +77,10 @@ func withDetails(st *status.Status, detail protoadapt.MessageV1) error {
 // gives nil.
 //
 // A ResourceExhausted status is only a throttle when it carries RetryInfo:
-// gRPC itself reports an oversized message with that code, and pausing and
-// resending the same batch would loop forever. DeadlineExceeded and Canceled
+// gRPC itself reports an oversized message with that code (a plugin built
+// with an older pluginkit and a smaller limit), and pausing or retrying the
+// same event would loop forever, so without RetryInfo it is permanent: the
+// event is parked on its first failure when it is alone. DeadlineExceeded and Canceled
 // wrap context.DeadlineExceeded and context.Canceled, so the caller can tell
 // its own deadline apart from a failure of the sink.
 func ErrorFromStatus(err error) error {
@@ -106,6 +108,7 @@ func ErrorFromStatus(err error) error {
 				return &remoteError{msg: msg, err: Throttled(after, errors.New(msg))}
 			}
 		}
+		return &remoteError{msg: msg, err: Permanent(fmt.Errorf("%s (the message is larger than the plugin connection accepts)", msg))}
 	case codes.FailedPrecondition:
 		return &remoteError{msg: msg, err: Permanent(errors.New(msg))}
 	case codes.Aborted:

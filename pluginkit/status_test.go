@@ -80,8 +80,9 @@ func TestErrorFromStatusHostSide(t *testing.T) {
 		{name: "unknown code", err: status.Error(codes.Internal, "boom"), kind: KindRetryable},
 		{name: "plugin process gone", err: status.Error(codes.Unavailable, "error reading from server: EOF"), kind: KindRetryable},
 		// gRPC reports an oversized message as ResourceExhausted without
-		// RetryInfo; pausing and resending would never succeed.
-		{name: "message too large", err: status.Error(codes.ResourceExhausted, "grpc: received message larger than max"), kind: KindRetryable},
+		// RetryInfo; pausing and resending would never succeed, so the
+		// event is parked at once.
+		{name: "message too large", err: status.Error(codes.ResourceExhausted, "grpc: received message larger than max"), kind: KindPermanent},
 		{name: "invalid argument without field", err: status.Error(codes.InvalidArgument, "?"), kind: KindRetryable},
 		{name: "deadline", err: status.Error(codes.DeadlineExceeded, "context deadline exceeded"), kind: KindRetryable, target: context.DeadlineExceeded},
 		{name: "canceled", err: status.Error(codes.Canceled, "context canceled"), kind: KindRetryable, target: context.Canceled},

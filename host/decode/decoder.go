@@ -286,9 +286,17 @@ func (d *Decoder) emit(rel *relation, op cdc.Op, keyStart, keyEnd int, oldKey []
 		return fmt.Errorf("decode %s on %s.%s: nil emit function", op, rel.schema, rel.table)
 	}
 	// One allocation per event: Key is a capacity-limited window into the
-	// payload, where the key object appears verbatim.
-	payload := make([]byte, len(d.buf))
-	copy(payload, d.buf)
+	// payload, where the key object appears verbatim. A big envelope is
+	// handed over as it is instead of copied, and not kept for reuse: one
+	// row of hundreds of MB must cost that once, not twice and then for
+	// good.
+	var payload []byte
+	if len(d.buf) > bigEnvelope {
+		payload, d.buf = d.buf, nil
+	} else {
+		payload = make([]byte, len(d.buf))
+		copy(payload, d.buf)
+	}
 	ev := cdc.Event{
 		ID:      cdc.EventID{CommitLSN: d.commitLSN, Index: d.index},
 		Schema:  rel.schema,
@@ -306,6 +314,9 @@ func (d *Decoder) emit(rel *relation, op cdc.Op, keyStart, keyEnd int, oldKey []
 	d.index++
 	return nil
 }
+
+// bigEnvelope is the size from which an envelope gets a buffer of its own.
+const bigEnvelope = 4 << 20
 
 // tupleColumns checks that a tuple fits the relation so that encoding it
 // cannot fail half-way: one entry per column, each null, unchanged TOAST or

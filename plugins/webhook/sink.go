@@ -228,6 +228,12 @@ func (s *Sink) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit
 		s.log.Debug("webhook throttled", "retry_after", after.String())
 		return pluginkit.DeliverResult{}, pluginkit.Throttled(after, err)
 	}
+	if resp.StatusCode == http.StatusRequestEntityTooLarge {
+		// The receiver's own size limit: the same request fails the same
+		// way every time. Permanent, so the host splits the batch and
+		// parks the event that is too large on its own at once.
+		return pluginkit.DeliverResult{}, pluginkit.Permanent(fmt.Errorf("%w (the receiver refuses a request of %d bytes; raise its body size limit to deliver it)", err, size))
+	}
 	return pluginkit.DeliverResult{}, pluginkit.Retryable(err)
 }
 
