@@ -135,8 +135,16 @@ func qualified(t string) string {
 }
 
 // KeylessPublication names the second publication of a pipeline whose
-// publication is pub: it holds the keyless tables.
-func KeylessPublication(pub string) string { return pub + "_keyless" }
+// publication is pub: it holds the keyless tables. It is cut to
+// PostgreSQL's 63-byte identifier limit the way the name must be spelled
+// in publication_names (PostgreSQL would cut it silently on CREATE).
+func KeylessPublication(pub string) string {
+	const suffix, maxLen = "_keyless", 63
+	if len(pub)+len(suffix) > maxLen {
+		pub = pub[:maxLen-len(suffix)]
+	}
+	return pub + suffix
+}
 
 // The publications walcast creates publish a partitioned table's changes
 // under the root's name (the name the user listed), never the leaf
