@@ -267,10 +267,7 @@ func (d *Decoder) truncate(m *pglogrepl.TruncateMessage, emit func(cdc.Event) er
 	for _, id := range m.RelationIDs {
 		rel := d.rels[id]
 		if rel.skip {
-			if rel.unlisted {
-				d.unlisted.Add(1)
-			}
-			continue
+			continue // counted by relationFor above
 		}
 		if err := d.truncateEvent(rel, cascade, restart, emit); err != nil {
 			return err
