@@ -114,6 +114,7 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 		return nil, fmt.Errorf("open walcast stream: prepare source for slot %s: %w", cfg.Slot, err)
 	}
 	ccfg.StatusInterval = min(10*time.Second, prep.WalSenderTimeout/4)
+	ccfg.KeylessPublication = prep.KeylessPublication
 
 	events := make(chan cdc.Event, cfg.Buffer)
 	a := newAcks(prep.ConfirmedFlush)

@@ -14,9 +14,10 @@ import (
 	"github.com/walcast/walcast/pluginkit/protocol"
 )
 
-// MaxMessageSize is the largest Deliver request a sink receives: the host
-// cuts batches so that they fit, and a single larger event still comes
-// alone.
+// MaxMessageSize is the largest Deliver request a sink receives (2 GiB, the
+// most a protobuf message can be): the host cuts batches to 16 MiB by
+// default, and a single larger event, up to PostgreSQL's 1 GB per value,
+// comes alone.
 const MaxMessageSize = protocol.MaxMessageSize
 
 // closeTimeout bounds the Close a plugin runs on its own when the host went

@@ -480,8 +480,9 @@ type change struct {
 }
 
 var (
-	tdBegin  = regexp.MustCompile(`^BEGIN (\d+)$`)
-	tdChange = regexp.MustCompile(`^table ([^ ]+): (INSERT|UPDATE|DELETE|TRUNCATE):(?: id\[[a-z]+\]:(-?\d+))?`)
+	tdBegin    = regexp.MustCompile(`^BEGIN (\d+)$`)
+	tdTruncate = regexp.MustCompile(`^table (.+): TRUNCATE:`)
+	tdChange   = regexp.MustCompile(`^table ([^ ]+): (INSERT|UPDATE|DELETE|TRUNCATE):(?: id\[[a-z]+\]:(-?\d+))?`)
 )
 
 // truthSlot creates a test_decoding slot before a workload; truth reads it
@@ -511,6 +512,16 @@ func truth(t testing.TB, db *pgx.Conn, slot string, tables map[string]bool) []ch
 		if m := tdBegin.FindStringSubmatch(line); m != nil {
 			x, _ := strconv.ParseUint(m[1], 10, 32)
 			xid, idx = uint32(x), 0
+			continue
+		}
+		if m := tdTruncate.FindStringSubmatch(line); m != nil {
+			// One TRUNCATE naming several tables: one change per table.
+			for _, tb := range strings.Split(m[1], ", ") {
+				if tables[tb] {
+					out = append(out, change{Xid: xid, Index: idx, Table: tb[strings.IndexByte(tb, '.')+1:], Op: "truncate", Key: "null"})
+					idx++
+				}
+			}
 			continue
 		}
 		m := tdChange.FindStringSubmatch(line)

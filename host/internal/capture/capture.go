@@ -25,6 +25,9 @@ type Config struct {
 	DSN         string
 	Slot        string
 	Publication string
+	// KeylessPublication, when set, is streamed with Publication (see
+	// Prepared.KeylessPublication).
+	KeylessPublication string
 	// Tables are the captured tables, "schema.table".
 	Tables []string
 	// AllowKeyless lets tables without a key be captured; their events
@@ -97,7 +100,7 @@ func New(cfg Config, consumer Consumer) *Capture {
 		cfg:      cfg,
 		consumer: consumer,
 		log:      cfg.Logger,
-		dec:      decode.New(decode.Options{PrimaryKey: cfg.PrimaryKey}),
+		dec:      decode.New(decode.Options{PrimaryKey: cfg.PrimaryKey, Tables: listed(cfg.Tables)}),
 	}
 }
 
@@ -194,7 +197,17 @@ func (c *Capture) stream(ctx context.Context) error {
 		return err
 	}
 	c.dec.Reset()
-	pubs := "publication_names '" + strings.ReplaceAll(c.cfg.Publication, "'", "''") + "'"
+	names := []string{c.cfg.Publication}
+	if c.cfg.KeylessPublication != "" {
+		names = append(names, c.cfg.KeylessPublication)
+	}
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		// pgoutput splits the list on commas and reads each name as
+		// an identifier: quote it so case and commas survive.
+		quoted[i] = `"` + strings.ReplaceAll(n, `"`, `""`) + `"`
+	}
+	pubs := "publication_names '" + strings.ReplaceAll(strings.Join(quoted, ","), "'", "''") + "'"
 	err := pglogrepl.StartReplication(ctx, c.conn, c.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
 		Mode:       pglogrepl.LogicalReplication,
 		PluginArgs: []string{"proto_version '1'", pubs},
@@ -315,6 +328,23 @@ func (c *Capture) noteReceived(lsn uint64) {
 // Received is the highest WAL position received from the server (for
 // metrics; safe to call from any goroutine).
 func (c *Capture) Received() uint64 { return c.received.Load() }
+
+// Unlisted is how many changes of tables outside Config.Tables the
+// publication delivered and capture dropped (a FOR ALL TABLES publication,
+// or a table added to it by hand).
+func (c *Capture) Unlisted() uint64 { return c.dec.Unlisted() }
+
+// listed is the set of configured tables, each as "schema.table".
+func listed(tables []string) map[string]bool {
+	if len(tables) == 0 {
+		return nil
+	}
+	m := make(map[string]bool, len(tables))
+	for _, t := range tables {
+		m[canonical(t)] = true
+	}
+	return m
+}
 
 // Streaming reports whether the replication stream is up (for metrics;
 // safe to call from any goroutine).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,6 +29,14 @@ type Prepared struct {
 	// Keyless lists captured tables without a primary key or replica
 	// identity (only when AllowKeyless is set).
 	Keyless []string
+	// KeylessPublication is the pipeline's second publication, which
+	// publishes only inserts and truncates of the keyless tables; the slot
+	// streams it with the main one. Empty when the pipeline uses a
+	// publication walcast did not create.
+	KeylessPublication string
+	// Unlisted are tables the publication publishes that are not among the
+	// configured tables: their changes are dropped after decoding.
+	Unlisted []string
 	// WalSenderTimeout is the server's wal_sender_timeout; status updates
 	// must be sent well within it.
 	WalSenderTimeout time.Duration
@@ -68,11 +77,17 @@ func Prepare(ctx context.Context, db Querier, store *checkpoint.Store, cfg Confi
 		return p, err
 	}
 	ours := known && rec.CreatedPublication && rec.Publication == cfg.Publication
-	created, err := ensurePublication(ctx, db, cfg, ours)
+	created, err := ensurePublication(ctx, db, cfg, ours, keyless)
 	if err != nil {
 		return p, err
 	}
 	p.CreatedPublication = created
+	if created || ours {
+		p.KeylessPublication = KeylessPublication(cfg.Publication)
+	}
+	if p.Unlisted, err = unlistedTables(ctx, db, cfg); err != nil {
+		return p, err
+	}
 	if err := store.RecordPipeline(ctx, checkpoint.Pipeline{Slot: cfg.Slot, Publication: cfg.Publication, CreatedPublication: created || ours}); err != nil {
 		return p, err
 	}
@@ -119,32 +134,94 @@ func qualified(t string) string {
 	return pgx.Identifier{schema, name}.Sanitize()
 }
 
-func ensurePublication(ctx context.Context, db Querier, cfg Config, ours bool) (created bool, err error) {
+// KeylessPublication names the second publication of a pipeline whose
+// publication is pub: it holds the keyless tables. It is cut to
+// PostgreSQL's 63-byte identifier limit the way the name must be spelled
+// in publication_names (PostgreSQL would cut it silently on CREATE).
+func KeylessPublication(pub string) string {
+	const suffix, maxLen = "_keyless", 63
+	if len(pub)+len(suffix) > maxLen {
+		pub = pub[:maxLen-len(suffix)]
+	}
+	return pub + suffix
+}
+
+// The publications walcast creates publish a partitioned table's changes
+// under the root's name (the name the user listed), never the leaf
+// partitions'. The keyless tables go into a second publication that
+// publishes only inserts and truncates: PostgreSQL rejects UPDATE and
+// DELETE on a table without a replica identity in a publication that
+// publishes them, and walcast must never make the application's writes
+// fail.
+const (
+	publicationOptions        = " WITH (publish_via_partition_root = true)"
+	keylessPublicationOptions = " WITH (publish = 'insert, truncate', publish_via_partition_root = true)"
+)
+
+func ensurePublication(ctx context.Context, db Querier, cfg Config, ours bool, keyless []string) (created bool, err error) {
 	var exists bool
 	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, cfg.Publication).Scan(&exists); err != nil {
 		return false, fmt.Errorf("look up publication %s: %w", cfg.Publication, err)
 	}
-	list := make([]string, len(cfg.Tables))
-	for i, t := range cfg.Tables {
-		list[i] = qualified(t)
+	var keyed, unkeyed []string
+	for _, t := range cfg.Tables {
+		if slices.Contains(keyless, canonical(t)) {
+			unkeyed = append(unkeyed, qualified(t))
+		} else {
+			keyed = append(keyed, qualified(t))
+		}
 	}
 	pub := pgx.Identifier{cfg.Publication}.Sanitize()
+	kpub := KeylessPublication(cfg.Publication)
 	switch {
 	case !exists:
-		if _, err := db.Exec(ctx, "CREATE PUBLICATION "+pub+" FOR TABLE "+strings.Join(list, ", ")); err != nil {
-			return false, fmt.Errorf("create publication %s: %w", cfg.Publication, err)
+		if err := createPublication(ctx, db, cfg.Publication, keyed, publicationOptions); err != nil {
+			return false, err
+		}
+		if err := createPublication(ctx, db, kpub, unkeyed, keylessPublicationOptions); err != nil {
+			return false, err
 		}
 		return true, nil
 	case ours:
-		// walcast made it: keep it in step with the pipeline's table list.
-		if _, err := db.Exec(ctx, "ALTER PUBLICATION "+pub+" SET TABLE "+strings.Join(list, ", ")); err != nil {
-			return false, fmt.Errorf("update tables of publication %s: %w", cfg.Publication, err)
+		// walcast made it: keep both in step with the pipeline's table
+		// list, and with the options this version creates them with.
+		if _, err := db.Exec(ctx, "ALTER PUBLICATION "+pub+" SET (publish_via_partition_root = true)"); err != nil {
+			return false, fmt.Errorf("set options of publication %s: %w", cfg.Publication, err)
 		}
-		return false, nil
+		if err := setPublicationTables(ctx, db, cfg.Publication, keyed); err != nil {
+			return false, err
+		}
+		var kexists bool
+		if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, kpub).Scan(&kexists); err != nil {
+			return false, fmt.Errorf("look up publication %s: %w", kpub, err)
+		}
+		if !kexists {
+			return false, createPublication(ctx, db, kpub, unkeyed, keylessPublicationOptions)
+		}
+		return false, setPublicationTables(ctx, db, kpub, unkeyed)
 	}
 	// Someone else's publication: use it as it is, but refuse to start
 	// when it does not publish a configured table (its changes would
-	// silently never arrive).
+	// silently never arrive), or publishes a partitioned one under its
+	// partitions' names (a sink filtering on the listed name would get
+	// none of them).
+	var viaRoot bool
+	if err := db.QueryRow(ctx, `SELECT pubviaroot FROM pg_publication WHERE pubname = $1`, cfg.Publication).Scan(&viaRoot); err != nil {
+		return false, fmt.Errorf("inspect publication %s: %w", cfg.Publication, err)
+	}
+	for _, t := range cfg.Tables {
+		schema, name, _ := strings.Cut(canonical(t), ".")
+		var partitioned bool
+		err := db.QueryRow(ctx, `SELECT c.relkind = 'p' FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`,
+			schema, name).Scan(&partitioned)
+		if err != nil {
+			return false, fmt.Errorf("inspect table %s: %w", t, err)
+		}
+		if partitioned && !viaRoot {
+			return false, fmt.Errorf("publication %s publishes the partitioned table %s under the names of its partitions (publish_via_partition_root is off), so its events would not carry the name %s: run ALTER PUBLICATION %s SET (publish_via_partition_root = true), or leave the publication out of the source block so that walcast creates its own",
+				cfg.Publication, t, t, pub)
+		}
+	}
 	for _, t := range cfg.Tables {
 		schema, name, ok := strings.Cut(t, ".")
 		if !ok {
@@ -161,6 +238,80 @@ func ensurePublication(ctx context.Context, db Querier, cfg Config, ours bool) (
 		}
 	}
 	return false, nil
+}
+
+// createPublication creates a publication of tables (possibly none).
+func createPublication(ctx context.Context, db Querier, name string, tables []string, options string) error {
+	sql := "CREATE PUBLICATION " + pgx.Identifier{name}.Sanitize()
+	if len(tables) > 0 {
+		sql += " FOR TABLE " + strings.Join(tables, ", ")
+	}
+	if _, err := db.Exec(ctx, sql+options); err != nil {
+		return fmt.Errorf("create publication %s: %w", name, err)
+	}
+	return nil
+}
+
+// setPublicationTables makes tables (possibly none) the tables of a
+// publication.
+func setPublicationTables(ctx context.Context, db Querier, name string, tables []string) error {
+	pub := pgx.Identifier{name}.Sanitize()
+	if len(tables) > 0 {
+		if _, err := db.Exec(ctx, "ALTER PUBLICATION "+pub+" SET TABLE "+strings.Join(tables, ", ")); err != nil {
+			return fmt.Errorf("update tables of publication %s: %w", name, err)
+		}
+		return nil
+	}
+	// SET TABLE needs at least one table: drop the members one by one.
+	rows, err := db.Query(ctx, `
+SELECT format('%I.%I', n.nspname, c.relname)
+FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
+JOIN pg_class c ON c.oid = pr.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE p.pubname = $1`, name)
+	if err != nil {
+		return fmt.Errorf("list tables of publication %s: %w", name, err)
+	}
+	members, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("list tables of publication %s: %w", name, err)
+	}
+	for _, m := range members {
+		if _, err := db.Exec(ctx, "ALTER PUBLICATION "+pub+" DROP TABLE "+m); err != nil {
+			return fmt.Errorf("update tables of publication %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// unlistedTables lists the tables the pipeline's publications publish
+// besides the configured ones (a FOR ALL TABLES publication, or a table
+// added by hand): their changes are dropped after decoding.
+func unlistedTables(ctx context.Context, db Querier, cfg Config) ([]string, error) {
+	rows, err := db.Query(ctx, `
+SELECT DISTINCT schemaname || '.' || tablename FROM pg_publication_tables
+WHERE pubname IN ($1, $2) AND schemaname <> $3 ORDER BY 1`, cfg.Publication, KeylessPublication(cfg.Publication), checkpoint.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("list tables of publication %s: %w", cfg.Publication, err)
+	}
+	published, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list tables of publication %s: %w", cfg.Publication, err)
+	}
+	var out []string
+	for _, t := range published {
+		if !slices.ContainsFunc(cfg.Tables, func(c string) bool { return canonical(c) == t }) {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// canonical spells a configured table as "schema.table".
+func canonical(t string) string {
+	if strings.Contains(t, ".") {
+		return t
+	}
+	return "public." + t
 }
 
 func ensureSlot(ctx context.Context, db Querier, slot string) (confirmed uint64, created bool, err error) {
@@ -215,8 +366,10 @@ func Teardown(ctx context.Context, db Querier, store *checkpoint.Store, slot, pu
 		}
 	}
 	if known && rec.CreatedPublication {
-		if _, err := db.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{rec.Publication}.Sanitize()); err != nil {
-			return fmt.Errorf("drop publication %s: %w", rec.Publication, err)
+		for _, pub := range []string{rec.Publication, KeylessPublication(rec.Publication)} {
+			if _, err := db.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{pub}.Sanitize()); err != nil {
+				return fmt.Errorf("drop publication %s: %w", pub, err)
+			}
 		}
 	}
 	return store.Forget(ctx)

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -122,8 +123,13 @@ func Run(ctx context.Context, opts Options) (err error) {
 		log.Info("created replication slot", "slot", ccfg.Slot)
 	}
 	for _, t := range prep.Keyless {
-		log.Warn("table has no key; its events carry key null", "table", t)
+		log.Warn("table has no key: only its inserts and truncates are captured (publication "+prep.KeylessPublication+"), with key null", "table", t)
 	}
+	if len(prep.Unlisted) > 0 {
+		log.Warn("the publication also publishes tables that are not in source.tables; their changes are dropped (metric walcast_events_unlisted_total)",
+			"publication", ccfg.Publication, "tables", strings.Join(prep.Unlisted, ", "))
+	}
+	ccfg.KeylessPublication = prep.KeylessPublication
 	ccfg.StatusInterval = min(10*time.Second, prep.WalSenderTimeout/4)
 	marks, err := store.Load(ctx)
 	if err != nil {

@@ -29,6 +29,7 @@ type pipelineCollector struct {
 	capt    *capture.Capture
 
 	received, confirmed, streaming, captured *prometheus.Desc
+	unlisted                                 *prometheus.Desc
 	sinkCounters                             []sinkCounter
 	held, inFlight, queued, unresolved       *prometheus.Desc
 	paused, watermark, lastSuccess           *prometheus.Desc
@@ -64,6 +65,7 @@ func newPipelineCollector(runs []*sinkRun, tracker *ack.Tracker, fan *fanout.Fan
 		confirmed: prometheus.NewDesc("walcast_confirmed_flush_lsn", "WAL position walcast may confirm to PostgreSQL: every durable sink resolved everything below it.", nil, nil),
 		streaming: prometheus.NewDesc("walcast_streaming", "1 while the replication stream is up, 0 while reconnecting.", nil, nil),
 		captured:  prometheus.NewDesc("walcast_events_captured_total", "Change events read from the slot and fanned out to the sinks.", nil, nil),
+		unlisted:  prometheus.NewDesc("walcast_events_unlisted_total", "Changes of tables not in source.tables that the publication sent and walcast dropped.", nil, nil),
 		sinkCounters: []sinkCounter{
 			counter("events_delivered_total", "Events a Deliver call resolved successfully (not counting duplicates the sink recognised).",
 				func(r *sinkRun) float64 { return float64(r.sched.Stats.Delivered.Load()) }),
@@ -119,6 +121,7 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(c.streaming, streaming)
 	ch <- prometheus.MustNewConstMetric(c.captured, prometheus.CounterValue, float64(c.fan.Events()))
+	ch <- prometheus.MustNewConstMetric(c.unlisted, prometheus.CounterValue, float64(c.capt.Unlisted()))
 	if c.slotWAL != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), slotQueryTimeout)
 		if n, err := c.slotWAL(ctx); err == nil {

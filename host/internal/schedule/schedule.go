@@ -12,9 +12,12 @@
 //
 // Invariants: two events of the same row (schema.table + key) are never in
 // flight at once and never delivered out of commit order (an update that
-// changes the key belongs to both rows); a row with a parked event has
-// every later event parked behind it until a replay delivers them; nothing
-// is resolved before it is delivered, filtered, skipped as already
+// changes the key belongs to both rows); a truncate of a table is a barrier
+// for that table: it goes only once every earlier event of the table is
+// resolved, and no later event of the table goes before it is resolved; a
+// row with a parked event has every later event parked behind it until a
+// replay delivers them, and a table with a parked truncate likewise;
+// nothing is resolved before it is delivered, filtered, skipped as already
 // delivered, or durably parked; a parked event leaves walcast.parked only
 // once the sink wrote it (a replayed event it calls a duplicate stays).
 // Replayed events travel in batches of their own, flagged as a replay.
@@ -126,17 +129,20 @@ type Scheduler struct {
 	// Owned by the Run goroutine.
 	pend       *pending
 	parkedRows map[string]bool
-	replaying  map[string]bool            // parked rows whose events are being replayed
-	replayIDs  map[pluginkit.EventID]bool // replayed events pending or in flight
-	waiters    []*replayWaiter
-	window     int // events held: pending plus in flight
-	bucket     *bucket
-	pausedTill time.Time
-	gapCarry   bool // a gap flag whose event was filtered out: it goes to the next one
-	inFlight   int  // batches
-	flying     int  // events in those batches
-	flyBytes   int  // payload bytes in those batches
-	results    chan result
+	// parkedTables: tables whose truncate is parked; every later event of
+	// the table is parked behind it (and its row then stays parked).
+	parkedTables map[string]bool
+	replaying    map[string]bool            // parked rows whose events are being replayed
+	replayIDs    map[pluginkit.EventID]bool // replayed events pending or in flight
+	waiters      []*replayWaiter
+	window       int // events held: pending plus in flight
+	bucket       *bucket
+	pausedTill   time.Time
+	gapCarry     bool // a gap flag whose event was filtered out: it goes to the next one
+	inFlight     int  // batches
+	flying       int  // events in those batches
+	flyBytes     int  // payload bytes in those batches
+	results      chan result
 }
 
 type result struct {
@@ -176,13 +182,14 @@ func New(cfg Config, queue *fanout.Queue, tracker *ack.Tracker, sink Deliverer) 
 	}
 	s := &Scheduler{
 		cfg: cfg, queue: queue, tracker: tracker, sink: sink,
-		log:        log.With("sink", cfg.SinkID),
-		replays:    make(chan replayReq, 16),
-		wake:       make(chan struct{}, 1),
-		pend:       newPending(),
-		parkedRows: map[string]bool{},
-		replaying:  map[string]bool{},
-		replayIDs:  map[pluginkit.EventID]bool{},
+		log:          log.With("sink", cfg.SinkID),
+		replays:      make(chan replayReq, 16),
+		wake:         make(chan struct{}, 1),
+		pend:         newPending(),
+		parkedRows:   map[string]bool{},
+		parkedTables: map[string]bool{},
+		replaying:    map[string]bool{},
+		replayIDs:    map[pluginkit.EventID]bool{},
 		// Every lane full plus one batch ready for the first lane that
 		// frees up. In-flight events count: they are held until they land,
 		// and counting only the pending ones would double what a sink with
@@ -227,6 +234,9 @@ func (s *Scheduler) Run(ctx context.Context, stop <-chan struct{}) error {
 		}
 		for _, r := range rows {
 			s.parkedRows[r] = true
+			if t := tableOfRow(r); t != "" {
+				s.parkedTables[t] = true
+			}
 		}
 	}
 	timer := time.NewTimer(time.Hour)
@@ -356,10 +366,8 @@ func (s *Scheduler) accept(ctx context.Context, it fanout.Item) error {
 		s.gapCarry = gap
 		return nil
 	}
-	e := &entry{seq: it.Seq, ev: ev, row: rowKey(ev), bytes: len(ev.Payload), gapBefore: gap}
-	if ev.OldKey != nil {
-		e.oldRow = rowOf(ev, ev.OldKey)
-	}
+	e := newEntry(ev)
+	e.seq, e.gapBefore = it.Seq, gap
 	if s.parkedRows[e.row] || (e.oldRow != "" && s.parkedRows[e.oldRow]) {
 		s.gapCarry = gap
 		reason := "parked behind an earlier parked event of the same row"
@@ -367,6 +375,10 @@ func (s *Scheduler) accept(ctx context.Context, it fanout.Item) error {
 			reason = "parked behind an earlier parked event of the row whose key this update changed"
 		}
 		return s.park(ctx, []*entry{e}, reason, false)
+	}
+	if s.parkedTables[e.table] {
+		s.gapCarry = gap
+		return s.park(ctx, []*entry{e}, "parked behind a parked truncate of the same table", false)
 	}
 	s.pend.add(e)
 	return nil
@@ -601,21 +613,31 @@ func (s *Scheduler) land(ctx context.Context, r result) error {
 // park writes events to walcast.parked and resolves them. An event is
 // parked under its row and, for an update that changed the key, under the
 // old row too; every later event of those rows is parked behind it until a
-// replay clears them. failed says es just failed: the pending events of
-// their rows (and of the rows a key change among those brings in) are then
-// parked behind them, and the replay of those rows stops. An event parked
-// on arrival has nothing pending behind it.
+// replay clears them. A truncate is parked under its table's row, and every
+// later event of the table is parked behind it. failed says es just failed:
+// the pending events of their rows (and of the rows a key change among
+// those brings in) and, for a truncate, of its table are then parked behind
+// them, and the replay of those rows stops. An event parked on arrival has
+// nothing pending behind it.
 func (s *Scheduler) park(ctx context.Context, es []*entry, reason string, failed bool) error {
 	rows := map[string]bool{}
+	tables := map[string]bool{}
 	for _, e := range es {
 		rows[e.row] = true
 		if e.oldRow != "" {
 			rows[e.oldRow] = true
 		}
+		if e.barrier {
+			tables[e.table] = true
+		}
 	}
 	all := slices.Clone(es)
-	if failed {
-		for _, e := range s.pend.removeRows(rows) {
+	behind := func(removed []*entry) {
+		for _, e := range removed {
+			rows[e.row] = true
+			if e.oldRow != "" {
+				rows[e.oldRow] = true
+			}
 			if e.replay {
 				// Still in walcast.parked: the next replay loads it again.
 				delete(s.replayIDs, e.ev.ID)
@@ -623,9 +645,18 @@ func (s *Scheduler) park(ctx context.Context, es []*entry, reason string, failed
 			}
 			all = append(all, e)
 		}
+	}
+	if failed {
+		behind(s.pend.removeRows(rows))
+		for t := range tables {
+			behind(s.pend.removeTable(t))
+		}
 		for _, e := range es {
 			delete(s.replayIDs, e.ev.ID)
 		}
+	}
+	for t := range tables {
+		s.parkedTables[t] = true
 	}
 	for r := range rows {
 		s.parkedRows[r] = true
