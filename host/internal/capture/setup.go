@@ -77,14 +77,12 @@ func Prepare(ctx context.Context, db Querier, store *checkpoint.Store, cfg Confi
 		return p, err
 	}
 	ours := known && rec.CreatedPublication && rec.Publication == cfg.Publication
-	created, err := ensurePublication(ctx, db, cfg, ours, keyless)
+	created, kpub, err := ensurePublication(ctx, db, cfg, ours, keyless)
 	if err != nil {
 		return p, err
 	}
 	p.CreatedPublication = created
-	if created || ours {
-		p.KeylessPublication = KeylessPublication(cfg.Publication)
-	}
+	p.KeylessPublication = kpub
 	if p.Unlisted, err = unlistedTables(ctx, db, cfg); err != nil {
 		return p, err
 	}
@@ -158,10 +156,12 @@ const (
 	keylessPublicationOptions = " WITH (publish = 'insert, truncate', publish_via_partition_root = true)"
 )
 
-func ensurePublication(ctx context.Context, db Querier, cfg Config, ours bool, keyless []string) (created bool, err error) {
+// ensurePublication creates or updates the pipeline's publications and
+// returns the keyless publication to stream, if any.
+func ensurePublication(ctx context.Context, db Querier, cfg Config, ours bool, keyless []string) (created bool, keylessPub string, err error) {
 	var exists bool
 	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, cfg.Publication).Scan(&exists); err != nil {
-		return false, fmt.Errorf("look up publication %s: %w", cfg.Publication, err)
+		return false, "", fmt.Errorf("look up publication %s: %w", cfg.Publication, err)
 	}
 	var keyed, unkeyed []string
 	for _, t := range cfg.Tables {
@@ -175,30 +175,44 @@ func ensurePublication(ctx context.Context, db Querier, cfg Config, ours bool, k
 	kpub := KeylessPublication(cfg.Publication)
 	switch {
 	case !exists:
+		// Both publications exist from the start, the keyless one even
+		// when empty: PostgreSQL 15 decodes each change with the
+		// publications as of that change, and fails on a publication
+		// named in publication_names that did not exist yet then.
 		if err := createPublication(ctx, db, cfg.Publication, keyed, publicationOptions); err != nil {
-			return false, err
+			return false, "", err
 		}
 		if err := createPublication(ctx, db, kpub, unkeyed, keylessPublicationOptions); err != nil {
-			return false, err
+			return false, "", err
 		}
-		return true, nil
+		return true, kpub, nil
 	case ours:
 		// walcast made it: keep both in step with the pipeline's table
 		// list, and with the options this version creates them with.
 		if _, err := db.Exec(ctx, "ALTER PUBLICATION "+pub+" SET (publish_via_partition_root = true)"); err != nil {
-			return false, fmt.Errorf("set options of publication %s: %w", cfg.Publication, err)
+			return false, "", fmt.Errorf("set options of publication %s: %w", cfg.Publication, err)
 		}
 		if err := setPublicationTables(ctx, db, cfg.Publication, keyed); err != nil {
-			return false, err
+			return false, "", err
 		}
 		var kexists bool
 		if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, kpub).Scan(&kexists); err != nil {
-			return false, fmt.Errorf("look up publication %s: %w", kpub, err)
+			return false, "", fmt.Errorf("look up publication %s: %w", kpub, err)
 		}
-		if !kexists {
-			return false, createPublication(ctx, db, kpub, unkeyed, keylessPublicationOptions)
+		switch {
+		case kexists:
+			return false, kpub, setPublicationTables(ctx, db, kpub, unkeyed)
+		case len(unkeyed) == 0:
+			// A pipeline made by an earlier walcast, without keyless
+			// tables: creating the keyless publication now would make
+			// PostgreSQL fail on the changes written before it.
+			return false, "", nil
+		default:
+			// The keyless tables must leave the main publication; the
+			// new publication only applies to changes written from now
+			// on (see the README).
+			return false, kpub, createPublication(ctx, db, kpub, unkeyed, keylessPublicationOptions)
 		}
-		return false, setPublicationTables(ctx, db, kpub, unkeyed)
 	}
 	// Someone else's publication: use it as it is, but refuse to start
 	// when it does not publish a configured table (its changes would
@@ -207,7 +221,7 @@ func ensurePublication(ctx context.Context, db Querier, cfg Config, ours bool, k
 	// none of them).
 	var viaRoot bool
 	if err := db.QueryRow(ctx, `SELECT pubviaroot FROM pg_publication WHERE pubname = $1`, cfg.Publication).Scan(&viaRoot); err != nil {
-		return false, fmt.Errorf("inspect publication %s: %w", cfg.Publication, err)
+		return false, "", fmt.Errorf("inspect publication %s: %w", cfg.Publication, err)
 	}
 	for _, t := range cfg.Tables {
 		schema, name, _ := strings.Cut(canonical(t), ".")
@@ -215,10 +229,10 @@ func ensurePublication(ctx context.Context, db Querier, cfg Config, ours bool, k
 		err := db.QueryRow(ctx, `SELECT c.relkind = 'p' FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`,
 			schema, name).Scan(&partitioned)
 		if err != nil {
-			return false, fmt.Errorf("inspect table %s: %w", t, err)
+			return false, "", fmt.Errorf("inspect table %s: %w", t, err)
 		}
 		if partitioned && !viaRoot {
-			return false, fmt.Errorf("publication %s publishes the partitioned table %s under the names of its partitions (publish_via_partition_root is off), so its events would not carry the name %s: run ALTER PUBLICATION %s SET (publish_via_partition_root = true), or leave the publication out of the source block so that walcast creates its own",
+			return false, "", fmt.Errorf("publication %s publishes the partitioned table %s under the names of its partitions (publish_via_partition_root is off), so its events would not carry the name %s: run ALTER PUBLICATION %s SET (publish_via_partition_root = true), or leave the publication out of the source block so that walcast creates its own",
 				cfg.Publication, t, t, pub)
 		}
 	}
@@ -231,13 +245,13 @@ func ensurePublication(ctx context.Context, db Querier, cfg Config, ours bool, k
 		err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)`,
 			cfg.Publication, schema, name).Scan(&in)
 		if err != nil {
-			return false, fmt.Errorf("inspect publication %s: %w", cfg.Publication, err)
+			return false, "", fmt.Errorf("inspect publication %s: %w", cfg.Publication, err)
 		}
 		if !in {
-			return false, fmt.Errorf("publication %s exists but does not publish %s.%s: run ALTER PUBLICATION %s ADD TABLE %s, or name another publication in the source block", cfg.Publication, schema, name, pub, qualified(t))
+			return false, "", fmt.Errorf("publication %s exists but does not publish %s.%s: run ALTER PUBLICATION %s ADD TABLE %s, or name another publication in the source block", cfg.Publication, schema, name, pub, qualified(t))
 		}
 	}
-	return false, nil
+	return false, "", nil
 }
 
 // createPublication creates a publication of tables (possibly none).
