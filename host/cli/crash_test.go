@@ -66,10 +66,11 @@ func TestCrashLoopLosesNothing(t *testing.T) {
 	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	truthSlot(t, db, "truth_crash")
 	rcv := newReceiver(t)
-	// A receiver taking a few ms per request and two lanes spread the
-	// delivery over seconds: the whole workload commits in well under a
-	// second here, and kills must land while events are still undelivered.
-	rcv.delay = 4 * time.Millisecond
+	// A receiver taking 15 ms per request and two lanes spread the delivery
+	// over several seconds (the whole workload commits in well under a
+	// second), so that kills land while events are still undelivered even
+	// when a loaded machine is slow to run the test's own loop.
+	rcv.delay = 15 * time.Millisecond
 	pipeline := writePipeline(t, "crash", dsn, []string{"public.items"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Batch: 50, Extra: "    max_in_flight = 2\n"})
 
