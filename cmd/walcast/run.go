@@ -20,6 +20,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	logFormat := fs.String("log-format", "text", "text or json")
 	shutdown := fs.Duration("shutdown-timeout", 0, "how long in-flight deliveries may take after SIGTERM (default 30s)")
 	metrics := fs.String("metrics-listen", "", "serve Prometheus /metrics and /healthz on this address, e.g. 127.0.0.1:9187")
+	acceptGap := fs.Bool("accept-gap", false, "when the slot was lost, invalidated or belongs to another cluster, or its publication was dropped: create a new slot and record the gap instead of refusing to start")
 	path, ok := parseArgs(fs, args, stderr)
 	if !ok {
 		return 2
@@ -44,6 +45,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		Logger:          log,
 		ShutdownTimeout: *shutdown,
 		MetricsListen:   *metrics,
+		AcceptGap:       *acceptGap,
 	})
 	if err != nil {
 		log.Error("walcast run failed", "err", err)

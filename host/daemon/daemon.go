@@ -59,6 +59,9 @@ type Options struct {
 	// MetricsListen, when set, is the address /metrics (Prometheus) and
 	// /healthz are served on, e.g. "127.0.0.1:9187".
 	MetricsListen string
+	// AcceptGap replaces a lost, invalidated or foreign slot and records
+	// the gap instead of refusing to start (walcast run --accept-gap).
+	AcceptGap bool
 }
 
 type sinkRun struct {
@@ -108,27 +111,15 @@ func Run(ctx context.Context, opts Options) (err error) {
 		PrimaryKey:      capture.PrimaryKeyLookup(pool),
 		Logger:          log,
 	}
-	prep, err := capture.Prepare(ctx, pool, store, ccfg)
-	if err != nil {
-		return fmt.Errorf("prepare source: %w", err)
+	for _, sk := range p.Sinks {
+		ccfg.Sinks = append(ccfg.Sinks, sk.ID)
 	}
-	if prep.CreatedPublication {
-		log.Info("created publication", "publication", ccfg.Publication)
-	}
-	if prep.CreatedSlot {
-		log.Info("created replication slot", "slot", ccfg.Slot)
-	}
-	for _, t := range prep.Keyless {
-		log.Warn("table has no key; its events carry key null", "table", t)
-	}
-	ccfg.StatusInterval = min(10*time.Second, prep.WalSenderTimeout/4)
-	marks, err := store.Load(ctx)
-	if err != nil {
-		return err
-	}
+	ccfg.AcceptGap = opts.AcceptGap
 
-	// Plugins: launched, configured and opened before any event flows, so
-	// a bad sink fails the start instead of holding the slot.
+	// Plugins: launched, configured and opened before the slot and the
+	// publication are created, so that a missing plugin, a checksum
+	// mismatch or a config the plugin rejects fails the start without
+	// leaving a slot that retains WAL.
 	runs := make([]*sinkRun, 0, len(p.Sinks))
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -150,12 +141,54 @@ func Run(ctx context.Context, opts Options) (err error) {
 		if err != nil {
 			return err
 		}
-		through := marks[s.ID]
-		if cp.Compare(through) > 0 {
-			through = cp
-		}
 		specs = append(specs, ack.SinkSpec{ID: s.ID, Durable: s.Durable})
-		skip = append(skip, through)
+		skip = append(skip, cp)
+	}
+
+	prep, err := capture.Prepare(ctx, pool, store, ccfg)
+	if err != nil {
+		return fmt.Errorf("prepare source: %w", err)
+	}
+	streaming := false
+	if prep.CreatedSlot && prep.AcceptedGap == nil {
+		// A start that fails from here on drops the slot it created: it
+		// would only retain WAL, and nothing was streamed from it.
+		defer func() {
+			if streaming {
+				return
+			}
+			dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if derr := capture.DropCreatedSlot(dctx, pool, store, ccfg.Slot); derr != nil {
+				log.Warn("drop the slot this failed start created", "slot", ccfg.Slot, "err", derr)
+			} else {
+				log.Info("dropped the replication slot this failed start created", "slot", ccfg.Slot)
+			}
+		}()
+	}
+	if prep.CreatedPublication {
+		log.Info("created publication", "publication", ccfg.Publication)
+	}
+	if prep.CreatedSlot {
+		log.Info("created replication slot", "slot", ccfg.Slot)
+	}
+	if g := prep.AcceptedGap; g != nil {
+		log.Warn("accepted a gap: changes between the old checkpoints and the new slot's start are not delivered; recorded in walcast.gaps",
+			"reason", g.Kind, "slot", ccfg.Slot, "old_checkpoints", g.Checkpoints, "new_slot_start", pluginkit.FormatLSN(prep.ConfirmedFlush))
+	}
+	for _, t := range prep.Keyless {
+		log.Warn("table has no key; its events carry key null", "table", t)
+	}
+	ccfg.StatusInterval = min(10*time.Second, prep.WalSenderTimeout/4)
+	marks, err := store.Load(ctx)
+	if err != nil {
+		return err
+	}
+	for i := range runs {
+		// The destination's own checkpoint counts only when it is ahead.
+		if through := marks[runs[i].cfg.ID]; through.Compare(skip[i]) > 0 {
+			skip[i] = through
+		}
 	}
 
 	tracker := ack.New(specs, prep.ConfirmedFlush)
@@ -251,6 +284,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	captureCtx, cancelCapture := context.WithCancel(ctx)
 	defer cancelCapture()
 	go func() { captureErr <- capt.Run(captureCtx) }()
+	streaming = true
 	if opts.Ready != nil {
 		opts.Ready()
 	}

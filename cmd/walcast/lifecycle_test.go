@@ -1,0 +1,330 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walcast/walcast/host/pgtest"
+)
+
+// Tests of what happens when the slot, the publication or the database
+// changes under walcast: each ends in an explicit, explained stop, and
+// --accept-gap is the recorded way on.
+
+// walcastOut runs a walcast subcommand to completion (walcastCmd) and
+// returns its stdout and stderr together, and its exit code.
+func walcastOut(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	stdout, stderr, code := walcastCmd(t, args...)
+	return stdout + stderr, code
+}
+
+// insertItems commits n single-row transactions, ids from..from+n-1.
+func insertItems(t *testing.T, db *pgx.Conn, from, n int) {
+	t.Helper()
+	for i := from; i < from+n; i++ {
+		exec1(t, db, `INSERT INTO items (id) VALUES ($1)`, i)
+	}
+}
+
+// keysOf returns the set of {"id":N} keys in a list of changes.
+func keysOf[T any](xs []T, key func(T) string) map[string]bool {
+	m := map[string]bool{}
+	for _, x := range xs {
+		m[key(x)] = true
+	}
+	return m
+}
+
+// missingKeys lists, in id order, the keys the truth has that arrived
+// nowhere.
+func missingKeys(want []change, got []received) []string {
+	have := keysOf(got, func(r received) string { return r.Key })
+	var out []string
+	for _, c := range want {
+		if !have[c.Key] {
+			out = append(out, c.Key)
+		}
+	}
+	return out
+}
+
+func itemKeys(from, n int) []string {
+	var out []string
+	for i := from; i < from+n; i++ {
+		out = append(out, fmt.Sprintf(`{"id":%d}`, i))
+	}
+	return out
+}
+
+func slotCount(t *testing.T, db *pgx.Conn, slot string) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// streamItems starts walcast, commits n rows and waits until the receiver
+// has them all, then stops walcast cleanly.
+func streamItems(t *testing.T, db *pgx.Conn, pipeline, slot string, rcv *receiver, from, n int, args ...string) {
+	t.Helper()
+	w := startWalcast(t, pipeline, args...)
+	waitSlot(t, db, slot)
+	w.waitLog(t, "streaming from slot")
+	before := rcv.distinct()
+	insertItems(t, db, from, n)
+	waitFor(t, "deliveries", time.Minute, func() bool { return rcv.distinct() >= before+n })
+	w.stop()
+}
+
+var checkpointRe = regexp.MustCompile(`hook [0-9A-F]+/[0-9A-F]+:\d+`)
+
+func TestSlotDroppedWhileStoppedRefusesUntilGapAccepted(t *testing.T) {
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
+	truthSlot(t, db, "truth_lost")
+	t.Cleanup(func() { dropSlot(dsn, "truth_lost") })
+	rcv := newReceiver(t)
+	p := writePipeline(t, "lost", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
+	streamItems(t, db, p, "walcast_lost", rcv, 1, 10)
+
+	exec1(t, db, `SELECT pg_drop_replication_slot('walcast_lost')`)
+	insertItems(t, db, 11, 5) // the gap: no slot holds these
+
+	out, code := walcastOut(t, "run", p, "--plugin-dir", binDir)
+	if code != 1 {
+		t.Fatalf("walcast run with its slot dropped: exit %d, want 1; output:\n%s", code, out)
+	}
+	wantAll(t, out, "replication slot walcast_lost does not exist, but pipeline streamed from it before",
+		"last checkpoints: hook ", "walcast run PIPELINE.hcl --accept-gap", "restore the slot")
+	if !checkpointRe.MatchString(out) {
+		t.Errorf("refusal does not name the sink's checkpoint:\n%s", out)
+	}
+	if strings.Contains(out, "created replication slot") || slotCount(t, db, "walcast_lost") != 0 {
+		t.Fatalf("walcast created a new slot although it refused:\n%s", out)
+	}
+	status, code := walcastOut(t, "status", p)
+	if code != 0 {
+		t.Fatalf("walcast status: exit %d\n%s", code, status)
+	}
+	wantAll(t, status, "slot walcast_lost: does not exist", "walcast run refuses to start (slot lost)")
+
+	streamItems(t, db, p, "walcast_lost", rcv, 16, 5, "--accept-gap")
+
+	status, _ = walcastOut(t, "status", p)
+	gapRe := regexp.MustCompile(`gap accepted \S+ \(slot lost\): sink hook missed the changes after [0-9A-F]+/[0-9A-F]+:\d+ up to [0-9A-F]+/[0-9A-F]+`)
+	if !gapRe.MatchString(status) {
+		t.Fatalf("walcast status does not show the accepted gap:\n%s", status)
+	}
+	if strings.Contains(status, "refuses") {
+		t.Fatalf("walcast status still says run refuses after the gap was accepted:\n%s", status)
+	}
+	// test_decoding saw every commit: exactly the five made while no slot
+	// existed are missing, and nothing else.
+	want := truth(t, db, "truth_lost", map[string]bool{"public.items": true})
+	if len(want) != 20 {
+		t.Fatalf("truth has %d changes, want 20", len(want))
+	}
+	if got, wantMissing := missingKeys(want, rcv.events()), itemKeys(11, 5); strings.Join(got, " ") != strings.Join(wantMissing, " ") {
+		t.Fatalf("changes never delivered: %v, want exactly the gap %v", got, wantMissing)
+	}
+	// A clean restart after the gap streams on without refusing.
+	streamItems(t, db, p, "walcast_lost", rcv, 21, 3)
+}
+
+func TestSlotDroppedWhileRunningStopsAndRestartRefuses(t *testing.T) {
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
+	rcv := newReceiver(t)
+	p := writePipeline(t, "droprun", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
+	w := startWalcast(t, p)
+	waitSlot(t, db, "walcast_droprun")
+	w.waitLog(t, "streaming from slot")
+	insertItems(t, db, 1, 3)
+	waitFor(t, "deliveries", time.Minute, func() bool { return rcv.distinct() >= 3 })
+	// End the walsender and drop the slot before walcast reconnects.
+	waitFor(t, "the slot to be dropped", time.Minute, func() bool {
+		db.Exec(context.Background(), `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = 'walcast_droprun' AND active`)
+		_, err := db.Exec(context.Background(), `SELECT pg_drop_replication_slot('walcast_droprun')`)
+		return err == nil
+	})
+	select {
+	case err := <-w.done:
+		w.done <- err
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("walcast exited with %v, want exit status 1", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("walcast did not stop after its slot was dropped")
+	}
+	wantAll(t, w.logText(), "the slot was dropped while walcast ran", "the next walcast run refuses to start")
+	out, code := walcastOut(t, "run", p, "--plugin-dir", binDir)
+	if code != 1 {
+		t.Fatalf("restart after the slot was dropped: exit %d, want 1\n%s", code, out)
+	}
+	wantAll(t, out, "replication slot walcast_droprun does not exist, but pipeline streamed from it before", "--accept-gap")
+	if slotCount(t, db, "walcast_droprun") != 0 {
+		t.Fatal("the refused restart created a slot")
+	}
+}
+
+// pgDumpRestore copies database src of cluster from into a new database of
+// cluster to (pg_dump -Fc, pg_restore), walcast schema included.
+func pgDumpRestore(t *testing.T, from *pgtest.Cluster, srcDSN string, to *pgtest.Cluster) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dump := filepath.Join(from.Dir, "restore_test.dump")
+	if out, err := from.Command(ctx, "pg_dump", "-Fc", "-f", dump, "-d", srcDSN).CombinedOutput(); err != nil {
+		t.Fatalf("pg_dump: %v\n%s", err, out)
+	}
+	dstDSN := to.Database(t)
+	if out, err := to.Command(ctx, "pg_restore", "--no-owner", "-d", dstDSN, dump).CombinedOutput(); err != nil {
+		t.Fatalf("pg_restore: %v\n%s", err, out)
+	}
+	return dstDSN
+}
+
+func TestRestoredIntoAnotherClusterRefusesForeignCheckpoints(t *testing.T) {
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
+	rcv := newReceiver(t)
+	p := writePipeline(t, "moved", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
+	streamItems(t, db, p, "walcast_moved", rcv, 1, 10)
+
+	// A second cluster: its LSNs start low, far below the checkpoints
+	// made on the first one, which would skip every change there.
+	other := pgtest.New(t, pgtest.Options{})
+	movedDSN := pgDumpRestore(t, cluster, dsn, other)
+	mdb := connect(t, movedDSN)
+	rcv2 := newReceiver(t)
+	p2 := writePipeline(t, "moved", movedDSN, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv2.URL})
+	out, code := walcastOut(t, "run", p2, "--plugin-dir", binDir)
+	if code != 1 {
+		t.Fatalf("walcast run on the restored copy: exit %d, want 1\n%s", code, out)
+	}
+	var oldSys, newSys string
+	db.QueryRow(context.Background(), `SELECT system_identifier::text FROM pg_control_system()`).Scan(&oldSys)
+	mdb.QueryRow(context.Background(), `SELECT system_identifier::text FROM pg_control_system()`).Scan(&newSys)
+	wantAll(t, out, "the walcast checkpoints in this database were made on another cluster or database (system_identifier "+oldSys+", database oid ",
+		"this is system_identifier "+newSys, "would skip its changes as already delivered", "last checkpoints: hook ", "--accept-gap")
+	if slotCount(t, mdb, "walcast_moved") != 0 {
+		t.Fatal("walcast created a slot in the new cluster although it refused")
+	}
+	status, _ := walcastOut(t, "status", p2)
+	wantAll(t, status, "walcast run refuses to start (foreign checkpoints)")
+
+	truthSlot(t, mdb, "truth_moved")
+	w := startWalcast(t, p2, "--accept-gap")
+	waitSlot(t, mdb, "walcast_moved")
+	w.waitLog(t, "streaming from slot")
+	insertItems(t, mdb, 100, 10)
+	waitFor(t, "deliveries from the new cluster", time.Minute, func() bool { return rcv2.distinct() >= 10 })
+	w.stop()
+	// Everything committed in the new cluster since then arrived: the old
+	// cluster's checkpoints skipped nothing.
+	verify(t, truth(t, mdb, "truth_moved", map[string]bool{"public.items": true}), rcv2.events())
+	status, _ = walcastOut(t, "status", p2)
+	wantAll(t, status, "gap accepted", "(foreign checkpoints): sink hook missed the changes after ")
+}
+
+func TestPublicationDroppedWhileRunning(t *testing.T) {
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
+	truthSlot(t, db, "truth_pubdrop")
+	t.Cleanup(func() { dropSlot(dsn, "truth_pubdrop") })
+	rcv := newReceiver(t)
+	p := writePipeline(t, "pubdrop", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
+	w := startWalcast(t, p)
+	waitSlot(t, db, "walcast_pubdrop")
+	w.waitLog(t, "streaming from slot")
+	insertItems(t, db, 1, 3)
+	waitFor(t, "deliveries", time.Minute, func() bool { return rcv.distinct() >= 3 })
+	exec1(t, db, `DROP PUBLICATION walcast_pubdrop`)
+	insertItems(t, db, 4, 2)
+	select {
+	case err := <-w.done:
+		w.done <- err
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("walcast exited with %v, want exit status 1", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("walcast did not stop after its publication was dropped")
+	}
+	wantAll(t, w.logText(), `publication \"walcast_pubdrop\" does not exist`, "publication walcast_pubdrop was dropped while walcast ran",
+		"creating it again does not help")
+
+	for range 2 { // no crash loop: every restart says the same and creates nothing
+		out, code := walcastOut(t, "run", p, "--plugin-dir", binDir)
+		if code != 1 {
+			t.Fatalf("restart after the publication was dropped: exit %d, want 1\n%s", code, out)
+		}
+		wantAll(t, out, "publication walcast_pubdrop does not exist but replication slot walcast_pubdrop does",
+			"creating it again does not help", "--accept-gap")
+		if strings.Contains(out, "created publication") {
+			t.Fatalf("restart recreated the publication:\n%s", out)
+		}
+	}
+	status, _ := walcastOut(t, "status", p)
+	wantAll(t, status, "walcast run refuses to start (publication dropped)")
+
+	streamItems(t, db, p, "walcast_pubdrop", rcv, 10, 3, "--accept-gap")
+	want := truth(t, db, "truth_pubdrop", map[string]bool{"public.items": true})
+	if got, wantMissing := missingKeys(want, rcv.events()), itemKeys(4, 2); strings.Join(got, " ") != strings.Join(wantMissing, " ") {
+		t.Fatalf("changes never delivered: %v, want exactly the ones after the drop %v", got, wantMissing)
+	}
+	status, _ = walcastOut(t, "status", p)
+	wantAll(t, status, "(publication dropped): sink hook missed the changes after ")
+}
+
+func TestFailedStartLeavesNoSlot(t *testing.T) {
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
+	t.Run("missing plugin", func(t *testing.T) {
+		p := writePipeline(t, "noslot1", dsn, []string{"public.items"}, sinkSpec{ID: "x", SinkType: "nosuch", Config: " "})
+		out := runOnce(t, p, "WALCAST_PLUGIN_DIR="+t.TempDir())
+		wantAll(t, out, "walcast-sink-nosuch")
+		if n := slotCount(t, db, "walcast_noslot1"); n != 0 {
+			t.Fatalf("a start that failed on a missing plugin left %d slot(s)", n)
+		}
+	})
+	t.Run("failure after the slot was created", func(t *testing.T) {
+		busy, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer busy.Close()
+		rcv := newReceiver(t)
+		p := writePipeline(t, "noslot2", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
+		out, code := walcastOut(t, "run", p, "--plugin-dir", binDir, "--metrics-listen", busy.Addr().String())
+		if code != 1 {
+			t.Fatalf("exit %d, want 1\n%s", code, out)
+		}
+		wantAll(t, out, "created replication slot", "dropped the replication slot this failed start created")
+		if n := slotCount(t, db, "walcast_noslot2"); n != 0 {
+			t.Fatalf("the failed start left %d slot(s)", n)
+		}
+		// Nothing was streamed: the next start is a first start, not a gap.
+		busy.Close()
+		streamItems(t, db, p, "walcast_noslot2", rcv, 1, 2)
+	})
+}
