@@ -108,6 +108,7 @@ func TestSlotDroppedWhileStoppedRefusesUntilGapAccepted(t *testing.T) {
 	if code != 1 {
 		t.Fatalf("walcast run with its slot dropped: exit %d, want 1; output:\n%s", code, out)
 	}
+	t.Logf("refusal:\n%s", out)
 	wantAll(t, out, "replication slot walcast_lost does not exist, but pipeline streamed from it before",
 		"last checkpoints: hook ", "walcast run PIPELINE.hcl --accept-gap", "restore the slot")
 	if !checkpointRe.MatchString(out) {
@@ -172,6 +173,7 @@ func TestSlotDroppedWhileRunningStopsAndRestartRefuses(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("walcast did not stop after its slot was dropped")
 	}
+	t.Logf("log:\n%s", tail(w.logText(), 3))
 	wantAll(t, w.logText(), "the slot was dropped while walcast ran", "the next walcast run refuses to start")
 	out, code := walcastOut(t, "run", p, "--plugin-dir", binDir)
 	if code != 1 {
@@ -222,6 +224,7 @@ func TestRestoredIntoAnotherClusterRefusesForeignCheckpoints(t *testing.T) {
 	var oldSys, newSys string
 	db.QueryRow(context.Background(), `SELECT system_identifier::text FROM pg_control_system()`).Scan(&oldSys)
 	mdb.QueryRow(context.Background(), `SELECT system_identifier::text FROM pg_control_system()`).Scan(&newSys)
+	t.Logf("refusal:\n%s", out)
 	wantAll(t, out, "the walcast checkpoints in this database were made on another cluster or database (system_identifier "+oldSys+", database oid ",
 		"this is system_identifier "+newSys, "would skip its changes as already delivered", "last checkpoints: hook ", "--accept-gap")
 	if slotCount(t, mdb, "walcast_moved") != 0 {
@@ -269,6 +272,7 @@ func TestPublicationDroppedWhileRunning(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("walcast did not stop after its publication was dropped")
 	}
+	t.Logf("log:\n%s", tail(w.logText(), 3))
 	wantAll(t, w.logText(), `publication \"walcast_pubdrop\" does not exist`, "publication walcast_pubdrop was dropped while walcast ran",
 		"creating it again does not help")
 
@@ -277,6 +281,7 @@ func TestPublicationDroppedWhileRunning(t *testing.T) {
 		if code != 1 {
 			t.Fatalf("restart after the publication was dropped: exit %d, want 1\n%s", code, out)
 		}
+		t.Logf("refusal:\n%s", out)
 		wantAll(t, out, "publication walcast_pubdrop does not exist but replication slot walcast_pubdrop does",
 			"creating it again does not help", "--accept-gap")
 		if strings.Contains(out, "created publication") {
@@ -327,4 +332,70 @@ func TestFailedStartLeavesNoSlot(t *testing.T) {
 		busy.Close()
 		streamItems(t, db, p, "walcast_noslot2", rcv, 1, 2)
 	})
+}
+
+func TestInvalidatedSlotIsFatalAndExplained(t *testing.T) {
+	// 1 MiB WAL segments and a 2 MiB max_slot_wal_keep_size: a few MiB of
+	// WAL while a paused sink holds the slot back invalidates it for real.
+	own := pgtest.New(t, pgtest.Options{
+		InitdbArgs: []string{"--wal-segsize=1"},
+		Settings:   []string{"max_slot_wal_keep_size = '2MB'", "min_wal_size = '2MB'", "max_wal_size = '3MB'"},
+	})
+	dsn := own.DSN("postgres")
+	db := connect(t, dsn)
+	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY); CREATE TABLE filler (id int, pad text)`)
+	rcv := newReceiver(t)
+	p := writePipeline(t, "lostwal", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
+	streamItems(t, db, p, "walcast_lostwal", rcv, 1, 3)
+	if out, code := walcastOut(t, "pause", p); code != 0 {
+		t.Fatalf("walcast pause: %d\n%s", code, out)
+	}
+	w := startWalcast(t, p, "--slot-check-interval", "200ms", "--warn-retained-wal-mb", "1")
+	w.waitLog(t, "streaming from slot")
+	insertItems(t, db, 4, 3) // held by the paused sink: the slot cannot move
+	// Write WAL until the slot is at risk, then past the limit, checkpoint.
+	fill := func() {
+		exec1(t, db, `INSERT INTO filler SELECT g, repeat(md5(g::text), 20) FROM generate_series(1, 2000) g`)
+		exec1(t, db, `SELECT pg_switch_wal()`)
+	}
+	fill()
+	w.waitLog(t, "replication slot at risk of invalidation")
+	waitFor(t, "the slot to be invalidated", 2*time.Minute, func() bool {
+		fill()
+		exec1(t, db, `CHECKPOINT`)
+		var status string
+		db.QueryRow(context.Background(), `SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = 'walcast_lostwal'`).Scan(&status)
+		return status == "lost"
+	})
+	select {
+	case err := <-w.done:
+		w.done <- err
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("walcast exited with %v, want exit status 1", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("walcast kept retrying on an invalidated slot")
+	}
+	log := w.logText()
+	t.Logf("log:\n%s", tail(log, 3))
+	wantAll(t, log, "replication slot walcast_lostwal is invalidated: PostgreSQL says", "This slot has been invalidated because it exceeded the maximum reserved size", "SQLSTATE 55000")
+	if n := countLines(log, "replication stream interrupted; reconnecting"); n > 1 {
+		t.Errorf("walcast retried %d times on the invalidated slot", n)
+	}
+	status, _ := walcastOut(t, "status", p)
+	wantAll(t, status, "slot walcast_lostwal: lost (invalidated", "walcast run refuses to start (slot invalidated)")
+	out, code := walcastOut(t, "run", p, "--plugin-dir", binDir)
+	if code != 1 {
+		t.Fatalf("walcast run on an invalidated slot: exit %d, want 1\n%s", code, out)
+	}
+	t.Logf("refusal:\n%s\nstatus:\n%s", out, status)
+	wantAll(t, out, "replication slot walcast_lostwal was invalidated (wal_status lost)", "last checkpoints: hook ", "--accept-gap")
+
+	if out, code := walcastOut(t, "resume", p); code != 0 {
+		t.Fatalf("walcast resume: %d\n%s", code, out)
+	}
+	streamItems(t, db, p, "walcast_lostwal", rcv, 10, 2, "--accept-gap")
+	status, _ = walcastOut(t, "status", p)
+	wantAll(t, status, "(slot invalidated): sink hook missed the changes after ")
 }

@@ -62,6 +62,13 @@ type Options struct {
 	// AcceptGap replaces a lost, invalidated or foreign slot and records
 	// the gap instead of refusing to start (walcast run --accept-gap).
 	AcceptGap bool
+	// WarnRetainedWAL is how much WAL (bytes) the slot may retain before
+	// a warning is logged and walcast_slot_wal_at_risk is set. Default
+	// 1 GiB; negative: only wal_status unreserved/lost warns.
+	WarnRetainedWAL int64
+	// SlotCheckInterval is how often the slot's WAL is checked. Default
+	// 10s.
+	SlotCheckInterval time.Duration
 }
 
 type sinkRun struct {
@@ -93,6 +100,12 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 	if opts.CheckpointInterval <= 0 {
 		opts.CheckpointInterval = 250 * time.Millisecond
+	}
+	if opts.WarnRetainedWAL == 0 {
+		opts.WarnRetainedWAL = 1 << 30
+	}
+	if opts.SlotCheckInterval <= 0 {
+		opts.SlotCheckInterval = 10 * time.Second
 	}
 
 	pool, err := Connect(ctx, p.Source.DSN)
@@ -240,8 +253,9 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 	fan := fanout.New(tracker, queues)
 	capt := capture.New(ccfg, fan)
+	watch := newSlotWatch(pool, ccfg.Slot, opts.WarnRetainedWAL, opts.SlotCheckInterval, log)
 	if opts.MetricsListen != "" {
-		reg := newRegistry(p.Name, newPipelineCollector(runs, tracker, fan, capt), deliverSeconds)
+		reg := newRegistry(p.Name, newPipelineCollector(runs, tracker, fan, capt), deliverSeconds, watch.collectors()...)
 		healthy := func() error {
 			if !capt.Streaming() {
 				return errors.New("replication stream down: connecting or reconnecting to PostgreSQL")
@@ -279,6 +293,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	controlCtx, stopControl := context.WithCancel(ctx)
 	defer stopControl()
 	go ctl.listen(controlCtx, p.Source.DSN, 5*time.Second)
+	go watch.run(controlCtx)
 
 	captureErr := make(chan error, 1)
 	captureCtx, cancelCapture := context.WithCancel(ctx)
