@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -398,4 +400,96 @@ func TestInvalidatedSlotIsFatalAndExplained(t *testing.T) {
 	streamItems(t, db, p, "walcast_lostwal", rcv, 10, 2, "--accept-gap")
 	status, _ = walcastOut(t, "status", p)
 	wantAll(t, status, "(slot invalidated): sink hook missed the changes after ")
+}
+
+// TestGroupStopIsClean stops walcast the way service managers and shells
+// do, with SIGTERM to every process at once, while a slow receiver holds
+// batches in flight: it must stop exactly as after a SIGTERM to walcast
+// alone (batches in flight finish, final checkpoints, exit 0, no plugin
+// restart), so that the next start redelivers nothing.
+func TestGroupStopIsClean(t *testing.T) {
+	for _, how := range []string{"process group", "every process"} {
+		t.Run(how, func(t *testing.T) {
+			dsn := cluster.Database(t)
+			db := connect(t, dsn)
+			exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
+			truthSlot(t, db, "truth_groupstop")
+			t.Cleanup(func() { dropSlot(dsn, "truth_groupstop") })
+			rcv := newReceiver(t)
+			rcv.delay = 700 * time.Millisecond
+			p := writePipeline(t, "groupstop", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 10})
+			w := startWalcastAttr(t, &syscall.SysProcAttr{Setpgid: true}, p)
+			waitSlot(t, db, "walcast_groupstop")
+			w.waitLog(t, "streaming from slot")
+			insertItems(t, db, 1, 300)
+			waitFor(t, "a few batches delivered", time.Minute, func() bool { return rcv.count() >= 20 })
+			pid := w.cmd.Process.Pid
+			switch how {
+			case "process group":
+				// kill -- -PGID, timeout(1), Ctrl-C in a terminal.
+				if err := syscall.Kill(-pid, syscall.SIGTERM); err != nil {
+					t.Fatal(err)
+				}
+			case "every process":
+				// systemd's default KillMode=control-group signals every
+				// process of the service's cgroup, whatever its group.
+				for _, c := range childPIDs(pid) {
+					syscall.Kill(c, syscall.SIGTERM)
+				}
+				syscall.Kill(pid, syscall.SIGTERM)
+			}
+			select {
+			case err := <-w.done:
+				w.done <- err
+				if err != nil {
+					t.Fatalf("walcast exited with %v after the group SIGTERM, want 0", err)
+				}
+			case <-time.After(time.Minute):
+				t.Fatal("walcast did not stop")
+			}
+			log := w.logText()
+			for _, bad := range []string{"restarting sink plugin", "plugin exited", "sink failed", "level=ERROR"} {
+				if strings.Contains(log, bad) {
+					t.Errorf("group stop logged %q:\n%s", bad, tail(log, 30))
+				}
+			}
+			stopped := rcv.count()
+			w2 := startWalcast(t, p)
+			w2.waitLog(t, "streaming from slot")
+			waitFor(t, "every change", 2*time.Minute, func() bool { return rcv.distinct() >= 300 })
+			w2.stop()
+			dups := verify(t, truth(t, db, "truth_groupstop", map[string]bool{"public.items": true}), rcv.events())
+			t.Logf("delivered %d before the stop, %d duplicates after the restart", stopped, dups)
+			if dups != 0 {
+				t.Fatalf("%d events delivered twice after a group stop", dups)
+			}
+		})
+	}
+}
+
+// TestSystemdUnitExample keeps examples/systemd/walcast@.service in step
+// with walcast run: its command line parses, and it stops walcast with a
+// SIGTERM to walcast alone (TestGroupStopIsClean covers the default
+// control-group stop too).
+func TestSystemdUnitExample(t *testing.T) {
+	b, err := os.ReadFile("../../examples/systemd/walcast@.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := string(b)
+	wantAll(t, unit, "\nKillMode=mixed\n", "\nKillSignal=SIGTERM\n", "\nTimeoutStopSec=")
+	m := regexp.MustCompile(`(?m)^ExecStart=(\S+) (.*)$`).FindStringSubmatch(unit)
+	if m == nil || filepath.Base(m[1]) != "walcast" {
+		t.Fatalf("no ExecStart running walcast in the unit:\n%s", unit)
+	}
+	args := strings.Fields(strings.ReplaceAll(m[2], "%i", "nosuchpipeline"))
+	if args[0] != "run" {
+		t.Fatalf("ExecStart runs walcast %s, want run", args[0])
+	}
+	// A missing pipeline file is a config error (exit 1); an unknown
+	// flag would be a usage error (exit 2).
+	out, code := walcastOut(t, args...)
+	if code != 1 || !strings.Contains(out, "nosuchpipeline.hcl") {
+		t.Fatalf("walcast %s: exit %d, want 1 on the missing file\n%s", strings.Join(args, " "), code, out)
+	}
 }
