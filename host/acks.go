@@ -35,6 +35,8 @@ type acks struct {
 	delivered fifo[deliveredTx]
 	// committed holds committed, unreleased transactions in commit order.
 	committed fifo[committedTx]
+	// seen is the through of the latest commit record read.
+	seen cdc.EventID
 }
 
 // deliveredTx: Next has returned events commitLSN:0 .. commitLSN:last.
@@ -99,6 +101,9 @@ func (a *acks) commit(through cdc.EventID, endLSN uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.committed.push(committedTx{through: through, endLSN: endLSN})
+	if through.Compare(a.seen) > 0 {
+		a.seen = through
+	}
 	// The consumer may have acked the last event before capture read the
 	// commit record.
 	a.release()
@@ -127,6 +132,15 @@ func (a *acks) advanceIdle(walEnd uint64, last cdc.EventID) bool {
 	}
 	a.flush = walEnd
 	return true
+}
+
+// awaitingCommit reports whether the acknowledged events reach into a
+// transaction whose commit record capture has not read yet: acking its
+// last event cannot release it until then.
+func (a *acks) awaitingCommit() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return !a.acked.IsZero() && a.seen.Compare(a.acked) < 0
 }
 
 // position is the LSN that may be confirmed to PostgreSQL.

@@ -13,6 +13,10 @@ import (
 type consumer struct {
 	events chan<- cdc.Event
 	acks   *acks
+	// drain ends when Close begins: from then on events are no longer
+	// handed over (Next would refuse them) but capture keeps reading, so
+	// that the commit record of an acknowledged transaction still arrives.
+	drain context.Context
 	// last and lastEnd are the last event and commit handed over; after a
 	// reconnect PostgreSQL resends from the slot's confirmed position and
 	// everything up to them is skipped.
@@ -28,9 +32,13 @@ func (c *consumer) Event(ctx context.Context, ev cdc.Event, idle func()) error {
 	if !c.last.IsZero() && ev.ID.Compare(c.last) <= 0 {
 		return nil
 	}
-	if err := capture.Send(ctx, c.events, ev, idle); err != nil {
-		return err
+	if c.drain.Err() == nil {
+		if err := capture.Send(c.drain, c.events, ev, idle); err != nil && (ctx.Err() != nil || c.drain.Err() == nil) {
+			return err
+		}
 	}
+	// Handed over, or dropped while draining: either way later commits
+	// and idle advances must count it as not yet acknowledged.
 	c.last = ev.ID
 	return nil
 }
