@@ -111,7 +111,7 @@ func TestSlotDroppedWhileStoppedRefusesUntilGapAccepted(t *testing.T) {
 		t.Fatalf("walcast run with its slot dropped: exit %d, want 1; output:\n%s", code, out)
 	}
 	t.Logf("refusal:\n%s", out)
-	wantAll(t, out, "replication slot walcast_lost does not exist, but pipeline streamed from it before",
+	wantAll(t, out, "replication slot walcast_lost does not exist, but pipeline lost streamed from it before",
 		"last checkpoints: hook ", "walcast run PIPELINE.hcl --accept-gap", "restore the slot")
 	if !checkpointRe.MatchString(out) {
 		t.Errorf("refusal does not name the sink's checkpoint:\n%s", out)
@@ -129,6 +129,7 @@ func TestSlotDroppedWhileStoppedRefusesUntilGapAccepted(t *testing.T) {
 
 	status, _ = walcastOut(t, "status", p)
 	gapRe := regexp.MustCompile(`gap accepted \S+ \(slot lost\): sink hook missed the changes after [0-9A-F]+/[0-9A-F]+:\d+ up to [0-9A-F]+/[0-9A-F]+`)
+	t.Logf("status after --accept-gap:\n%s", status)
 	if !gapRe.MatchString(status) {
 		t.Fatalf("walcast status does not show the accepted gap:\n%s", status)
 	}
@@ -181,7 +182,7 @@ func TestSlotDroppedWhileRunningStopsAndRestartRefuses(t *testing.T) {
 	if code != 1 {
 		t.Fatalf("restart after the slot was dropped: exit %d, want 1\n%s", code, out)
 	}
-	wantAll(t, out, "replication slot walcast_droprun does not exist, but pipeline streamed from it before", "--accept-gap")
+	wantAll(t, out, "replication slot walcast_droprun does not exist, but pipeline droprun streamed from it before", "--accept-gap")
 	if slotCount(t, db, "walcast_droprun") != 0 {
 		t.Fatal("the refused restart created a slot")
 	}
@@ -227,7 +228,7 @@ func TestRestoredIntoAnotherClusterRefusesForeignCheckpoints(t *testing.T) {
 	db.QueryRow(context.Background(), `SELECT system_identifier::text FROM pg_control_system()`).Scan(&oldSys)
 	mdb.QueryRow(context.Background(), `SELECT system_identifier::text FROM pg_control_system()`).Scan(&newSys)
 	t.Logf("refusal:\n%s", out)
-	wantAll(t, out, "the walcast checkpoints in this database were made on another cluster or database (system_identifier "+oldSys+", database oid ",
+	wantAll(t, out, "the walcast checkpoints of pipeline moved in this database were made on another cluster or database (system_identifier "+oldSys+", database oid ",
 		"this is system_identifier "+newSys, "would skip its changes as already delivered", "last checkpoints: hook ", "--accept-gap")
 	if slotCount(t, mdb, "walcast_moved") != 0 {
 		t.Fatal("walcast created a slot in the new cluster although it refused")

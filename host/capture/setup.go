@@ -158,7 +158,7 @@ func inspect(ctx context.Context, db Querier, store *checkpoint.Store, cfg Confi
 	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, cfg.Publication).Scan(&pubExists); err != nil {
 		return st, fmt.Errorf("look up publication %s: %w", cfg.Publication, err)
 	}
-	st.gap = checkHistory(cfg, st.rec, st.known, st.here, st.slot, marks, pubExists)
+	st.gap = checkHistory(cfg, store.Pipeline(), st.rec, st.known, st.here, st.slot, marks, pubExists)
 	return st, nil
 }
 
@@ -194,7 +194,7 @@ func (e *GapError) Reason() string { return e.Kind }
 // checkHistory compares what the walcast schema remembers of the pipeline
 // with the slot as it is now, and returns why streaming would hide lost
 // changes, or nil.
-func checkHistory(cfg Config, rec checkpoint.Pipeline, known bool, here checkpoint.Identity, slot slotInfo, marks map[string]cdc.EventID, pubExists bool) *GapError {
+func checkHistory(cfg Config, pipeline string, rec checkpoint.Pipeline, known bool, here checkpoint.Identity, slot slotInfo, marks map[string]cdc.EventID, pubExists bool) *GapError {
 	// The pipeline has streamed before when it has checkpoints or walcast
 	// recorded a slot for it.
 	streamed := len(marks) > 0 || (known && rec.Identity.SlotCreatedLSN != 0)
@@ -219,13 +219,13 @@ func checkHistory(cfg Config, rec checkpoint.Pipeline, known bool, here checkpoi
 	switch {
 	case was.SystemIdentifier != "" && (was.SystemIdentifier != here.SystemIdentifier || was.DatabaseOID != here.DatabaseOID):
 		e.Kind = "foreign checkpoints"
-		e.What = fmt.Sprintf("the walcast checkpoints in this database were made on another cluster or database (system_identifier %s, database oid %d; this is system_identifier %s, database oid %d): the database was restored, copied or upgraded into a new cluster (pg_dump/pg_restore, a base backup, pg_upgrade), so they do not belong to replication slot %s here and would skip its changes as already delivered",
-			was.SystemIdentifier, was.DatabaseOID, here.SystemIdentifier, here.DatabaseOID, cfg.Slot)
+		e.What = fmt.Sprintf("the walcast checkpoints of pipeline %s in this database were made on another cluster or database (system_identifier %s, database oid %d; this is system_identifier %s, database oid %d): the database was restored, copied or upgraded into a new cluster (pg_dump/pg_restore, a base backup, pg_upgrade), so they do not belong to replication slot %s here and would skip its changes as already delivered",
+			pipeline, was.SystemIdentifier, was.DatabaseOID, here.SystemIdentifier, here.DatabaseOID, cfg.Slot)
 		e.Restore = "point the pipeline's dsn back at the original database"
 		e.Replace = "drops any slot named " + cfg.Slot + " here, creates a new one, deletes the old checkpoints"
 	case !slot.exists:
 		e.Kind = "slot lost"
-		e.What = fmt.Sprintf("replication slot %s does not exist, but pipeline streamed from it before: it was dropped or lost (pg_drop_replication_slot, a failover to a server without it, a restore), and the changes committed since the checkpoints below can no longer be read", cfg.Slot)
+		e.What = fmt.Sprintf("replication slot %s does not exist, but pipeline %s streamed from it before: it was dropped or lost (pg_drop_replication_slot, a failover to a server without it, a restore), and the changes committed since the checkpoints below can no longer be read", cfg.Slot, pipeline)
 		e.Restore = "restore the slot (e.g. point the dsn at the server that still has it)"
 		e.Replace = "creates a new slot"
 	case slot.walStatus == "lost":

@@ -68,6 +68,9 @@ func New(db Querier, pipeline string) *Store {
 	return &Store{db: db, pipeline: pipeline}
 }
 
+// Pipeline is the name of the pipeline the store belongs to.
+func (s *Store) Pipeline() string { return s.pipeline }
+
 // Init creates the walcast schema or brings it up to date (Migrate).
 func (s *Store) Init(ctx context.Context) error {
 	return Migrate(ctx, s.db)
