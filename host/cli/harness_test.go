@@ -249,6 +249,13 @@ type walcastProc struct {
 // file that is printed when the test fails.
 func startWalcast(t testing.TB, pipeline string, args ...string) *walcastProc {
 	t.Helper()
+	return startWalcastAttr(t, nil, pipeline, args...)
+}
+
+// startWalcastAttr is startWalcast with process attributes (e.g. its own
+// process group).
+func startWalcastAttr(t testing.TB, attr *syscall.SysProcAttr, pipeline string, args ...string) *walcastProc {
+	t.Helper()
 	logPath := filepath.Join(t.TempDir(), "walcast.log")
 	f, err := os.Create(logPath)
 	if err != nil {
@@ -257,6 +264,7 @@ func startWalcast(t testing.TB, pipeline string, args ...string) *walcastProc {
 	cmd := exec.Command(filepath.Join(binDir, "walcast"), append([]string{"run", pipeline, "--plugin-dir", binDir, "--shutdown-timeout", "10s"}, args...)...)
 	cmd.Stdout = f
 	cmd.Stderr = f
+	cmd.SysProcAttr = attr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ func Main(buildVersion string, args []string, stdout, stderr io.Writer) int {
 const usage = `walcast streams PostgreSQL changes to sinks.
 
 Usage:
-  walcast run PIPELINE.hcl [--plugin-dir DIR] [--metrics-listen ADDR]
+  walcast run PIPELINE.hcl [--plugin-dir DIR] [--metrics-listen ADDR] [--accept-gap]
                                                     run the pipeline until SIGINT/SIGTERM
   walcast validate PIPELINE.hcl [--plugin-dir DIR]  check a pipeline file and its sinks' config
   walcast status PIPELINE.hcl                       slot, checkpoints, parked events and usage

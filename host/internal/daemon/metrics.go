@@ -224,10 +224,10 @@ func serveMetrics(ctx context.Context, addr, pipeline string, reg *prometheus.Re
 
 // newRegistry returns a registry with the pipeline's metrics, the Go
 // runtime's and the process's, every series labelled with the pipeline.
-func newRegistry(pipeline string, c prometheus.Collector, deliver *prometheus.HistogramVec) *prometheus.Registry {
+func newRegistry(pipeline string, c prometheus.Collector, deliver *prometheus.HistogramVec, more ...prometheus.Collector) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	wrapped := prometheus.WrapRegistererWith(prometheus.Labels{"pipeline": pipeline}, reg)
-	wrapped.MustRegister(c, deliver)
+	wrapped.MustRegister(append([]prometheus.Collector{c, deliver}, more...)...)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
 }
