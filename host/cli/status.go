@@ -39,12 +39,13 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	var active bool
 	var confirmed, walStatus string
 	var retained int64
+	missing := false
 	err := pool.QueryRow(ctx, `
 SELECT active, coalesce(confirmed_flush_lsn::text, ''), coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint, coalesce(wal_status, '')
 FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &confirmed, &retained, &walStatus)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		fmt.Fprintf(stdout, "slot %s: does not exist\n", p.Source.Slot)
+		missing = true
 	case err != nil:
 		fmt.Fprintln(stderr, "walcast status:", err)
 		return 1
@@ -66,6 +67,12 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 	if err != nil {
 		fmt.Fprintln(stderr, "walcast status:", err)
 		return 1
+	}
+	switch {
+	case missing && gap == nil:
+		fmt.Fprintf(stdout, "slot %s: does not exist (walcast run creates it)\n", p.Source.Slot)
+	case missing:
+		fmt.Fprintf(stdout, "slot %s: does not exist\n", p.Source.Slot)
 	}
 	if gap != nil {
 		fmt.Fprintf(stdout, "walcast run refuses to start (%s): %s\n", gap.Kind, gap.What)
