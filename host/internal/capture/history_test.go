@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/walcast/walcast/host/checkpoint"
+	"github.com/walcast/walcast/host/internal/checkpoint"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 

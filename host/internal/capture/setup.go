@@ -435,6 +435,15 @@ func ensurePublication(ctx context.Context, db Querier, cfg Config, ours bool, k
 		if err := createPublication(ctx, db, cfg.Publication, keyed, publicationOptions); err != nil {
 			return false, "", err
 		}
+		// The keyless one may outlive a main publication someone dropped
+		// (the gap was accepted and the slot replaced): reuse it.
+		var kexists bool
+		if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, kpub).Scan(&kexists); err != nil {
+			return false, "", fmt.Errorf("look up publication %s: %w", kpub, err)
+		}
+		if kexists {
+			return true, kpub, setPublicationTables(ctx, db, kpub, unkeyed)
+		}
 		if err := createPublication(ctx, db, kpub, unkeyed, keylessPublicationOptions); err != nil {
 			return false, "", err
 		}

@@ -21,17 +21,12 @@ type slotWatch struct {
 	every     time.Duration
 	log       *slog.Logger
 
-	retained prometheus.Gauge
-	atRisk   prometheus.Gauge
+	atRisk prometheus.Gauge
 }
 
 func newSlotWatch(pool *pgxpool.Pool, slot string, threshold int64, every time.Duration, log *slog.Logger) *slotWatch {
 	return &slotWatch{
 		pool: pool, slot: slot, threshold: threshold, every: every, log: log,
-		retained: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "walcast_slot_retained_wal_bytes",
-			Help: "WAL the replication slot keeps PostgreSQL from removing (current WAL position minus the slot's restart_lsn).",
-		}),
 		atRisk: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "walcast_slot_wal_at_risk",
 			Help: "1 while the slot's wal_status is unreserved or lost, or it retains more WAL than --warn-retained-wal-mb.",
@@ -39,8 +34,11 @@ func newSlotWatch(pool *pgxpool.Pool, slot string, threshold int64, every time.D
 	}
 }
 
+// collectors are the watch's metrics. The slot's retained WAL itself is
+// walcast_slot_retained_wal_bytes, which the pipeline collector reads from
+// PostgreSQL at scrape time.
 func (w *slotWatch) collectors() []prometheus.Collector {
-	return []prometheus.Collector{w.retained, w.atRisk}
+	return []prometheus.Collector{w.atRisk}
 }
 
 // run checks the slot every w.every until ctx ends.
@@ -62,7 +60,6 @@ FROM pg_replication_slots WHERE slot_name = $1`, w.slot).Scan(&status, &retained
 		if err != nil {
 			continue // gone or unreachable: capture reports that
 		}
-		w.retained.Set(float64(retained))
 		risk := status == "unreserved" || status == "lost" || (w.threshold > 0 && retained > w.threshold)
 		if risk {
 			w.atRisk.Set(1)
