@@ -244,9 +244,9 @@ func TestPluginUsage(t *testing.T) {
 	}{
 		{[]string{"plugin"}, "Usage:"},
 		{[]string{"plugin", "frobnicate"}, `walcast plugin: unknown command "frobnicate"`},
-		{[]string{"plugin", "install"}, "walcast plugin install: want exactly one SOURCE argument, got 0 arguments"},
-		{[]string{"plugin", "remove", "a", "b"}, "walcast plugin remove: want exactly one TYPE argument, got 2 arguments"},
-		{[]string{"plugin", "list", "x"}, "walcast plugin list: want no arguments, got 1 arguments"},
+		{[]string{"plugin", "install"}, "walcast plugin install: want exactly one SOURCE argument, got 0"},
+		{[]string{"plugin", "remove", "a", "b"}, "walcast plugin remove: want exactly one TYPE argument, got 2"},
+		{[]string{"plugin", "list", "x"}, "walcast plugin list: want no arguments, got 1"},
 	} {
 		_, stderr, code := walcastCmd(t, tc.args...)
 		if code != 2 || !strings.Contains(stderr, tc.want) {

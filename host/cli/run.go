@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os/signal"
@@ -13,16 +12,15 @@ import (
 )
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("run", stderr)
 	pluginDir := fs.String("plugin-dir", "", "directory holding walcast-sink-* plugins")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text or json")
 	shutdown := fs.Duration("shutdown-timeout", 0, "how long in-flight deliveries may take after SIGTERM (default 30s)")
 	metrics := fs.String("metrics-listen", "", "serve Prometheus /metrics and /healthz on this address, e.g. 127.0.0.1:9187")
-	path, ok := parseArgs(fs, args, stderr)
+	path, code, ok := parseArgs(fs, args, stdout, stderr)
 	if !ok {
-		return 2
+		return code
 	}
 	log, err := newLogger(stderr, *logLevel, *logFormat)
 	if err != nil {
