@@ -77,7 +77,11 @@ func commands(buildVersion string) []command {
 			example: "plugin install ./examples/customsink --plugin-dir /opt/walcast/plugins",
 			run:     cmdPluginInstall},
 		{name: "plugin list", summary: "installed plugins, versions and checksum state",
-			details: "Exits 1 when a locked plugin's checksum differs (walcast would refuse to run it).\n\n" + pluginDirNote,
+			details: "VERSION is the one recorded at install (for a plugin not installed with walcast plugin\n" +
+				"install, the one in its build information). CHECKSUM is ok (matches the lock file),\n" +
+				"MISMATCH (changed since install: walcast refuses to run it and list exits 1), unlocked\n" +
+				"(not installed with walcast plugin install: runs unverified) or missing (locked, but\n" +
+				"the executable is gone).\n\n" + pluginDirNote,
 			example: "plugin list --plugin-dir /opt/walcast/plugins",
 			run:     cmdPluginList},
 		{name: "plugin remove", args: "TYPE", summary: "delete an installed plugin and its lock entry",

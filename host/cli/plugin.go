@@ -74,12 +74,12 @@ func cmdPluginList(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TYPE\tVERSION\tSHA256\tPATH")
+	fmt.Fprintln(tw, "TYPE\tVERSION\tCHECKSUM\tPATH")
 	code := 0
 	for _, l := range listed {
 		version := l.Version
-		if l.Status == pluginlock.StatusUnlocked {
-			version = "unlocked"
+		if version == "" {
+			version = "-"
 		}
 		if l.Status == pluginlock.StatusMismatch {
 			code = 1
