@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os/signal"
@@ -14,8 +13,7 @@ import (
 )
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("run", stderr)
 	pluginDir := fs.String("plugin-dir", "", "directory holding walcast-sink-* plugins")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text or json")
@@ -24,9 +22,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	acceptGap := fs.Bool("accept-gap", false, "when the slot was lost, invalidated or belongs to another cluster, or its publication was dropped: create a new slot and record the gap instead of refusing to start")
 	warnWAL := fs.Int64("warn-retained-wal-mb", 1024, "warn (log and walcast_slot_wal_at_risk) when the slot retains more WAL than this many MiB; wal_status unreserved always warns")
 	slotCheck := fs.Duration("slot-check-interval", 10*time.Second, "how often the slot's retained WAL is checked")
-	path, ok := parseArgs(fs, args, stderr)
+	path, code, ok := parseArgs(fs, args, stdout, stderr)
 	if !ok {
-		return 2
+		return code
 	}
 	log, err := newLogger(stderr, *logLevel, *logFormat)
 	if err != nil {
