@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walcast/walcast/host/internal/capture"
+	"github.com/walcast/walcast/host/internal/leader"
 	"github.com/walcast/walcast/pluginkit"
 )
 
@@ -34,6 +35,15 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	defer pool.Close()
 
 	fmt.Fprintf(stdout, "pipeline %s\n", p.Name)
+	// Who streams it: the holder of the pipeline's leadership lock.
+	if h, ok, err := leader.Current(ctx, pool, p.Name); err != nil {
+		fmt.Fprintln(stderr, "walcast status:", err)
+		return 1
+	} else if ok {
+		fmt.Fprintf(stdout, "leader: %s (backend pid %d) since %s; other walcast run processes of this pipeline stand by\n", h.Name, h.PID, h.Since.UTC().Format(time.RFC3339))
+	} else {
+		fmt.Fprintln(stdout, "leader: none (no walcast run streams this pipeline)")
+	}
 	var active bool
 	var confirmed, walStatus string
 	var retained int64

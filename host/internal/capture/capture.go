@@ -136,7 +136,7 @@ func (c *Capture) Run(ctx context.Context) error {
 			backoff = 100 * time.Millisecond
 		}
 		c.log.Warn("replication stream interrupted; reconnecting", "err", err, "retry_in", backoff)
-		c.closeConn()
+		c.closeConn(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -153,13 +153,20 @@ func (c *Capture) Close(ctx context.Context) error {
 		return nil
 	}
 	err := c.sendStatus(false)
-	c.closeConn()
+	c.closeConn(ctx)
 	return err
 }
 
-func (c *Capture) closeConn() {
+// Abandon closes the replication connection without confirming anything:
+// for a process that lost the pipeline's leadership, whose successor owns
+// the slot's position now.
+func (c *Capture) Abandon() { c.closeConn(context.Background()) }
+
+// closeConn closes the connection, waiting at most 2s (and no longer than
+// ctx allows) for the server to take the goodbye.
+func (c *Capture) closeConn(ctx context.Context) {
 	if c.conn != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		c.conn.Close(ctx)
 		cancel()
 		c.conn = nil

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
@@ -26,6 +27,7 @@ import (
 	"github.com/walcast/walcast/host/internal/checkpoint"
 	"github.com/walcast/walcast/host/internal/config"
 	"github.com/walcast/walcast/host/internal/fanout"
+	"github.com/walcast/walcast/host/internal/leader"
 	"github.com/walcast/walcast/host/internal/schedule"
 	"github.com/walcast/walcast/pluginkit"
 )
@@ -57,6 +59,9 @@ type Options struct {
 	CheckpointInterval time.Duration
 	// Ready, when set, is called once streaming starts (tests, demo).
 	Ready func()
+	// NoLeadership skips the pipeline's leadership lock (tests that run a
+	// pipeline's pieces on their own). walcast run always takes it.
+	NoLeadership bool
 	// MetricsListen, when set, is the address /metrics (Prometheus) and
 	// /healthz are served on, e.g. "127.0.0.1:9187".
 	MetricsListen string
@@ -112,12 +117,41 @@ func Run(ctx context.Context, opts Options) (err error) {
 		opts.SlotCheckInterval = 10 * time.Second
 	}
 
+	// Only the leader streams: several walcast processes may run the same
+	// pipeline, and all but one stand by until the leader's session ends.
+	var lease *leader.Lease
+	if !opts.NoLeadership {
+		lease, err = leader.Acquire(ctx, leader.Config{DSN: p.Source.DSN, Pipeline: p.Name, Logger: log})
+		if err != nil {
+			return err
+		}
+		defer lease.Release(context.WithoutCancel(ctx))
+		// Losing the session ends this run at once (below): a standby may
+		// be taking over.
+		var cancelLead context.CancelFunc
+		ctx, cancelLead = context.WithCancel(ctx)
+		defer cancelLead()
+		go func() {
+			select {
+			case <-lease.Lost():
+				cancelLead()
+			case <-ctx.Done():
+			}
+		}()
+	}
+
 	pool, err := Connect(ctx, p.Source.DSN)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 	store := checkpoint.New(pool, p.Name)
+	// Checkpoints are written through the leadership session, so that a
+	// leader that lost it (paused, cut off) cannot move them any more.
+	marksStore := store
+	if lease != nil {
+		marksStore = checkpoint.New(fenced{Pool: pool, lease: lease}, p.Name)
+	}
 	ccfg := capture.Config{
 		DSN:             p.Source.DSN,
 		Slot:            p.Source.Slot,
@@ -295,7 +329,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	flushDone := make(chan struct{})
 	go func() {
 		defer close(flushDone)
-		saveLoop(hard, store, tracker, runs, opts.CheckpointInterval, log)
+		saveLoop(hard, marksStore, tracker, runs, opts.CheckpointInterval, log)
 	}()
 	controlCtx, stopControl := context.WithCancel(ctx)
 	defer stopControl()
@@ -312,8 +346,16 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 
 	captureDone := false
+	lost := false
 	select {
 	case <-ctx.Done():
+		if lease != nil && lease.Err() != nil {
+			// Not a shutdown: another walcast may lead now. Nothing more
+			// is delivered, confirmed or checkpointed by this one.
+			lost, err = true, lease.Err()
+			cancelHard()
+			break
+		}
 		log.Info("stopping: no new events; waiting for deliveries in flight", "timeout", opts.ShutdownTimeout)
 	case err = <-captureErr:
 		captureDone = true
@@ -346,17 +388,22 @@ func Run(ctx context.Context, opts Options) (err error) {
 	cancelHard()
 	<-flushDone
 	// Final checkpoint and slot position, with a fresh deadline: both only
-	// ever record what sinks acknowledged.
+	// ever record what sinks acknowledged. A run that lost leadership
+	// writes neither: its successor owns them.
 	fctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if serr := saveMarks(fctx, store, tracker, runs, true); serr != nil {
-		log.Warn("final checkpoint", "err", serr)
-	}
-	if uerr := saveUsage(fctx, store, runs); uerr != nil {
-		log.Warn("final usage", "err", uerr)
-	}
-	if cerr := capt.Close(fctx); cerr != nil {
-		log.Warn("final slot confirmation", "err", cerr)
+	if lost {
+		capt.Abandon()
+	} else {
+		if serr := saveMarks(fctx, marksStore, tracker, runs, true); serr != nil {
+			log.Warn("final checkpoint", "err", serr)
+		}
+		if uerr := saveUsage(fctx, store, runs); uerr != nil {
+			log.Warn("final usage", "err", uerr)
+		}
+		if cerr := capt.Close(fctx); cerr != nil {
+			log.Warn("final slot confirmation", "err", cerr)
+		}
 	}
 	for _, r := range runs {
 		st := &r.sched.Stats
@@ -494,4 +541,15 @@ func set[T comparable](xs []T) map[T]bool {
 		m[x] = true
 	}
 	return m
+}
+
+// fenced is the control plane with its writes going through the leadership
+// session: they fail once that session is gone. Reads use the pool.
+type fenced struct {
+	*pgxpool.Pool
+	lease *leader.Lease
+}
+
+func (f fenced) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return f.lease.Exec(ctx, sql, args...)
 }

@@ -1,0 +1,77 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestStandbyTakesOver runs two walcast processes of one pipeline: one
+// streams, the other stands by quietly; when the leader is SIGKILLed the
+// standby streams within 15 s, and every committed change arrives (checked
+// against test_decoding); a graceful stop hands over at once.
+func TestStandbyTakesOver(t *testing.T) {
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	truthSlot(t, db, "truth_standby")
+	rcv := newReceiver(t)
+	pipeline := writePipeline(t, "standby", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 20})
+
+	first := startWalcast(t, pipeline)
+	first.waitLog(t, "streaming from slot")
+	second := startWalcast(t, pipeline)
+	second.waitLog(t, "standing by")
+	exec1(t, db, `INSERT INTO items SELECT g, 0, 'a' FROM generate_series(1, 100) g`)
+	waitFor(t, "the leader to deliver", time.Minute, func() bool { return rcv.distinct() >= 100 })
+	// Standing by is quiet: one line, not a warning a second.
+	time.Sleep(3 * time.Second)
+	if n := strings.Count(second.logText(), "standing by"); n != 1 {
+		t.Errorf("the standby logged %d standing-by lines, want 1:\n%s", n, second.logText())
+	}
+	if strings.Contains(second.logText(), "streaming from slot") {
+		t.Fatal("two walcast processes stream the same pipeline")
+	}
+	if out, _, code := walcastCmd(t, "status", pipeline); code != 0 || !strings.Contains(out, "leader: walcast ") {
+		t.Errorf("walcast status does not name the leader (exit %d):\n%s", code, out)
+	}
+
+	// The leader dies without a word; changes keep being committed.
+	first.kill()
+	killed := time.Now()
+	exec1(t, db, `INSERT INTO items SELECT g, 1, 'b' FROM generate_series(101, 200) g`)
+	second.waitLog(t, "streaming from slot")
+	if took := time.Since(killed); took > 15*time.Second {
+		t.Errorf("the standby took %s to stream after the leader died, want under 15s", took)
+	} else {
+		t.Logf("takeover after SIGKILL: %s", took.Round(time.Millisecond))
+	}
+	waitFor(t, "the new leader to deliver", time.Minute, func() bool { return rcv.distinct() >= 200 })
+
+	// A graceful stop hands over at once to a third process.
+	third := startWalcast(t, pipeline)
+	third.waitLog(t, "standing by")
+	stopped := time.Now()
+	second.stop()
+	third.waitLog(t, "streaming from slot")
+	t.Logf("takeover after SIGTERM: %s", time.Since(stopped).Round(time.Millisecond))
+	exec1(t, db, `UPDATE items SET v = 2 WHERE id <= 50`)
+	want := truth(t, db, "truth_standby", map[string]bool{"public.items": true})
+	waitFor(t, fmt.Sprintf("all %d changes", len(want)), time.Minute, func() bool { return rcv.distinct() >= len(want) })
+	verify(t, want, rcv.events())
+
+	// Fencing: a leader whose lock session is cut (a network partition, an
+	// administrator) stops at once, before anyone else can take over.
+	exec1(t, db, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'walcast %'`)
+	select {
+	case err := <-third.done:
+		third.done <- err
+		if err == nil || !strings.Contains(third.logText(), "leadership lost") {
+			t.Errorf("a leader that lost its session exited with %v; log:\n%s", err, tail(third.logText(), 10))
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("a leader that lost its session is still running after 15s")
+	}
+	exec1(t, db, `SELECT pg_drop_replication_slot('truth_standby')`)
+}
