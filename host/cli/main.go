@@ -25,6 +25,8 @@ Usage:
   walcast parked PIPELINE.hcl [--sink ID]           list parked events with their last error
   walcast replay PIPELINE.hcl --sink ID --all|--id EVENT_ID
                                                     deliver parked events again, in order per row
+  walcast backfill PIPELINE.hcl --table SCHEMA.TABLE... [--sink ID...] [--wait] [--cancel]
+                                                    stream a table's existing rows as read events
   walcast pause PIPELINE.hcl [--sink ID]            stop delivering (to one sink); events wait in the slot
   walcast resume PIPELINE.hcl [--sink ID]           deliver again after walcast pause
   walcast console PIPELINE.hcl... [--listen 127.0.0.1:8080] [--token TOKEN]
@@ -60,6 +62,8 @@ func run(args []string, stdout, stderr io.Writer, buildVersion string) int {
 		return cmdParked(rest, stdout, stderr)
 	case "replay":
 		return cmdReplay(rest, stdout, stderr)
+	case "backfill":
+		return cmdBackfill(rest, stdout, stderr)
 	case "pause":
 		return cmdPause(rest, stdout, stderr)
 	case "resume":

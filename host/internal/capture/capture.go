@@ -39,7 +39,10 @@ type Config struct {
 	// PrimaryKey, when set, names a table's primary key columns; the
 	// decoder uses it for tables with REPLICA IDENTITY FULL.
 	PrimaryKey func(schema, table string) ([]string, error)
-	Logger     *slog.Logger
+	// Pipeline names the pipeline whose backfill chunks the stream decodes
+	// into read events.
+	Pipeline string
+	Logger   *slog.Logger
 }
 
 // Consumer receives the decoded stream. All methods are called from the
@@ -97,7 +100,7 @@ func New(cfg Config, consumer Consumer) *Capture {
 		cfg:      cfg,
 		consumer: consumer,
 		log:      cfg.Logger,
-		dec:      decode.New(decode.Options{PrimaryKey: cfg.PrimaryKey}),
+		dec:      decode.New(decode.Options{PrimaryKey: cfg.PrimaryKey, Pipeline: cfg.Pipeline}),
 	}
 }
 
@@ -195,9 +198,15 @@ func (c *Capture) stream(ctx context.Context) error {
 	}
 	c.dec.Reset()
 	pubs := "publication_names '" + strings.ReplaceAll(c.cfg.Publication, "'", "''") + "'"
+	args := []string{"proto_version '1'", pubs}
+	if SupportsMessages(c.conn.ParameterStatus("server_version")) {
+		// Backfill chunks travel as transactional logical decoding
+		// messages, which pgoutput sends only when asked (PostgreSQL 14+).
+		args = append(args, "messages 'true'")
+	}
 	err := pglogrepl.StartReplication(ctx, c.conn, c.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
 		Mode:       pglogrepl.LogicalReplication,
-		PluginArgs: []string{"proto_version '1'", pubs},
+		PluginArgs: args,
 	})
 	if err != nil {
 		var pgErr *pgconn.PgError
@@ -354,6 +363,20 @@ func (c *Capture) sendStatus(reply bool) error {
 	c.sentAt = time.Now()
 	c.sentPos = flush
 	return nil
+}
+
+// SupportsMessages reports whether a server of this version (the
+// server_version parameter, e.g. "15.4") streams logical decoding messages
+// through pgoutput, which backfill needs: PostgreSQL 14 or later.
+func SupportsMessages(serverVersion string) bool {
+	major := 0
+	for _, r := range serverVersion {
+		if r < '0' || r > '9' {
+			break
+		}
+		major = major*10 + int(r-'0')
+	}
+	return major >= 14
 }
 
 // fatalError marks errors that reconnecting cannot fix.
