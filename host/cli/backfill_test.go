@@ -267,7 +267,7 @@ func TestBackfillCrashMirror(t *testing.T) {
 	ctx := context.Background()
 	dsn := cluster.Database(t)
 	db := connect(t, dsn)
-	const existing = 30000
+	const existing = 100000
 	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	exec1(t, db, fmt.Sprintf(`INSERT INTO items SELECT g, 0, repeat('p', 40) FROM generate_series(1, %d) g`, existing))
 	truthSlot(t, db, "truth_bfcrash")

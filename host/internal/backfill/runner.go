@@ -473,7 +473,7 @@ func (t Table) boundary(ctx context.Context, tx pgx.Tx, last []string, limit int
 	if last != nil {
 		where = " WHERE " + t.compare(">", last, &args)
 	}
-	sql := fmt.Sprintf("SELECT %s FROM %s%s ORDER BY %s OFFSET $1 LIMIT 1", strings.Join(cols, ", "),
+	sql := fmt.Sprintf("SELECT %s FROM %s AS src%s ORDER BY %s OFFSET $1 LIMIT 1", strings.Join(cols, ", "),
 		pgx.Identifier{t.Schema, t.Name}.Sanitize(), where, strings.Join(keys, ", "))
 	row := make([]string, len(keys))
 	dst := make([]any, len(keys))
@@ -503,6 +503,7 @@ func (t Table) readQuery(last, bound []string) (string, []any) {
 	}
 	b.WriteString(" FROM ")
 	b.WriteString(pgx.Identifier{t.Schema, t.Name}.Sanitize())
+	b.WriteString(" AS src")
 	var args []any
 	var conds []string
 	if last != nil {
@@ -521,10 +522,13 @@ func (t Table) readQuery(last, bound []string) (string, []any) {
 	return b.String(), args
 }
 
+// pageKeyList names the key columns qualified with the table's alias src:
+// unqualified, ORDER BY would sort by the output columns of the same name,
+// which are the values cast to text.
 func (t Table) pageKeyList() []string {
 	keys := make([]string, len(t.PageKey))
 	for i, k := range t.PageKey {
-		keys[i] = pgx.Identifier{t.Columns[k].Name}.Sanitize()
+		keys[i] = pgx.Identifier{"src", t.Columns[k].Name}.Sanitize()
 	}
 	return keys
 }
