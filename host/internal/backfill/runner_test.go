@@ -50,6 +50,11 @@ func TestChunkHoldsRowsUntilCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer writer.Close(ctx)
+	watcher, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watcher.Close(ctx)
 	var writerPID int
 	writer.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&writerPID)
 	updated := make(chan error, 1)
@@ -74,7 +79,7 @@ func TestChunkHoldsRowsUntilCommit(t *testing.T) {
 			default:
 			}
 			var waiting bool
-			db.QueryRow(ctx, `SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`, writerPID).Scan(&waiting)
+			watcher.QueryRow(ctx, `SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`, writerPID).Scan(&waiting)
 			if waiting {
 				blocked = true
 				return
