@@ -348,7 +348,7 @@ func TestBackfillPerSinkKeys(t *testing.T) {
 	dsn := cluster.Database(t)
 	db := connect(t, dsn)
 	exec1(t, db, `CREATE TABLE accts (region text, id uuid, n int, note text, PRIMARY KEY (region, id))`)
-	exec1(t, db, `INSERT INTO accts SELECT 'r' || (g % 7), md5(g::text)::uuid, g, CASE WHEN g % 3 = 0 THEN NULL ELSE 'ä "q" ' || g END FROM generate_series(1, 2500) g`)
+	exec1(t, db, `INSERT INTO accts SELECT 'r' || (g % 7), md5(g::text)::uuid, g, CASE WHEN g % 3 = 0 THEN NULL ELSE E'ä "q"\n\t\\ \x01' || g END FROM generate_series(1, 2500) g`)
 	exec1(t, db, `CREATE TABLE empty_t (k text PRIMARY KEY, v int)`)
 	a, b := newReceiver(t), newReceiver(t)
 	pipeline := writePipeline(t, "bfsink", dsn, []string{"public.accts", "public.empty_t"},

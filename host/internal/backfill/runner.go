@@ -393,49 +393,62 @@ func (r *Runner) chunk(ctx context.Context, conn *pgx.Conn, id int64, t Table, s
 	if err != nil {
 		return res, fmt.Errorf("backfill %d of %s: read chunk: %w", id, t, err)
 	}
-	chunk := decode.BackfillChunk{
+	head, err := json.Marshal(&decode.BackfillChunk{
 		Pipeline: r.cfg.Pipeline, Backfill: id, Chunk: chunks + 1, Sinks: sinks,
 		Schema: t.Schema, Table: t.Name, Columns: t.Columns, Key: t.EventKey,
+	})
+	if err != nil {
+		return res, fmt.Errorf("backfill %d: encode chunk: %w", id, err)
 	}
-	var lastRow []*string
+	// The rows are appended to the JSON by hand, straight from the wire
+	// values: json.Marshal of the rows cost a fifth of a chunk's time, all
+	// of it with the rows locked.
+	payload := append(head[:len(head)-1], `,"rows":[`...)
+	var lastKey []string
 	for rows.Next() {
 		raw := rows.RawValues()
-		row := make([]*string, len(raw))
+		if res.rows > 0 {
+			payload = append(payload, ',')
+		}
+		payload = append(payload, '[')
 		for i, v := range raw {
-			if v != nil {
-				s := string(v)
-				row[i] = &s
-				res.bytes += len(v)
+			if i > 0 {
+				payload = append(payload, ',')
+			}
+			if v == nil {
+				payload = append(payload, "null"...)
+				continue
+			}
+			payload = appendJSONString(payload, v)
+			res.bytes += len(v)
+		}
+		payload = append(payload, ']')
+		res.rows++
+		if bound == nil {
+			lastKey = lastKey[:0]
+			for _, k := range t.PageKey {
+				lastKey = append(lastKey, string(raw[k]))
 			}
 		}
-		chunk.Rows = append(chunk.Rows, row)
-		lastRow = row
 	}
+	payload = append(payload, "]}"...)
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return res, fmt.Errorf("backfill %d of %s: read chunk: %w", id, t, err)
 	}
-	res.rows = len(chunk.Rows)
 	next := bound
 	state := StateRunning
 	if bound == nil {
 		// Nothing is left after this chunk: rows inserted from now on
 		// reach the sinks as inserts.
 		state = StateDone
-		if lastRow != nil {
-			next = make([]string, len(t.PageKey))
-			for i, k := range t.PageKey {
-				next[i] = *lastRow[k]
-			}
+		if lastKey != nil {
+			next = lastKey
 		} else {
 			next = last
 		}
 	}
 	if res.rows > 0 {
-		payload, err := json.Marshal(&chunk)
-		if err != nil {
-			return res, fmt.Errorf("backfill %d: encode chunk: %w", id, err)
-		}
 		if _, err := tx.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, $2::text)`, decode.BackfillPrefix, string(payload)); err != nil {
 			return res, fmt.Errorf("backfill %d of %s: write chunk into the WAL: %w", id, t, err)
 		}
@@ -543,4 +556,34 @@ func (t Table) compare(op string, values []string, args *[]any) string {
 		params[i] = fmt.Sprintf("$%d::text::%s", len(*args), t.types[k])
 	}
 	return "(" + strings.Join(t.pageKeyList(), ", ") + ") " + op + " (" + strings.Join(params, ", ") + ")"
+}
+
+// appendJSONString appends v as a JSON string. PostgreSQL's text output is
+// valid UTF-8 in a UTF-8 database; only quotes, backslashes and control
+// characters need escaping.
+func appendJSONString(b, v []byte) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i, c := range v {
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		b = append(b, v[start:i]...)
+		switch c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\t':
+			b = append(b, '\\', 't')
+		case '\r':
+			b = append(b, '\\', 'r')
+		default:
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		}
+		start = i + 1
+	}
+	b = append(b, v[start:]...)
+	return append(b, '"')
 }

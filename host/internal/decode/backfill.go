@@ -40,7 +40,7 @@ type BackfillChunk struct {
 	// Rows are the rows' values in the text format pgoutput uses (the
 	// type's output function, the session settings capture sets); nil is
 	// NULL.
-	Rows [][]*string `json:"rows"`
+	Rows [][]*string `json:"rows,omitempty"`
 }
 
 // BackfillColumn describes one column of a chunk.
