@@ -87,7 +87,10 @@ WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped AND attgenerated = '' OR
 	}
 	var keyAtts []int16
 	err = db.QueryRow(ctx, `SELECT i.indkey::int2[] FROM pg_index i WHERE i.indrelid = $1 AND `+cond, oid).Scan(&keyAtts)
-	if errors.Is(err, pgx.ErrNoRows) || ident == "n" {
+	if ident == "n" {
+		return t, fmt.Errorf("%w: %s has REPLICA IDENTITY NOTHING, so its events carry no key to order a backfill's rows with (ALTER TABLE %s REPLICA IDENTITY DEFAULT, with a primary key)", ErrKeyless, t, pgx.Identifier{t.Schema, t.Name}.Sanitize())
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
 		return t, fmt.Errorf("%w: %s has no primary key or replica identity index, and a backfill pages through a table by its key (add a primary key, or a unique index on NOT NULL columns and ALTER TABLE %s REPLICA IDENTITY USING INDEX it; REPLICA IDENTITY FULL alone is not enough)", ErrKeyless, t, pgx.Identifier{t.Schema, t.Name}.Sanitize())
 	}
 	if err != nil {
