@@ -49,9 +49,13 @@ CREATE TABLE IF NOT EXISTS walcast.backfill_tables (
 );
 `
 
-// Init creates the backfill tables when missing.
+// Init creates the backfill tables when missing. The daemon and a CLI
+// command may run it at the same moment, and CREATE TABLE IF NOT EXISTS is
+// not safe against that (both find no table, one fails on the catalog's
+// unique index): an advisory lock, held for the statement's implicit
+// transaction, serializes them.
 func Init(ctx context.Context, db checkpoint.Querier) error {
-	if _, err := db.Exec(ctx, DDL); err != nil {
+	if _, err := db.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('walcast.backfill.ddl'));`+DDL); err != nil {
 		return fmt.Errorf("create walcast backfill tables: %w", err)
 	}
 	return nil
