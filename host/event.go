@@ -31,7 +31,7 @@ type Event struct {
 	// Schema and Table name the changed table.
 	Schema string
 	Table  string
-	// Op is insert, update, delete or truncate.
+	// Op is insert, update, delete, truncate, or read for a backfilled row.
 	Op cdc.Op
 	// Key holds the replica-identity columns as a JSON object; nil for a
 	// truncate or a table without a key.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/walcast/walcast/host/internal/backfill"
 	"github.com/walcast/walcast/host/internal/capture"
 	"github.com/walcast/walcast/host/internal/checkpoint"
 	"github.com/walcast/walcast/host/internal/names"
@@ -66,6 +67,11 @@ type Stream struct {
 	runErr  error         // capture's error; read after done
 	closeMu sync.Mutex
 	closed  bool
+
+	pipeline string
+	tables   []string
+	filler   *backfill.Runner
+	fillDone chan struct{} // closed when the backfill runner has returned
 }
 
 // Open prepares the source (checks wal_level and the tables, creates the
@@ -112,10 +118,11 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 		AllowKeyless:    cfg.AllowKeyless,
 		ApplicationName: "walcast-library-" + cfg.Slot,
 		PrimaryKey:      capture.PrimaryKeyLookup(pool),
+		Pipeline:        "library:" + cfg.Slot,
 		Logger:          cfg.Logger,
 		AcceptGap:       cfg.AcceptGap,
 	}
-	store := checkpoint.New(pool, "library:"+cfg.Slot)
+	store := checkpoint.New(pool, ccfg.Pipeline)
 	prep, err := capture.Prepare(ctx, pool, store, ccfg)
 	if err != nil {
 		pool.Close()
@@ -123,6 +130,10 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 	}
 	ccfg.StatusInterval = min(10*time.Second, prep.WalSenderTimeout/4)
 	ccfg.KeylessPublication = prep.KeylessPublication
+	if err := backfill.Init(ctx, pool); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open walcast stream: %w", err)
+	}
 
 	events := make(chan cdc.Event, cfg.Buffer)
 	a := newAcks(prep.ConfirmedFlush)
@@ -131,7 +142,15 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	drainCtx, drain := context.WithCancel(runCtx)
 	capt := capture.New(ccfg, &consumer{events: events, acks: a, drain: drainCtx})
-	s := &Stream{events: events, acks: a, capt: capt, pool: pool, stop: stop, drain: drain, slot: cfg.Slot, done: make(chan struct{})}
+	s := &Stream{events: events, acks: a, capt: capt, pool: pool, stop: stop, drain: drain, slot: cfg.Slot, done: make(chan struct{}),
+		pipeline: ccfg.Pipeline, tables: cfg.Tables, fillDone: make(chan struct{})}
+	s.filler = backfill.NewRunner(backfill.Config{
+		DSN: cfg.DSN, Pipeline: ccfg.Pipeline, Tables: cfg.Tables, Flushed: a.position, Logger: cfg.Logger,
+	})
+	go func() {
+		defer close(s.fillDone)
+		s.filler.Run(runCtx)
+	}()
 	go func() {
 		defer close(s.done)
 		// capture calls Event only from here, so closing after Run is
@@ -243,6 +262,7 @@ func (s *Stream) Close() error {
 	}
 	s.stop()
 	<-s.done
+	<-s.fillDone
 	pos := s.acks.position()
 	if err := s.capt.Close(ctx); err != nil {
 		return fmt.Errorf("close walcast stream: confirm final position %s: %w", cdc.FormatLSN(pos), err)

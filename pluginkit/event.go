@@ -22,6 +22,7 @@ const (
 	OpUpdate   = cdc.OpUpdate
 	OpDelete   = cdc.OpDelete
 	OpTruncate = cdc.OpTruncate
+	OpRead     = cdc.OpRead
 )
 
 // ParseEventID parses the "<commit_lsn>:<index>" form, for example

@@ -54,6 +54,12 @@ func commands(buildVersion string) []command {
 				"with none running, replay starts the sink's plugin itself.",
 			example: "replay pipeline.hcl --sink billing --all",
 			run:     cmdReplay},
+		{name: "backfill", args: "PIPELINE.hcl", summary: "stream tables' existing rows as read events",
+			details: "Needs at least one --table SCHEMA.TABLE; --sink limits it to some sinks (repeatable).\n" +
+				"A running walcast run does the work; without one the request waits for the next run.\n" +
+				"--wait shows progress until done; --cancel cancels.",
+			example: "backfill pipeline.hcl --table public.orders --sink search --wait",
+			run:     cmdBackfill},
 		{name: "pause", args: "PIPELINE.hcl", summary: "stop delivering (to one sink); events wait in the slot",
 			example: "pause pipeline.hcl --sink billing",
 			run:     cmdPause},

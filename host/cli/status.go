@@ -169,6 +169,10 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 			fmt.Fprintf(stdout, "sink %s stopped at %s: %s\n", s.ID, f.At.UTC().Format(time.RFC3339), f.Error)
 		}
 	}
+	if err := printBackfills(ctx, pool, p.Name, stdout); err != nil {
+		fmt.Fprintln(stderr, "walcast status:", err)
+		return 1
+	}
 	return 0
 }
 

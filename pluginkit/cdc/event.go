@@ -9,6 +9,9 @@ const (
 	OpUpdate   Op = "update"
 	OpDelete   Op = "delete"
 	OpTruncate Op = "truncate"
+	// OpRead is a row as it stood when a backfill read it: key and new
+	// are set, old is null.
+	OpRead Op = "read"
 )
 
 // Event is one change as a sink receives it: the envelope, already encoded
@@ -20,7 +23,7 @@ type Event struct {
 	// Schema and Table name the changed relation.
 	Schema string
 	Table  string
-	// Op is insert, update, delete or truncate.
+	// Op is insert, update, delete, truncate or read.
 	Op Op
 	// Key is the JSON object of the row's replica-identity columns, or
 	// "null" for a truncate or a table without a key.
@@ -31,4 +34,8 @@ type Event struct {
 	// The host orders such an update after the earlier changes of both
 	// rows; it is not sent to plugins (the envelope's "old" has it).
 	OldKey []byte
+	// Sinks, on a backfill's read event, names the sinks it was asked for;
+	// nil means every sink. The host resolves the event at once for every
+	// other sink; it is not sent to plugins.
+	Sinks []string
 }

@@ -324,6 +324,8 @@ func opOf(v []byte) cdc.Op {
 		return cdc.OpDelete
 	case string(cdc.OpTruncate):
 		return cdc.OpTruncate
+	case string(cdc.OpRead):
+		return cdc.OpRead
 	}
 	return cdc.Op(v)
 }

@@ -51,6 +51,9 @@ type Config struct {
 	AcceptGap bool
 	// Sinks names the pipeline's sinks, for the gap records.
 	Sinks []string
+	// Pipeline names the pipeline whose backfill chunks the stream decodes
+	// into read events.
+	Pipeline string
 }
 
 // Consumer receives the decoded stream. All methods are called from the
@@ -108,7 +111,7 @@ func New(cfg Config, consumer Consumer) *Capture {
 		cfg:      cfg,
 		consumer: consumer,
 		log:      cfg.Logger,
-		dec:      decode.New(decode.Options{PrimaryKey: cfg.PrimaryKey, Tables: listed(cfg.Tables)}),
+		dec:      decode.New(decode.Options{PrimaryKey: cfg.PrimaryKey, Tables: listed(cfg.Tables), Pipeline: cfg.Pipeline}),
 	}
 }
 
@@ -223,9 +226,15 @@ func (c *Capture) stream(ctx context.Context) error {
 		quoted[i] = `"` + strings.ReplaceAll(n, `"`, `""`) + `"`
 	}
 	pubs := "publication_names '" + strings.ReplaceAll(strings.Join(quoted, ","), "'", "''") + "'"
+	args := []string{"proto_version '1'", pubs}
+	if SupportsMessages(c.conn.ParameterStatus("server_version")) {
+		// Backfill chunks travel as transactional logical decoding
+		// messages, which pgoutput sends only when asked (PostgreSQL 14+).
+		args = append(args, "messages 'true'")
+	}
 	err := pglogrepl.StartReplication(ctx, c.conn, c.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
 		Mode:       pglogrepl.LogicalReplication,
-		PluginArgs: []string{"proto_version '1'", pubs},
+		PluginArgs: args,
 	})
 	if err != nil {
 		var pgErr *pgconn.PgError
@@ -422,6 +431,20 @@ func (c *Capture) fatalServerError(pgErr *pgconn.PgError) error {
 			c.cfg.Slot, reason, pgErr.Code)}
 	}
 	return nil
+}
+
+// SupportsMessages reports whether a server of this version (the
+// server_version parameter, e.g. "15.4") streams logical decoding messages
+// through pgoutput, which backfill needs: PostgreSQL 14 or later.
+func SupportsMessages(serverVersion string) bool {
+	major := 0
+	for _, r := range serverVersion {
+		if r < '0' || r > '9' {
+			break
+		}
+		major = major*10 + int(r-'0')
+	}
+	return major >= 14
 }
 
 // fatalError marks errors that reconnecting cannot fix.

@@ -25,6 +25,7 @@ var migrations = []migration{
 	{2, "cluster identity and slot incarnation of each pipeline", identityDDL},
 	{3, "gaps accepted by an operator", gapsDDL},
 	{4, "parked key changes under both rows; sinks stopped by a fatal error", parkedOldRowDDL + failureDDL},
+	{5, "backfills and the tables each pipeline has listed", backfillDDL},
 }
 
 // SchemaVersion is the newest walcast schema this binary knows.
@@ -95,3 +96,38 @@ CREATE TABLE IF NOT EXISTS walcast.schema_version (
 	}
 	return nil
 }
+
+// backfillDDL creates the backfill tables (host/internal/backfill).
+//
+// walcast.backfills: one row per requested backfill. last_key holds the key
+// of the last row done as text, in pagination order (null before the first
+// chunk). sinks is empty for "every sink".
+//
+// walcast.backfill_tables: the tables a pipeline has seen in its source
+// block, for backfill_new_tables.
+const backfillDDL = `
+CREATE SCHEMA IF NOT EXISTS walcast;
+CREATE TABLE IF NOT EXISTS walcast.backfills (
+	id          bigserial PRIMARY KEY,
+	pipeline    text NOT NULL,
+	schema_name text NOT NULL,
+	table_name  text NOT NULL,
+	sinks       text[] NOT NULL DEFAULT '{}',
+	state       text NOT NULL DEFAULT 'queued',
+	reason      text NOT NULL DEFAULT '',
+	last_key    text[],
+	rows_done   bigint NOT NULL DEFAULT 0,
+	chunks_done bigint NOT NULL DEFAULT 0,
+	estimate    bigint NOT NULL DEFAULT 0,
+	created_at  timestamptz NOT NULL DEFAULT now(),
+	started_at  timestamptz,
+	updated_at  timestamptz NOT NULL DEFAULT now(),
+	finished_at timestamptz
+);
+CREATE INDEX IF NOT EXISTS backfills_pipeline_state ON walcast.backfills (pipeline, state);
+CREATE TABLE IF NOT EXISTS walcast.backfill_tables (
+	pipeline   text NOT NULL,
+	table_name text NOT NULL,
+	PRIMARY KEY (pipeline, table_name)
+);
+`

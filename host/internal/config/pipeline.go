@@ -37,6 +37,9 @@ type Source struct {
 	// AllowKeyless delivers tables without a replica identity with a null
 	// key instead of refusing to start.
 	AllowKeyless bool
+	// BackfillNewTables backfills a table the first time it appears in
+	// Tables, the pipeline's first start included.
+	BackfillNewTables bool
 
 	DeclRange hcl.Range
 	DSNRange  hcl.Range

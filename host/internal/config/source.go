@@ -14,6 +14,7 @@ var sourceSchema = &hcl.BodySchema{
 		{Name: "slot"},
 		{Name: "publication"},
 		{Name: "allow_keyless"},
+		{Name: "backfill_new_tables"},
 	},
 }
 
@@ -63,6 +64,9 @@ func (d *decoder) decodeSource(block *hcl.Block, p *Pipeline) Source {
 
 	if attr, ok := attrs["allow_keyless"]; ok {
 		d.decodeAttr(attr, &src.AllowKeyless)
+	}
+	if attr, ok := attrs["backfill_new_tables"]; ok {
+		d.decodeAttr(attr, &src.BackfillNewTables)
 	}
 	return src
 }

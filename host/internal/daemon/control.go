@@ -19,6 +19,9 @@ type control struct {
 	store *checkpoint.Store
 	runs  []*sinkRun
 	log   *slog.Logger
+	// backfill is woken on every notification: a backfill may have been
+	// requested or cancelled.
+	backfill interface{ Wake() }
 }
 
 // applyPauses reads the pause state and hands it to every scheduler.
@@ -37,6 +40,9 @@ func (c *control) applyPauses(ctx context.Context) error {
 // serve handles what is pending: pauses first, so a replay asked for a
 // paused sink waits for resume like everything else.
 func (c *control) serve(ctx context.Context) {
+	if c.backfill != nil {
+		c.backfill.Wake()
+	}
 	if err := c.applyPauses(ctx); err != nil {
 		if ctx.Err() == nil {
 			c.log.Warn("read pauses", "err", err)

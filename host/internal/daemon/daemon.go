@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/walcast/walcast/host/internal/ack"
+	"github.com/walcast/walcast/host/internal/backfill"
 	"github.com/walcast/walcast/host/internal/capture"
 	"github.com/walcast/walcast/host/internal/checkpoint"
 	"github.com/walcast/walcast/host/internal/config"
@@ -160,12 +161,16 @@ func Run(ctx context.Context, opts Options) (err error) {
 		AllowKeyless:    p.Source.AllowKeyless,
 		ApplicationName: "walcast-" + p.Name,
 		PrimaryKey:      capture.PrimaryKeyLookup(pool),
+		Pipeline:        p.Name,
 		Logger:          log,
 	}
 	for _, sk := range p.Sinks {
 		ccfg.Sinks = append(ccfg.Sinks, sk.ID)
 	}
 	ccfg.AcceptGap = opts.AcceptGap
+	if err := prepareBackfills(ctx, pool, p, log); err != nil {
+		return err
+	}
 
 	// Plugins: launched, configured and opened before the slot and the
 	// publication are created, so that a missing plugin, a checksum
@@ -267,6 +272,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 		// the queue absorbs the moments it is busy landing results (one batch
 		// measured ~7% slower than two with batch_size 1000, four no faster).
 		r.queue = fanout.NewQueue(max(2*r.cfg.Delivery.BatchSize, 1024), r.cfg.Durable)
+		r.queue.Sink = r.cfg.ID
 		queues[i] = r.queue
 		if r.plugin.Info().Ordered && r.cfg.Delivery.Ordering != config.OrderingStrict {
 			log.Info("sink delivers one batch at a time in commit order, as its plugin requires", "sink", r.cfg.ID)
@@ -285,7 +291,15 @@ func Run(ctx context.Context, opts Options) (err error) {
 		log.Info("sink ready", "sink", r.cfg.ID, "type", r.cfg.Type, "durable", r.cfg.Durable, "resume_after", skip[i].String())
 	}
 	// Pauses hold from the first event on, not from the first poll.
-	ctl := &control{store: store, runs: runs, log: log}
+	sinkIDs := make([]string, len(p.Sinks))
+	for i := range p.Sinks {
+		sinkIDs[i] = p.Sinks[i].ID
+	}
+	filler := backfill.NewRunner(backfill.Config{
+		DSN: p.Source.DSN, Pipeline: p.Name, Tables: p.Source.Tables, Sinks: sinkIDs,
+		Flushed: tracker.Flush, Logger: log,
+	})
+	ctl := &control{store: store, runs: runs, log: log, backfill: filler}
 	if err := ctl.applyPauses(ctx); err != nil {
 		return err
 	}
@@ -341,6 +355,13 @@ func Run(ctx context.Context, opts Options) (err error) {
 	defer cancelCapture()
 	go func() { captureErr <- capt.Run(captureCtx) }()
 	streaming = true
+	// Backfills write into the WAL only while the stream runs, so that
+	// their chunks are read back (and their window moves) promptly.
+	fillDone := make(chan struct{})
+	go func() {
+		defer close(fillDone)
+		filler.Run(captureCtx)
+	}()
 	if opts.Ready != nil {
 		opts.Ready()
 	}
@@ -370,6 +391,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 		log.Info("stopping: a sink failed; waiting for deliveries in flight", "timeout", opts.ShutdownTimeout)
 	}
 	cancelCapture()
+	<-fillDone
 	if !captureDone {
 		if cerr := <-captureErr; err == nil {
 			err = cerr

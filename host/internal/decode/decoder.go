@@ -28,6 +28,9 @@ type Options struct {
 	// publication sends are dropped without consuming an index, and
 	// counted (Unlisted).
 	Tables map[string]bool
+	// Pipeline is the name backfill messages must carry to be decoded
+	// (see BackfillChunk); chunks of other pipelines are ignored.
+	Pipeline string
 }
 
 // Decoder turns the pgoutput messages of one replication stream into
@@ -53,6 +56,8 @@ type Decoder struct {
 	unchanged []byte
 	scratch   []byte
 	oldKey    []byte // the old key of an update, to compare with the new one
+	// sinks are the target sinks of the backfill chunk being decoded.
+	sinks []string
 }
 
 // New returns a Decoder with an empty relation cache, outside any
@@ -90,9 +95,10 @@ func (d *Decoder) CommitLSN() pglogrepl.LSN { return pglogrepl.LSN(d.commitLSN) 
 func (d *Decoder) Emitted() int { return int(d.index) }
 
 // Decode decodes one message of the stream and calls emit for each event it
-// produces: none for Begin, Commit, Relation, Type, Origin and logical
-// decoding messages and for changes to the control schema, one per change,
-// one per named relation for a Truncate.
+// produces: none for Begin, Commit, Relation, Type, Origin and for changes
+// to the control schema, one per change, one per named relation for a
+// Truncate, one read event per row of a backfill chunk message of this
+// pipeline (none for other logical decoding messages).
 //
 // emit is called synchronously; an event counts as emitted (consumes its
 // index) only when emit returns nil. An error from emit is returned wrapped
@@ -147,9 +153,14 @@ func (d *Decoder) Decode(msg pglogrepl.Message, emit func(cdc.Event) error) erro
 			break
 		}
 		return d.truncate(m, emit)
-	case *pglogrepl.TypeMessage, *pglogrepl.OriginMessage, *pglogrepl.LogicalDecodingMessage:
+	case *pglogrepl.LogicalDecodingMessage:
+		if m == nil {
+			break
+		}
+		return d.backfill(m, emit)
+	case *pglogrepl.TypeMessage, *pglogrepl.OriginMessage:
 		// Type messages describe user-defined types, which are emitted as
-		// text anyway; origins and logical decoding messages carry no rows.
+		// text anyway; origins carry no rows.
 		return nil
 	default:
 		return fmt.Errorf("decode: unsupported pgoutput message %T", msg)
@@ -301,6 +312,7 @@ func (d *Decoder) emit(rel *relation, op cdc.Op, keyStart, keyEnd int, oldKey []
 		Op:      op,
 		Key:     payload[keyStart:keyEnd:keyEnd],
 		Payload: payload,
+		Sinks:   d.sinks,
 	}
 	if oldKey != nil {
 		ev.OldKey = bytes.Clone(oldKey)

@@ -14,6 +14,7 @@ package fanout
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -34,7 +35,10 @@ type Item struct {
 
 // Queue is one sink's inbox.
 type Queue struct {
-	C       chan Item
+	C chan Item
+	// Sink is the sink's id: a backfill's read event for other sinks is
+	// resolved for this one without being queued.
+	Sink    string
 	durable bool
 	dropped atomic.Int64
 	gap     bool // a drop not yet reported; touched by the fanout goroutine only
@@ -118,6 +122,10 @@ func (f *Fanout) Event(ctx context.Context, ev pluginkit.Event, idle func()) err
 	}
 	n := int64(len(ev.Payload))
 	for i, q := range f.queues {
+		if ev.Sinks != nil && !slices.Contains(ev.Sinks, q.Sink) {
+			f.tracker.Resolve(i, seq)
+			continue
+		}
 		item := Item{Seq: seq, Event: ev, GapBefore: q.gap}
 		if q.roomFor(n) {
 			q.bytes.Add(n)

@@ -1,0 +1,265 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/walcast/walcast/host/internal/backfill"
+	"github.com/walcast/walcast/host/internal/capture"
+	"github.com/walcast/walcast/host/internal/config"
+)
+
+// listFlag collects a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+func cmdBackfill(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("backfill", stderr)
+	var tables, sinks listFlag
+	fs.Var(&tables, "table", "SCHEMA.TABLE to backfill (repeatable, required)")
+	fs.Var(&sinks, "sink", "only to this sink (repeatable; default every sink)")
+	wait := fs.Bool("wait", false, "show progress until the backfills end")
+	cancelFlag := fs.Bool("cancel", false, "cancel the running or queued backfills of the tables (for the sinks)")
+	path, code, ok := parseArgs(fs, args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if len(tables) == 0 {
+		fmt.Fprintln(stderr, "walcast backfill: want at least one --table SCHEMA.TABLE")
+		return 2
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	p, _, pool, ok := openStore(ctx, path, stderr)
+	if !ok {
+		return 1
+	}
+	defer pool.Close()
+	fail := func(err error) int {
+		fmt.Fprintln(stderr, "walcast backfill:", err)
+		return 1
+	}
+	targets, err := checkBackfill(ctx, pool, p, tables, sinks)
+	if err != nil {
+		return fail(err)
+	}
+	if err := backfill.Init(ctx, pool); err != nil {
+		return fail(err)
+	}
+	if *cancelFlag {
+		for _, t := range targets {
+			ids, err := backfill.Cancel(ctx, pool, p.Name, t, sinks)
+			if err != nil {
+				return fail(err)
+			}
+			if len(ids) == 0 {
+				fmt.Fprintf(stdout, "%s: no backfill running or queued\n", t)
+				continue
+			}
+			for _, id := range ids {
+				fmt.Fprintf(stdout, "%s: cancelled backfill %d\n", t, id)
+			}
+		}
+		return 0
+	}
+	ids, err := backfill.Request(ctx, pool, p.Name, targets, sinks)
+	if err != nil {
+		return fail(err)
+	}
+	running, err := slotActive(ctx, pool, p.Source.Slot)
+	if err != nil {
+		return fail(err)
+	}
+	for i, t := range targets {
+		fmt.Fprintf(stdout, "backfill %d of %s to %s queued\n", ids[i], t, sinkList(sinks))
+	}
+	if !running {
+		fmt.Fprintf(stdout, "no walcast run streams slot %s now: the backfill starts with the next run\n", p.Source.Slot)
+	}
+	if !*wait {
+		return 0
+	}
+	return waitBackfills(ctx, pool, ids, stdout)
+}
+
+func sinkList(sinks []string) string {
+	if len(sinks) == 0 {
+		return "every sink"
+	}
+	return "sink " + strings.Join(sinks, ", ")
+}
+
+// checkBackfill checks a request against the pipeline and the database:
+// PostgreSQL 14+, known sinks, tables the pipeline captures, which exist
+// and have a key.
+func checkBackfill(ctx context.Context, pool *pgxpool.Pool, p *config.Pipeline, tables, sinks []string) ([]backfill.Table, error) {
+	var version string
+	if err := pool.QueryRow(ctx, "SHOW server_version").Scan(&version); err != nil {
+		return nil, fmt.Errorf("read server_version: %w", err)
+	}
+	if !capture.SupportsMessages(version) {
+		return nil, fmt.Errorf("backfill needs PostgreSQL 14 or later (it streams rows as logical decoding messages through pgoutput); the source runs %s", version)
+	}
+	for _, s := range sinks {
+		if !slices.ContainsFunc(p.Sinks, func(c config.Sink) bool { return c.ID == s }) {
+			ids := make([]string, len(p.Sinks))
+			for i := range p.Sinks {
+				ids[i] = p.Sinks[i].ID
+			}
+			return nil, fmt.Errorf("pipeline %q has no sink %q (its sinks: %s)", p.Name, s, strings.Join(ids, ", "))
+		}
+	}
+	out := make([]backfill.Table, 0, len(tables))
+	for _, name := range tables {
+		schema, table := backfill.SplitName(name)
+		full := schema + "." + table
+		if !slices.Contains(p.Source.Tables, full) {
+			return nil, fmt.Errorf("table %s is not in the pipeline's source tables (%s): add it to tables in the source block first", full, strings.Join(p.Source.Tables, ", "))
+		}
+		t, err := backfill.Inspect(ctx, pool, full)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// waitBackfills shows the progress of ids until each has ended: a bar
+// redrawn in place on a terminal, a line every few seconds otherwise.
+func waitBackfills(ctx context.Context, pool *pgxpool.Pool, ids []int64, out io.Writer) int {
+	tty := isTerminal(out)
+	every := 5 * time.Second
+	if tty {
+		every = 250 * time.Millisecond
+	}
+	type sample struct {
+		rows int64
+		at   time.Time
+	}
+	first := map[int64]sample{}
+	code := 0
+	for _, id := range ids {
+		lastLine := time.Time{}
+		for {
+			b, err := backfill.Get(ctx, pool, id)
+			if err != nil {
+				if ctx.Err() != nil {
+					fmt.Fprintln(out, "\nstopped waiting; the backfill goes on (walcast status shows it)")
+					return 1
+				}
+				fmt.Fprintln(out, "walcast backfill:", err)
+				return 1
+			}
+			now := time.Now()
+			s, ok := first[id]
+			if !ok || (b.State == backfill.StateQueued) {
+				s = sample{rows: b.Rows, at: now}
+				first[id] = s
+			}
+			rate := 0.0
+			if d := now.Sub(s.at).Seconds(); d > 0.5 {
+				rate = float64(b.Rows-s.rows) / d
+			}
+			if !b.Active() || tty || now.Sub(lastLine) >= every {
+				lastLine = now
+				line := progressLine(b, rate)
+				if tty {
+					fmt.Fprintf(out, "\r\033[K%s", line)
+				} else {
+					fmt.Fprintln(out, line)
+				}
+			}
+			if !b.Active() {
+				if tty {
+					fmt.Fprintln(out)
+				}
+				if b.State != backfill.StateDone {
+					code = 1
+				}
+				break
+			}
+			select {
+			case <-ctx.Done():
+				fmt.Fprintln(out, "\nstopped waiting; the backfill goes on (walcast status shows it)")
+				return 1
+			case <-time.After(min(every, 250*time.Millisecond)):
+			}
+		}
+	}
+	return code
+}
+
+// progressLine is one backfill's progress for humans.
+func progressLine(b backfill.Backfill, rate float64) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "backfill %d %s: %s", b.ID, b.Table, b.State)
+	if b.State == backfill.StateFailed {
+		fmt.Fprintf(&sb, " (%s)", b.Reason)
+	}
+	est := max(b.Estimate, b.Rows)
+	if est > 0 {
+		pct := float64(b.Rows) / float64(est)
+		if b.State == backfill.StateDone {
+			pct = 1
+		}
+		const width = 30
+		n := int(pct * width)
+		fmt.Fprintf(&sb, " [%s%s] %d/%d rows (%.0f%%)", strings.Repeat("#", n), strings.Repeat(".", width-n), b.Rows, est, 100*pct)
+	} else {
+		fmt.Fprintf(&sb, " %d rows", b.Rows)
+	}
+	if b.Active() && rate > 0 {
+		fmt.Fprintf(&sb, ", %.0f rows/s", rate)
+		if left := est - b.Rows; left > 0 {
+			fmt.Fprintf(&sb, ", ETA %s", (time.Duration(float64(left)/rate) * time.Second).Round(time.Second))
+		}
+	}
+	return sb.String()
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// printBackfills is walcast status's backfill table.
+func printBackfills(ctx context.Context, pool *pgxpool.Pool, pipeline string, out io.Writer) error {
+	if err := backfill.Init(ctx, pool); err != nil {
+		return err
+	}
+	bs, err := backfill.List(ctx, pool, pipeline)
+	if err != nil {
+		return err
+	}
+	if len(bs) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "BACKFILL\tTABLE\tSINKS\tSTATE\tROWS\tESTIMATE\tUPDATED")
+	for _, b := range bs {
+		state := b.State
+		if b.State == backfill.StateFailed && b.Reason != "" {
+			state += ": " + b.Reason
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\n", b.ID, b.Table, b.SinksText(), state, b.Rows, b.Estimate, b.Updated.UTC().Format(time.RFC3339))
+	}
+	return tw.Flush()
+}

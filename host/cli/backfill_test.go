@@ -1,0 +1,495 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walcast/walcast/pluginkit"
+)
+
+// ---- backfill helpers ----------------------------------------------------
+
+// fullEvent is an event's row data as a consumer applies it.
+type fullEvent struct {
+	ID  pluginkit.EventID
+	Op  string
+	New map[string]any
+	Old map[string]any
+}
+
+func parseFull(t testing.TB, r received) fullEvent {
+	t.Helper()
+	var e struct {
+		Op  string         `json:"op"`
+		New map[string]any `json:"new"`
+		Old map[string]any `json:"old"`
+	}
+	if err := json.Unmarshal(r.Raw, &e); err != nil {
+		t.Fatalf("event %s: %v", r.ID, err)
+	}
+	return fullEvent{ID: r.ID, Op: e.Op, New: e.New, Old: e.Old}
+}
+
+// rowKey renders a row's key columns.
+func rowKey(row map[string]any, keyCols []string) string {
+	parts := make([]string, len(keyCols))
+	for i, c := range keyCols {
+		parts[i] = fmt.Sprint(row[c])
+	}
+	return strings.Join(parts, "|")
+}
+
+// mirrorRows applies events in arrival order the way an idempotent consumer
+// does: per row, an event at or below the last one applied is a redelivery
+// and skipped; insert, update and read store the new row, delete removes it.
+func mirrorRows(t testing.TB, evs []received, keyCols []string) map[string]map[string]any {
+	t.Helper()
+	rows := map[string]map[string]any{}
+	applied := map[string]pluginkit.EventID{}
+	for _, r := range evs {
+		e := parseFull(t, r)
+		var k string
+		switch e.Op {
+		case "insert", "update", "read":
+			k = rowKey(e.New, keyCols)
+		case "delete":
+			k = rowKey(e.Old, keyCols)
+		default:
+			t.Fatalf("event %s: unexpected op %q", e.ID, e.Op)
+		}
+		if last, ok := applied[k]; ok && e.ID.Compare(last) <= 0 {
+			continue
+		}
+		applied[k] = e.ID
+		if e.Op == "delete" {
+			delete(rows, k)
+		} else {
+			rows[k] = e.New
+		}
+	}
+	return rows
+}
+
+// tableRowsByKey reads a table as JSON objects keyed like mirror's rows.
+func tableRowsByKey(t testing.TB, db *pgx.Conn, table string, keyCols []string) map[string]map[string]any {
+	t.Helper()
+	rows, err := db.Query(context.Background(), `SELECT to_json(t)::text FROM `+table+` t`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]map[string]any{}
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		var row map[string]any
+		if err := json.Unmarshal([]byte(s), &row); err != nil {
+			t.Fatal(err)
+		}
+		out[rowKey(row, keyCols)] = row
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// checkRowMirror fails unless applying evs leaves a mirror equal to table.
+func checkRowMirror(t testing.TB, db *pgx.Conn, table string, keyCols []string, evs []received) {
+	t.Helper()
+	got := mirrorRows(t, evs, keyCols)
+	want := tableRowsByKey(t, db, table, keyCols)
+	bad := 0
+	for k, w := range want {
+		if g, ok := got[k]; !ok || !reflect.DeepEqual(g, w) {
+			if bad < 5 {
+				t.Errorf("row %s: mirror has %v, table has %v", k, g, w)
+			}
+			bad++
+		}
+	}
+	for k, g := range got {
+		if _, ok := want[k]; !ok {
+			if bad < 5 {
+				t.Errorf("row %s: mirror has %v, the table has no such row", k, g)
+			}
+			bad++
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("mirror of %s differs from the table in %d rows (%d rows in the table)", table, bad, len(want))
+	}
+}
+
+// sameContent fails when an id arrived twice with different bytes and
+// returns how many ids arrived more than once.
+func sameContent(t testing.TB, evs []received) int {
+	t.Helper()
+	first := map[pluginkit.EventID][]byte{}
+	dups := 0
+	for _, r := range evs {
+		if f, ok := first[r.ID]; ok {
+			dups++
+			if string(f) != string(r.Raw) {
+				t.Fatalf("event %s arrived twice with different content:\n%s\n%s", r.ID, f, r.Raw)
+			}
+			continue
+		}
+		first[r.ID] = r.Raw
+	}
+	return dups
+}
+
+// chunkMessage is a backfill chunk as test_decoding shows it.
+type chunkMessage struct {
+	Backfill int64       `json:"backfill"`
+	Chunk    int64       `json:"chunk"`
+	Sinks    []string    `json:"sinks"`
+	Rows     [][]*string `json:"rows"`
+	Columns  []struct {
+		N string `json:"name"`
+	} `json:"columns"`
+}
+
+// committed reads a test_decoding slot: the committed changes of table
+// and every backfill chunk written into the WAL (committed chunks only:
+// a chunk whose transaction was cut short by a kill never decodes).
+func committed(t testing.TB, db *pgx.Conn, slot, table string) (changes int, chunks []chunkMessage) {
+	t.Helper()
+	rows, err := db.Query(context.Background(), `SELECT data FROM pg_logical_slot_peek_changes($1, NULL, NULL, 'skip-empty-xacts', '1')`, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case strings.HasPrefix(line, "table "+table+": "):
+			changes++
+		case strings.HasPrefix(line, "message: transactional: 1 prefix: walcast.backfill,"):
+			i := strings.Index(line, "content:")
+			var c chunkMessage
+			if err := json.Unmarshal([]byte(line[i+len("content:"):]), &c); err != nil {
+				t.Fatalf("chunk message: %v", err)
+			}
+			chunks = append(chunks, c)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return changes, chunks
+}
+
+// chunksReadOnce fails when a chunk (or a row) was written into the WAL
+// twice, and returns the rows the chunks carry. keyCol is the column
+// index of a single-column key.
+func chunksReadOnce(t testing.TB, chunks []chunkMessage, keyCol int) int {
+	t.Helper()
+	seen := map[[2]int64]bool{}
+	keys := map[string]int64{}
+	rows := 0
+	for _, c := range chunks {
+		id := [2]int64{c.Backfill, c.Chunk}
+		if seen[id] {
+			t.Fatalf("backfill %d chunk %d was read twice", c.Backfill, c.Chunk)
+		}
+		seen[id] = true
+		for _, r := range c.Rows {
+			k := *r[keyCol]
+			if prev, ok := keys[k]; ok {
+				t.Fatalf("row %s read by chunk %d and again by chunk %d", k, prev, c.Chunk)
+			}
+			keys[k] = c.Chunk
+		}
+		rows += len(c.Rows)
+	}
+	return rows
+}
+
+func backfillState(t testing.TB, db *pgx.Conn, id int64) (state string, rows, chunks int64) {
+	t.Helper()
+	err := db.QueryRow(context.Background(), `SELECT state, rows_done, chunks_done FROM walcast.backfills WHERE id = $1`, id).Scan(&state, &rows, &chunks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return state, rows, chunks
+}
+
+// requestBackfill runs walcast backfill and returns the new backfill's id.
+func requestBackfill(t *testing.T, db *pgx.Conn, pipeline string, args ...string) int64 {
+	t.Helper()
+	out, errOut, code := walcastCmd(t, append([]string{"backfill", pipeline}, args...)...)
+	if code != 0 {
+		t.Fatalf("walcast backfill exited %d:\n%s%s", code, out, errOut)
+	}
+	var id int64
+	if _, err := fmt.Sscanf(out, "backfill %d ", &id); err != nil {
+		t.Fatalf("walcast backfill printed %q: %v", out, err)
+	}
+	return id
+}
+
+func countOp(evs []received, op string) int {
+	n := 0
+	for _, e := range evs {
+		if e.Op == op {
+			n++
+		}
+	}
+	return n
+}
+
+// ---- tests ---------------------------------------------------------------
+
+// TestBackfillCrashMirror backfills a table of existing rows while writers
+// update, delete and insert throughout, SIGKILLs walcast twice during the
+// backfill, and checks that a consumer applying the sink's events in order
+// ends with a copy of the table, that every read id that arrived twice
+// carried identical content, and that no committed chunk was read from the
+// table twice.
+func TestBackfillCrashMirror(t *testing.T) {
+	ctx := context.Background()
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	const existing = 100000
+	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	exec1(t, db, fmt.Sprintf(`INSERT INTO items SELECT g, 0, repeat('p', 40) FROM generate_series(1, %d) g`, existing))
+	truthSlot(t, db, "truth_bfcrash")
+	t.Cleanup(func() { dropSlot(dsn, "truth_bfcrash") })
+	rcv := newReceiver(t)
+	rcv.delay = 2 * time.Millisecond
+	pipeline := writePipeline(t, "bfcrash", dsn, []string{"public.items"},
+		sinkSpec{ID: "hook", URL: rcv.URL, Batch: 100, Extra: "    max_in_flight = 2\n"})
+	proc := startWalcast(t, pipeline)
+	waitSlot(t, db, "walcast_bfcrash")
+
+	// Writers run on their own connection from before the backfill until
+	// after it.
+	wdb := connect(t, dsn)
+	wctx, stopWriters := context.WithCancel(ctx)
+	var writes atomic.Int64
+	writerDone := make(chan error, 1)
+	go func() {
+		r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
+		next := existing + 1
+		for wctx.Err() == nil {
+			var sql string
+			switch op := r.IntN(10); {
+			case op < 5:
+				lo := 1 + r.IntN(next)
+				sql = fmt.Sprintf(`UPDATE items SET v = v + 1 WHERE id BETWEEN %d AND %d`, lo, lo+r.IntN(20))
+			case op < 7:
+				sql = fmt.Sprintf(`DELETE FROM items WHERE id = %d`, 1+r.IntN(next))
+			default:
+				sql = fmt.Sprintf(`INSERT INTO items VALUES (%d, 0, 'new')`, next)
+				next++
+			}
+			if _, err := wdb.Exec(ctx, sql); err != nil {
+				writerDone <- err
+				return
+			}
+			writes.Add(1)
+		}
+		writerDone <- nil
+	}()
+	waitFor(t, "writers to start", 30*time.Second, func() bool { return writes.Load() > 50 })
+	id := requestBackfill(t, db, pipeline, "--table", "public.items", "--sink", "hook")
+
+	for kill, at := range []int{existing / 4, existing / 2} {
+		waitFor(t, "read events before kill", 2*time.Minute, func() bool { return countOp(rcv.events(), "read") >= at })
+		state, rows, _ := backfillState(t, db, id)
+		if state != "running" || rows >= existing {
+			t.Fatalf("kill %d would not land during the backfill: state %s, %d rows done", kill+1, state, rows)
+		}
+		proc.kill()
+		t.Logf("kill %d: backfill at %d rows, %d read events received", kill+1, rows, countOp(rcv.events(), "read"))
+		proc = startWalcast(t, pipeline)
+	}
+	waitFor(t, "backfill to finish", 3*time.Minute, func() bool { s, _, _ := backfillState(t, db, id); return s == "done" })
+	stopWriters()
+	if err := <-writerDone; err != nil {
+		t.Fatal(err)
+	}
+	changes, chunks := committed(t, db, "truth_bfcrash", "public.items")
+	readRows := chunksReadOnce(t, chunks, 0)
+	_, rowsDone, chunksDone := backfillState(t, db, id)
+	if int64(len(chunks)) != chunksDone || int64(readRows) != rowsDone {
+		t.Fatalf("walcast.backfills records %d chunks / %d rows, the WAL holds %d / %d", chunksDone, rowsDone, len(chunks), readRows)
+	}
+	waitFor(t, fmt.Sprintf("%d changes and %d read rows to arrive", changes, readRows), 3*time.Minute,
+		func() bool { return rcv.distinct() >= changes+readRows })
+	proc.stop()
+	evs := rcv.events()
+	dups := sameContent(t, evs)
+	checkRowMirror(t, db, "items", []string{"id"}, evs)
+	t.Logf("%d existing rows, %d live changes, %d rows read in %d chunks, %d redeliveries, 2 SIGKILLs", existing, changes, readRows, len(chunks), dups)
+}
+
+// TestBackfillPerSinkKeys backfills tables with a composite text/uuid key
+// and an empty table to one sink only: that sink's mirror equals the
+// table, the other sink receives no read events.
+func TestBackfillPerSinkKeys(t *testing.T) {
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	exec1(t, db, `CREATE TABLE accts (region text, id uuid, n int, note text, PRIMARY KEY (region, id))`)
+	exec1(t, db, `INSERT INTO accts SELECT 'r' || (g % 7), md5(g::text)::uuid, g, CASE WHEN g % 3 = 0 THEN NULL ELSE E'ä "q"\n\t\\ \x01' || g END FROM generate_series(1, 2500) g`)
+	exec1(t, db, `CREATE TABLE empty_t (k text PRIMARY KEY, v int)`)
+	a, b := newReceiver(t), newReceiver(t)
+	pipeline := writePipeline(t, "bfsink", dsn, []string{"public.accts", "public.empty_t"},
+		sinkSpec{ID: "a", URL: a.URL}, sinkSpec{ID: "b", URL: b.URL})
+	proc := startWalcast(t, pipeline)
+	waitSlot(t, db, "walcast_bfsink")
+	exec1(t, db, `UPDATE accts SET n = -n WHERE n % 10 = 0`)
+	id := requestBackfill(t, db, pipeline, "--table", "public.accts", "--table", "public.empty_t", "--sink", "a", "--wait")
+	exec1(t, db, `INSERT INTO empty_t VALUES ('after', 1)`)
+	waitFor(t, "backfill to finish", time.Minute, func() bool { s, _, _ := backfillState(t, db, id); return s == "done" })
+	waitFor(t, "events at a", time.Minute, func() bool { return countOp(a.events(), "read") >= 2500 && countOp(a.events(), "insert") >= 1 })
+	waitFor(t, "events at b", time.Minute, func() bool { return countOp(b.events(), "insert") >= 1 })
+	proc.stop()
+	var accts []received
+	for _, e := range a.events() {
+		if e.Table == "accts" {
+			accts = append(accts, e)
+		}
+	}
+	checkRowMirror(t, db, "accts", []string{"region", "id"}, accts)
+	if n := countOp(b.events(), "read"); n != 0 {
+		t.Fatalf("sink b received %d read events of a backfill for sink a", n)
+	}
+	if n := countOp(b.events(), "update"); n != 250 {
+		t.Fatalf("sink b received %d updates, want 250", n)
+	}
+	var e struct {
+		Op  string          `json:"op"`
+		Key json.RawMessage `json:"key"`
+		Old json.RawMessage `json:"old"`
+	}
+	for _, r := range a.events() {
+		if r.Op == "read" {
+			json.Unmarshal(r.Raw, &e)
+			if string(e.Old) != "null" || !strings.HasPrefix(string(e.Key), `{"region":`) {
+				t.Fatalf("read event %s: key %s old %s", r.ID, e.Key, e.Old)
+			}
+			break
+		}
+	}
+	_, rows, _ := backfillState(t, db, id+1)
+	if rows != 0 {
+		t.Fatalf("empty table backfill read %d rows", rows)
+	}
+	out, _, _ := walcastCmd(t, "status", pipeline)
+	if !strings.Contains(out, "public.empty_t") || !strings.Contains(out, "done") {
+		t.Fatalf("walcast status does not list the backfills:\n%s", out)
+	}
+}
+
+// TestBackfillBadInput: each bad request is refused with a message and
+// exit 1, and nothing is queued.
+func TestBackfillBadInput(t *testing.T) {
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	exec1(t, db, `CREATE TABLE good (id int PRIMARY KEY)`)
+	exec1(t, db, `CREATE TABLE other (id int PRIMARY KEY)`)
+	exec1(t, db, `CREATE TABLE nokey (v int)`)
+	exec1(t, db, `ALTER TABLE nokey REPLICA IDENTITY FULL`)
+	pipeline := writePipeline(t, "bfbad", dsn, []string{"public.good", "public.nokey"}, sinkSpec{ID: "s", URL: "http://127.0.0.1:1/"})
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--table", "public.missing"}, "not in the pipeline"},
+		{[]string{"--table", "public.other"}, "not in the pipeline"},
+		{[]string{"--table", "public.good", "--sink", "nosuch"}, `has no sink "nosuch"`},
+		{[]string{"--table", "public.nokey"}, "no primary key or replica identity index"},
+	} {
+		out, errOut, code := walcastCmd(t, append([]string{"backfill", pipeline}, c.args...)...)
+		if code != 1 || !strings.Contains(errOut, c.want) {
+			t.Errorf("walcast backfill %v: exit %d, stdout %q, stderr %q; want exit 1 and %q", c.args, code, out, errOut, c.want)
+		}
+	}
+	var n int
+	db.QueryRow(context.Background(), `SELECT count(*) FROM pg_tables WHERE schemaname = 'walcast' AND tablename = 'backfills'`).Scan(&n)
+	if n == 1 {
+		db.QueryRow(context.Background(), `SELECT count(*) FROM walcast.backfills`).Scan(&n)
+		if n != 0 {
+			t.Fatalf("refused requests queued %d backfills", n)
+		}
+	}
+	// No daemon runs: the first request waits; a second one for the same
+	// table and sink is refused with the first one's id.
+	id := requestBackfill(t, db, pipeline, "--table", "public.good")
+	_, errOut, code := walcastCmd(t, "backfill", pipeline, "--table", "public.good", "--sink", "s")
+	if code != 1 || !strings.Contains(errOut, fmt.Sprintf("by backfill %d", id)) {
+		t.Fatalf("duplicate backfill: exit %d, stderr %q", code, errOut)
+	}
+	out, _, code := walcastCmd(t, "backfill", pipeline, "--table", "public.good", "--cancel")
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("cancelled backfill %d", id)) {
+		t.Fatalf("cancel: exit %d, stdout %q", code, out)
+	}
+	if s, _, _ := backfillState(t, db, id); s != "cancelled" {
+		t.Fatalf("backfill %d is %s after --cancel", id, s)
+	}
+}
+
+// TestBackfillNewTables: with backfill_new_tables, the tables of the first
+// start are backfilled, and a table added to the pipeline later is
+// backfilled when it first appears, the others not again.
+func TestBackfillNewTables(t *testing.T) {
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	exec1(t, db, `CREATE TABLE t1 (id int PRIMARY KEY, v text)`)
+	exec1(t, db, `CREATE TABLE t2 (id bigint PRIMARY KEY, v text)`)
+	exec1(t, db, `INSERT INTO t1 SELECT g, 'a' || g FROM generate_series(1, 300) g`)
+	exec1(t, db, `INSERT INTO t2 SELECT g, 'b' || g FROM generate_series(1, 200) g`)
+	rcv := newReceiver(t)
+	sink := sinkSpec{ID: "hook", URL: rcv.URL}
+	withOption := func(path string) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := strings.Replace(string(b), "  tables = [", "  backfill_new_tables = true\n  tables = [", 1)
+		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p1 := writePipeline(t, "bfnew", dsn, []string{"public.t1"}, sink)
+	withOption(p1)
+	proc := startWalcast(t, p1)
+	waitFor(t, "t1's rows", time.Minute, func() bool { return countOp(rcv.events(), "read") >= 300 })
+	proc.stop()
+	p2 := writePipeline(t, "bfnew", dsn, []string{"public.t1", "public.t2"}, sink)
+	withOption(p2)
+	proc = startWalcast(t, p2)
+	waitFor(t, "t2's rows", time.Minute, func() bool { return countOp(rcv.events(), "read") >= 500 })
+	exec1(t, db, `INSERT INTO t1 VALUES (1000, 'live')`)
+	waitFor(t, "the live insert", time.Minute, func() bool { return countOp(rcv.events(), "insert") >= 1 })
+	proc.stop()
+	perTable := map[string]int{}
+	seen := map[pluginkit.EventID]bool{}
+	for _, e := range rcv.events() {
+		if e.Op == "read" && !seen[e.ID] {
+			seen[e.ID] = true
+			perTable[e.Table]++
+		}
+	}
+	if perTable["t1"] != 300 || perTable["t2"] != 200 {
+		t.Fatalf("read events per table: %v, want t1 300 (once) and t2 200", perTable)
+	}
+}

@@ -1,0 +1,34 @@
+// Package backfill streams the rows a table already holds through the
+// replication slot, as read events.
+//
+// A backfill reads its table in keyset-paginated chunks on the key live
+// events carry (the replica identity index, else the primary key). Each
+// chunk is one transaction that
+//
+//  1. locks the backfill's row in walcast.backfills (FOR UPDATE) and reads
+//     its state and the last key done;
+//  2. reads the next rows after that key FOR SHARE, in key order, up to the
+//     chunk's row and byte limits;
+//  3. writes them into the WAL as one transactional logical decoding
+//     message (decode.BackfillPrefix), which the decoder turns into read
+//     events with ids <commit_lsn>:<index> like every other event;
+//  4. records the new last key and counts in walcast.backfills, and commits.
+//
+// Invariants:
+//
+//   - Progress and the chunk's message commit together: after a crash the
+//     chunks on record are exactly the chunks in the WAL, which the slot
+//     keeps until every sink has them. A chunk is never read twice; the
+//     interrupted one rolled back and is read again.
+//   - A read row is never older than a change of the same key that precedes
+//     the chunk in the stream: FOR SHARE makes every concurrent UPDATE or
+//     DELETE of a chunk row wait until the chunk commits (so it follows the
+//     chunk in commit order), and READ COMMITTED row locking returns the
+//     newest committed version of each row. FOR KEY SHARE would not do: it
+//     lets a non-key UPDATE commit between the read and the chunk's commit,
+//     so the stream would carry that update before an older read.
+//   - The runner keeps at most Window chunks ahead of what the sinks have
+//     acknowledged, so a backfill fills neither memory nor the slot.
+//
+// Backfill states: queued → running → done | cancelled | failed.
+package backfill

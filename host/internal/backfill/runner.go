@@ -1,0 +1,589 @@
+package backfill
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/walcast/walcast/host/internal/decode"
+	"github.com/walcast/walcast/pluginkit/cdc"
+)
+
+// Config configures a Runner.
+type Config struct {
+	// DSN of the source database.
+	DSN      string
+	Pipeline string
+	// Tables are the pipeline's captured tables ("schema.table") and
+	// Sinks its sink ids: a backfill of anything else fails.
+	Tables []string
+	Sinks  []string
+	// ChunkRows and ChunkBytes bound one chunk (defaults 1000 rows and
+	// 4 MiB). The byte bound is kept by sizing each chunk from the rows
+	// of the one before, so a chunk may exceed it by a row's worth.
+	ChunkRows  int
+	ChunkBytes int
+	// RowsPerSecond, when > 0, limits the read rate.
+	RowsPerSecond float64
+	// Window is how many chunks may be written ahead of Flushed
+	// (default 16): a backfill never runs far ahead of its sinks.
+	Window int
+	// Flushed is the stream's position acknowledged by every sink.
+	Flushed func() uint64
+	// Poll is how often the queue is read without a Wake (default 5s).
+	Poll   time.Duration
+	Logger *slog.Logger
+	// ChunkRead, when set, is called after a chunk's rows were read and
+	// before its transaction commits (tests).
+	ChunkRead func(backfill, chunk int64)
+}
+
+// Runner works through a pipeline's backfills, one at a time, oldest
+// first.
+type Runner struct {
+	cfg  Config
+	log  *slog.Logger
+	wake chan struct{}
+
+	mu    sync.Mutex
+	stats map[int64]*Stats
+}
+
+// Stats are a backfill's figures in this process.
+type Stats struct {
+	Rows, Chunks       int64
+	LockTotal, LockMax time.Duration
+	Started            time.Time
+}
+
+// NewRunner returns a runner; call Run.
+func NewRunner(cfg Config) *Runner {
+	if cfg.ChunkRows <= 0 {
+		cfg.ChunkRows = 1000
+	}
+	if cfg.ChunkBytes <= 0 {
+		cfg.ChunkBytes = 4 << 20
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = 16
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Runner{cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1), stats: map[int64]*Stats{}}
+}
+
+// Wake makes Run look at the queue now (a request was made).
+func (r *Runner) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// StatsOf returns the figures of backfill id in this process.
+func (r *Runner) StatsOf(id int64) (Stats, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, ok := r.stats[id]
+	if !ok {
+		return Stats{}, false
+	}
+	return *s, true
+}
+
+// Connect opens a connection whose text output matches what pgoutput
+// sends on capture's replication connection, so that read events and live
+// events of the same row carry the same values.
+func Connect(ctx context.Context, dsn string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parse source dsn: %w", err)
+	}
+	cfg.RuntimeParams["TimeZone"] = "UTC"
+	cfg.RuntimeParams["DateStyle"] = "ISO, MDY"
+	cfg.RuntimeParams["IntervalStyle"] = "postgres"
+	cfg.RuntimeParams["extra_float_digits"] = "3"
+	cfg.RuntimeParams["bytea_output"] = "hex"
+	// A chunk that waits long for a writer's row lock holds up other
+	// writers on the rows it already locked: give up and retry instead.
+	cfg.RuntimeParams["lock_timeout"] = "2s"
+	cfg.RuntimeParams["application_name"] = "walcast-backfill"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect for backfill: %w", err)
+	}
+	return conn, nil
+}
+
+// Run works through the queue until ctx ends. Errors talking to the
+// database are logged and retried; a backfill that cannot go on (its table
+// was dropped, say) is marked failed with the reason.
+func (r *Runner) Run(ctx context.Context) error {
+	var conn *pgx.Conn
+	defer func() {
+		if conn != nil {
+			conn.Close(context.Background())
+		}
+	}()
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		if conn == nil || conn.IsClosed() {
+			c, err := Connect(ctx, r.cfg.DSN)
+			if err != nil {
+				if ctx.Err() == nil {
+					r.log.Warn("backfill: connect", "err", err, "retry_in", backoff)
+				}
+				r.sleep(ctx, backoff, false)
+				backoff = min(2*backoff, 10*time.Second)
+				continue
+			}
+			conn = c
+		}
+		worked, err := r.next(ctx, conn)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			r.log.Warn("backfill interrupted; retrying", "err", err, "retry_in", backoff)
+			if conn != nil {
+				conn.Close(context.Background())
+				conn = nil
+			}
+			r.sleep(ctx, backoff, false)
+			backoff = min(2*backoff, 10*time.Second)
+		case worked:
+			backoff = 100 * time.Millisecond
+		default:
+			backoff = 100 * time.Millisecond
+			r.sleep(ctx, r.cfg.Poll, true)
+		}
+	}
+	return nil
+}
+
+func (r *Runner) sleep(ctx context.Context, d time.Duration, wakeable bool) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	var wake chan struct{}
+	if wakeable {
+		wake = r.wake
+	}
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	case <-wake:
+	}
+}
+
+// next runs the oldest active backfill to its end and reports whether
+// there was one.
+func (r *Runner) next(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	var id int64
+	var schema, table, state string
+	var sinks []string
+	err := conn.QueryRow(ctx, `SELECT id, schema_name, table_name, state, sinks FROM walcast.backfills
+WHERE pipeline = $1 AND state IN ('queued', 'running') ORDER BY id LIMIT 1`, r.cfg.Pipeline).Scan(&id, &schema, &table, &state, &sinks)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read backfill queue: %w", err)
+	}
+	name := schema + "." + table
+	if reason := r.refuse(name, sinks); reason != "" {
+		return true, r.fail(ctx, conn, id, reason)
+	}
+	t, err := Inspect(ctx, conn, name)
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) || conn.IsClosed() {
+			return true, err
+		}
+		return true, r.fail(ctx, conn, id, err.Error())
+	}
+	if state == StateQueued {
+		if err := r.start(ctx, conn, id, t); err != nil {
+			return true, err
+		}
+	}
+	return true, r.run(ctx, conn, id, t, sinks)
+}
+
+// refuse says why a queued backfill cannot run in this pipeline, if so.
+func (r *Runner) refuse(table string, sinks []string) string {
+	if r.cfg.Tables != nil && !slices.Contains(r.cfg.Tables, table) {
+		return fmt.Sprintf("table %s is not in the pipeline's source tables", table)
+	}
+	for _, s := range sinks {
+		if r.cfg.Sinks != nil && !slices.Contains(r.cfg.Sinks, s) {
+			return fmt.Sprintf("the pipeline has no sink %q", s)
+		}
+	}
+	return ""
+}
+
+func (r *Runner) fail(ctx context.Context, conn *pgx.Conn, id int64, reason string) error {
+	r.log.Warn("backfill failed", "backfill", id, "reason", reason)
+	_, err := conn.Exec(ctx, `UPDATE walcast.backfills SET state = 'failed', reason = $2, updated_at = now(), finished_at = now()
+WHERE id = $1 AND state IN ('queued', 'running')`, id, reason)
+	if err != nil {
+		return fmt.Errorf("mark backfill %d failed: %w", id, err)
+	}
+	return nil
+}
+
+// start marks a queued backfill running with the table's size estimate:
+// counted when the table is small, the planner's estimate otherwise.
+func (r *Runner) start(ctx context.Context, conn *pgx.Conn, id int64, t Table) error {
+	var est int64
+	var pages int64
+	err := conn.QueryRow(ctx, `SELECT greatest(reltuples, 0)::bigint, relpages::bigint FROM pg_class WHERE oid = $1::regclass`,
+		pgx.Identifier{t.Schema, t.Name}.Sanitize()).Scan(&est, &pages)
+	if err != nil {
+		return fmt.Errorf("estimate rows of %s: %w", t, err)
+	}
+	if pages < 2000 || est == 0 {
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{t.Schema, t.Name}.Sanitize()).Scan(&est); err != nil {
+			return fmt.Errorf("count rows of %s: %w", t, err)
+		}
+	}
+	_, err = conn.Exec(ctx, `UPDATE walcast.backfills SET state = 'running', estimate = $2, started_at = now(), updated_at = now()
+WHERE id = $1 AND state = 'queued'`, id, est)
+	if err != nil {
+		return fmt.Errorf("start backfill %d: %w", id, err)
+	}
+	r.log.Info("backfill started", "backfill", id, "table", t.String(), "estimate", est)
+	return nil
+}
+
+// run reads chunk after chunk until the backfill is done or cancelled.
+func (r *Runner) run(ctx context.Context, conn *pgx.Conn, id int64, t Table, sinks []string) error {
+	st := &Stats{Started: time.Now()}
+	r.mu.Lock()
+	r.stats[id] = st
+	r.mu.Unlock()
+	limit := min(r.cfg.ChunkRows, 100) // sized up once row widths are known
+	var ahead []uint64                 // insert positions of chunks not yet acknowledged
+	for {
+		if err := r.waitWindow(ctx, &ahead); err != nil {
+			return err
+		}
+		if r.cfg.RowsPerSecond > 0 {
+			due := st.Started.Add(time.Duration(float64(st.Rows) / r.cfg.RowsPerSecond * float64(time.Second)))
+			if d := time.Until(due); d > 0 {
+				r.sleep(ctx, d, false)
+			}
+		}
+		res, err := r.chunk(ctx, conn, id, t, sinks, limit)
+		if err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
+				// lock_timeout: a writer holds a row for long; let it
+				// finish and try the chunk again.
+				r.log.Debug("backfill chunk waited too long for a row lock; retrying", "backfill", id)
+				continue
+			}
+			if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42703") {
+				return r.fail(ctx, conn, id, fmt.Sprintf("table %s changed under the backfill: %v", t, pgErr.Message))
+			}
+			return err
+		}
+		r.mu.Lock()
+		st.Rows += int64(res.rows)
+		if res.rows > 0 {
+			st.Chunks++
+		}
+		st.LockTotal += res.locked
+		st.LockMax = max(st.LockMax, res.locked)
+		r.mu.Unlock()
+		if res.state != StateRunning {
+			if res.state == StateDone {
+				secs := time.Since(st.Started).Seconds()
+				var avg time.Duration
+				if st.Chunks > 0 {
+					avg = st.LockTotal / time.Duration(st.Chunks)
+				}
+				r.log.Info("backfill done", "backfill", id, "table", t.String(), "rows", st.Rows, "chunks", st.Chunks,
+					"rows_per_s", int64(float64(st.Rows)/max(secs, 1e-3)), "lock_avg", avg, "lock_max", st.LockMax)
+			}
+			return nil
+		}
+		if res.rows > 0 {
+			ahead = append(ahead, res.pos)
+			if res.bytes > 0 {
+				limit = max(1, min(r.cfg.ChunkRows, int(int64(r.cfg.ChunkBytes)*int64(res.rows)/int64(res.bytes))))
+			}
+		}
+	}
+}
+
+// waitWindow blocks while Window chunks are written but not acknowledged.
+func (r *Runner) waitWindow(ctx context.Context, ahead *[]uint64) error {
+	if r.cfg.Flushed == nil {
+		return nil
+	}
+	for {
+		flushed := r.cfg.Flushed()
+		n := 0
+		for n < len(*ahead) && (*ahead)[n] <= flushed {
+			n++
+		}
+		*ahead = (*ahead)[n:]
+		if len(*ahead) < r.cfg.Window {
+			return nil
+		}
+		t := time.NewTimer(5 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+type chunkResult struct {
+	state  string
+	rows   int
+	bytes  int
+	pos    uint64 // WAL insert position just before the chunk's commit
+	locked time.Duration
+}
+
+// chunk runs one chunk's transaction (see the package documentation).
+func (r *Runner) chunk(ctx context.Context, conn *pgx.Conn, id int64, t Table, sinks []string, limit int) (chunkResult, error) {
+	var res chunkResult
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return res, fmt.Errorf("backfill %d: begin chunk: %w", id, err)
+	}
+	defer tx.Rollback(context.Background())
+	var last []string
+	var chunks int64
+	err = tx.QueryRow(ctx, `SELECT state, last_key, chunks_done FROM walcast.backfills WHERE id = $1 FOR UPDATE`, id).Scan(&res.state, &last, &chunks)
+	if err != nil {
+		return res, fmt.Errorf("backfill %d: read progress: %w", id, err)
+	}
+	if res.state != StateRunning {
+		return res, tx.Commit(ctx)
+	}
+	// The chunk's upper bound: the limit-th key after the last one. Read
+	// before locking, so that rows whose key an UPDATE moves while the
+	// chunk waits for its lock cannot stretch the chunk past it.
+	bound, err := t.boundary(ctx, tx, last, limit)
+	if err != nil {
+		return res, fmt.Errorf("backfill %d of %s: find chunk bound: %w", id, t, err)
+	}
+	lockStart := time.Now()
+	sql, args := t.readQuery(last, bound)
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return res, fmt.Errorf("backfill %d of %s: read chunk: %w", id, t, err)
+	}
+	head, err := json.Marshal(&decode.BackfillChunk{
+		Pipeline: r.cfg.Pipeline, Backfill: id, Chunk: chunks + 1, Sinks: sinks,
+		Schema: t.Schema, Table: t.Name, Columns: t.Columns, Key: t.EventKey,
+	})
+	if err != nil {
+		return res, fmt.Errorf("backfill %d: encode chunk: %w", id, err)
+	}
+	// The rows are appended to the JSON by hand, straight from the wire
+	// values: json.Marshal of the rows cost a fifth of a chunk's time, all
+	// of it with the rows locked.
+	payload := append(head[:len(head)-1], `,"rows":[`...)
+	var lastKey []string
+	for rows.Next() {
+		raw := rows.RawValues()
+		if res.rows > 0 {
+			payload = append(payload, ',')
+		}
+		payload = append(payload, '[')
+		for i, v := range raw {
+			if i > 0 {
+				payload = append(payload, ',')
+			}
+			if v == nil {
+				payload = append(payload, "null"...)
+				continue
+			}
+			payload = appendJSONString(payload, v)
+			res.bytes += len(v)
+		}
+		payload = append(payload, ']')
+		res.rows++
+		if bound == nil {
+			lastKey = lastKey[:0]
+			for _, k := range t.PageKey {
+				lastKey = append(lastKey, string(raw[k]))
+			}
+		}
+	}
+	payload = append(payload, "]}"...)
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return res, fmt.Errorf("backfill %d of %s: read chunk: %w", id, t, err)
+	}
+	next := bound
+	state := StateRunning
+	if bound == nil {
+		// Nothing is left after this chunk: rows inserted from now on
+		// reach the sinks as inserts.
+		state = StateDone
+		if lastKey != nil {
+			next = lastKey
+		} else {
+			next = last
+		}
+	}
+	if res.rows > 0 {
+		if _, err := tx.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, $2::text)`, decode.BackfillPrefix, string(payload)); err != nil {
+			return res, fmt.Errorf("backfill %d of %s: write chunk into the WAL: %w", id, t, err)
+		}
+	}
+	var pos string
+	err = tx.QueryRow(ctx, `UPDATE walcast.backfills SET last_key = $2, rows_done = rows_done + $3,
+	chunks_done = chunks_done + $4, state = $5, updated_at = now(),
+	finished_at = CASE WHEN $5 = 'running' THEN NULL ELSE now() END
+WHERE id = $1 RETURNING pg_current_wal_insert_lsn()::text`, id, next, res.rows, min(res.rows, 1), state).Scan(&pos)
+	if err != nil {
+		return res, fmt.Errorf("backfill %d: record progress: %w", id, err)
+	}
+	if r.cfg.ChunkRead != nil {
+		r.cfg.ChunkRead(id, chunks+1)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return res, fmt.Errorf("backfill %d: commit chunk: %w", id, err)
+	}
+	res.locked = time.Since(lockStart)
+	res.state = state
+	res.pos, _ = cdc.ParseLSN(pos)
+	return res, nil
+}
+
+// boundary returns the key of the limit-th row after last (in pagination
+// order), or nil when fewer rows are left.
+func (t Table) boundary(ctx context.Context, tx pgx.Tx, last []string, limit int) ([]string, error) {
+	keys := t.pageKeyList()
+	cols := make([]string, len(keys))
+	for i, k := range keys {
+		cols[i] = k + "::text"
+	}
+	args := []any{limit - 1}
+	where := ""
+	if last != nil {
+		where = " WHERE " + t.compare(">", last, &args)
+	}
+	sql := fmt.Sprintf("SELECT %s FROM %s AS src%s ORDER BY %s OFFSET $1 LIMIT 1", strings.Join(cols, ", "),
+		pgx.Identifier{t.Schema, t.Name}.Sanitize(), where, strings.Join(keys, ", "))
+	row := make([]string, len(keys))
+	dst := make([]any, len(keys))
+	for i := range row {
+		dst[i] = &row[i]
+	}
+	err := tx.QueryRow(ctx, sql, args...).Scan(dst...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return row, nil
+}
+
+// readQuery is the locking read of the rows in (last, bound].
+func (t Table) readQuery(last, bound []string) (string, []any) {
+	var b strings.Builder
+	b.WriteString("SELECT ")
+	for i, c := range t.Columns {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(pgx.Identifier{c.Name}.Sanitize())
+		b.WriteString("::text")
+	}
+	b.WriteString(" FROM ")
+	b.WriteString(pgx.Identifier{t.Schema, t.Name}.Sanitize())
+	b.WriteString(" AS src")
+	var args []any
+	var conds []string
+	if last != nil {
+		conds = append(conds, t.compare(">", last, &args))
+	}
+	if bound != nil {
+		conds = append(conds, t.compare("<=", bound, &args))
+	}
+	if len(conds) > 0 {
+		b.WriteString(" WHERE ")
+		b.WriteString(strings.Join(conds, " AND "))
+	}
+	b.WriteString(" ORDER BY ")
+	b.WriteString(strings.Join(t.pageKeyList(), ", "))
+	b.WriteString(" FOR SHARE")
+	return b.String(), args
+}
+
+// pageKeyList names the key columns qualified with the table's alias src:
+// unqualified, ORDER BY would sort by the output columns of the same name,
+// which are the values cast to text.
+func (t Table) pageKeyList() []string {
+	keys := make([]string, len(t.PageKey))
+	for i, k := range t.PageKey {
+		keys[i] = pgx.Identifier{"src", t.Columns[k].Name}.Sanitize()
+	}
+	return keys
+}
+
+// compare is the row comparison (key columns) op (values), the values
+// passed as text parameters appended to args and cast to the columns'
+// types.
+func (t Table) compare(op string, values []string, args *[]any) string {
+	params := make([]string, len(t.PageKey))
+	for i, k := range t.PageKey {
+		*args = append(*args, values[i])
+		params[i] = fmt.Sprintf("$%d::text::%s", len(*args), t.types[k])
+	}
+	return "(" + strings.Join(t.pageKeyList(), ", ") + ") " + op + " (" + strings.Join(params, ", ") + ")"
+}
+
+// appendJSONString appends v as a JSON string. PostgreSQL's text output is
+// valid UTF-8 in a UTF-8 database; only quotes, backslashes and control
+// characters need escaping.
+func appendJSONString(b, v []byte) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i, c := range v {
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		b = append(b, v[start:i]...)
+		switch c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\t':
+			b = append(b, '\\', 't')
+		case '\r':
+			b = append(b, '\\', 'r')
+		default:
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		}
+		start = i + 1
+	}
+	b = append(b, v[start:]...)
+	return append(b, '"')
+}

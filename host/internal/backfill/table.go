@@ -1,0 +1,119 @@
+package backfill
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walcast/walcast/host/internal/checkpoint"
+	"github.com/walcast/walcast/host/internal/decode"
+)
+
+// Table is a table as a backfill reads it.
+type Table struct {
+	Schema, Name string
+	// Columns are the columns pgoutput publishes (not dropped, not
+	// generated), in table order.
+	Columns []decode.BackfillColumn
+	// types are the columns' SQL types, for casting keys back from text.
+	types []string
+	// EventKey are the indexes of the event key's columns in the order live
+	// events build the key: the replica identity's columns in table order,
+	// or the primary key's in index order under REPLICA IDENTITY FULL.
+	EventKey []int
+	// PageKey are the same columns in the order of the index that serves
+	// the keyset pagination.
+	PageKey []int
+}
+
+func (t Table) String() string { return t.Schema + "." + t.Name }
+
+// SplitName splits "schema.table" ("table" means public.table).
+func SplitName(name string) (schema, table string) {
+	schema, table, ok := strings.Cut(name, ".")
+	if !ok {
+		return "public", name
+	}
+	return schema, table
+}
+
+// ErrKeyless is wrapped by Inspect for a table without a key to page on.
+var ErrKeyless = errors.New("table has no key to read it by")
+
+// Inspect describes a table for backfilling it.
+func Inspect(ctx context.Context, db checkpoint.Querier, name string) (Table, error) {
+	t := Table{}
+	t.Schema, t.Name = SplitName(name)
+	var ident string
+	var oid uint32
+	err := db.QueryRow(ctx, `SELECT c.oid, c.relreplident::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`, t.Schema, t.Name).Scan(&oid, &ident)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return t, fmt.Errorf("table %s does not exist in the source database", t)
+	}
+	if err != nil {
+		return t, fmt.Errorf("inspect table %s: %w", t, err)
+	}
+	rows, err := db.Query(ctx, `SELECT attname, atttypid, format_type(atttypid, atttypmod), attnum FROM pg_attribute
+WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped AND attgenerated = '' ORDER BY attnum`, oid)
+	if err != nil {
+		return t, fmt.Errorf("inspect columns of %s: %w", t, err)
+	}
+	attIndex := map[int16]int{}
+	for rows.Next() {
+		var c decode.BackfillColumn
+		var typ string
+		var num int16
+		if err := rows.Scan(&c.Name, &c.Type, &typ, &num); err != nil {
+			rows.Close()
+			return t, fmt.Errorf("inspect columns of %s: %w", t, err)
+		}
+		attIndex[num] = len(t.Columns)
+		t.Columns = append(t.Columns, c)
+		t.types = append(t.types, typ)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return t, fmt.Errorf("inspect columns of %s: %w", t, err)
+	}
+	// The index that identifies rows for live events: the replica
+	// identity index, or the primary key (for default and full).
+	cond := "i.indisprimary"
+	if ident == "i" {
+		cond = "i.indisreplident"
+	}
+	var keyAtts []int16
+	err = db.QueryRow(ctx, `SELECT i.indkey::int2[] FROM pg_index i WHERE i.indrelid = $1 AND `+cond, oid).Scan(&keyAtts)
+	if ident == "n" {
+		return t, fmt.Errorf("%w: %s has REPLICA IDENTITY NOTHING, so its events carry no key to order a backfill's rows with (ALTER TABLE %s REPLICA IDENTITY DEFAULT, with a primary key)", ErrKeyless, t, pgx.Identifier{t.Schema, t.Name}.Sanitize())
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return t, fmt.Errorf("%w: %s has no primary key or replica identity index, and a backfill pages through a table by its key (add a primary key, or a unique index on NOT NULL columns and ALTER TABLE %s REPLICA IDENTITY USING INDEX it; REPLICA IDENTITY FULL alone is not enough)", ErrKeyless, t, pgx.Identifier{t.Schema, t.Name}.Sanitize())
+	}
+	if err != nil {
+		return t, fmt.Errorf("inspect key of %s: %w", t, err)
+	}
+	for _, a := range keyAtts {
+		i, ok := attIndex[a]
+		if !ok {
+			return t, fmt.Errorf("%w: the key of %s uses an expression or generated column", ErrKeyless, t)
+		}
+		t.PageKey = append(t.PageKey, i)
+	}
+	if ident == "f" {
+		t.EventKey = append([]int(nil), t.PageKey...)
+	} else {
+		// pgoutput flags identity columns in table order.
+		for i := range t.Columns {
+			for _, k := range t.PageKey {
+				if k == i {
+					t.EventKey = append(t.EventKey, i)
+				}
+			}
+		}
+	}
+	return t, nil
+}
