@@ -99,6 +99,10 @@ func Run(ctx context.Context, opts Options) (err error) {
 			err = nil
 		}
 	}()
+	// The metrics server stops last, after the drain, the final
+	// checkpoints and the plugins' Close, so all of it can be watched.
+	stopMetrics := func() {}
+	defer func() { stopMetrics() }()
 	p := opts.Pipeline
 	log := opts.Logger
 	if log == nil {
@@ -314,7 +318,8 @@ func Run(ctx context.Context, opts Options) (err error) {
 			}
 			return nil
 		}
-		if err := serveMetrics(ctx, opts.MetricsListen, p.Name, reg, healthy, log); err != nil {
+		if stopMetrics, err = serveMetrics(opts.MetricsListen, p.Name, reg, healthy, log); err != nil {
+			stopMetrics = func() {}
 			return err
 		}
 	}
@@ -345,10 +350,14 @@ func Run(ctx context.Context, opts Options) (err error) {
 		defer close(flushDone)
 		saveLoop(hard, marksStore, tracker, runs, opts.CheckpointInterval, log)
 	}()
+	// The control listener and the slot watch are joined before Run
+	// returns (defers run last in, first out: cancel, then wait).
+	var background sync.WaitGroup
+	defer background.Wait()
 	controlCtx, stopControl := context.WithCancel(ctx)
 	defer stopControl()
-	go ctl.listen(controlCtx, p.Source.DSN, 5*time.Second)
-	go watch.run(controlCtx)
+	background.Go(func() { ctl.listen(controlCtx, p.Source.DSN, 5*time.Second) })
+	background.Go(func() { watch.run(controlCtx) })
 
 	captureErr := make(chan error, 1)
 	captureCtx, cancelCapture := context.WithCancel(ctx)

@@ -192,10 +192,13 @@ FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&n)
 // serveMetrics serves /metrics (Prometheus text format) and /healthz on
 // addr until ctx ends. It returns once the listener is bound, so a bad
 // address fails the start.
-func serveMetrics(ctx context.Context, addr, pipeline string, reg *prometheus.Registry, healthy func() error, log *slog.Logger) error {
+// serveMetrics serves /metrics and /healthz on addr until the returned
+// stop is called, which shuts the server down and waits for it. The daemon
+// calls stop last, so that a graceful drain stays observable.
+func serveMetrics(addr, pipeline string, reg *prometheus.Registry, healthy func() error, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("metrics: listen on %s: %w", addr, err)
+		return nil, fmt.Errorf("metrics: listen on %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
@@ -208,18 +211,19 @@ func serveMetrics(ctx context.Context, addr, pipeline string, reg *prometheus.Re
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	log.Info("serving metrics", "addr", ln.Addr().String(), "pipeline", pipeline)
+	served := make(chan struct{})
 	go func() {
+		defer close(served)
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Warn("metrics server stopped", "err", err)
 		}
 	}()
-	go func() {
-		<-ctx.Done()
+	return func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		srv.Shutdown(sctx)
-	}()
-	return nil
+		<-served
+	}, nil
 }
 
 // newRegistry returns a registry with the pipeline's metrics, the Go
