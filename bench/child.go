@@ -48,17 +48,17 @@ func Library(args []string, stdout, stderr io.Writer) error {
 	for got < *n {
 		ev, err := s.Next(ctx)
 		if err != nil {
-			s.Close()
+			s.Close(ctx)
 			return fmt.Errorf("after %d events: %w", got, err)
 		}
 		if err := s.Ack(ev.ID); err != nil {
-			s.Close()
+			s.Close(ctx)
 			return err
 		}
 		got++
 	}
 	last = time.Now()
-	if err := s.Close(); err != nil {
+	if err := s.Close(ctx); err != nil {
 		return err
 	}
 	stopProfile()

@@ -38,7 +38,7 @@ func childMain(mode string) int {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 1
 	}
-	defer stream.Close()
+	defer stream.Close(context.Background())
 	fmt.Println("ready")
 	switch mode {
 	case "crash":

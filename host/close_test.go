@@ -27,7 +27,7 @@ func TestCloseRightAfterAckConfirmsIt(t *testing.T) {
 			last = next(t, s)
 		}
 		ack(t, s, last.ID)
-		if err := s.Close(); err != nil {
+		if err := s.Close(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		if got := confirmed(t, db, slot); got <= last.ID.CommitLSN {
@@ -44,6 +44,6 @@ func TestCloseRightAfterAckConfirmsIt(t *testing.T) {
 		if ev.ID.Compare(last.ID) <= 0 || string(ev.Key) != `{"id":1000}` {
 			t.Fatalf("round %d: reopened stream starts at %s %s, want the change after %s", round, ev.ID, ev.Key, last.ID)
 		}
-		s2.Close()
+		s2.Close(context.Background())
 	}
 }

@@ -9,7 +9,7 @@
 //		Slot:   "orders_indexer",
 //	})
 //	if err != nil { ... }
-//	defer stream.Close()
+//	defer stream.Close(context.Background())
 //	for {
 //		ev, err := stream.Next(ctx)
 //		if err != nil { ... }

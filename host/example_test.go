@@ -31,7 +31,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer stream.Close()
+	defer stream.Close(context.Background())
 
 	// Elsewhere, the application changes the table.
 	db, err := pgx.Connect(ctx, dsn)

@@ -234,9 +234,11 @@ func (s *Stream) Ack(id cdc.EventID) error {
 // Close stops streaming, confirms the released position to PostgreSQL,
 // waits until the slot shows it, and closes the connections: an ack made
 // just before Close is not lost. Unacknowledged events are delivered again
-// by the next stream on the same slot. Close waits at most about 10
-// seconds; calling it again returns nil.
-func (s *Stream) Close() error {
+// by the next stream on the same slot. ctx bounds how long Close waits for
+// the final confirmation (without a deadline, at most 10 seconds); when it
+// ends first, Close still closes everything and reports why the position
+// may not have reached PostgreSQL. Calling it again returns nil.
+func (s *Stream) Close(ctx context.Context) error {
 	s.closeMu.Lock()
 	if s.closed {
 		s.closeMu.Unlock()
@@ -246,8 +248,11 @@ func (s *Stream) Close() error {
 	s.closeMu.Unlock()
 
 	defer s.pool.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+	}
 	// An ack of a transaction's last event releases it only once capture
 	// has read its commit record, which may still be on its way: keep
 	// reading (handing nothing more over) until it is, briefly.

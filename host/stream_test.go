@@ -64,7 +64,7 @@ func openConfig(t *testing.T, cfg host.StreamConfig) *host.Stream {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { s.Close(context.Background()) })
 	return s
 }
 
@@ -216,7 +216,7 @@ func TestAckValidation(t *testing.T) {
 	if _, err := s.Next(ctx); !errors.Is(err, context.Canceled) {
 		t.Errorf("Next with a cancelled context = %v", err)
 	}
-	if err := s.Close(); err != nil {
+	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Next(context.Background()); !errors.Is(err, host.ErrClosed) {
@@ -241,7 +241,7 @@ func TestPartialAckReplaysWholeTransaction(t *testing.T) {
 		first = append(first, ev.ID)
 		ack(t, s, ev.ID)
 	}
-	if err := s.Close(); err != nil {
+	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	// The slot may have moved over WAL written before the transaction,
@@ -481,7 +481,7 @@ func TestOpenRefuses(t *testing.T) {
 	} {
 		s, err := host.Open(ctx, tc.cfg)
 		if err == nil {
-			s.Close()
+			s.Close(context.Background())
 			t.Errorf("Open(%+v) succeeded, want an error mentioning %q", tc.cfg, tc.want)
 			continue
 		}

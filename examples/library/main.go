@@ -76,7 +76,7 @@ func replicate(ctx context.Context, dsn, slot string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	defer stream.Close()
+	defer stream.Close(context.Background())
 	log.Info("replicating public.orders to orders_replica", "slot", slot)
 	for {
 		ev, err := stream.Next(ctx)

@@ -56,7 +56,7 @@ func TestReplicateAppliesOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stream.Close()
+	defer stream.Close(context.Background())
 	if _, err := db.Exec(ctx, `INSERT INTO orders VALUES (5, 'new', 50)`); err != nil {
 		t.Fatal(err)
 	}

@@ -41,7 +41,7 @@ type Config struct {
 	StatusInterval time.Duration
 	// PrimaryKey, when set, names a table's primary key columns; the
 	// decoder uses it for tables with REPLICA IDENTITY FULL.
-	PrimaryKey func(schema, table string) ([]string, error)
+	PrimaryKey func(ctx context.Context, schema, table string) ([]string, error)
 	Logger     *slog.Logger
 	// AcceptGap lets Prepare replace a slot that was lost, invalidated,
 	// left behind in another cluster or made undecodable by a dropped
@@ -84,6 +84,9 @@ type Capture struct {
 	log      *slog.Logger
 	dec      *decode.Decoder
 	parser   decode.Parser // reuses its row messages: one message at a time
+	// streamCtx is the context of the stream being read, for the primary
+	// key lookups the decoder makes (set and read by the capture goroutine).
+	streamCtx context.Context
 
 	conn    *pgconn.PgConn
 	sentAt  time.Time
@@ -107,12 +110,25 @@ func New(cfg Config, consumer Consumer) *Capture {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Capture{
+	c := &Capture{
 		cfg:      cfg,
 		consumer: consumer,
 		log:      cfg.Logger,
-		dec:      decode.New(decode.Options{PrimaryKey: cfg.PrimaryKey, Tables: listed(cfg.Tables), Pipeline: cfg.Pipeline}),
 	}
+	var pk func(schema, table string) ([]string, error)
+	if cfg.PrimaryKey != nil {
+		// The decoder asks while decoding a message of the stream: the
+		// lookup runs under the stream's context, so it ends with it.
+		pk = func(schema, table string) ([]string, error) {
+			ctx := c.streamCtx
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			return cfg.PrimaryKey(ctx, schema, table)
+		}
+	}
+	c.dec = decode.New(decode.Options{PrimaryKey: pk, Tables: listed(cfg.Tables), Pipeline: cfg.Pipeline})
+	return c
 }
 
 // feedbackDelay is how soon a moved flush position is confirmed: often
@@ -211,6 +227,7 @@ func (c *Capture) connect(ctx context.Context) error {
 }
 
 func (c *Capture) stream(ctx context.Context) error {
+	c.streamCtx = ctx
 	if err := c.connect(ctx); err != nil {
 		return err
 	}

@@ -40,10 +40,11 @@ func Connect(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, er
 
 // PrimaryKeyLookup answers the decoder's question for REPLICA IDENTITY
 // FULL tables (Config.PrimaryKey): which columns are the primary key. It
-// runs inside the capture loop, so it bounds itself to ten seconds.
-func PrimaryKeyLookup(db Querier) func(schema, table string) ([]string, error) {
-	return func(schema, table string) ([]string, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// runs inside the capture loop, so it bounds itself to ten seconds within
+// the stream's context.
+func PrimaryKeyLookup(db Querier) func(ctx context.Context, schema, table string) ([]string, error) {
+	return func(ctx context.Context, schema, table string) ([]string, error) {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		rows, err := db.Query(ctx, `
 SELECT a.attname FROM pg_index i
