@@ -66,25 +66,25 @@ func newPipelineCollector(runs []*sinkRun, tracker *ack.Tracker, fan *fanout.Fan
 		captured:  prometheus.NewDesc("walcast_events_captured_total", "Change events read from the slot and fanned out to the sinks.", nil, nil),
 		sinkCounters: []sinkCounter{
 			counter("events_delivered_total", "Events a Deliver call resolved successfully (not counting duplicates the sink recognised).",
-				func(r *sinkRun) float64 { return float64(r.sched.Stats.Delivered.Load()) }),
+				func(r *sinkRun) float64 { return float64(r.stats().Delivered.Load()) }),
 			counter("delivered_bytes_total", "Envelope bytes of successfully delivered events.",
-				func(r *sinkRun) float64 { return float64(r.sched.Stats.Bytes.Load()) }),
+				func(r *sinkRun) float64 { return float64(r.stats().Bytes.Load()) }),
 			counter("duplicates_total", "Events the sink reported as already delivered.",
-				func(r *sinkRun) float64 { return float64(r.sched.Stats.Duplicates.Load()) }),
+				func(r *sinkRun) float64 { return float64(r.stats().Duplicates.Load()) }),
 			counter("delivery_attempts_total", "Deliver calls, excluding throttled ones.",
-				func(r *sinkRun) float64 { return float64(r.sched.Stats.Attempts.Load()) }),
+				func(r *sinkRun) float64 { return float64(r.stats().Attempts.Load()) }),
 			counter("delivery_failures_total", "Deliver calls that failed (retryable, permanent or fatal).",
-				func(r *sinkRun) float64 { return float64(r.sched.Stats.Failures.Load()) }),
+				func(r *sinkRun) float64 { return float64(r.stats().Failures.Load()) }),
 			counter("throttles_total", "Deliver calls the destination throttled.",
-				func(r *sinkRun) float64 { return float64(r.sched.Stats.Throttles.Load()) }),
+				func(r *sinkRun) float64 { return float64(r.stats().Throttles.Load()) }),
 			counter("events_parked_total", "Events parked in walcast.parked after max_attempts or behind a parked event of their row.",
-				func(r *sinkRun) float64 { return float64(r.sched.Stats.Parked.Load()) }),
+				func(r *sinkRun) float64 { return float64(r.stats().Parked.Load()) }),
 			counter("events_replayed_total", "Parked events delivered by walcast replay.",
-				func(r *sinkRun) float64 { return float64(r.sched.Stats.Replayed.Load()) }),
+				func(r *sinkRun) float64 { return float64(r.stats().Replayed.Load()) }),
 			counter("events_filtered_total", "Events resolved without delivery because the sink's tables/ops filter excludes them.",
-				func(r *sinkRun) float64 { return float64(r.sched.Stats.Filtered.Load()) }),
+				func(r *sinkRun) float64 { return float64(r.stats().Filtered.Load()) }),
 			counter("events_skipped_total", "Replayed events at or below the sink's checkpoint, resolved without delivery.",
-				func(r *sinkRun) float64 { return float64(r.sched.Stats.Skipped.Load()) }),
+				func(r *sinkRun) float64 { return float64(r.stats().Skipped.Load()) }),
 			counter("events_dropped_total", "Events a non-durable sink's full queue dropped.",
 				func(r *sinkRun) float64 { return float64(r.queue.Dropped()) }),
 		},
@@ -134,13 +134,13 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, sc := range c.sinkCounters {
 			ch <- prometheus.MustNewConstMetric(sc.desc, prometheus.CounterValue, sc.value(r), l...)
 		}
-		st := &r.sched.Stats
+		st := r.stats()
 		gauge(c.held, float64(st.Held.Load()), l...)
 		gauge(c.inFlight, float64(st.InFlight.Load()), l...)
 		gauge(c.queued, float64(len(r.queue.C)), l...)
 		gauge(c.unresolved, float64(c.tracker.Pending(i)), l...)
 		paused := 0.0
-		if r.sched.Paused() {
+		if r.scheduler().Paused() {
 			paused = 1
 		}
 		gauge(c.paused, paused, l...)
