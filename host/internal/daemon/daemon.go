@@ -230,7 +230,9 @@ func Run(ctx context.Context, opts Options) (err error) {
 		return err
 	}
 	if opts.MetricsListen != "" {
-		reg := newRegistry(p.Name, newPipelineCollector(runs, tracker, fan, capt, slotRetainedWAL(pool, p.Source.Slot)), deliverSeconds)
+		coll := newPipelineCollector(runs, tracker, fan, capt, slotRetainedWAL(pool, p.Source.Slot))
+		coll.catchupRetained = catchupRetained(pool, p.Name)
+		reg := newRegistry(p.Name, coll, deliverSeconds)
 		healthy := func() error {
 			if !capt.Streaming() {
 				return errors.New("replication stream down: connecting or reconnecting to PostgreSQL")

@@ -6,6 +6,7 @@ import (
 
 	"github.com/walcast/walcast/host/internal/ack"
 	"github.com/walcast/walcast/host/internal/capture"
+	"github.com/walcast/walcast/host/internal/checkpoint"
 	"github.com/walcast/walcast/host/internal/fanout"
 	"github.com/walcast/walcast/host/internal/isolate"
 	"github.com/walcast/walcast/host/internal/schedule"
@@ -87,5 +88,21 @@ func isolateSinks(runs []*sinkRun, resume map[string]string, slots *isolate.Slot
 			ResumeSlot: slot,
 			Logger:     log,
 		})
+	}
+}
+
+// catchupRetained reads the WAL each detached sink's catch-up slot
+// retains, by sink.
+func catchupRetained(db checkpoint.Querier, pipeline string) func(ctx context.Context) (map[string]int64, error) {
+	return func(ctx context.Context) (map[string]int64, error) {
+		sts, err := isolate.States(ctx, db, pipeline)
+		if err != nil {
+			return nil, err
+		}
+		out := make(map[string]int64, len(sts))
+		for _, st := range sts {
+			out[st.Sink] = st.RetainedWAL
+		}
+		return out, nil
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/walcast/walcast/host/internal/ack"
 	"github.com/walcast/walcast/host/internal/capture"
 	"github.com/walcast/walcast/host/internal/fanout"
+	"github.com/walcast/walcast/host/internal/isolate"
 )
 
 // pipelineCollector reads a running pipeline's counters and gauges when
@@ -37,6 +38,12 @@ type pipelineCollector struct {
 	// slotWAL, when set, asks PostgreSQL how much WAL the slot retains.
 	slotWAL     func(ctx context.Context) (int64, error)
 	retainedWAL *prometheus.Desc
+
+	// Sinks that fall behind (package isolate): each durable sink's mode,
+	// how far its catch-up stream is behind, and the WAL its catch-up
+	// slot retains (catchupWAL: by sink, read at scrape time).
+	mode, catchupBehind, catchupWAL *prometheus.Desc
+	catchupRetained                 func(ctx context.Context) (map[string]int64, error)
 }
 
 // slotQueryTimeout bounds the PostgreSQL query a scrape makes; a scrape
@@ -98,6 +105,11 @@ func newPipelineCollector(runs []*sinkRun, tracker *ack.Tracker, fan *fanout.Fan
 		backlogEvents: sink("backlog_events",
 			"Events captured and not yet resolved (delivered, filtered, skipped, parked or dropped) for the sink."),
 		backlogBytes: sink("backlog_bytes", "Envelope bytes of the sink's backlog events."),
+		mode: prometheus.NewDesc("walcast_sink_mode",
+			"1 for the durable sink's current mode: live, catching_up (detached, reading its own catch-up slot) or rejoining.",
+			[]string{"sink", "type", "mode"}, nil),
+		catchupBehind: sink("catchup_behind_bytes", "WAL bytes the sink's catch-up stream is behind the pipeline's stream; 0 when live."),
+		catchupWAL:    sink("catchup_slot_retained_wal_bytes", "WAL the sink's catch-up slot retains (pg_current_wal_lsn() - restart_lsn); 0 when it has none."),
 		oldestAge: sink("oldest_unresolved_age_seconds",
 			"Seconds since walcast read the sink's oldest unresolved event from the slot; 0 with an empty backlog."),
 	}
@@ -128,6 +140,12 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	now := time.Now()
 
+	var cuWAL map[string]int64
+	if c.catchupRetained != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), slotQueryTimeout)
+		cuWAL, _ = c.catchupRetained(ctx)
+		cancel()
+	}
 	marks := c.tracker.Peek()
 	for i, r := range c.runs {
 		l := []string{r.cfg.ID, r.cfg.Type}
@@ -151,6 +169,22 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(c.lastSuccess, last, l...)
 		events, bytes, oldest := c.tracker.Backlog(i)
+		if r.iso != nil {
+			cur := r.iso.Mode()
+			for _, m := range []isolate.Mode{isolate.Live, isolate.CatchingUp, isolate.Rejoining} {
+				v := 0.0
+				if m == cur {
+					v = 1
+				}
+				gauge(c.mode, v, r.cfg.ID, r.cfg.Type, m.String())
+			}
+			behind, _ := r.iso.Lag()
+			gauge(c.catchupBehind, float64(behind), l...)
+			gauge(c.catchupWAL, float64(cuWAL[r.cfg.ID]), l...)
+			if e, b, ok := r.iso.Backlog(); ok {
+				events, bytes, oldest = e, b, time.Time{}
+			}
+		}
 		gauge(c.backlogEvents, float64(events), l...)
 		gauge(c.backlogBytes, float64(bytes), l...)
 		age := 0.0

@@ -398,3 +398,15 @@ func (s *Sink) dropLeftover(ctx context.Context) {
 	s.dropLater = false
 	s.slot = ""
 }
+
+// Backlog is the catch-up stream's backlog while the sink is detached:
+// events read from its slot and not resolved, and their payload bytes.
+func (s *Sink) Backlog() (events int, bytes int64, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cu == nil {
+		return 0, 0, false
+	}
+	events, bytes, _ = s.cu.tracker.Backlog(0)
+	return events, bytes, true
+}
