@@ -53,7 +53,6 @@ func TestSlowSinkDetachesCatchesUpAndRejoins(t *testing.T) {
 		sinkSpec{ID: "fast", URL: fast.URL, Batch: 200},
 		sinkSpec{ID: "slow", URL: slow.URL, Batch: 100, Extra: "    max_in_flight = 2\n"})
 	cuSlot := isolate.SlotName("walcast_iso", "slow")
-	t.Cleanup(func() { dropSlot(dsn, cuSlot) })
 
 	proc := startWalcast(t, pipeline)
 	waitSlot(t, db, "walcast_iso")

@@ -57,16 +57,21 @@ func (r *sinkRun) mode() isolate.Mode {
 	return isolate.Live
 }
 
-// isolateSinks gives every durable sink its isolate.Sink; sinks that a
+// isolateSinks gives every durable sink of a pipeline with several sinks
+// its isolate.Sink; sinks that a
 // previous run left catching up (resume: sink id → catch-up slot) start
 // detached from the pipeline's stream.
 func isolateSinks(runs []*sinkRun, resume map[string]string, slots *isolate.Slots, fan *fanout.Fanout, tracker *ack.Tracker,
 	start uint64, capt *capture.Capture, ccfg capture.Config, newSched func(r *sinkRun, q *fanout.Queue, t *ack.Tracker, index int, skip pluginkit.EventID) *schedule.Scheduler, log *slog.Logger) {
 	for i, r := range runs {
-		if !r.cfg.Durable {
+		slot := resume[r.cfg.ID]
+		// A sink alone in its pipeline holds no one else back: detaching
+		// it would cost a slot copy and gain nothing. It still resumes a
+		// catch-up slot a previous run left (the file may have had more
+		// sinks then).
+		if !r.cfg.Durable || (len(runs) < 2 && slot == "") {
 			continue
 		}
-		slot := resume[r.cfg.ID]
 		if slot != "" {
 			fan.Detach(i)
 		}
