@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,5 +121,73 @@ func TestSlowSinkDetachesCatchesUpAndRejoins(t *testing.T) {
 	db.QueryRow(ctx, `SELECT count(*) FROM walcast.catchup_slots`).Scan(&rows)
 	if rows != 0 {
 		t.Fatalf("%d catch-up slot records left", rows)
+	}
+}
+
+// TestTwoStalledSinksAndTeardown: two stalled sinks detach at once while a
+// third keeps receiving; walcast status shows both catching up; a clean
+// stop and restart resume both catch-up slots; released, both catch up
+// with every change in row order and rejoin. A sink detached again (a
+// pause) has its catch-up slot dropped by walcast teardown.
+func TestTwoStalledSinksAndTeardown(t *testing.T) {
+	ctx := context.Background()
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	truthSlot(t, db, "truth_iso2")
+	t.Cleanup(func() { dropSlot(dsn, "truth_iso2") })
+	fast, s1, s2 := newReceiver(t), newReceiver(t), newReceiver(t)
+	s1.setMode(modeHang)
+	s2.setMode(modeFail)
+	pipeline := writePipeline(t, "iso2", dsn, []string{"public.items"},
+		sinkSpec{ID: "fast", URL: fast.URL, Batch: 200},
+		sinkSpec{ID: "s1", URL: s1.URL, Batch: 50},
+		sinkSpec{ID: "s2", URL: s2.URL, Batch: 50, Extra: "    detach_after = \"200ms\"\n    max_attempts = 1000\n"})
+	proc := startWalcast(t, pipeline)
+	waitSlot(t, db, "walcast_iso2")
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	if _, err := workload(ctx, db, rand.New(rand.NewPCG(seed, 13)), 8000); err != nil {
+		t.Fatal(err)
+	}
+	tables := map[string]bool{"public.items": true}
+	want := truth(t, db, "truth_iso2", tables)
+	waitFor(t, "the fast sink to receive every change", 2*time.Minute, func() bool { return fast.distinct() >= len(want) })
+	waitFor(t, "two catch-up slots", time.Minute, func() bool { return len(catchupSlots(t, db, "walcast_iso2")) == 2 })
+	out, err := walcastCLI(t, "status", pipeline)
+	if err != nil {
+		t.Fatalf("walcast status: %v\n%s", err, out)
+	}
+	for _, s := range []string{"sink s1: catching up on its own slot", "sink s2: catching up on its own slot"} {
+		if !strings.Contains(out, s) {
+			t.Fatalf("walcast status does not say %q:\n%s", s, out)
+		}
+	}
+
+	proc.stop()
+	proc = startWalcast(t, pipeline)
+	waitFor(t, "both sinks to resume catching up", time.Minute, func() bool {
+		return countLines(proc.logText(), "sink resumes catching up from its slot") == 2
+	})
+	s1.setMode(modeOK)
+	s2.setMode(modeOK)
+	waitFor(t, "both slow sinks to catch up", 3*time.Minute, func() bool {
+		return s1.distinct() >= len(want) && s2.distinct() >= len(want)
+	})
+	waitFor(t, "both catch-up slots to be dropped", time.Minute, func() bool { return len(catchupSlots(t, db, "walcast_iso2")) == 0 })
+	verify(t, want, s1.events())
+	verify(t, want, s2.events())
+	verify(t, want, fast.events())
+
+	if out, err := walcastCLI(t, "pause", pipeline, "--sink", "s1"); err != nil {
+		t.Fatalf("walcast pause: %v\n%s", err, out)
+	}
+	waitFor(t, "the paused sink to detach", time.Minute, func() bool { return len(catchupSlots(t, db, "walcast_iso2")) == 1 })
+	proc.stop()
+	if out, err := walcastCLI(t, "teardown", pipeline, "--yes"); err != nil {
+		t.Fatalf("walcast teardown: %v\n%s", err, out)
+	}
+	if got := catchupSlots(t, db, "walcast_iso2"); len(got) != 0 {
+		t.Fatalf("catch-up slots left after teardown: %v", got)
 	}
 }
