@@ -92,11 +92,22 @@ func TestSlowSinkDetachesCatchesUpAndRejoins(t *testing.T) {
 	waitFor(t, "the slow sink to start catching up", time.Minute, func() bool { return slow.distinct() > 2000 })
 	proc.kill()
 	t.Logf("killed while catching up: slow sink had %d of %d", slow.distinct(), len(want))
+	// Slow enough that the handover takes a while: killed while rejoining.
+	slow.mu.Lock()
+	slow.delay = 300 * time.Millisecond
+	slow.mu.Unlock()
+	proc = startWalcast(t, pipeline)
+	proc.waitLog(t, "sink rejoining the live stream")
+	proc.kill()
+	inRejoin := !strings.Contains(proc.logText(), "sink rejoined the live stream")
+	t.Logf("killed while rejoining: %v; slow sink had %d of %d", inRejoin, slow.distinct(), len(want))
 	slow.mu.Lock()
 	slow.delay = 0
 	slow.mu.Unlock()
 	proc = startWalcast(t, pipeline)
-	proc.waitLog(t, "sink resumes catching up from its slot")
+	if inRejoin {
+		proc.waitLog(t, "sink resumes catching up from its slot")
+	}
 	cuStart, cuFrom := time.Now(), slow.distinct()
 	waitFor(t, "the slow sink to catch up", 3*time.Minute, func() bool { return slow.distinct() >= len(want) })
 	t.Logf("catch-up: %d changes in %v", len(want)-cuFrom, time.Since(cuStart).Round(time.Millisecond))
