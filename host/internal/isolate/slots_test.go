@@ -40,7 +40,10 @@ func TestRecoverAfterKills(t *testing.T) {
 	if _, err := pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, main); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { Teardown(context.Background(), pool, "p", main); pool.Exec(context.Background(), `SELECT pg_drop_replication_slot($1)`, main) })
+	t.Cleanup(func() {
+		Teardown(context.Background(), pool, "p", main)
+		pool.Exec(context.Background(), `SELECT pg_drop_replication_slot($1)`, main)
+	})
 	s := NewSlots(pool, "p", main)
 	if err := s.Init(ctx); err != nil {
 		t.Fatal(err)
