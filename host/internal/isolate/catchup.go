@@ -29,6 +29,11 @@ type catchup struct {
 	// over.
 	boundary atomic.Pointer[pluginkit.EventID]
 	reached  atomic.Bool
+	// done: every transaction committed at or below it has been handed
+	// over (the last commit seen, or just below the slot's confirmed
+	// position at the start), so a boundary at or below it is reached at
+	// once: a stream with nothing new would otherwise wait for a keepalive.
+	done atomic.Uint64
 
 	// The scheduler's and the capture's goroutines close their done
 	// channel after setting their error.
@@ -78,6 +83,7 @@ func (b bounded) Event(ctx context.Context, ev pluginkit.Event, idle func()) err
 // ended, everything up to the boundary has been handed over.
 func (b bounded) Commit(commitLSN, endLSN uint64) {
 	b.Fanout.Commit(commitLSN, endLSN)
+	b.c.done.Store(commitLSN)
 	if bd := b.c.boundary.Load(); bd != nil && commitLSN >= bd.CommitLSN {
 		b.c.reached.Store(true)
 	}
@@ -91,6 +97,18 @@ func (b bounded) AdvanceIdle(walEnd uint64) bool {
 		b.c.reached.Store(true)
 	}
 	return moved
+}
+
+// setBoundary holds the stream at bd and notes whether everything up to
+// it has been handed over already. Commit stores done before it loads the
+// boundary, and this stores the boundary before it loads done: one of the
+// two sees the other.
+func (c *catchup) setBoundary(bd pluginkit.EventID) {
+	c.reached.Store(false)
+	c.boundary.Store(&bd)
+	if c.done.Load() >= bd.CommitLSN {
+		c.reached.Store(true)
+	}
 }
 
 // boundaryOf is the rejoin boundary: the last event the pipeline handed

@@ -315,6 +315,9 @@ func (s *Sink) startCatchup(ctx context.Context, slot string, confirmed uint64, 
 	tr.SetWatermark(0, skip)
 	q := fanout.NewQueue(s.cfg.QueueSize, true)
 	cu := &catchup{slot: slot, tracker: tr, queue: q}
+	if confirmed > 0 {
+		cu.done.Store(confirmed - 1)
+	}
 	cu.sched = s.cfg.NewScheduler(q, tr, 0, skip)
 	ccfg := s.cfg.Capture
 	ccfg.Slot = slot
@@ -337,8 +340,7 @@ func (s *Sink) rejoin(ctx context.Context) {
 	wm := s.cu.tracker.Peek()[0]
 	last := s.cfg.Fanout.Rejoin(s.cfg.Index, q, wm)
 	bd := boundaryOf(last, s.cfg.Start)
-	s.cu.reached.Store(false)
-	s.cu.boundary.Store(&bd)
+	s.cu.setBoundary(bd)
 	s.mode.Store(int32(Rejoining))
 	if err := s.cfg.Slots.SetMode(ctx, s.cfg.SinkID, Rejoining); err != nil {
 		s.log.Warn("record mode", "err", err)
