@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"math/rand/v2"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -154,7 +155,13 @@ func TestTwoStalledSinksAndTeardown(t *testing.T) {
 		sinkSpec{ID: "fast", URL: fast.URL, Batch: 200},
 		sinkSpec{ID: "s1", URL: s1.URL, Batch: 50},
 		sinkSpec{ID: "s2", URL: s2.URL, Batch: 50, Extra: "    detach_after = \"200ms\"\n    max_attempts = 1000\n"})
-	proc := startWalcast(t, pipeline)
+	proc := startWalcast(t, pipeline, "--metrics-listen", "127.0.0.1:0")
+	proc.waitLog(t, "serving metrics")
+	m := regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(proc.logText())
+	if m == nil {
+		t.Fatalf("no metrics address in the log:\n%s", proc.logText())
+	}
+	base := "http://" + m[1]
 	waitSlot(t, db, "walcast_iso2")
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
@@ -172,6 +179,34 @@ func TestTwoStalledSinksAndTeardown(t *testing.T) {
 	for _, s := range []string{"sink s1: catching up on its own slot", "sink s2: catching up on its own slot"} {
 		if !strings.Contains(out, s) {
 			t.Fatalf("walcast status does not say %q:\n%s", s, out)
+		}
+	}
+	// The mode changes once the batches in flight at the detachment have
+	// landed (the hanging receiver holds them up to the plugin's timeout).
+	waitFor(t, "both sinks to be catching up in /metrics", time.Minute, func() bool {
+		mf := scrape(t, base)
+		for _, sink := range []string{"s1", "s2"} {
+			l := map[string]string{"pipeline": "iso2", "sink": sink, "type": "webhook", "mode": "catching_up"}
+			if value(t, mf, "walcast_sink_mode", l) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	mf := scrape(t, base)
+	for _, sink := range []string{"s1", "s2", "fast"} {
+		l := map[string]string{"pipeline": "iso2", "sink": sink, "type": "webhook"}
+		mode := "catching_up"
+		if sink == "fast" {
+			mode = "live"
+		}
+		l["mode"] = mode
+		if v := value(t, mf, "walcast_sink_mode", l); v != 1 {
+			t.Errorf("walcast_sink_mode%v = %v, want 1", l, v)
+		}
+		delete(l, "mode")
+		if v := value(t, mf, "walcast_sink_catchup_slot_retained_wal_bytes", l); (v > 0) != (sink != "fast") {
+			t.Errorf("walcast_sink_catchup_slot_retained_wal_bytes%v = %v", l, v)
 		}
 	}
 

@@ -101,6 +101,12 @@ type Observation struct {
 	// CatchupFull: the catch-up queue is more than half full: the sink
 	// is still busy with what it read.
 	CatchupFull bool
+	// Failing: a delivery attempt of the catch-up stream failed within
+	// the last second: rejoining now would only fill the pipeline's
+	// queue again.
+	Failing bool
+	// Backoff: a rejoin was called off recently; the next one waits.
+	Backoff bool
 }
 
 // Action is what to do next.
@@ -125,7 +131,7 @@ func (p Policy) Decide(o Observation) Action {
 			return Detach
 		}
 	case CatchingUp:
-		if !o.Paused && !o.CatchupFull && o.BehindBytes <= p.RejoinLagBytes {
+		if !o.Paused && !o.CatchupFull && !o.Failing && !o.Backoff && o.BehindBytes <= p.RejoinLagBytes {
 			return Rejoin
 		}
 	case Rejoining:

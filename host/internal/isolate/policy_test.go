@@ -22,6 +22,8 @@ func TestDecide(t *testing.T) {
 		{"catching up, close", Observation{Mode: CatchingUp, BehindBytes: 100}, Rejoin},
 		{"catching up, close but paused", Observation{Mode: CatchingUp, BehindBytes: 0, Paused: true}, Stay},
 		{"catching up, close but its queue is full", Observation{Mode: CatchingUp, CatchupFull: true}, Stay},
+		{"catching up, close but failing", Observation{Mode: CatchingUp, Failing: true}, Stay},
+		{"catching up, close but a rejoin was just called off", Observation{Mode: CatchingUp, Backoff: true}, Stay},
 		{"rejoining, flowing", Observation{Mode: Rejoining, BlockedFor: 10 * time.Millisecond}, Stay},
 		{"rejoining, blocked past the threshold", Observation{Mode: Rejoining, BlockedFor: 2 * time.Second}, Detach},
 		{"rejoining, paused", Observation{Mode: Rejoining, Paused: true}, Detach},

@@ -64,6 +64,14 @@ type Sink struct {
 	// counters never go back.
 	stats schedule.Stats
 
+	// Owned by Run: the catch-up stream's failed attempts when last
+	// looked at and when they last grew; when a called-off rejoin may be
+	// tried again, and the wait after the next one called off.
+	failures      int64
+	failedAt      time.Time
+	rejoinAfter   time.Time
+	rejoinBackoff time.Duration
+
 	liveStop chan struct{}
 	liveDone chan struct{}
 	liveErr  error
@@ -251,6 +259,11 @@ func (s *Sink) step(ctx context.Context) error {
 	case CatchingUp:
 		o.BehindBytes = s.cu.behind(s.cfg.Received())
 		o.CatchupFull = s.cu.tracker.Pending(0) > s.cfg.QueueSize/2
+		if f := s.cu.sched.Stats.Failures.Load(); f != s.failures {
+			s.failures, s.failedAt = f, now
+		}
+		o.Failing = now.Sub(s.failedAt) < time.Second
+		o.Backoff = now.Before(s.rejoinAfter)
 	}
 	switch s.cfg.Policy.Decide(o) {
 	case Detach:
@@ -292,6 +305,7 @@ func (s *Sink) detach(ctx context.Context, o Observation) error {
 		return nil
 	}
 	s.cfg.Fanout.Detach(s.cfg.Index)
+	s.mode.Store(int32(CatchingUp))
 	// The live scheduler finishes its batches in flight before anything
 	// of the same rows is delivered from the catch-up stream.
 	close(s.liveStop)
@@ -315,6 +329,7 @@ func (s *Sink) startCatchup(ctx context.Context, slot string, confirmed uint64, 
 	tr.SetWatermark(0, skip)
 	q := fanout.NewQueue(s.cfg.QueueSize, true)
 	cu := &catchup{slot: slot, tracker: tr, queue: q}
+	s.failures = 0
 	if confirmed > 0 {
 		cu.done.Store(confirmed - 1)
 	}
@@ -356,6 +371,10 @@ func (s *Sink) abortRejoin(ctx context.Context, o Observation) {
 	s.cu.boundary.Store(nil)
 	s.cu.reached.Store(false)
 	s.mode.Store(int32(CatchingUp))
+	// Every call-off held the pipeline back for Policy.After: wait longer
+	// each time (1 s doubling to a minute) before the next attempt.
+	s.rejoinBackoff = min(max(2*s.rejoinBackoff, time.Second), time.Minute)
+	s.rejoinAfter = time.Now().Add(s.rejoinBackoff)
 	if err := s.cfg.Slots.SetMode(ctx, s.cfg.SinkID, CatchingUp); err != nil {
 		s.log.Warn("record mode", "err", err)
 	}
@@ -383,6 +402,7 @@ func (s *Sink) completeRejoin(ctx context.Context) error {
 	s.mode.Store(int32(Live))
 	s.startLive(ctx, live)
 	s.Rejoined.Add(1)
+	s.rejoinBackoff = 0
 	s.log.Info("sink rejoined the live stream", "through", wm.String())
 	s.dropLater = true
 	s.dropLeftover(ctx)
