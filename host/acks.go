@@ -37,6 +37,8 @@ type acks struct {
 	// transaction without captured changes, the last event of an earlier
 	// one, or zero). It holds the flush position.
 	committed *ack.Releases[cdc.EventID]
+	// seen is the through of the latest commit record read.
+	seen cdc.EventID
 }
 
 // deliveredTx: Next has returned events commitLSN:0 .. commitLSN:last.
@@ -95,6 +97,9 @@ func (a *acks) commit(through cdc.EventID, endLSN uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.committed.Commit(through, endLSN)
+	if through.Compare(a.seen) > 0 {
+		a.seen = through
+	}
 	// The consumer may have acked the last event before capture read the
 	// commit record.
 	a.committed.Release(a.acked)
@@ -108,6 +113,15 @@ func (a *acks) advanceIdle(walEnd uint64, last cdc.EventID) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.committed.AdvanceIdle(walEnd, a.acked.Compare(last) >= 0)
+}
+
+// awaitingCommit reports whether the acknowledged events reach into a
+// transaction whose commit record capture has not read yet: acking its
+// last event cannot release it until then.
+func (a *acks) awaitingCommit() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return !a.acked.IsZero() && a.seen.Compare(a.acked) < 0
 }
 
 // position is the LSN that may be confirmed to PostgreSQL.

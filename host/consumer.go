@@ -13,6 +13,10 @@ import (
 type consumer struct {
 	events chan<- cdc.Event
 	acks   *acks
+	// drain ends when Close begins: from then on events are no longer
+	// handed over (Next would refuse them) but capture keeps reading, so
+	// that the commit record of an acknowledged transaction still arrives.
+	drain context.Context
 	// last is the last event handed over: the idle advance needs it
 	// acknowledged.
 	last cdc.EventID
@@ -23,9 +27,13 @@ var _ capture.Consumer = (*consumer)(nil)
 // Event blocks while the channel is full — the consumer is behind, and
 // the changes wait in the slot instead of in memory.
 func (c *consumer) Event(ctx context.Context, ev cdc.Event, idle func()) error {
-	if err := capture.Send(ctx, c.events, ev, idle); err != nil {
-		return err
+	if c.drain.Err() == nil {
+		if err := capture.Send(c.drain, c.events, ev, idle); err != nil && (ctx.Err() != nil || c.drain.Err() == nil) {
+			return err
+		}
 	}
+	// Handed over, or dropped while draining: either way later commits
+	// and idle advances must count it as not yet acknowledged.
 	c.last = ev.ID
 	return nil
 }

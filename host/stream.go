@@ -42,6 +42,11 @@ type StreamConfig struct {
 	// Logger receives capture's warnings (reconnects and the like).
 	// Default: discard.
 	Logger *slog.Logger
+	// AcceptGap: when the slot was lost, invalidated or belongs to another
+	// cluster, or its publication was dropped, Open fails with an error
+	// explaining it; set AcceptGap to create a new slot instead and record
+	// the gap in the walcast schema (walcast status shows it).
+	AcceptGap bool
 }
 
 // Stream delivers the committed changes of the captured tables in commit
@@ -55,6 +60,8 @@ type Stream struct {
 	pool   *pgxpool.Pool
 
 	stop    context.CancelFunc
+	drain   context.CancelFunc // stops handing events over (Close)
+	slot    string
 	done    chan struct{} // closed when the capture goroutine has returned
 	runErr  error         // capture's error; read after done
 	closeMu sync.Mutex
@@ -106,6 +113,7 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 		ApplicationName: "walcast-library-" + cfg.Slot,
 		PrimaryKey:      capture.PrimaryKeyLookup(pool),
 		Logger:          cfg.Logger,
+		AcceptGap:       cfg.AcceptGap,
 	}
 	store := checkpoint.New(pool, "library:"+cfg.Slot)
 	prep, err := capture.Prepare(ctx, pool, store, ccfg)
@@ -114,14 +122,16 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 		return nil, fmt.Errorf("open walcast stream: prepare source for slot %s: %w", cfg.Slot, err)
 	}
 	ccfg.StatusInterval = min(10*time.Second, prep.WalSenderTimeout/4)
+	ccfg.KeylessPublication = prep.KeylessPublication
 
 	events := make(chan cdc.Event, cfg.Buffer)
 	a := newAcks(prep.ConfirmedFlush)
-	capt := capture.New(ccfg, &consumer{events: events, acks: a})
 	// The capture goroutine must outlive ctx (which ends with Open) but
 	// keep its values.
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	s := &Stream{events: events, acks: a, capt: capt, pool: pool, stop: stop, done: make(chan struct{})}
+	drainCtx, drain := context.WithCancel(runCtx)
+	capt := capture.New(ccfg, &consumer{events: events, acks: a, drain: drainCtx})
+	s := &Stream{events: events, acks: a, capt: capt, pool: pool, stop: stop, drain: drain, slot: cfg.Slot, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
 		// capture calls Event only from here, so closing after Run is
@@ -202,10 +212,11 @@ func (s *Stream) Ack(id cdc.EventID) error {
 	return s.acks.ack(id)
 }
 
-// Close stops streaming, confirms the released position to PostgreSQL and
-// closes the connections. Unacknowledged events are delivered again by the
-// next stream on the same slot. Close waits at most about 10 seconds for
-// the final confirmation; calling it again returns nil.
+// Close stops streaming, confirms the released position to PostgreSQL,
+// waits until the slot shows it, and closes the connections: an ack made
+// just before Close is not lost. Unacknowledged events are delivered again
+// by the next stream on the same slot. Close waits at most about 10
+// seconds; calling it again returns nil.
 func (s *Stream) Close() error {
 	s.closeMu.Lock()
 	if s.closed {
@@ -215,15 +226,44 @@ func (s *Stream) Close() error {
 	s.closed = true
 	s.closeMu.Unlock()
 
-	s.stop()
-	<-s.done
 	defer s.pool.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := s.capt.Close(ctx); err != nil {
-		return fmt.Errorf("close walcast stream: confirm final position %s: %w", cdc.FormatLSN(s.acks.position()), err)
+	// An ack of a transaction's last event releases it only once capture
+	// has read its commit record, which may still be on its way: keep
+	// reading (handing nothing more over) until it is, briefly.
+	s.drain()
+	for s.acks.awaitingCommit() && ctx.Err() == nil {
+		select {
+		case <-s.done:
+		case <-time.After(5 * time.Millisecond):
+			continue
+		}
+		break
 	}
-	return nil
+	s.stop()
+	<-s.done
+	pos := s.acks.position()
+	if err := s.capt.Close(ctx); err != nil {
+		return fmt.Errorf("close walcast stream: confirm final position %s: %w", cdc.FormatLSN(pos), err)
+	}
+	// The walsender applies the confirmation as it reads it; wait until
+	// the slot shows it, so that a stream opened next starts after it.
+	for {
+		var lsn string
+		err := s.pool.QueryRow(ctx, `SELECT coalesce(confirmed_flush_lsn::text, '0/0') FROM pg_replication_slots WHERE slot_name = $1`, s.slot).Scan(&lsn)
+		if err != nil {
+			return fmt.Errorf("close walcast stream: check final position %s of slot %s: %w", cdc.FormatLSN(pos), s.slot, err)
+		}
+		if got, err := cdc.ParseLSN(lsn); err == nil && got >= pos {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("close walcast stream: slot %s did not reach the final position %s: %w", s.slot, cdc.FormatLSN(pos), ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 func (s *Stream) isClosed() bool {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/signal"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -14,9 +16,10 @@ import (
 	"github.com/walcast/walcast/pluginkit/protocol"
 )
 
-// MaxMessageSize is the largest Deliver request a sink receives: the host
-// cuts batches so that they fit, and a single larger event still comes
-// alone.
+// MaxMessageSize is the largest Deliver request a sink receives (2 GiB, the
+// most a protobuf message can be): the host cuts batches to 16 MiB by
+// default, and a single larger event, up to PostgreSQL's 1 GB per value,
+// comes alone.
 const MaxMessageSize = protocol.MaxMessageSize
 
 // closeTimeout bounds the Close a plugin runs on its own when the host went
@@ -42,6 +45,14 @@ const parentPollInterval = time.Second
 // timeout, before it returns.
 func Serve(s Sink) {
 	srv := &server{sink: s}
+	// The host stops its plugins itself, after their batches in flight
+	// have finished and the final checkpoints are written. A SIGTERM or
+	// SIGINT sent to the whole process group or cgroup (systemd's
+	// KillMode=control-group, timeout, kill -- -PGID, Ctrl-C) must not end
+	// the plugin first: that breaks the batches in flight and makes them
+	// be delivered again. A dead host is noticed by the parent watch
+	// below (and Pdeathsig on Linux).
+	signal.Ignore(syscall.SIGTERM, syscall.SIGINT)
 
 	var (
 		mu     sync.Mutex

@@ -111,6 +111,7 @@ func demo(ctx context.Context, bin string) error {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
+	fmt.Fprintln(os.Stderr, "walcast-demo: writing a few changes a second; events print below. Press Ctrl-C to stop (the throwaway PostgreSQL is removed).")
 
 	werr := write(ctx, db, exited)
 	cmd.Process.Signal(syscall.SIGTERM)

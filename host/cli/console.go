@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -29,26 +28,19 @@ const consoleReplayWait = 10 * time.Second
 
 // cmdConsole serves the web console for the pipelines until SIGINT/SIGTERM.
 func cmdConsole(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("console", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("console", stderr)
 	listen := fs.String("listen", "127.0.0.1:8080", "address to serve the console on")
 	token := fs.String("token", "", "access token required on every request (default $"+EnvConsoleToken+"); needed to listen beyond loopback")
 	pluginDir := fs.String("plugin-dir", "", "directory holding walcast-sink-* plugins (replay when no daemon runs)")
 	sampleEvery := fs.Duration("sample-every", 5*time.Second, "how often to sample each slot's lag")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	var paths []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return 2
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		paths = append(paths, fs.Arg(0))
-		args = fs.Args()[1:]
+	paths, code, ok := parseAll(fs, args, stdout, stderr)
+	if !ok {
+		return code
 	}
 	if len(paths) == 0 {
-		fmt.Fprintln(stderr, "walcast console: want one or more PIPELINE.hcl arguments")
+		fmt.Fprint(stderr, "walcast console: want one or more PIPELINE.hcl arguments\n\n")
+		printHelp(stderr, fs)
 		return 2
 	}
 	log, err := newLogger(stderr, *logLevel, "text")

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -67,8 +69,8 @@ func TestCrashLoopLosesNothing(t *testing.T) {
 	truthSlot(t, db, "truth_crash")
 	rcv := newReceiver(t)
 	// A receiver taking a few ms per request and two lanes spread the
-	// delivery over seconds: the whole workload commits in well under a
-	// second here, and kills must land while events are still undelivered.
+	// delivery over a few seconds: the whole workload commits in well under
+	// a second here. Each kill waits for a request the receiver holds.
 	rcv.delay = 4 * time.Millisecond
 	pipeline := writePipeline(t, "crash", dsn, []string{"public.items"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Batch: 50, Extra: "    max_in_flight = 2\n"})
@@ -92,9 +94,24 @@ func TestCrashLoopLosesNothing(t *testing.T) {
 		// interrupts real work, often mid-transaction or between a
 		// delivery and its checkpoint).
 		target := rcv.count() + 1 + r.IntN(2500)
+		// The receiver holds the request that reaches the target until
+		// the kill: however slowly this loop runs on a loaded machine,
+		// the kill lands with that batch in flight.
+		held, release := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		rcv.setRespond(func(_ http.Header, _ []byte, evs []received) (int, http.Header) {
+			if rcv.count()+len(evs) < target {
+				return 0, nil
+			}
+			once.Do(func() { close(held) })
+			<-release
+			return http.StatusServiceUnavailable, nil // to a walcast that is gone
+		})
 		waitFor(t, "deliveries before kill", 60*time.Second, func() bool {
-			if rcv.count() >= target {
+			select {
+			case <-held:
 				return true
+			default:
 			}
 			// A fast run may deliver everything before the target: then
 			// kill anyway (a restart with nothing left to replay).
@@ -114,6 +131,8 @@ func TestCrashLoopLosesNothing(t *testing.T) {
 			time.Sleep(time.Duration(50+r.IntN(300)) * time.Millisecond)
 		}
 		proc.kill()
+		close(release)
+		rcv.setRespond(nil)
 		kills++
 		if done := workFinished(workDone, t, db); done < 0 || rcv.distinct() < done {
 			midStream++

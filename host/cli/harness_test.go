@@ -250,6 +250,13 @@ type walcastProc struct {
 // file that is printed when the test fails.
 func startWalcast(t testing.TB, pipeline string, args ...string) *walcastProc {
 	t.Helper()
+	return startWalcastAttr(t, nil, pipeline, args...)
+}
+
+// startWalcastAttr is startWalcast with process attributes (e.g. its own
+// process group).
+func startWalcastAttr(t testing.TB, attr *syscall.SysProcAttr, pipeline string, args ...string) *walcastProc {
+	t.Helper()
 	logPath := filepath.Join(t.TempDir(), "walcast.log")
 	f, err := os.Create(logPath)
 	if err != nil {
@@ -258,6 +265,7 @@ func startWalcast(t testing.TB, pipeline string, args ...string) *walcastProc {
 	cmd := exec.Command(filepath.Join(binDir, "walcast"), append([]string{"run", pipeline, "--plugin-dir", binDir, "--shutdown-timeout", "10s"}, args...)...)
 	cmd.Stdout = f
 	cmd.Stderr = f
+	cmd.SysProcAttr = attr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -487,8 +495,9 @@ type change struct {
 }
 
 var (
-	tdBegin  = regexp.MustCompile(`^BEGIN (\d+)$`)
-	tdChange = regexp.MustCompile(`^table ([^ ]+): (INSERT|UPDATE|DELETE|TRUNCATE):(?: id\[[a-z]+\]:(-?\d+))?`)
+	tdBegin    = regexp.MustCompile(`^BEGIN (\d+)$`)
+	tdTruncate = regexp.MustCompile(`^table (.+): TRUNCATE:`)
+	tdChange   = regexp.MustCompile(`^table ([^ ]+): (INSERT|UPDATE|DELETE|TRUNCATE):(?: id\[[a-z]+\]:(-?\d+))?`)
 )
 
 // truthSlot creates a test_decoding slot before a workload; truth reads it
@@ -518,6 +527,16 @@ func truth(t testing.TB, db *pgx.Conn, slot string, tables map[string]bool) []ch
 		if m := tdBegin.FindStringSubmatch(line); m != nil {
 			x, _ := strconv.ParseUint(m[1], 10, 32)
 			xid, idx = uint32(x), 0
+			continue
+		}
+		if m := tdTruncate.FindStringSubmatch(line); m != nil {
+			// One TRUNCATE naming several tables: one change per table.
+			for _, tb := range strings.Split(m[1], ", ") {
+				if tables[tb] {
+					out = append(out, change{Xid: xid, Index: idx, Table: tb[strings.IndexByte(tb, '.')+1:], Op: "truncate", Key: "null"})
+					idx++
+				}
+			}
 			continue
 		}
 		m := tdChange.FindStringSubmatch(line)

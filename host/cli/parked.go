@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -44,12 +43,11 @@ func openStore(ctx context.Context, path string, stderr io.Writer) (*config.Pipe
 }
 
 func cmdParked(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("parked", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("parked", stderr)
 	sink := fs.String("sink", "", "only this sink's parked events")
-	path, ok := parseArgs(fs, args, stderr)
+	path, code, ok := parseArgs(fs, args, stdout, stderr)
 	if !ok {
-		return 2
+		return code
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -83,16 +81,15 @@ func cmdParked(args []string, stdout, stderr io.Writer) int {
 }
 
 func cmdReplay(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("replay", stderr)
 	sinkID := fs.String("sink", "", "the sink whose parked events to deliver again (required)")
 	all := fs.Bool("all", false, "replay every parked event of the sink")
 	idFlag := fs.String("id", "", "replay the row of this parked event, oldest parked event first")
 	wait := fs.Duration("wait", 60*time.Second, "how long to wait for the replayed events to leave walcast.parked (0: do not wait for a daemon; replaying directly, wait until the replay ends)")
 	pluginDir := fs.String("plugin-dir", "", "directory holding walcast-sink-* plugins (direct replay)")
-	path, ok := parseArgs(fs, args, stderr)
+	path, code, ok := parseArgs(fs, args, stdout, stderr)
 	if !ok {
-		return 2
+		return code
 	}
 	if *sinkID == "" || *all == (*idFlag != "") {
 		fmt.Fprintln(stderr, "walcast replay: want --sink ID and exactly one of --all or --id EVENT_ID")

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -24,12 +23,11 @@ func cmdResume(args []string, stdout, stderr io.Writer) int {
 }
 
 func setPaused(name string, paused bool, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags(name, stderr)
 	sinkID := fs.String("sink", "", "only this sink (default: the whole pipeline)")
-	path, ok := parseArgs(fs, args, stderr)
+	path, code, ok := parseArgs(fs, args, stdout, stderr)
 	if !ok {
-		return 2
+		return code
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

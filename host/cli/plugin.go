@@ -2,13 +2,11 @@ package cli
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -17,37 +15,8 @@ import (
 	"github.com/walcast/walcast/host/internal/sinkclient"
 )
 
-const pluginUsage = `Usage:
-  walcast plugin install SOURCE [--plugin-dir DIR] [--name TYPE]
-  walcast plugin list [--plugin-dir DIR]
-  walcast plugin remove TYPE [--plugin-dir DIR]
-
-SOURCE is an executable, a directory holding a Go main package, or
-module/path@version (both built with the local go command).
-`
-
 // installTimeout bounds an install, builds and module downloads included.
 const installTimeout = 15 * time.Minute
-
-func cmdPlugin(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, pluginUsage)
-		return 2
-	}
-	switch args[0] {
-	case "install":
-		return cmdPluginInstall(args[1:], stdout, stderr)
-	case "list":
-		return cmdPluginList(args[1:], stdout, stderr)
-	case "remove":
-		return cmdPluginRemove(args[1:], stdout, stderr)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, pluginUsage)
-		return 0
-	}
-	fmt.Fprintf(stderr, "walcast plugin: unknown command %q\n\n%s", args[0], pluginUsage)
-	return 2
-}
 
 // installDir is where install and remove act: the first directory the
 // host searches, so that what was installed is what runs.
@@ -60,13 +29,12 @@ func installDir(flagDir string) (string, error) {
 }
 
 func cmdPluginInstall(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("plugin install", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("plugin install", stderr)
 	pluginDir := fs.String("plugin-dir", "", "directory to install into")
 	name := fs.String("name", "", "sink type to install as (default: from the file name or the plugin itself)")
-	pos, ok := parsePositionals(fs, args, stderr, "SOURCE")
+	pos, code, ok := parsePositionals(fs, args, stdout, stderr, "SOURCE")
 	if !ok {
-		return 2
+		return code
 	}
 	src, err := pluginlock.ParseSource(pos[0])
 	if err != nil {
@@ -95,11 +63,10 @@ func cmdPluginInstall(args []string, stdout, stderr io.Writer) int {
 // cmdPluginList exits 1 when a locked plugin's hash differs, since walcast
 // would refuse to run it; scripts can check that without parsing.
 func cmdPluginList(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("plugin list", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("plugin list", stderr)
 	pluginDir := fs.String("plugin-dir", "", "directory searched first")
-	if _, ok := parsePositionals(fs, args, stderr); !ok {
-		return 2
+	if _, code, ok := parsePositionals(fs, args, stdout, stderr); !ok {
+		return code
 	}
 	listed, err := pluginlock.List(uniqueDirs(sinkclient.SearchDirs(*pluginDir)))
 	if err != nil {
@@ -107,12 +74,12 @@ func cmdPluginList(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TYPE\tVERSION\tSHA256\tPATH")
+	fmt.Fprintln(tw, "TYPE\tVERSION\tCHECKSUM\tPATH")
 	code := 0
 	for _, l := range listed {
 		version := l.Version
-		if l.Status == pluginlock.StatusUnlocked {
-			version = "unlocked"
+		if version == "" {
+			version = "-"
 		}
 		if l.Status == pluginlock.StatusMismatch {
 			code = 1
@@ -127,12 +94,11 @@ func cmdPluginList(args []string, stdout, stderr io.Writer) int {
 }
 
 func cmdPluginRemove(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("plugin remove", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("plugin remove", stderr)
 	pluginDir := fs.String("plugin-dir", "", "directory to remove from")
-	pos, ok := parsePositionals(fs, args, stderr, "TYPE")
+	pos, code, ok := parsePositionals(fs, args, stdout, stderr, "TYPE")
 	if !ok {
-		return 2
+		return code
 	}
 	dir, err := installDir(*pluginDir)
 	if err != nil {
@@ -146,29 +112,4 @@ func cmdPluginRemove(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "removed %s (%s)\n", pos[0], path)
 	return 0
-}
-
-// parsePositionals is parseArgs for a fixed list of named positional
-// arguments (possibly none), flags allowed before, between and after them.
-func parsePositionals(fs *flag.FlagSet, args []string, stderr io.Writer, names ...string) ([]string, bool) {
-	var positional []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, false
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		positional = append(positional, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
-	if len(positional) != len(names) {
-		want := "no arguments"
-		if len(names) > 0 {
-			want = "exactly one " + strings.Join(names, " ") + " argument"
-		}
-		fmt.Fprintf(stderr, "walcast %s: want %s, got %d arguments\n\n%s", fs.Name(), want, len(positional), pluginUsage)
-		return nil, false
-	}
-	return positional, true
 }

@@ -4,6 +4,7 @@ import (
 	"archive/zip"
 	"bytes"
 	"context"
+	"debug/buildinfo"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -94,8 +95,8 @@ func TestPluginInstall(t *testing.T) {
 	tmp := t.TempDir()
 	built := buildCustomSink(t, tmp, "batchfiles-example")
 
-	t.Run("binary, named by the plugin", func(t *testing.T) {
-		dir := t.TempDir()
+	t.Run("binary, named by the plugin, into a new directory", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "opt", "plugins")
 		stdout, stderr, code := walcastCmd(t, "plugin", "install", built, "--plugin-dir", dir)
 		if code != 0 {
 			t.Fatalf("exit %d: %s", code, stderr)
@@ -103,6 +104,20 @@ func TestPluginInstall(t *testing.T) {
 		wantInstalled(t, stdout, "batchfiles", dir)
 		if src := readLock(t, dir).Plugins["batchfiles"].Source; src != built {
 			t.Errorf("lock source = %q, want %q", src, built)
+		}
+	})
+
+	t.Run("into $WALCAST_PLUGIN_DIR, created when missing", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "plugins")
+		env := []string{"WALCAST_PLUGIN_DIR=" + dir}
+		stdout, stderr, code := walcastEnvCmd(t, env, "plugin", "install", built)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		wantInstalled(t, stdout, "batchfiles", dir)
+		stdout, stderr, code = walcastEnvCmd(t, env, "plugin", "list")
+		if code != 0 || !regexp.MustCompile(`(?m)^batchfiles +\S+ +ok +`+regexp.QuoteMeta(filepath.Join(dir, "walcast-sink-batchfiles"))+`$`).MatchString(stdout) {
+			t.Errorf("list with $WALCAST_PLUGIN_DIR: exit %d, stderr %q:\n%s", code, stderr, stdout)
 		}
 	})
 
@@ -161,8 +176,17 @@ func TestPluginInstall(t *testing.T) {
 		if !regexp.MustCompile(`(?m)^batchfiles +` + regexp.QuoteMeta(version) + ` +ok +` + regexp.QuoteMeta(installed) + `$`).MatchString(stdout) {
 			t.Errorf("list does not show batchfiles %s ok:\n%s", version, stdout)
 		}
-		if !regexp.MustCompile(`(?m)^webhook +unlocked +unlocked +\S+/walcast-sink-webhook$`).MatchString(stdout) {
-			t.Errorf("list does not show the built-in webhook sink as unlocked:\n%s", stdout)
+		if !strings.HasPrefix(stdout, "TYPE ") || !regexp.MustCompile(`^TYPE +VERSION +CHECKSUM +PATH\n`).MatchString(stdout) {
+			t.Errorf("list header, want TYPE VERSION CHECKSUM PATH:\n%s", stdout)
+		}
+		// An unlocked plugin's version comes from its build information,
+		// in its own column; the checksum column says it is unlocked.
+		bi, err := buildinfo.ReadFile(filepath.Join(binDir, "walcast-sink-webhook"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !regexp.MustCompile(`(?m)^webhook +` + regexp.QuoteMeta(bi.Main.Version) + ` +unlocked +\S+/walcast-sink-webhook$`).MatchString(stdout) {
+			t.Errorf("list does not show the built-in webhook sink's version %s and unlocked:\n%s", bi.Main.Version, stdout)
 		}
 
 		pipeline := writeBatchfilesPipeline(t, "postgres://walcast@db.example/shop", []string{"public.orders"})
@@ -244,9 +268,9 @@ func TestPluginUsage(t *testing.T) {
 	}{
 		{[]string{"plugin"}, "Usage:"},
 		{[]string{"plugin", "frobnicate"}, `walcast plugin: unknown command "frobnicate"`},
-		{[]string{"plugin", "install"}, "walcast plugin install: want exactly one SOURCE argument, got 0 arguments"},
-		{[]string{"plugin", "remove", "a", "b"}, "walcast plugin remove: want exactly one TYPE argument, got 2 arguments"},
-		{[]string{"plugin", "list", "x"}, "walcast plugin list: want no arguments, got 1 arguments"},
+		{[]string{"plugin", "install"}, "walcast plugin install: want exactly one SOURCE argument, got 0"},
+		{[]string{"plugin", "remove", "a", "b"}, "walcast plugin remove: want exactly one TYPE argument, got 2"},
+		{[]string{"plugin", "list", "x"}, "walcast plugin list: want no arguments, got 1"},
 	} {
 		_, stderr, code := walcastCmd(t, tc.args...)
 		if code != 2 || !strings.Contains(stderr, tc.want) {

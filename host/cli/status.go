@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -12,7 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/walcast/walcast/host/internal/capture"
 	"github.com/walcast/walcast/host/internal/isolate"
+	"github.com/walcast/walcast/pluginkit"
 )
 
 // cmdStatus prints what the control plane knows about a pipeline: the
@@ -21,11 +22,10 @@ import (
 // reads only the source database, so it works from any machine while the
 // daemon runs.
 func cmdStatus(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path, ok := parseArgs(fs, args, stderr)
+	fs := newFlags("status", stderr)
+	path, code, ok := parseArgs(fs, args, stdout, stderr)
 	if !ok {
-		return 2
+		return code
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -37,23 +37,54 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 
 	fmt.Fprintf(stdout, "pipeline %s\n", p.Name)
 	var active bool
-	var confirmed string
+	var confirmed, walStatus string
 	var retained int64
+	missing := false
 	err := pool.QueryRow(ctx, `
-SELECT active, coalesce(confirmed_flush_lsn::text, ''), coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint
-FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &confirmed, &retained)
+SELECT active, coalesce(confirmed_flush_lsn::text, ''), coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint, coalesce(wal_status, '')
+FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &confirmed, &retained, &walStatus)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		fmt.Fprintf(stdout, "slot %s: does not exist (created by the first walcast run)\n", p.Source.Slot)
+		missing = true
 	case err != nil:
 		fmt.Fprintln(stderr, "walcast status:", err)
 		return 1
+	case walStatus == "lost":
+		fmt.Fprintf(stdout, "slot %s: lost (invalidated: PostgreSQL removed WAL it still needed, max_slot_wal_keep_size; it can no longer stream)\n", p.Source.Slot)
 	default:
 		state := "inactive (no walcast run streams from it)"
 		if active {
 			state = "active"
 		}
-		fmt.Fprintf(stdout, "slot %s: %s, confirmed up to %s, retaining %s of WAL\n", p.Source.Slot, state, confirmed, humanBytes(retained))
+		fmt.Fprintf(stdout, "slot %s: %s, confirmed up to %s, retaining %s of WAL", p.Source.Slot, state, confirmed, humanBytes(retained))
+		if walStatus == "unreserved" {
+			fmt.Fprint(stdout, ", wal_status unreserved (past max_wal_size: PostgreSQL invalidates it at the next checkpoint unless it catches up)")
+		}
+		fmt.Fprintln(stdout)
+	}
+	ccfg := capture.Config{DSN: p.Source.DSN, Slot: p.Source.Slot, Publication: p.Source.Publication}
+	gap, err := capture.Diagnose(ctx, pool, store, ccfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "walcast status:", err)
+		return 1
+	}
+	switch {
+	case missing && gap == nil:
+		fmt.Fprintf(stdout, "slot %s: does not exist (walcast run creates it)\n", p.Source.Slot)
+	case missing:
+		fmt.Fprintf(stdout, "slot %s: does not exist\n", p.Source.Slot)
+	}
+	if gap != nil {
+		fmt.Fprintf(stdout, "walcast run refuses to start (%s): %s\n", gap.Kind, gap.What)
+	}
+	gaps, err := store.Gaps(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "walcast status:", err)
+		return 1
+	}
+	for _, g := range gaps {
+		fmt.Fprintf(stdout, "gap accepted %s (%s): sink %s missed the changes after %s up to %s\n",
+			g.AcceptedAt.UTC().Format(time.RFC3339), g.Reason, g.Sink, g.From, pluginkit.FormatLSN(g.To))
 	}
 
 	marks, err := store.Load(ctx)

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -15,13 +14,12 @@ import (
 )
 
 func cmdTeardown(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("teardown", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("teardown", stderr)
 	yes := fs.Bool("yes", false, "really drop the slot: undelivered changes are lost")
 	force := fs.Bool("force", false, "tear down even though events are parked (they are deleted)")
-	path, ok := parseArgs(fs, args, stderr)
+	path, code, ok := parseArgs(fs, args, stdout, stderr)
 	if !ok {
-		return 2
+		return code
 	}
 	p, diags := config.Load(path)
 	if diags.HasErrors() {

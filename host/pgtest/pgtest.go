@@ -37,6 +37,9 @@ type Options struct {
 	Settings []string
 	// Durable keeps fsync on (for benchmarks that want realistic WAL cost).
 	Durable bool
+	// InitdbArgs are extra initdb arguments, e.g. "--wal-segsize=1" so
+	// that a test can fill max_slot_wal_keep_size quickly.
+	InitdbArgs []string
 }
 
 // Cluster is one running PostgreSQL server.
@@ -89,7 +92,8 @@ func (c *Cluster) init(ctx context.Context, opts Options) error {
 			return fmt.Errorf("hand cluster directory to postgres: %w", err)
 		}
 	}
-	if out, err := c.run(ctx, "initdb", "-D", c.Data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"); err != nil {
+	args := append([]string{"-D", c.Data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"}, opts.InitdbArgs...)
+	if out, err := c.run(ctx, "initdb", args...); err != nil {
 		return fmt.Errorf("initdb: %w\n%s", err, out)
 	}
 	port, err := freePort()

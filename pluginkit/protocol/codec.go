@@ -49,6 +49,9 @@ func (codec) Name() string { return "proto" }
 
 func (codec) Marshal(v any) (mem.BufferSlice, error) {
 	if b, ok := v.(DeliverBatch); ok {
+		if b.hasBigPayload() {
+			return b.wireBuffers(), nil
+		}
 		bp := sharedPool.Get(b.Size())
 		*bp = b.AppendWire((*bp)[:0])
 		return mem.BufferSlice{mem.NewBuffer(bp, sharedPool)}, nil

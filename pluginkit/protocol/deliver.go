@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"unsafe"
 
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/walcast/walcast/pluginkit/cdc"
@@ -60,19 +61,33 @@ func (b DeliverBatch) Size() int {
 
 // AppendWire appends the encoded request to buf.
 func (b DeliverBatch) AppendWire(buf []byte) []byte {
-	var idBuf [48]byte
 	for i := range b.Events {
-		e := &b.Events[i]
-		buf = protowire.AppendTag(buf, fieldEvents, protowire.BytesType)
-		buf = protowire.AppendVarint(buf, uint64(eventSize(e)))
-		id, _ := e.ID.AppendText(idBuf[:0])
-		buf = appendField(buf, fieldID, id)
-		buf = appendStringField(buf, fieldSchema, e.Schema)
-		buf = appendStringField(buf, fieldTable, e.Table)
-		buf = appendStringField(buf, fieldOp, string(e.Op))
-		buf = appendField(buf, fieldKey, e.Key)
-		buf = appendField(buf, fieldPayload, e.Payload)
+		buf = appendEventHead(buf, &b.Events[i])
+		buf = append(buf, b.Events[i].Payload...)
 	}
+	return b.appendTail(buf)
+}
+
+// appendEventHead appends one event of the events field up to, and not
+// including, its payload's bytes (the payload is the last field).
+func appendEventHead(buf []byte, e *cdc.Event) []byte {
+	var idBuf [48]byte
+	buf = protowire.AppendTag(buf, fieldEvents, protowire.BytesType)
+	buf = protowire.AppendVarint(buf, uint64(eventSize(e)))
+	id, _ := e.ID.AppendText(idBuf[:0])
+	buf = appendField(buf, fieldID, id)
+	buf = appendStringField(buf, fieldSchema, e.Schema)
+	buf = appendStringField(buf, fieldTable, e.Table)
+	buf = appendStringField(buf, fieldOp, string(e.Op))
+	buf = appendField(buf, fieldKey, e.Key)
+	if len(e.Payload) > 0 {
+		buf = protowire.AppendTag(buf, fieldPayload, protowire.BytesType)
+		buf = protowire.AppendVarint(buf, uint64(len(e.Payload)))
+	}
+	return buf
+}
+
+func (b DeliverBatch) appendTail(buf []byte) []byte {
 	if b.GapBefore {
 		buf = protowire.AppendTag(buf, fieldGapBefore, protowire.VarintType)
 		buf = protowire.AppendVarint(buf, 1)
@@ -82,6 +97,54 @@ func (b DeliverBatch) AppendWire(buf []byte) []byte {
 		buf = protowire.AppendVarint(buf, 1)
 	}
 	return buf
+}
+
+// bigPayload is the payload size from which the codec sends an event's
+// payload from the event's own bytes instead of copying it into the
+// message buffer: a row of hundreds of MB must not be held twice.
+const bigPayload = 1 << 20
+
+// hasBigPayload reports whether some event's payload is bigPayload or more.
+func (b DeliverBatch) hasBigPayload() bool {
+	for i := range b.Events {
+		if len(b.Events[i].Payload) >= bigPayload {
+			return true
+		}
+	}
+	return false
+}
+
+// wireBuffers encodes the batch as a sequence of buffers: everything but
+// the big payloads is copied into one buffer, and each big payload
+// is referenced where it lies. The events must not change until gRPC has
+// written the message, which holds: the host's Deliver call does not
+// return before that.
+func (b DeliverBatch) wireBuffers() mem.BufferSlice {
+	var out mem.BufferSlice
+	small := 64
+	for i := range b.Events {
+		small += eventSize(&b.Events[i]) + 16
+		if len(b.Events[i].Payload) >= bigPayload {
+			small -= len(b.Events[i].Payload)
+		}
+	}
+	buf := make([]byte, 0, small)
+	start := 0
+	for i := range b.Events {
+		e := &b.Events[i]
+		buf = appendEventHead(buf, e)
+		if len(e.Payload) < bigPayload {
+			buf = append(buf, e.Payload...)
+			continue
+		}
+		out = append(out, mem.SliceBuffer(buf[start:len(buf):len(buf)]), mem.SliceBuffer(e.Payload))
+		start = len(buf)
+	}
+	buf = b.appendTail(buf)
+	if start < len(buf) {
+		out = append(out, mem.SliceBuffer(buf[start:]))
+	}
+	return out
 }
 
 // eventSize is the encoded size of one sink.v1.Event. Like generated

@@ -151,3 +151,24 @@ func mustUnmarshal(t *testing.T, b []byte) *sinkv1.DeliverRequest {
 	}
 	return &m
 }
+
+// A batch with big payloads is sent from the payloads' own bytes; the
+// message is byte for byte the one AppendWire builds.
+func TestWireBuffersMatchAppendWire(t *testing.T) {
+	big := bytes.Repeat([]byte{'x'}, bigPayload+7)
+	for _, gap := range []bool{false, true} {
+		b := DeliverBatch{GapBefore: gap, Events: []cdc.Event{
+			{ID: cdc.EventID{CommitLSN: 0x10, Index: 0}, Schema: "public", Table: "docs", Op: cdc.OpInsert, Key: []byte(`{"id":1}`), Payload: big},
+			{ID: cdc.EventID{CommitLSN: 0x10, Index: 1}, Schema: "public", Table: "docs", Op: cdc.OpInsert, Key: []byte(`{"id":2}`), Payload: []byte(`{"small":1}`)},
+			{ID: cdc.EventID{CommitLSN: 0x10, Index: 2}, Schema: "public", Table: "docs", Op: cdc.OpUpdate, Key: []byte(`{"id":3}`), Payload: big},
+		}}
+		got := b.wireBuffers().Materialize()
+		want := b.AppendWire(nil)
+		if !bytes.Equal(got, want) || len(want) != b.Size() {
+			t.Fatalf("gap %v: wireBuffers gives %d bytes, AppendWire %d, Size %d", gap, len(got), len(want), b.Size())
+		}
+		if !b.hasBigPayload() {
+			t.Fatal("hasBigPayload = false")
+		}
+	}
+}

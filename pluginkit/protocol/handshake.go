@@ -11,7 +11,11 @@
 // status mapping in status.go.
 package protocol
 
-import "github.com/hashicorp/go-plugin"
+import (
+	"math"
+
+	"github.com/hashicorp/go-plugin"
+)
 
 // ProtocolVersion changes whenever proto/sink/v1 or this package changes
 // incompatibly; the host then refuses to start an older plugin instead of
@@ -35,10 +39,13 @@ func Handshake() plugin.HandshakeConfig {
 // go-plugin plugin set.
 const PluginName = "sink"
 
-// MaxMessageSize is the largest gRPC message either side accepts. gRPC's
-// default of 4 MiB on the receiving side is too small for a batch of wide
-// rows; the host also splits batches by bytes to stay under it.
-const MaxMessageSize = 64 << 20
+// MaxMessageSize is the largest gRPC message either side accepts: 2 GiB,
+// the most a protobuf message can be. gRPC's default of 4 MiB on the
+// receiving side is too small for a batch of wide rows, and PostgreSQL
+// allows a single value of up to 1 GB, so one event can be that large.
+// The host splits batches by bytes (16 MiB by default); a larger event goes
+// alone.
+const MaxMessageSize = math.MaxInt32
 
 // EnvLogLevel is the environment variable through which the host tells a
 // plugin which log level it will keep ("trace", "debug", "info", "warn" or

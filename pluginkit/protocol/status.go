@@ -106,7 +106,8 @@ func withDetails(st *status.Status, detail protoadapt.MessageV1) error {
 //
 // A ResourceExhausted status is only a throttle when it carries RetryInfo:
 // gRPC itself reports an oversized message with that code, and pausing and
-// resending the same batch would loop forever. An error that is not a
+// resending the same batch would loop forever, so without RetryInfo it is
+// permanent. An error that is not a
 // status, or a code outside the mapping, is retryable with the code in its
 // message.
 func FaultOf(err error) Fault {
@@ -133,6 +134,10 @@ func FaultOf(err error) Fault {
 				return Fault{Kind: FaultThrottled, Msg: msg, RetryAfter: ri.GetRetryDelay().AsDuration()}
 			}
 		}
+		// gRPC's own "message larger than max" (a plugin built with an
+		// older pluginkit and a smaller limit): the same event fails the
+		// same way every time, so it is parked at once when alone.
+		return Fault{Kind: FaultPermanent, Msg: msg + " (the message is larger than the plugin connection accepts)"}
 	case codes.FailedPrecondition:
 		return Fault{Kind: FaultPermanent, Msg: msg}
 	case codes.Aborted:

@@ -52,7 +52,7 @@ func TestFaultOfHostSide(t *testing.T) {
 		{"plugin process gone", status.Error(codes.Unavailable, "error reading from server: EOF"), Fault{Kind: FaultRetryable, Msg: "error reading from server: EOF"}},
 		// gRPC reports an oversized message as ResourceExhausted without
 		// RetryInfo; pausing and resending would never succeed.
-		{"message too large", status.Error(codes.ResourceExhausted, "grpc: received message larger than max"), Fault{Kind: FaultRetryable, Msg: "ResourceExhausted: grpc: received message larger than max"}},
+		{"message too large", status.Error(codes.ResourceExhausted, "grpc: received message larger than max"), Fault{Kind: FaultPermanent, Msg: "grpc: received message larger than max (the message is larger than the plugin connection accepts)"}},
 		{"invalid argument without field", status.Error(codes.InvalidArgument, "?"), Fault{Kind: FaultRetryable, Msg: "InvalidArgument: ?"}},
 		{"deadline", status.Error(codes.DeadlineExceeded, "context deadline exceeded"), Fault{Kind: FaultRetryable, Msg: "context deadline exceeded", Context: context.DeadlineExceeded}},
 		{"canceled", status.Error(codes.Canceled, "context canceled"), Fault{Kind: FaultRetryable, Msg: "context canceled", Context: context.Canceled}},

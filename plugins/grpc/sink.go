@@ -19,12 +19,12 @@ import (
 	receiverv1 "github.com/walcast/walcast/proto/receiver/v1"
 )
 
-// maxRequestBytes is the largest request the sink sends. A batch arrives
-// from the host in a message of at most pluginkit.MaxMessageSize and the
-// request carries the same events, so every batch the plugin can receive
-// it can also pass on (gRPC's default send limit is effectively unlimited,
-// but receivers default to accepting 4 MiB; see receiver.proto).
-const maxRequestBytes = pluginkit.MaxMessageSize
+// maxRequestBytes is the largest request the sink sends: the 64 MiB
+// receivers are asked to accept (see receiver.proto; gRPC's default send
+// limit is effectively unlimited, but receivers default to accepting
+// 4 MiB). The host's batches stay far below it (16 MiB by default); a
+// single larger event is refused as permanent, so it is parked at once.
+const maxRequestBytes = 64 << 20
 
 // reconnectBackoff replaces gRPC's default reconnect backoff, which grows
 // to two minutes: the host owns the retry policy, and a receiver that is

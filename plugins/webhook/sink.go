@@ -224,7 +224,7 @@ func (s *Sink) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, errorBodyBytes))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainBytes))
 	err = fmt.Errorf("POST %s: %s: %q", cfg.url.Redacted(), resp.Status, snippet)
-	return pluginkit.DeliverResult{}, s.classify(resp, err)
+	return pluginkit.DeliverResult{}, s.classify(resp, err, size)
 }
 
 // classify maps a non-2xx answer to an error kind, following the Standard
@@ -234,8 +234,9 @@ func (s *Sink) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit
 //   - 410 Gone: the endpoint was removed on purpose; retrying cannot help,
 //     and parking event after event would only hide it, so the sink stops
 //     (fatal) until someone points it at a live URL;
+//   - 413: the receiver's size limit; permanent (see below);
 //   - anything else (503 without Retry-After included): a failed attempt.
-func (s *Sink) classify(resp *http.Response, err error) error {
+func (s *Sink) classify(resp *http.Response, err error, size int64) error {
 	ra := resp.Header.Get("Retry-After")
 	switch {
 	case resp.StatusCode == http.StatusTooManyRequests,
@@ -246,6 +247,11 @@ func (s *Sink) classify(resp *http.Response, err error) error {
 	case resp.StatusCode == http.StatusGone:
 		s.log.Error("webhook endpoint is gone (410): this sink stops delivering; point url at a live endpoint and restart", "err", err)
 		return pluginkit.Fatal(fmt.Errorf("endpoint gone (410 Gone), delivery to this sink stopped: %w", err))
+	case resp.StatusCode == http.StatusRequestEntityTooLarge:
+		// The receiver's own size limit: the same request fails the same
+		// way every time. Permanent, so the host splits the batch and
+		// parks the event that is too large on its own at once.
+		return pluginkit.Permanent(fmt.Errorf("%w (the receiver refuses a request of %d bytes; raise its body size limit to deliver it)", err, size))
 	}
 	return pluginkit.Retryable(err)
 }

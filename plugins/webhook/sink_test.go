@@ -104,3 +104,30 @@ func TestConfigure(t *testing.T) {
 		})
 	}
 }
+
+// A 413 is the receiver's own size limit: permanent (parked at once when
+// alone), never retried as transient.
+func TestPayloadTooLargeIsPermanent(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		http.Error(w, "body too large", http.StatusRequestEntityTooLarge)
+	})}
+	go srv.Serve(l)
+	defer srv.Close()
+	s := newSink(discardLogger())
+	if err := s.Configure(t.Context(), json.RawMessage(`{"url":"http://`+l.Addr().String()+`/"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Open(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(t.Context())
+	_, err = s.Deliver(t.Context(), []pluginkit.Event{{ID: pluginkit.EventID{CommitLSN: 1}, Payload: []byte(`{"big":true}`)}})
+	if kind, _ := pluginkit.KindOf(err); kind != pluginkit.KindPermanent {
+		t.Fatalf("Deliver against a 413 = %v (%s), want permanent", err, kind)
+	}
+}

@@ -25,6 +25,9 @@ type Config struct {
 	DSN         string
 	Slot        string
 	Publication string
+	// KeylessPublication, when set, is streamed with Publication (see
+	// Prepared.KeylessPublication).
+	KeylessPublication string
 	// Tables are the captured tables, "schema.table".
 	Tables []string
 	// AllowKeyless lets tables without a key be captured; their events
@@ -40,6 +43,14 @@ type Config struct {
 	// decoder uses it for tables with REPLICA IDENTITY FULL.
 	PrimaryKey func(schema, table string) ([]string, error)
 	Logger     *slog.Logger
+	// AcceptGap lets Prepare replace a slot that was lost, invalidated,
+	// left behind in another cluster or made undecodable by a dropped
+	// publication: it creates a new slot and records the gap (every
+	// change between each sink's checkpoint and the new slot's start is
+	// not delivered). Without it Prepare refuses with a GapError.
+	AcceptGap bool
+	// Sinks names the pipeline's sinks, for the gap records.
+	Sinks []string
 }
 
 // Consumer receives the decoded stream. All methods are called from the
@@ -97,7 +108,7 @@ func New(cfg Config, consumer Consumer) *Capture {
 		cfg:      cfg,
 		consumer: consumer,
 		log:      cfg.Logger,
-		dec:      decode.New(decode.Options{PrimaryKey: cfg.PrimaryKey}),
+		dec:      decode.New(decode.Options{PrimaryKey: cfg.PrimaryKey, Tables: listed(cfg.Tables)}),
 	}
 }
 
@@ -194,15 +205,27 @@ func (c *Capture) stream(ctx context.Context) error {
 		return err
 	}
 	c.dec.Reset()
-	pubs := "publication_names '" + strings.ReplaceAll(c.cfg.Publication, "'", "''") + "'"
+	names := []string{c.cfg.Publication}
+	if c.cfg.KeylessPublication != "" {
+		names = append(names, c.cfg.KeylessPublication)
+	}
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		// pgoutput splits the list on commas and reads each name as
+		// an identifier: quote it so case and commas survive.
+		quoted[i] = `"` + strings.ReplaceAll(n, `"`, `""`) + `"`
+	}
+	pubs := "publication_names '" + strings.ReplaceAll(strings.Join(quoted, ","), "'", "''") + "'"
 	err := pglogrepl.StartReplication(ctx, c.conn, c.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
 		Mode:       pglogrepl.LogicalReplication,
 		PluginArgs: []string{"proto_version '1'", pubs},
 	})
 	if err != nil {
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "42704" {
-			return fatalError{fmt.Errorf("start replication from slot %s: %w (the slot was dropped; restart walcast to create it again — changes made meanwhile were not captured)", c.cfg.Slot, err)}
+		if errors.As(err, &pgErr) {
+			if f := c.fatalServerError(pgErr); f != nil {
+				return f
+			}
 		}
 		return fmt.Errorf("start replication from slot %s: %w", c.cfg.Slot, err)
 	}
@@ -240,8 +263,8 @@ func (c *Capture) stream(ctx context.Context) error {
 			}
 		case *pgproto3.ErrorResponse:
 			pgErr := pgconn.ErrorResponseToPgError(msg)
-			if pgErr.Code == "42704" {
-				return fatalError{fmt.Errorf("replication stream: %w", pgErr)}
+			if f := c.fatalServerError(pgErr); f != nil {
+				return f
 			}
 			return fmt.Errorf("replication stream: %w", pgErr)
 		case *pgproto3.CopyDone:
@@ -316,6 +339,23 @@ func (c *Capture) noteReceived(lsn uint64) {
 // metrics; safe to call from any goroutine).
 func (c *Capture) Received() uint64 { return c.received.Load() }
 
+// Unlisted is how many changes of tables outside Config.Tables the
+// publication delivered and capture dropped (a FOR ALL TABLES publication,
+// or a table added to it by hand).
+func (c *Capture) Unlisted() uint64 { return c.dec.Unlisted() }
+
+// listed is the set of configured tables, each as "schema.table".
+func listed(tables []string) map[string]bool {
+	if len(tables) == 0 {
+		return nil
+	}
+	m := make(map[string]bool, len(tables))
+	for _, t := range tables {
+		m[canonical(t)] = true
+	}
+	return m
+}
+
 // Streaming reports whether the replication stream is up (for metrics;
 // safe to call from any goroutine).
 func (c *Capture) Streaming() bool { return c.streaming.Load() }
@@ -353,6 +393,27 @@ func (c *Capture) sendStatus(reply bool) error {
 	}
 	c.sentAt = time.Now()
 	c.sentPos = flush
+	return nil
+}
+
+// fatalServerError explains the server errors that reconnecting cannot
+// fix, quoting PostgreSQL's reason; nil for the others.
+func (c *Capture) fatalServerError(pgErr *pgconn.PgError) error {
+	reason := pgErr.Message
+	if pgErr.Detail != "" {
+		reason += ": " + pgErr.Detail
+	}
+	switch {
+	case pgErr.Code == "42704" && strings.Contains(pgErr.Message, "publication"):
+		return fatalError{fmt.Errorf("replication from slot %s stopped: PostgreSQL says %q (SQLSTATE %s): publication %s was dropped while walcast ran. PostgreSQL reads the publication as it was at each change's position in the slot, so creating it again does not help for the changes the slot holds; the next walcast run refuses to start and explains how to accept the gap (walcast run --accept-gap)",
+			c.cfg.Slot, reason, pgErr.Code, c.cfg.Publication)}
+	case pgErr.Code == "42704":
+		return fatalError{fmt.Errorf("replication from slot %s stopped: PostgreSQL says %q (SQLSTATE %s): the slot was dropped while walcast ran, and changes committed since were not captured; the next walcast run refuses to start and explains how to accept the gap (walcast run --accept-gap)",
+			c.cfg.Slot, reason, pgErr.Code)}
+	case pgErr.Code == "55000" && (strings.Contains(reason, "invalidated") || strings.Contains(reason, "can no longer get changes")):
+		return fatalError{fmt.Errorf("replication slot %s is invalidated: PostgreSQL says %q (SQLSTATE %s): it removed WAL the slot still needed (max_slot_wal_keep_size), so changes since the last checkpoints are gone; walcast run --accept-gap replaces the slot and records the gap",
+			c.cfg.Slot, reason, pgErr.Code)}
+	}
 	return nil
 }
 

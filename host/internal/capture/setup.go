@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sort"
 	"strings"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -28,9 +31,19 @@ type Prepared struct {
 	// Keyless lists captured tables without a primary key or replica
 	// identity (only when AllowKeyless is set).
 	Keyless []string
+	// KeylessPublication is the pipeline's second publication, which
+	// publishes only inserts and truncates of the keyless tables; the slot
+	// streams it with the main one. Empty when the pipeline uses a
+	// publication walcast did not create.
+	KeylessPublication string
+	// Unlisted are tables the publication publishes that are not among the
+	// configured tables: their changes are dropped after decoding.
+	Unlisted []string
 	// WalSenderTimeout is the server's wal_sender_timeout; status updates
 	// must be sent well within it.
 	WalSenderTimeout time.Duration
+	// AcceptedGap is the gap Prepare accepted (Config.AcceptGap), if any.
+	AcceptedGap *GapError
 }
 
 // Prepare checks that the source can be captured and creates the
@@ -63,21 +76,274 @@ func Prepare(ctx context.Context, db Querier, store *checkpoint.Store, cfg Confi
 	if err := store.Init(ctx); err != nil {
 		return p, err
 	}
-	rec, known, err := store.LoadPipeline(ctx)
+	st, err := inspect(ctx, db, store, cfg)
 	if err != nil {
 		return p, err
 	}
+	rec, known, here, slot := st.rec, st.known, st.here, st.slot
+	gap := st.gap
+	if gap != nil {
+		if !cfg.AcceptGap {
+			return p, gap
+		}
+		if slot.exists {
+			if slot.active {
+				return p, fmt.Errorf("replace replication slot %s: it is in use by another process; stop it first", cfg.Slot)
+			}
+			if _, err := db.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, cfg.Slot); err != nil {
+				return p, fmt.Errorf("drop replication slot %s to accept the gap: %w", cfg.Slot, err)
+			}
+			slot = slotInfo{}
+		}
+	}
+
 	ours := known && rec.CreatedPublication && rec.Publication == cfg.Publication
-	created, err := ensurePublication(ctx, db, cfg, ours)
+	created, kpub, err := ensurePublication(ctx, db, cfg, ours, keyless)
 	if err != nil {
 		return p, err
 	}
 	p.CreatedPublication = created
+	p.KeylessPublication = kpub
+	if p.Unlisted, err = unlistedTables(ctx, db, cfg); err != nil {
+		return p, err
+	}
 	if err := store.RecordPipeline(ctx, checkpoint.Pipeline{Slot: cfg.Slot, Publication: cfg.Publication, CreatedPublication: created || ours}); err != nil {
 		return p, err
 	}
-	p.ConfirmedFlush, p.CreatedSlot, err = ensureSlot(ctx, db, cfg.Slot)
-	return p, err
+	if slot.exists {
+		if err := slot.usable(cfg.Slot); err != nil {
+			return p, err
+		}
+		p.ConfirmedFlush = slot.confirmed
+	} else {
+		if p.ConfirmedFlush, err = createSlot(ctx, db, cfg.Slot); err != nil {
+			return p, err
+		}
+		p.CreatedSlot = true
+	}
+	id := here
+	id.SlotCreatedLSN = rec.Identity.SlotCreatedLSN
+	if p.CreatedSlot || id.SlotCreatedLSN == 0 {
+		// A new incarnation, or (set up by an older walcast) the slot
+		// adopted where it stands.
+		id.SlotCreatedLSN = p.ConfirmedFlush
+	}
+	switch {
+	case gap != nil:
+		if err := store.AcceptGap(ctx, gap.Reason(), cfg.Sinks, p.ConfirmedFlush, id); err != nil {
+			return p, err
+		}
+		p.AcceptedGap = gap
+	case id != rec.Identity:
+		if err := store.SetIdentity(ctx, id); err != nil {
+			return p, err
+		}
+	}
+	return p, nil
+}
+
+// state is what Prepare and Diagnose read before changing anything.
+type state struct {
+	rec   checkpoint.Pipeline
+	known bool
+	here  checkpoint.Identity
+	slot  slotInfo
+	gap   *GapError
+}
+
+func inspect(ctx context.Context, db Querier, store *checkpoint.Store, cfg Config) (state, error) {
+	var st state
+	var err error
+	if st.rec, st.known, err = store.LoadPipeline(ctx); err != nil {
+		return st, err
+	}
+	if st.here, err = clusterIdentity(ctx, db, cfg.DSN); err != nil {
+		return st, err
+	}
+	if st.slot, err = lookupSlot(ctx, db, cfg.Slot); err != nil {
+		return st, err
+	}
+	marks, err := store.Load(ctx)
+	if err != nil {
+		return st, err
+	}
+	var pubExists bool
+	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, cfg.Publication).Scan(&pubExists); err != nil {
+		return st, fmt.Errorf("look up publication %s: %w", cfg.Publication, err)
+	}
+	st.gap = checkHistory(cfg, store.Pipeline(), st.rec, st.known, st.here, st.slot, marks, pubExists)
+	return st, nil
+}
+
+// Diagnose reports, without changing anything, why walcast run would
+// refuse to stream from the pipeline's slot (nil when it would not). The
+// walcast schema must be initialised.
+func Diagnose(ctx context.Context, db Querier, store *checkpoint.Store, cfg Config) (*GapError, error) {
+	st, err := inspect(ctx, db, store, cfg)
+	return st.gap, err
+}
+
+// GapError is Prepare's refusal to stream when changes may have been lost
+// under walcast: the slot is gone, invalidated or from another cluster, or
+// its publication was dropped. It says what happened and the ways out.
+type GapError struct {
+	Slot, Publication string
+	// Kind is "slot lost", "foreign checkpoints", "slot invalidated" or
+	// "publication dropped".
+	Kind string
+	// What explains the case; Checkpoints lists the sinks' last
+	// checkpoints; Restore is the way out other than accepting the gap.
+	What, Checkpoints, Restore, Replace string
+}
+
+func (e *GapError) Error() string {
+	return fmt.Sprintf("%s; last checkpoints: %s. walcast does not continue silently over lost changes. Either %s, or accept the gap: run walcast run PIPELINE.hcl --accept-gap once (library: StreamConfig.AcceptGap), which %s and records the gap from each sink's checkpoint to the new slot's start in walcast.gaps (shown by walcast status)",
+		e.What, e.Checkpoints, e.Restore, e.Replace)
+}
+
+// Reason is the short reason stored with an accepted gap.
+func (e *GapError) Reason() string { return e.Kind }
+
+// checkHistory compares what the walcast schema remembers of the pipeline
+// with the slot as it is now, and returns why streaming would hide lost
+// changes, or nil.
+func checkHistory(cfg Config, pipeline string, rec checkpoint.Pipeline, known bool, here checkpoint.Identity, slot slotInfo, marks map[string]cdc.EventID, pubExists bool) *GapError {
+	// The pipeline has streamed before when it has checkpoints or walcast
+	// recorded a slot for it.
+	streamed := len(marks) > 0 || (known && rec.Identity.SlotCreatedLSN != 0)
+	if !streamed {
+		return nil
+	}
+	cps := "none"
+	if len(marks) > 0 {
+		names := make([]string, 0, len(marks))
+		for s := range marks {
+			names = append(names, s)
+		}
+		sort.Strings(names)
+		parts := make([]string, len(names))
+		for i, s := range names {
+			parts[i] = s + " " + marks[s].String()
+		}
+		cps = strings.Join(parts, ", ")
+	}
+	e := &GapError{Slot: cfg.Slot, Publication: cfg.Publication, Checkpoints: cps}
+	was := rec.Identity
+	switch {
+	case was.SystemIdentifier != "" && (was.SystemIdentifier != here.SystemIdentifier || was.DatabaseOID != here.DatabaseOID):
+		e.Kind = "foreign checkpoints"
+		e.What = fmt.Sprintf("the walcast checkpoints of pipeline %s in this database were made on another cluster or database (system_identifier %s, database oid %d; this is system_identifier %s, database oid %d): the database was restored, copied or upgraded into a new cluster (pg_dump/pg_restore, a base backup, pg_upgrade), so they do not belong to replication slot %s here and would skip its changes as already delivered",
+			pipeline, was.SystemIdentifier, was.DatabaseOID, here.SystemIdentifier, here.DatabaseOID, cfg.Slot)
+		e.Restore = "point the pipeline's dsn back at the original database"
+		e.Replace = "drops any slot named " + cfg.Slot + " here, creates a new one, deletes the old checkpoints"
+	case !slot.exists:
+		e.Kind = "slot lost"
+		e.What = fmt.Sprintf("replication slot %s does not exist, but pipeline %s streamed from it before: it was dropped or lost (pg_drop_replication_slot, a failover to a server without it, a restore), and the changes committed since the checkpoints below can no longer be read", cfg.Slot, pipeline)
+		e.Restore = "restore the slot (e.g. point the dsn at the server that still has it)"
+		e.Replace = "creates a new slot"
+	case slot.walStatus == "lost":
+		e.Kind = "slot invalidated"
+		e.What = fmt.Sprintf("replication slot %s was invalidated (wal_status lost): PostgreSQL removed WAL the slot still needed because it retained more than max_slot_wal_keep_size, so the changes since the checkpoints below are gone", cfg.Slot)
+		e.Restore = "restore the database from a backup taken before the invalidation"
+		e.Replace = "drops the invalidated slot, creates a new one"
+	case !pubExists:
+		e.Kind = "publication dropped"
+		e.What = fmt.Sprintf("publication %s does not exist but replication slot %s does: the publication was dropped while the slot still holds changes. PostgreSQL reads the publication as it was at each change's position in the slot, so creating it again does not help: every change still in the slot would fail with \"publication %s does not exist\"", cfg.Publication, cfg.Slot, cfg.Publication)
+		e.Restore = "restore the database from a backup taken before the publication was dropped"
+		e.Replace = "drops the slot, creates the publication and a new slot"
+	default:
+		return nil
+	}
+	return e
+}
+
+// slotInfo is a replication slot as pg_replication_slots shows it.
+type slotInfo struct {
+	exists    bool
+	plugin    string
+	sameDB    bool
+	active    bool
+	confirmed uint64
+	walStatus string
+}
+
+func lookupSlot(ctx context.Context, db Querier, slot string) (slotInfo, error) {
+	var s slotInfo
+	var lsn string
+	err := db.QueryRow(ctx, `
+SELECT coalesce(plugin, ''), coalesce(confirmed_flush_lsn::text, '0/0'), database = current_database(), active, coalesce(wal_status, '')
+FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&s.plugin, &lsn, &s.sameDB, &s.active, &s.walStatus)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return slotInfo{}, nil
+	case err != nil:
+		return s, fmt.Errorf("look up replication slot %s: %w", slot, err)
+	}
+	s.exists = true
+	if s.confirmed, err = cdc.ParseLSN(lsn); err != nil {
+		return s, fmt.Errorf("read position of slot %s: %w", slot, err)
+	}
+	return s, nil
+}
+
+func (s slotInfo) usable(slot string) error {
+	switch {
+	case s.plugin != "pgoutput":
+		return fmt.Errorf("replication slot %s exists but uses output plugin %q, not pgoutput: choose another slot name", slot, s.plugin)
+	case !s.sameDB:
+		return fmt.Errorf("replication slot %s belongs to another database: choose another slot name", slot)
+	}
+	return nil
+}
+
+// clusterIdentity is where this database lives: the cluster's
+// system_identifier and the database's OID.
+func clusterIdentity(ctx context.Context, db Querier, dsn string) (checkpoint.Identity, error) {
+	var id checkpoint.Identity
+	var oid int64
+	if err := db.QueryRow(ctx, `SELECT oid::bigint FROM pg_database WHERE datname = current_database()`).Scan(&oid); err != nil {
+		return id, fmt.Errorf("read database oid: %w", err)
+	}
+	id.DatabaseOID = uint32(oid)
+	err := db.QueryRow(ctx, `SELECT system_identifier::text FROM pg_control_system()`).Scan(&id.SystemIdentifier)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+		// Not granted to this user: the replication protocol's
+		// IDENTIFY_SYSTEM tells the same to any replication user.
+		id.SystemIdentifier, err = identifySystem(ctx, dsn)
+	}
+	if err != nil {
+		return id, fmt.Errorf("read the cluster's system_identifier: %w", err)
+	}
+	return id, nil
+}
+
+func identifySystem(ctx context.Context, dsn string) (string, error) {
+	pcfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return "", err
+	}
+	pcfg.RuntimeParams["replication"] = "database"
+	conn, err := pgconn.ConnectConfig(ctx, pcfg)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	res, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err != nil {
+		return "", err
+	}
+	return res.SystemID, nil
+}
+
+// DropCreatedSlot drops the slot a start created before it failed, so
+// that a failed start does not leave a slot retaining WAL, and forgets its
+// incarnation: nothing was streamed from it.
+func DropCreatedSlot(ctx context.Context, db Querier, store *checkpoint.Store, slot string) error {
+	if _, err := db.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active`, slot); err != nil {
+		return fmt.Errorf("drop replication slot %s created by the failed start: %w", slot, err)
+	}
+	return store.ForgetSlot(ctx)
 }
 
 // checkTables verifies each table exists and returns the ones without a
@@ -119,32 +385,119 @@ func qualified(t string) string {
 	return pgx.Identifier{schema, name}.Sanitize()
 }
 
-func ensurePublication(ctx context.Context, db Querier, cfg Config, ours bool) (created bool, err error) {
+// KeylessPublication names the second publication of a pipeline whose
+// publication is pub: it holds the keyless tables. It is cut to
+// PostgreSQL's 63-byte identifier limit the way the name must be spelled
+// in publication_names (PostgreSQL would cut it silently on CREATE).
+func KeylessPublication(pub string) string {
+	const suffix, maxLen = "_keyless", 63
+	if len(pub)+len(suffix) > maxLen {
+		pub = pub[:maxLen-len(suffix)]
+	}
+	return pub + suffix
+}
+
+// The publications walcast creates publish a partitioned table's changes
+// under the root's name (the name the user listed), never the leaf
+// partitions'. The keyless tables go into a second publication that
+// publishes only inserts and truncates: PostgreSQL rejects UPDATE and
+// DELETE on a table without a replica identity in a publication that
+// publishes them, and walcast must never make the application's writes
+// fail.
+const (
+	publicationOptions        = " WITH (publish_via_partition_root = true)"
+	keylessPublicationOptions = " WITH (publish = 'insert, truncate', publish_via_partition_root = true)"
+)
+
+// ensurePublication creates or updates the pipeline's publications and
+// returns the keyless publication to stream, if any.
+func ensurePublication(ctx context.Context, db Querier, cfg Config, ours bool, keyless []string) (created bool, keylessPub string, err error) {
 	var exists bool
 	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, cfg.Publication).Scan(&exists); err != nil {
-		return false, fmt.Errorf("look up publication %s: %w", cfg.Publication, err)
+		return false, "", fmt.Errorf("look up publication %s: %w", cfg.Publication, err)
 	}
-	list := make([]string, len(cfg.Tables))
-	for i, t := range cfg.Tables {
-		list[i] = qualified(t)
+	var keyed, unkeyed []string
+	for _, t := range cfg.Tables {
+		if slices.Contains(keyless, canonical(t)) {
+			unkeyed = append(unkeyed, qualified(t))
+		} else {
+			keyed = append(keyed, qualified(t))
+		}
 	}
 	pub := pgx.Identifier{cfg.Publication}.Sanitize()
+	kpub := KeylessPublication(cfg.Publication)
 	switch {
 	case !exists:
-		if _, err := db.Exec(ctx, "CREATE PUBLICATION "+pub+" FOR TABLE "+strings.Join(list, ", ")); err != nil {
-			return false, fmt.Errorf("create publication %s: %w", cfg.Publication, err)
+		// Both publications exist from the start, the keyless one even
+		// when empty: PostgreSQL 15 decodes each change with the
+		// publications as of that change, and fails on a publication
+		// named in publication_names that did not exist yet then.
+		if err := createPublication(ctx, db, cfg.Publication, keyed, publicationOptions); err != nil {
+			return false, "", err
 		}
-		return true, nil
+		// The keyless one may outlive a main publication someone dropped
+		// (the gap was accepted and the slot replaced): reuse it.
+		var kexists bool
+		if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, kpub).Scan(&kexists); err != nil {
+			return false, "", fmt.Errorf("look up publication %s: %w", kpub, err)
+		}
+		if kexists {
+			return true, kpub, setPublicationTables(ctx, db, kpub, unkeyed)
+		}
+		if err := createPublication(ctx, db, kpub, unkeyed, keylessPublicationOptions); err != nil {
+			return false, "", err
+		}
+		return true, kpub, nil
 	case ours:
-		// walcast made it: keep it in step with the pipeline's table list.
-		if _, err := db.Exec(ctx, "ALTER PUBLICATION "+pub+" SET TABLE "+strings.Join(list, ", ")); err != nil {
-			return false, fmt.Errorf("update tables of publication %s: %w", cfg.Publication, err)
+		// walcast made it: keep both in step with the pipeline's table
+		// list, and with the options this version creates them with.
+		if _, err := db.Exec(ctx, "ALTER PUBLICATION "+pub+" SET (publish_via_partition_root = true)"); err != nil {
+			return false, "", fmt.Errorf("set options of publication %s: %w", cfg.Publication, err)
 		}
-		return false, nil
+		if err := setPublicationTables(ctx, db, cfg.Publication, keyed); err != nil {
+			return false, "", err
+		}
+		var kexists bool
+		if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, kpub).Scan(&kexists); err != nil {
+			return false, "", fmt.Errorf("look up publication %s: %w", kpub, err)
+		}
+		switch {
+		case kexists:
+			return false, kpub, setPublicationTables(ctx, db, kpub, unkeyed)
+		case len(unkeyed) == 0:
+			// A pipeline made by an earlier walcast, without keyless
+			// tables: creating the keyless publication now would make
+			// PostgreSQL fail on the changes written before it.
+			return false, "", nil
+		default:
+			// The keyless tables must leave the main publication; the
+			// new publication only applies to changes written from now
+			// on (see the README).
+			return false, kpub, createPublication(ctx, db, kpub, unkeyed, keylessPublicationOptions)
+		}
 	}
 	// Someone else's publication: use it as it is, but refuse to start
 	// when it does not publish a configured table (its changes would
-	// silently never arrive).
+	// silently never arrive), or publishes a partitioned one under its
+	// partitions' names (a sink filtering on the listed name would get
+	// none of them).
+	var viaRoot bool
+	if err := db.QueryRow(ctx, `SELECT pubviaroot FROM pg_publication WHERE pubname = $1`, cfg.Publication).Scan(&viaRoot); err != nil {
+		return false, "", fmt.Errorf("inspect publication %s: %w", cfg.Publication, err)
+	}
+	for _, t := range cfg.Tables {
+		schema, name, _ := strings.Cut(canonical(t), ".")
+		var partitioned bool
+		err := db.QueryRow(ctx, `SELECT c.relkind = 'p' FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`,
+			schema, name).Scan(&partitioned)
+		if err != nil {
+			return false, "", fmt.Errorf("inspect table %s: %w", t, err)
+		}
+		if partitioned && !viaRoot {
+			return false, "", fmt.Errorf("publication %s publishes the partitioned table %s under the names of its partitions (publish_via_partition_root is off), so its events would not carry the name %s: run ALTER PUBLICATION %s SET (publish_via_partition_root = true), or leave the publication out of the source block so that walcast creates its own",
+				cfg.Publication, t, t, pub)
+		}
+	}
 	for _, t := range cfg.Tables {
 		schema, name, ok := strings.Cut(t, ".")
 		if !ok {
@@ -154,44 +507,104 @@ func ensurePublication(ctx context.Context, db Querier, cfg Config, ours bool) (
 		err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)`,
 			cfg.Publication, schema, name).Scan(&in)
 		if err != nil {
-			return false, fmt.Errorf("inspect publication %s: %w", cfg.Publication, err)
+			return false, "", fmt.Errorf("inspect publication %s: %w", cfg.Publication, err)
 		}
 		if !in {
-			return false, fmt.Errorf("publication %s exists but does not publish %s.%s: run ALTER PUBLICATION %s ADD TABLE %s, or name another publication in the source block", cfg.Publication, schema, name, pub, qualified(t))
+			return false, "", fmt.Errorf("publication %s exists but does not publish %s.%s: run ALTER PUBLICATION %s ADD TABLE %s, or name another publication in the source block", cfg.Publication, schema, name, pub, qualified(t))
 		}
 	}
-	return false, nil
+	return false, "", nil
 }
 
-func ensureSlot(ctx context.Context, db Querier, slot string) (confirmed uint64, created bool, err error) {
-	var plugin, lsn string
-	var sameDB bool
-	err = db.QueryRow(ctx, `
-SELECT coalesce(plugin, ''), coalesce(confirmed_flush_lsn::text, ''), database = current_database()
-FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&plugin, &lsn, &sameDB)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		err = db.QueryRow(ctx, `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`, slot).Scan(&lsn)
-		if err != nil {
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Code == "53400" {
-				return 0, false, fmt.Errorf("create replication slot %s: %w (raise max_replication_slots in postgresql.conf and restart PostgreSQL)", slot, err)
-			}
-			return 0, false, fmt.Errorf("create replication slot %s: %w", slot, err)
+// createPublication creates a publication of tables (possibly none).
+func createPublication(ctx context.Context, db Querier, name string, tables []string, options string) error {
+	sql := "CREATE PUBLICATION " + pgx.Identifier{name}.Sanitize()
+	if len(tables) > 0 {
+		sql += " FOR TABLE " + strings.Join(tables, ", ")
+	}
+	if _, err := db.Exec(ctx, sql+options); err != nil {
+		return fmt.Errorf("create publication %s: %w", name, err)
+	}
+	return nil
+}
+
+// setPublicationTables makes tables (possibly none) the tables of a
+// publication.
+func setPublicationTables(ctx context.Context, db Querier, name string, tables []string) error {
+	pub := pgx.Identifier{name}.Sanitize()
+	if len(tables) > 0 {
+		if _, err := db.Exec(ctx, "ALTER PUBLICATION "+pub+" SET TABLE "+strings.Join(tables, ", ")); err != nil {
+			return fmt.Errorf("update tables of publication %s: %w", name, err)
 		}
-		created = true
-	case err != nil:
-		return 0, false, fmt.Errorf("look up replication slot %s: %w", slot, err)
-	case plugin != "pgoutput":
-		return 0, false, fmt.Errorf("replication slot %s exists but uses output plugin %q, not pgoutput: choose another slot name", slot, plugin)
-	case !sameDB:
-		return 0, false, fmt.Errorf("replication slot %s belongs to another database: choose another slot name", slot)
+		return nil
 	}
-	confirmed, err = cdc.ParseLSN(lsn)
+	// SET TABLE needs at least one table: drop the members one by one.
+	rows, err := db.Query(ctx, `
+SELECT format('%I.%I', n.nspname, c.relname)
+FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
+JOIN pg_class c ON c.oid = pr.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE p.pubname = $1`, name)
 	if err != nil {
-		return 0, false, fmt.Errorf("read position of slot %s: %w", slot, err)
+		return fmt.Errorf("list tables of publication %s: %w", name, err)
 	}
-	return confirmed, created, nil
+	members, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("list tables of publication %s: %w", name, err)
+	}
+	for _, m := range members {
+		if _, err := db.Exec(ctx, "ALTER PUBLICATION "+pub+" DROP TABLE "+m); err != nil {
+			return fmt.Errorf("update tables of publication %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// unlistedTables lists the tables the pipeline's publications publish
+// besides the configured ones (a FOR ALL TABLES publication, or a table
+// added by hand): their changes are dropped after decoding.
+func unlistedTables(ctx context.Context, db Querier, cfg Config) ([]string, error) {
+	rows, err := db.Query(ctx, `
+SELECT DISTINCT schemaname || '.' || tablename FROM pg_publication_tables
+WHERE pubname IN ($1, $2) AND schemaname <> $3 ORDER BY 1`, cfg.Publication, KeylessPublication(cfg.Publication), checkpoint.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("list tables of publication %s: %w", cfg.Publication, err)
+	}
+	published, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list tables of publication %s: %w", cfg.Publication, err)
+	}
+	var out []string
+	for _, t := range published {
+		if !slices.ContainsFunc(cfg.Tables, func(c string) bool { return canonical(c) == t }) {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// canonical spells a configured table as "schema.table".
+func canonical(t string) string {
+	if strings.Contains(t, ".") {
+		return t
+	}
+	return "public." + t
+}
+
+func createSlot(ctx context.Context, db Querier, slot string) (uint64, error) {
+	var lsn string
+	err := db.QueryRow(ctx, `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`, slot).Scan(&lsn)
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "53400" {
+			return 0, fmt.Errorf("create replication slot %s: %w (raise max_replication_slots in postgresql.conf and restart PostgreSQL)", slot, err)
+		}
+		return 0, fmt.Errorf("create replication slot %s: %w", slot, err)
+	}
+	confirmed, err := cdc.ParseLSN(lsn)
+	if err != nil {
+		return 0, fmt.Errorf("read position of slot %s: %w", slot, err)
+	}
+	return confirmed, nil
 }
 
 // Teardown drops the slot and, when walcast created it, the publication.
@@ -215,8 +628,10 @@ func Teardown(ctx context.Context, db Querier, store *checkpoint.Store, slot, pu
 		}
 	}
 	if known && rec.CreatedPublication {
-		if _, err := db.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{rec.Publication}.Sanitize()); err != nil {
-			return fmt.Errorf("drop publication %s: %w", rec.Publication, err)
+		for _, pub := range []string{rec.Publication, KeylessPublication(rec.Publication)} {
+			if _, err := db.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{pub}.Sanitize()); err != nil {
+				return fmt.Errorf("drop publication %s: %w", pub, err)
+			}
 		}
 	}
 	return store.Forget(ctx)

@@ -31,10 +31,6 @@ CREATE TABLE IF NOT EXISTS walcast.parked (
 	PRIMARY KEY (pipeline, sink, commit_lsn, idx)
 );
 CREATE INDEX IF NOT EXISTS parked_row ON walcast.parked (pipeline, sink, row_key, commit_lsn, idx);
--- old_row_key: the row an update moved away from (it changed the key); the
--- event is parked under both rows. Empty for every other event.
-ALTER TABLE walcast.parked ADD COLUMN IF NOT EXISTS old_row_key text NOT NULL DEFAULT '';
-CREATE INDEX IF NOT EXISTS parked_old_row ON walcast.parked (pipeline, sink, old_row_key) WHERE old_row_key <> '';
 CREATE TABLE IF NOT EXISTS walcast.replay_requests (
 	id           bigserial PRIMARY KEY,
 	pipeline     text NOT NULL,
@@ -52,6 +48,14 @@ CREATE TABLE IF NOT EXISTS walcast.usage (
 	bytes     bigint NOT NULL DEFAULT 0,
 	PRIMARY KEY (pipeline, sink, hour)
 );
+`
+
+// parkedOldRowDDL: old_row_key is the row an update moved away from (it
+// changed the key); the event is parked under both rows. Empty for every
+// other event.
+const parkedOldRowDDL = `
+ALTER TABLE walcast.parked ADD COLUMN IF NOT EXISTS old_row_key text NOT NULL DEFAULT '';
+CREATE INDEX IF NOT EXISTS parked_old_row ON walcast.parked (pipeline, sink, old_row_key) WHERE old_row_key <> '';
 `
 
 // Parked is an event a sink gave up on after max_attempts, with what is

@@ -25,7 +25,8 @@ import (
 // Schema is the name of walcast's own schema in the source database.
 const Schema = "walcast"
 
-// ddl creates the control-plane tables. Idempotent.
+// ddl is the first control-plane schema (migration 1), exactly as walcast
+// created it before the schema was versioned. Idempotent.
 const ddl = `
 CREATE SCHEMA IF NOT EXISTS walcast;
 CREATE TABLE IF NOT EXISTS walcast.pipelines (
@@ -67,12 +68,12 @@ func New(db Querier, pipeline string) *Store {
 	return &Store{db: db, pipeline: pipeline}
 }
 
-// Init creates the walcast schema and its tables when missing.
+// Pipeline is the name of the pipeline the store belongs to.
+func (s *Store) Pipeline() string { return s.pipeline }
+
+// Init creates the walcast schema or brings it up to date (Migrate).
 func (s *Store) Init(ctx context.Context) error {
-	if _, err := s.db.Exec(ctx, ddl+parkedDDL+pauseDDL+failureDDL); err != nil {
-		return fmt.Errorf("create walcast schema: %w", err)
-	}
-	return nil
+	return Migrate(ctx, s.db)
 }
 
 // Load returns the stored watermark of every sink of the pipeline.
@@ -143,6 +144,9 @@ type Pipeline struct {
 	Slot               string
 	Publication        string
 	CreatedPublication bool
+	// Identity is where the checkpoints belong; its fields are zero when
+	// not recorded yet (a pipeline set up by an older walcast).
+	Identity Identity
 }
 
 // RecordPipeline stores the slot and publication names, and whether
@@ -165,9 +169,13 @@ SET slot = excluded.slot, publication = excluded.publication,
 // LoadPipeline returns the recorded pipeline, or ok=false when none exists
 // (including when the walcast schema itself does not exist yet).
 func (s *Store) LoadPipeline(ctx context.Context) (p Pipeline, ok bool, err error) {
-	err = s.db.QueryRow(ctx,
-		`SELECT slot, publication, created_publication FROM walcast.pipelines WHERE pipeline = $1`,
-		s.pipeline).Scan(&p.Slot, &p.Publication, &p.CreatedPublication)
+	var oid int64
+	var created string
+	err = s.db.QueryRow(ctx, `
+SELECT slot, publication, created_publication, coalesce(system_identifier, ''), coalesce(database_oid, 0),
+       coalesce(slot_created_lsn::text, '0/0')
+FROM walcast.pipelines WHERE pipeline = $1`,
+		s.pipeline).Scan(&p.Slot, &p.Publication, &p.CreatedPublication, &p.Identity.SystemIdentifier, &oid, &created)
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -177,13 +185,17 @@ func (s *Store) LoadPipeline(ctx context.Context) (p Pipeline, ok bool, err erro
 	case err != nil:
 		return Pipeline{}, false, fmt.Errorf("load pipeline %s: %w", s.pipeline, err)
 	}
+	p.Identity.DatabaseOID = uint32(oid)
+	if p.Identity.SlotCreatedLSN, err = cdc.ParseLSN(created); err != nil {
+		return Pipeline{}, false, fmt.Errorf("load pipeline %s: slot position: %w", s.pipeline, err)
+	}
 	return p, true, nil
 }
 
 // Forget deletes the pipeline's record, checkpoints, parked events, replay
-// requests, usage, pauses and sink failures.
+// requests, usage, pauses, sink failures and accepted gaps.
 func (s *Store) Forget(ctx context.Context) error {
-	for _, table := range []string{"checkpoints", "parked", "replay_requests", "usage", "pauses", "sink_failures", "pipelines"} {
+	for _, table := range []string{"checkpoints", "parked", "replay_requests", "usage", "pauses", "sink_failures", "gaps", "pipelines"} {
 		if _, err := s.db.Exec(ctx, `DELETE FROM walcast.`+table+` WHERE pipeline = $1`, s.pipeline); err != nil {
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -60,6 +61,16 @@ type Options struct {
 	// MetricsListen, when set, is the address /metrics (Prometheus) and
 	// /healthz are served on, e.g. "127.0.0.1:9187".
 	MetricsListen string
+	// AcceptGap replaces a lost, invalidated or foreign slot and records
+	// the gap instead of refusing to start (walcast run --accept-gap).
+	AcceptGap bool
+	// WarnRetainedWAL is how much WAL (bytes) the slot may retain before
+	// a warning is logged and walcast_slot_wal_at_risk is set. Default
+	// 1 GiB; negative: only wal_status unreserved/lost warns.
+	WarnRetainedWAL int64
+	// SlotCheckInterval is how often the slot's WAL is checked. Default
+	// 10s.
+	SlotCheckInterval time.Duration
 }
 
 type sinkRun struct {
@@ -98,6 +109,12 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if opts.CheckpointInterval <= 0 {
 		opts.CheckpointInterval = 250 * time.Millisecond
 	}
+	if opts.WarnRetainedWAL == 0 {
+		opts.WarnRetainedWAL = 1 << 30
+	}
+	if opts.SlotCheckInterval <= 0 {
+		opts.SlotCheckInterval = 10 * time.Second
+	}
 
 	pool, err := Connect(ctx, p.Source.DSN)
 	if err != nil {
@@ -115,41 +132,15 @@ func Run(ctx context.Context, opts Options) (err error) {
 		PrimaryKey:      capture.PrimaryKeyLookup(pool),
 		Logger:          log,
 	}
-	prep, err := capture.Prepare(ctx, pool, store, ccfg)
-	if err != nil {
-		return fmt.Errorf("prepare source: %w", err)
+	for _, sk := range p.Sinks {
+		ccfg.Sinks = append(ccfg.Sinks, sk.ID)
 	}
-	if prep.CreatedPublication {
-		log.Info("created publication", "publication", ccfg.Publication)
-	}
-	if prep.CreatedSlot {
-		log.Info("created replication slot", "slot", ccfg.Slot)
-	}
-	for _, t := range prep.Keyless {
-		log.Warn("table has no key; its events carry key null", "table", t)
-	}
-	ccfg.StatusInterval = min(10*time.Second, prep.WalSenderTimeout/4)
-	marks, err := store.Load(ctx)
-	if err != nil {
-		return err
-	}
-	slots := isolate.NewSlots(pool, p.Name, p.Source.Slot)
-	if err := slots.Init(ctx); err != nil {
-		return err
-	}
-	var durable []string
-	for _, s := range p.Sinks {
-		if s.Durable {
-			durable = append(durable, s.ID)
-		}
-	}
-	resume, err := slots.Recover(ctx, durable)
-	if err != nil {
-		return fmt.Errorf("recover catch-up slots: %w", err)
-	}
+	ccfg.AcceptGap = opts.AcceptGap
 
-	// Plugins: launched, configured and opened before any event flows, so
-	// a bad sink fails the start instead of holding the slot.
+	// Plugins: launched, configured and opened before the slot and the
+	// publication are created, so that a missing plugin, a checksum
+	// mismatch or a config the plugin rejects fails the start without
+	// leaving a slot that retains WAL.
 	runs := make([]*sinkRun, 0, len(p.Sinks))
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -171,12 +162,73 @@ func Run(ctx context.Context, opts Options) (err error) {
 		if err != nil {
 			return err
 		}
-		through := marks[s.ID]
-		if cp.Compare(through) > 0 {
-			through = cp
-		}
 		specs = append(specs, ack.SinkSpec{ID: s.ID, Durable: s.Durable})
-		skip = append(skip, through)
+		skip = append(skip, cp)
+	}
+
+	prep, err := capture.Prepare(ctx, pool, store, ccfg)
+	if err != nil {
+		return fmt.Errorf("prepare source: %w", err)
+	}
+	streaming := false
+	if prep.CreatedSlot && prep.AcceptedGap == nil {
+		// A start that fails from here on drops the slot it created: it
+		// would only retain WAL, and nothing was streamed from it.
+		defer func() {
+			if streaming {
+				return
+			}
+			dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if derr := capture.DropCreatedSlot(dctx, pool, store, ccfg.Slot); derr != nil {
+				log.Warn("drop the slot this failed start created", "slot", ccfg.Slot, "err", derr)
+			} else {
+				log.Info("dropped the replication slot this failed start created", "slot", ccfg.Slot)
+			}
+		}()
+	}
+	if prep.CreatedPublication {
+		log.Info("created publication", "publication", ccfg.Publication)
+	}
+	if prep.CreatedSlot {
+		log.Info("created replication slot", "slot", ccfg.Slot)
+	}
+	if g := prep.AcceptedGap; g != nil {
+		log.Warn("accepted a gap: changes between the old checkpoints and the new slot's start are not delivered; recorded in walcast.gaps",
+			"reason", g.Kind, "slot", ccfg.Slot, "old_checkpoints", g.Checkpoints, "new_slot_start", pluginkit.FormatLSN(prep.ConfirmedFlush))
+	}
+	for _, t := range prep.Keyless {
+		log.Warn("table has no key: only its inserts and truncates are captured (publication "+prep.KeylessPublication+"), with key null", "table", t)
+	}
+	if len(prep.Unlisted) > 0 {
+		log.Warn("the publication also publishes tables that are not in source.tables; their changes are dropped (metric walcast_events_unlisted_total)",
+			"publication", ccfg.Publication, "tables", strings.Join(prep.Unlisted, ", "))
+	}
+	ccfg.KeylessPublication = prep.KeylessPublication
+	ccfg.StatusInterval = min(10*time.Second, prep.WalSenderTimeout/4)
+	marks, err := store.Load(ctx)
+	if err != nil {
+		return err
+	}
+	slots := isolate.NewSlots(pool, p.Name, p.Source.Slot)
+	if err := slots.Init(ctx); err != nil {
+		return err
+	}
+	var durable []string
+	for _, s := range p.Sinks {
+		if s.Durable {
+			durable = append(durable, s.ID)
+		}
+	}
+	resume, err := slots.Recover(ctx, durable)
+	if err != nil {
+		return fmt.Errorf("recover catch-up slots: %w", err)
+	}
+	for i := range runs {
+		// The destination's own checkpoint counts only when it is ahead.
+		if through := marks[runs[i].cfg.ID]; through.Compare(skip[i]) > 0 {
+			skip[i] = through
+		}
 	}
 
 	failures, err := store.LoadSinkFailures(ctx)
@@ -229,10 +281,11 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err := ctl.applyPauses(ctx); err != nil {
 		return err
 	}
+	watch := newSlotWatch(pool, ccfg.Slot, opts.WarnRetainedWAL, opts.SlotCheckInterval, log)
 	if opts.MetricsListen != "" {
 		coll := newPipelineCollector(runs, tracker, fan, capt, slotRetainedWAL(pool, p.Source.Slot))
 		coll.catchupRetained = catchupRetained(pool, p.Name)
-		reg := newRegistry(p.Name, coll, deliverSeconds)
+		reg := newRegistry(p.Name, coll, deliverSeconds, watch.collectors()...)
 		healthy := func() error {
 			if !capt.Streaming() {
 				return errors.New("replication stream down: connecting or reconnecting to PostgreSQL")
@@ -273,11 +326,13 @@ func Run(ctx context.Context, opts Options) (err error) {
 	controlCtx, stopControl := context.WithCancel(ctx)
 	defer stopControl()
 	go ctl.listen(controlCtx, p.Source.DSN, 5*time.Second)
+	go watch.run(controlCtx)
 
 	captureErr := make(chan error, 1)
 	captureCtx, cancelCapture := context.WithCancel(ctx)
 	defer cancelCapture()
 	go func() { captureErr <- capt.Run(captureCtx) }()
+	streaming = true
 	if opts.Ready != nil {
 		opts.Ready()
 	}

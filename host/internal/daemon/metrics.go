@@ -30,6 +30,7 @@ type pipelineCollector struct {
 	capt    *capture.Capture
 
 	received, confirmed, streaming, captured *prometheus.Desc
+	unlisted                                 *prometheus.Desc
 	sinkCounters                             []sinkCounter
 	held, inFlight, queued, unresolved       *prometheus.Desc
 	paused, watermark, lastSuccess           *prometheus.Desc
@@ -71,6 +72,7 @@ func newPipelineCollector(runs []*sinkRun, tracker *ack.Tracker, fan *fanout.Fan
 		confirmed: prometheus.NewDesc("walcast_confirmed_flush_lsn", "WAL position walcast may confirm to PostgreSQL: every durable sink resolved everything below it.", nil, nil),
 		streaming: prometheus.NewDesc("walcast_streaming", "1 while the replication stream is up, 0 while reconnecting.", nil, nil),
 		captured:  prometheus.NewDesc("walcast_events_captured_total", "Change events read from the slot and fanned out to the sinks.", nil, nil),
+		unlisted:  prometheus.NewDesc("walcast_events_unlisted_total", "Changes of tables not in source.tables that the publication sent and walcast dropped.", nil, nil),
 		sinkCounters: []sinkCounter{
 			counter("events_delivered_total", "Events a Deliver call resolved successfully (not counting duplicates the sink recognised).",
 				func(r *sinkRun) float64 { return float64(r.stats().Delivered.Load()) }),
@@ -131,6 +133,7 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(c.streaming, streaming)
 	ch <- prometheus.MustNewConstMetric(c.captured, prometheus.CounterValue, float64(c.fan.Events()))
+	ch <- prometheus.MustNewConstMetric(c.unlisted, prometheus.CounterValue, float64(c.capt.Unlisted()))
 	if c.slotWAL != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), slotQueryTimeout)
 		if n, err := c.slotWAL(ctx); err == nil {
@@ -255,10 +258,10 @@ func serveMetrics(ctx context.Context, addr, pipeline string, reg *prometheus.Re
 
 // newRegistry returns a registry with the pipeline's metrics, the Go
 // runtime's and the process's, every series labelled with the pipeline.
-func newRegistry(pipeline string, c prometheus.Collector, deliver *prometheus.HistogramVec) *prometheus.Registry {
+func newRegistry(pipeline string, c prometheus.Collector, deliver *prometheus.HistogramVec, more ...prometheus.Collector) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	wrapped := prometheus.WrapRegistererWith(prometheus.Labels{"pipeline": pipeline}, reg)
-	wrapped.MustRegister(c, deliver)
+	wrapped.MustRegister(append([]prometheus.Collector{c, deliver}, more...)...)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/jackc/pglogrepl"
 
@@ -22,6 +23,11 @@ type Options struct {
 	// fast and bounded (e.g. a query with a short timeout, or a map loaded at
 	// startup). May be nil: the key is then every column.
 	PrimaryKey func(schema, table string) ([]string, error)
+	// Tables, when non-empty, are the only tables ("schema.table") whose
+	// changes become events; the changes of every other relation the
+	// publication sends are dropped without consuming an index, and
+	// counted (Unlisted).
+	Tables map[string]bool
 }
 
 // Decoder turns the pgoutput messages of one replication stream into
@@ -29,6 +35,9 @@ type Options struct {
 type Decoder struct {
 	opts Options
 	rels map[uint32]*relation
+	// unlisted counts dropped changes of tables outside Options.Tables;
+	// read by other goroutines (metrics).
+	unlisted atomic.Uint64
 
 	inTx      bool
 	commitLSN uint64
@@ -63,6 +72,10 @@ func (d *Decoder) Reset() {
 	d.index = 0
 	d.txHead = d.txHead[:0]
 }
+
+// Unlisted is how many changes of tables outside Options.Tables were
+// dropped. Safe to call concurrently with Decode.
+func (d *Decoder) Unlisted() uint64 { return d.unlisted.Load() }
 
 // InTransaction reports whether a Begin has been decoded without its Commit.
 // The capture loop must not confirm a keepalive's WAL end while it is true.
@@ -108,6 +121,9 @@ func (d *Decoder) Decode(msg pglogrepl.Message, emit func(cdc.Event) error) erro
 		rel, err := newRelation(m, d.opts.PrimaryKey)
 		if err != nil {
 			return fmt.Errorf("decode relation message: %w", err)
+		}
+		if !rel.skip && len(d.opts.Tables) > 0 && !d.opts.Tables[m.Namespace+"."+m.RelationName] {
+			rel.skip, rel.unlisted = true, true
 		}
 		d.rels[m.RelationID] = rel
 		return nil
@@ -181,6 +197,9 @@ func (d *Decoder) relationFor(op cdc.Op, id uint32) (*relation, error) {
 		return nil, fmt.Errorf("decode %s: unknown relation id %d (no Relation message since the connection started)", op, id)
 	}
 	if rel.skip {
+		if rel.unlisted {
+			d.unlisted.Add(1)
+		}
 		return nil, nil
 	}
 	return rel, nil
@@ -248,7 +267,7 @@ func (d *Decoder) truncate(m *pglogrepl.TruncateMessage, emit func(cdc.Event) er
 	for _, id := range m.RelationIDs {
 		rel := d.rels[id]
 		if rel.skip {
-			continue
+			continue // counted by relationFor above
 		}
 		if err := d.truncateEvent(rel, cascade, restart, emit); err != nil {
 			return err
@@ -264,9 +283,17 @@ func (d *Decoder) emit(rel *relation, op cdc.Op, keyStart, keyEnd int, oldKey []
 		return fmt.Errorf("decode %s on %s.%s: nil emit function", op, rel.schema, rel.table)
 	}
 	// One allocation per event: Key is a capacity-limited window into the
-	// payload, where the key object appears verbatim.
-	payload := make([]byte, len(d.buf))
-	copy(payload, d.buf)
+	// payload, where the key object appears verbatim. A big envelope is
+	// handed over as it is instead of copied, and not kept for reuse: one
+	// row of hundreds of MB must cost that once, not twice and then for
+	// good.
+	var payload []byte
+	if len(d.buf) > bigEnvelope {
+		payload, d.buf = d.buf, nil
+	} else {
+		payload = make([]byte, len(d.buf))
+		copy(payload, d.buf)
+	}
 	ev := cdc.Event{
 		ID:      cdc.EventID{CommitLSN: d.commitLSN, Index: d.index},
 		Schema:  rel.schema,
@@ -284,6 +311,9 @@ func (d *Decoder) emit(rel *relation, op cdc.Op, keyStart, keyEnd int, oldKey []
 	d.index++
 	return nil
 }
+
+// bigEnvelope is the size from which an envelope gets a buffer of its own.
+const bigEnvelope = 4 << 20
 
 // tupleColumns checks that a tuple fits the relation so that encoding it
 // cannot fail half-way: one entry per column, each null, unchanged TOAST or

@@ -398,3 +398,34 @@ func TestIgnoredMessages(t *testing.T) {
 		t.Errorf("got %d events", len(c.events))
 	}
 }
+
+// Changes of a relation outside Options.Tables are dropped without using
+// an index, and counted; a truncate naming both emits only the listed one.
+func TestUnlistedTablesAreDropped(t *testing.T) {
+	c := newCollector(t, Options{Tables: map[string]bool{"public.orders": true}})
+	other := relMsg(2, "public", "other", 'd', col{"id", pgtype.Int8OID, true})
+	c.feed(begin(0x1A2B3C8, 7412), orders(1), other,
+		&pglogrepl.InsertMessage{RelationID: 2, Tuple: tup("1")},
+		&pglogrepl.InsertMessage{RelationID: 1, Tuple: tup("42", "new", "1.00", "blob")},
+		&pglogrepl.TruncateMessage{RelationNum: 2, RelationIDs: []uint32{2, 1}},
+	)
+	if len(c.events) != 2 || c.events[0].ID.Index != 0 || c.events[1].ID.Index != 1 || c.events[1].Op != cdc.OpTruncate || c.events[1].Table != "orders" {
+		t.Fatalf("events %v", c.payloads())
+	}
+	if n := c.d.Unlisted(); n != 2 {
+		t.Fatalf("Unlisted = %d, want 2", n)
+	}
+}
+
+// A big envelope is handed over without a copy and not kept for reuse.
+func TestBigEnvelopeIsHandedOver(t *testing.T) {
+	c := newCollector(t, Options{})
+	big := strings.Repeat("x", bigEnvelope+1)
+	c.feed(begin(0x1A2B3C8, 7412), orders(1), &pglogrepl.InsertMessage{RelationID: 1, Tuple: tup("42", "new", "1.00", big)})
+	if len(c.events) != 1 || !strings.Contains(string(c.events[0].Payload), big) {
+		t.Fatal("big row not emitted whole")
+	}
+	if cap(c.d.buf) != 0 {
+		t.Fatalf("decoder kept a %d-byte buffer after a big row", cap(c.d.buf))
+	}
+}

@@ -22,6 +22,13 @@ import (
 // oldKind says whether it holds only the replica identity ('K') or the whole
 // row ('O').
 func (d *Decoder) change(rel *relation, op cdc.Op, newTuple, oldTuple []*pglogrepl.TupleDataColumn, oldKind uint8, emit func(cdc.Event) error) error {
+	// A row of large values: size the envelope once instead of letting
+	// append double it (each doubling leaves the previous array as
+	// garbage, and for a row of hundreds of MB that is most of the
+	// process's peak memory).
+	if n := tupleBytes(newTuple) + tupleBytes(oldTuple); n > bigEnvelope && cap(d.buf) < n+n/8+4096 {
+		d.buf = make([]byte, 0, n+n/8+4096)
+	}
 	b := d.appendHead(d.buf[:0], rel, op)
 
 	b = append(b, `"key":`...)
@@ -69,6 +76,15 @@ func (d *Decoder) change(rel *relation, op cdc.Op, newTuple, oldTuple []*pglogre
 	}
 	d.buf = append(b, '}')
 	return d.emit(rel, op, keyStart, keyEnd, oldKey, emit)
+}
+
+// tupleBytes is the size of a tuple's values as received.
+func tupleBytes(t []*pglogrepl.TupleDataColumn) int {
+	n := 0
+	for _, c := range t {
+		n += len(c.Data) + 16
+	}
+	return n
 }
 
 // truncateEvent encodes and emits the event for one truncated relation.

@@ -21,9 +21,10 @@ const (
 // computed once instead of per change.
 type relation struct {
 	schema, table string
-	// skip marks a relation of the control schema.
-	skip bool
-	cols []column
+	// skip marks a relation whose changes are dropped: one of the control
+	// schema, or (unlisted) a table outside Options.Tables.
+	skip, unlisted bool
+	cols           []column
 	// keyCols are the indexes of the columns that make up "key".
 	keyCols []int
 	// head is the pre-encoded `"schema":…,"table":…,` part of the envelope.

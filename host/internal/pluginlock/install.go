@@ -95,7 +95,8 @@ func looksLikeModulePath(s string) bool {
 
 // InstallOptions says where and how to install.
 type InstallOptions struct {
-	// Dir is the plugin directory; it must exist.
+	// Dir is the plugin directory, created (with its parents) when
+	// missing.
 	Dir string
 	// Name is the sink type to install as. Empty means the source file's
 	// name when it is walcast-sink-<type>, else the name the plugin
@@ -131,6 +132,11 @@ const describeTimeout = 30 * time.Second
 func Install(ctx context.Context, src Source, opts InstallOptions) (Installed, error) {
 	if opts.Dir == "" {
 		return Installed{}, errors.New("install plugin: no plugin directory")
+	}
+	// A first install into a new directory is the usual case (a fresh
+	// machine, a directory named in WALCAST_PLUGIN_DIR beforehand).
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return Installed{}, fmt.Errorf("install plugin: create plugin directory: %w", err)
 	}
 	if fi, err := os.Stat(opts.Dir); err != nil {
 		return Installed{}, fmt.Errorf("install plugin: plugin directory: %w", err)
@@ -373,8 +379,11 @@ const (
 
 // Listed is one plugin as List sees it.
 type Listed struct {
-	Type    string
-	Version string // from the lock entry; empty when unlocked
+	Type string
+	// Version is the lock entry's; for an unlocked plugin, the module
+	// version in the executable's Go build information (what a pluginkit
+	// plugin reports), or "" when it has none.
+	Version string
 	Status  Status
 	Path    string
 }
@@ -405,6 +414,9 @@ func List(dirs []string) ([]Listed, error) {
 			}
 			seen[t] = true
 			l := Listed{Type: t, Path: path, Status: StatusUnlocked}
+			if bi, err := buildinfo.ReadFile(path); err == nil {
+				l.Version = bi.Main.Version
+			}
 			if e, ok := lock.Plugins[t]; ok {
 				l.Version = e.Version
 				sum, err := FileSHA256(path)

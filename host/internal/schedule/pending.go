@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/walcast/walcast/host/internal/ack"
@@ -26,6 +27,11 @@ type entry struct {
 	seq ack.Seq
 	ev  pluginkit.Event
 	row string
+	// table is the event's "schema.table". A barrier (a truncate) holds
+	// its whole table: it waits until every earlier event of the table is
+	// resolved, and no later one goes before it is resolved.
+	table   string
+	barrier bool
 	// oldRow is the row an update moved away from (it changed the key):
 	// the event belongs to both rows. It waits for both, holds both while
 	// in flight, and is parked under both.
@@ -55,10 +61,38 @@ func (e *entry) before(o *entry) bool {
 	return e.ev.ID.Compare(o.ev.ID) < 0
 }
 
+// newEntry makes the scheduler's entry for an event.
+func newEntry(ev pluginkit.Event) *entry {
+	e := &entry{ev: ev, row: rowKey(ev), table: ev.Schema + "." + ev.Table, bytes: len(ev.Payload)}
+	e.barrier = ev.Op == pluginkit.OpTruncate
+	if ev.OldKey != nil {
+		e.oldRow = rowOf(ev, ev.OldKey)
+	}
+	return e
+}
+
 // rowKey identifies a row: changes to the same row keep their order. The
 // unit separator cannot occur in the JSON key and, unlike NUL, can be
-// stored in a text column (walcast.parked.row_key).
-func rowKey(ev pluginkit.Event) string { return rowOf(ev, ev.Key) }
+// stored in a text column (walcast.parked.row_key). A truncate's row is
+// its whole table: tableKey, a key no JSON key can be.
+func rowKey(ev pluginkit.Event) string {
+	if ev.Op == pluginkit.OpTruncate {
+		return rowOf(ev, []byte(tableKey))
+	}
+	return rowOf(ev, ev.Key)
+}
+
+// tableKey is the key part of a truncate's row.
+const tableKey = "*"
+
+// tableOfRow returns the table of a truncate's row ("" for any other row),
+// for the parked rows read back from walcast.parked.
+func tableOfRow(row string) string {
+	if t, ok := strings.CutSuffix(row, "\x1f"+tableKey); ok {
+		return t
+	}
+	return ""
+}
 
 // rowOf is the row of ev's table with the given key.
 func rowOf(ev pluginkit.Event, key []byte) string {
@@ -71,9 +105,16 @@ type pending struct {
 	list     []*entry
 	bytes    int            // payload bytes of the entries in list
 	inFlight map[string]int // rows with a batch in flight
+	// Tables with events in flight, and with a barrier in flight; barriers
+	// counts the barriers in list (none: take skips the table rules).
+	tablesFlying   map[string]int
+	barriersFlying map[string]int
+	barriers       int
 }
 
-func newPending() *pending { return &pending{inFlight: map[string]int{}} }
+func newPending() *pending {
+	return &pending{inFlight: map[string]int{}, tablesFlying: map[string]int{}, barriersFlying: map[string]int{}}
+}
 
 func (p *pending) len() int { return len(p.list) }
 
@@ -81,12 +122,18 @@ func (p *pending) len() int { return len(p.list) }
 func (p *pending) add(e *entry) {
 	p.list = append(p.list, e)
 	p.bytes += e.bytes
+	if e.barrier {
+		p.barriers++
+	}
 }
 
 // putBack re-inserts entries (a failed or throttled batch) in order.
 func (p *pending) putBack(es []*entry) {
 	for _, e := range es {
 		p.bytes += e.bytes
+		if e.barrier {
+			p.barriers++
+		}
 		i := sort.Search(len(p.list), func(i int) bool { return e.before(p.list[i]) })
 		p.list = append(p.list, nil)
 		copy(p.list[i+1:], p.list[i:])
@@ -103,11 +150,22 @@ type limits struct {
 
 // take forms the next batch: events in order, skipping (unless strict) the
 // rows that have a batch in flight or an event still backing off, so a
-// row's events never overtake each other and never fly twice at once. It
-// returns nil when nothing can go now, plus the earliest time a backing-off
-// event becomes ready (zero if none).
+// row's events never overtake each other and never fly twice at once. A
+// barrier goes only when no earlier event of its table is pending or in
+// flight (not even in the same batch), and no later event of its table
+// goes while it is pending or in flight. It returns nil when nothing can go
+// now, plus the earliest time a backing-off event becomes ready (zero if
+// none).
 func (p *pending) take(now time.Time, lim limits) (batch []*entry, wake time.Time) {
 	blocked := map[string]bool{}
+	// With a barrier pending or in flight: the tables held behind a
+	// barrier, and the tables with an earlier event still pending or taken
+	// into this batch.
+	tableRules := p.barriers > 0 || len(p.barriersFlying) > 0
+	var heldTables, seenTables map[string]bool
+	if tableRules {
+		heldTables, seenTables = map[string]bool{}, map[string]bool{}
+	}
 	size := 0
 	keep := p.list[:0]
 	var taken []*entry
@@ -118,6 +176,14 @@ func (p *pending) take(now time.Time, lim limits) (batch []*entry, wake time.Tim
 		}
 		ok := !blocked[e.row] && p.inFlight[e.row] == 0 &&
 			(e.oldRow == "" || (!blocked[e.oldRow] && p.inFlight[e.oldRow] == 0))
+		if tableRules {
+			ok = ok && !heldTables[e.table] && p.barriersFlying[e.table] == 0 &&
+				(!e.barrier || (!seenTables[e.table] && p.tablesFlying[e.table] == 0))
+			seenTables[e.table] = true
+			if e.barrier {
+				heldTables[e.table] = true // taken or not, later events wait for it
+			}
+		}
 		if ok && e.notBefore.After(now) {
 			ok = false
 			if wake.IsZero() || e.notBefore.Before(wake) {
@@ -161,6 +227,11 @@ func (p *pending) take(now time.Time, lim limits) (batch []*entry, wake time.Tim
 		if e.oldRow != "" {
 			p.inFlight[e.oldRow]++
 		}
+		p.tablesFlying[e.table]++
+		if e.barrier {
+			p.barriersFlying[e.table]++
+			p.barriers--
+		}
 		p.bytes -= e.bytes
 	}
 	return taken, wake
@@ -169,16 +240,20 @@ func (p *pending) take(now time.Time, lim limits) (batch []*entry, wake time.Tim
 // landed releases the rows of a batch that came back.
 func (p *pending) landed(batch []*entry) {
 	for _, e := range batch {
-		p.release(e.row)
+		release(p.inFlight, e.row)
 		if e.oldRow != "" {
-			p.release(e.oldRow)
+			release(p.inFlight, e.oldRow)
+		}
+		release(p.tablesFlying, e.table)
+		if e.barrier {
+			release(p.barriersFlying, e.table)
 		}
 	}
 }
 
-func (p *pending) release(row string) {
-	if p.inFlight[row]--; p.inFlight[row] <= 0 {
-		delete(p.inFlight, row)
+func release(m map[string]int, k string) {
+	if m[k]--; m[k] <= 0 {
+		delete(m, k)
 	}
 }
 
@@ -192,19 +267,37 @@ func (e *entry) touches(rows map[string]bool) bool {
 // because an update that changed the key belongs to two rows, the later
 // entries of every row such an entry brings in. rows grows by those rows.
 func (p *pending) removeRows(rows map[string]bool) []*entry {
-	var out []*entry
-	keep := p.list[:0]
-	for _, e := range p.list {
+	return p.remove(func(e *entry) bool {
 		if !e.touches(rows) {
-			keep = append(keep, e)
-			continue
+			return false
 		}
 		rows[e.row] = true
 		if e.oldRow != "" {
 			rows[e.oldRow] = true
 		}
-		out = append(out, e)
-		p.bytes -= e.bytes
+		return true
+	})
+}
+
+// removeTable takes every pending entry of table out (to park them behind
+// a parked truncate), in order.
+func (p *pending) removeTable(table string) []*entry {
+	return p.remove(func(e *entry) bool { return e.table == table })
+}
+
+func (p *pending) remove(match func(*entry) bool) []*entry {
+	var out []*entry
+	keep := p.list[:0]
+	for _, e := range p.list {
+		if match(e) {
+			out = append(out, e)
+			p.bytes -= e.bytes
+			if e.barrier {
+				p.barriers--
+			}
+		} else {
+			keep = append(keep, e)
+		}
 	}
 	clear(p.list[len(keep):])
 	p.list = keep

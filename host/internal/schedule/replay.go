@@ -140,7 +140,9 @@ func (s *Scheduler) loadReplay(ps []checkpoint.Parked) int {
 			continue
 		}
 		s.replayIDs[p.Event.ID] = true
-		es = append(es, &entry{ev: p.Event, row: p.Row, oldRow: p.OldRow, bytes: len(p.Event.Payload), replay: true, firstFail: p.FirstFailure})
+		e := newEntry(p.Event)
+		e.row, e.oldRow, e.replay, e.firstFail = p.Row, p.OldRow, true, p.FirstFailure
+		es = append(es, e)
 		s.replaying[p.Row] = true
 		if p.OldRow != "" {
 			s.replaying[p.OldRow] = true
@@ -175,6 +177,9 @@ func (s *Scheduler) continueReplay(ctx context.Context, row string) error {
 	}
 	s.endReplay(row)
 	delete(s.parkedRows, row)
+	if t := tableOfRow(row); t != "" {
+		delete(s.parkedTables, t)
+	}
 	return nil
 }
 

@@ -12,9 +12,12 @@
 //
 // Invariants: two events of the same row (schema.table + key) are never in
 // flight at once and never delivered out of commit order (an update that
-// changes the key belongs to both rows); a row with a parked event has
-// every later event parked behind it until a replay delivers them; nothing
-// is resolved before it is delivered, filtered, skipped as already
+// changes the key belongs to both rows); a truncate of a table is a barrier
+// for that table: it goes only once every earlier event of the table is
+// resolved, and no later event of the table goes before it is resolved; a
+// row with a parked event has every later event parked behind it until a
+// replay delivers them, and a table with a parked truncate likewise;
+// nothing is resolved before it is delivered, filtered, skipped as already
 // delivered, or durably parked; a parked event leaves walcast.parked only
 // once the sink wrote it (a replayed event it calls a duplicate stays).
 // Replayed events travel in batches of their own, flagged as a replay.
@@ -22,10 +25,8 @@ package schedule
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"math/rand/v2"
-	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -126,25 +127,23 @@ type Scheduler struct {
 	// Owned by the Run goroutine.
 	pend       *pending
 	parkedRows map[string]bool
-	replaying  map[string]bool            // parked rows whose events are being replayed
-	replayIDs  map[pluginkit.EventID]bool // replayed events pending or in flight
-	waiters    []*replayWaiter
-	window     int // events held: pending plus in flight
-	bucket     *bucket
-	pausedTill time.Time
-	gapCarry   bool // a gap flag whose event was filtered out: it goes to the next one
-	inFlight   int  // batches
-	flying     int  // events in those batches
-	flyBytes   int  // payload bytes in those batches
-	results    chan result
-}
-
-type result struct {
-	batch []*entry
-	bytes int // payload bytes of batch
-	res   pluginkit.DeliverResult
-	err   error
-	took  time.Duration
+	// parkedTables: tables whose truncate is parked; every later event of
+	// the table is parked behind it (and its row then stays parked).
+	parkedTables map[string]bool
+	replaying    map[string]bool            // parked rows whose events are being replayed
+	replayIDs    map[pluginkit.EventID]bool // replayed events pending or in flight
+	waiters      []*replayWaiter
+	window       int // events held: pending plus in flight
+	bucket       *bucket
+	pausedTill   time.Time
+	gapCarry     bool // a gap flag whose event was filtered out: it goes to the next one
+	inFlight     int  // batches
+	flying       int  // events in those batches
+	flyBytes     int  // payload bytes in those batches
+	results      chan result
+	// deliveries counts the delivery goroutines; Run waits for them
+	// before it returns, so no Deliver outlives the scheduler.
+	deliveries sync.WaitGroup
 }
 
 // New returns a scheduler; call Run.
@@ -176,13 +175,14 @@ func New(cfg Config, queue *fanout.Queue, tracker *ack.Tracker, sink Deliverer) 
 	}
 	s := &Scheduler{
 		cfg: cfg, queue: queue, tracker: tracker, sink: sink,
-		log:        log.With("sink", cfg.SinkID),
-		replays:    make(chan replayReq, 16),
-		wake:       make(chan struct{}, 1),
-		pend:       newPending(),
-		parkedRows: map[string]bool{},
-		replaying:  map[string]bool{},
-		replayIDs:  map[pluginkit.EventID]bool{},
+		log:          log.With("sink", cfg.SinkID),
+		replays:      make(chan replayReq, 16),
+		wake:         make(chan struct{}, 1),
+		pend:         newPending(),
+		parkedRows:   map[string]bool{},
+		parkedTables: map[string]bool{},
+		replaying:    map[string]bool{},
+		replayIDs:    map[pluginkit.EventID]bool{},
 		// Every lane full plus one batch ready for the first lane that
 		// frees up. In-flight events count: they are held until they land,
 		// and counting only the pending ones would double what a sink with
@@ -214,8 +214,16 @@ func (s *Scheduler) SetPaused(paused bool) {
 
 // Run delivers until stop is closed (it then lets the batches in flight
 // finish and returns) or ctx ends (it abandons them: those events stay
-// unresolved and are replayed by PostgreSQL after a restart).
+// unresolved and are replayed by PostgreSQL after a restart). It returns
+// only once every Deliver it started has returned: when it stops for an
+// error, the deliveries still in flight are cancelled first.
 func (s *Scheduler) Run(ctx context.Context, stop <-chan struct{}) error {
+	// A delivery never blocks on its result (results holds MaxInFlight),
+	// and once its context ends a Deliver returns promptly (the sink's
+	// contract), so the wait is short.
+	deliverCtx, cancelDeliveries := context.WithCancel(ctx)
+	defer s.deliveries.Wait()
+	defer cancelDeliveries()
 	if s.cfg.Parked != nil {
 		var rows []string
 		err := retryStore(ctx, s.log, func(ctx context.Context) (err error) {
@@ -227,6 +235,9 @@ func (s *Scheduler) Run(ctx context.Context, stop <-chan struct{}) error {
 		}
 		for _, r := range rows {
 			s.parkedRows[r] = true
+			if t := tableOfRow(r); t != "" {
+				s.parkedTables[t] = true
+			}
 		}
 	}
 	timer := time.NewTimer(time.Hour)
@@ -244,7 +255,7 @@ func (s *Scheduler) Run(ctx context.Context, stop <-chan struct{}) error {
 		var wake time.Time
 		if !stopping {
 			var err error
-			if wake, err = s.dispatch(ctx); err != nil {
+			if wake, err = s.dispatch(deliverCtx); err != nil {
 				return err
 			}
 		}
@@ -356,10 +367,8 @@ func (s *Scheduler) accept(ctx context.Context, it fanout.Item) error {
 		s.gapCarry = gap
 		return nil
 	}
-	e := &entry{seq: it.Seq, ev: ev, row: rowKey(ev), bytes: len(ev.Payload), gapBefore: gap}
-	if ev.OldKey != nil {
-		e.oldRow = rowOf(ev, ev.OldKey)
-	}
+	e := newEntry(ev)
+	e.seq, e.gapBefore = it.Seq, gap
 	if s.parkedRows[e.row] || (e.oldRow != "" && s.parkedRows[e.oldRow]) {
 		s.gapCarry = gap
 		reason := "parked behind an earlier parked event of the same row"
@@ -367,6 +376,10 @@ func (s *Scheduler) accept(ctx context.Context, it fanout.Item) error {
 			reason = "parked behind an earlier parked event of the row whose key this update changed"
 		}
 		return s.park(ctx, []*entry{e}, reason, false)
+	}
+	if s.parkedTables[e.table] {
+		s.gapCarry = gap
+		return s.park(ctx, []*entry{e}, "parked behind a parked truncate of the same table", false)
 	}
 	s.pend.add(e)
 	return nil
@@ -418,283 +431,7 @@ func (s *Scheduler) dispatch(ctx context.Context) (time.Time, error) {
 		s.inFlight++
 		s.flying += len(batch)
 		s.flyBytes += size
-		go s.deliver(ctx, batch, size)
+		s.deliveries.Go(func() { s.deliver(ctx, batch, size) })
 	}
 	return wake, nil
-}
-
-// deliver runs one attempt in its own goroutine.
-func (s *Scheduler) deliver(ctx context.Context, batch []*entry, size int) {
-	events := make([]pluginkit.Event, len(batch))
-	gap := false
-	for i, e := range batch {
-		events[i] = e.ev
-		gap = gap || e.gapBefore
-	}
-	// A batch is all replayed events or none (pending.take).
-	replay := batch[0].replay
-	start := time.Now()
-	dctx, cancel := context.WithTimeout(ctx, s.cfg.DeliverTimeout)
-	if gap {
-		dctx = pluginkit.WithGapBefore(dctx)
-	}
-	if replay {
-		dctx = pluginkit.WithReplay(dctx)
-	}
-	res, err := s.sink.Deliver(dctx, events)
-	cancel()
-	if err == nil && dctx.Err() == context.DeadlineExceeded {
-		// Answered too late: the host already treats it as failed.
-		err = fmt.Errorf("deliver did not resolve within %s: %w", s.cfg.DeliverTimeout, context.DeadlineExceeded)
-	}
-	if err == nil && replay && res.Duplicates > 0 {
-		// A parked event lies below the sink's checkpoint by definition,
-		// so a sink that calls it a duplicate most likely skipped it
-		// without writing it. Unparking it would lose it without a word:
-		// it fails instead (alone, it is parked again, saying why). The
-		// host cannot tell that from a sink that really holds it; an
-		// operator can, and removes it from walcast.parked.
-		err = pluginkit.Permanent(fmt.Errorf("the sink reported %d of %d replayed events as already delivered; a sink that skips events "+
-			"at or below its checkpoint has not written them (it must write replay batches, see pluginkit.IsReplay), so they stay parked: "+
-			"if the destination does hold them, delete them from walcast.parked", res.Duplicates, len(batch)))
-	}
-	if err == nil && replay && s.cfg.Parked != nil {
-		// Replayed events leave walcast.parked before they count as
-		// delivered; if that fails they are delivered again later.
-		ids := make([]pluginkit.EventID, len(batch))
-		for i, e := range batch {
-			ids[i] = e.ev.ID
-		}
-		err = retryStore(ctx, s.log, func(ctx context.Context) error { return s.cfg.Parked.Unpark(ctx, s.cfg.SinkID, ids) })
-	}
-	s.results <- result{batch: batch, bytes: size, res: res, err: err, took: time.Since(start)}
-}
-
-// land handles a finished attempt.
-func (s *Scheduler) land(ctx context.Context, r result) error {
-	s.pend.landed(r.batch)
-	bytes := r.bytes
-	if s.cfg.Observe != nil && ctx.Err() == nil {
-		outcome := "ok"
-		if r.err != nil {
-			k, _ := pluginkit.KindOf(r.err)
-			outcome = k.String()
-		}
-		s.cfg.Observe(r.took, outcome)
-	}
-	if r.err == nil {
-		s.Stats.Attempts.Add(1)
-		s.Stats.Delivered.Add(int64(len(r.batch) - r.res.Duplicates))
-		s.Stats.Bytes.Add(int64(bytes))
-		s.Stats.LastSuccess.Store(time.Now().UnixNano())
-		s.Stats.Duplicates.Add(int64(r.res.Duplicates))
-		s.cfg.Meter.attempt(len(r.batch), bytes, true)
-		seqs := make([]ack.Seq, 0, len(r.batch))
-		replayed := map[string]bool{}
-		for _, e := range r.batch {
-			if e.replay {
-				s.Stats.Replayed.Add(1)
-				delete(s.replayIDs, e.ev.ID)
-				replayed[e.row] = true
-				if e.oldRow != "" {
-					replayed[e.oldRow] = true
-				}
-				continue
-			}
-			seqs = append(seqs, e.seq)
-		}
-		s.tracker.Resolve(s.cfg.Index, seqs...)
-		for row := range replayed {
-			if err := s.continueReplay(ctx, row); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if ctx.Err() != nil {
-		return nil // shutting down: the events stay unresolved
-	}
-	kind, pause := pluginkit.KindOf(r.err)
-	if kind == pluginkit.KindFatal {
-		// The sink cannot deliver anything any more: parking would park
-		// the whole stream. Stop; the batch stays unresolved and comes
-		// again after a restart, to a fresh plugin process.
-		s.Stats.Attempts.Add(1)
-		s.Stats.Failures.Add(1)
-		s.cfg.Meter.attempt(len(r.batch), bytes, false)
-		return fmt.Errorf("sink cannot go on (%s); stopping so that a restart starts it afresh: %w", r.batch[0].ev.ID, r.err)
-	}
-	if kind == pluginkit.KindThrottled {
-		// Not an attempt: not counted, not metered. Attempts are counted
-		// here, once the outcome is known, so the counter never goes down.
-		s.Stats.Throttles.Add(1)
-		until := time.Now().Add(pause)
-		if until.After(s.pausedTill) {
-			s.pausedTill = until
-		}
-		s.log.Info("sink throttled; pausing", "pause", pause, "err", r.err)
-		s.pend.putBack(r.batch)
-		return nil
-	}
-	s.Stats.Attempts.Add(1)
-	s.Stats.Failures.Add(1)
-	s.cfg.Meter.attempt(len(r.batch), bytes, false)
-	now := time.Now()
-	multiRow, multi := false, len(r.batch) > 1
-	for _, e := range r.batch[1:] {
-		if e.row != r.batch[0].row {
-			multiRow = true
-			break
-		}
-	}
-	// One delay for the whole batch: with a jitter drawn per event the
-	// events would come due at different moments and the batch would
-	// re-form in pieces, which is what the first retry must not do.
-	attempts := 0
-	for _, e := range r.batch {
-		attempts = max(attempts, e.attempts+1)
-	}
-	delay := s.backoff(attempts)
-	if multi && kind == pluginkit.KindPermanent {
-		delay = min(delay, time.Second) // isolate quickly
-	}
-	var park []*entry
-	retry := r.batch[:0:0]
-	for _, e := range r.batch {
-		e.attempts++
-		e.lastErr = r.err.Error()
-		if e.firstFail.IsZero() {
-			e.firstFail = now
-		}
-		// The first failure retries the batch as it was: most failures
-		// are transient (a plugin restarting, a network blip) and
-		// splitting would turn one batch into many. From the second on,
-		// the batch is split to find the row that really fails.
-		switch {
-		case e.attempts < 2:
-		case multiRow:
-			e.iso = max(e.iso, batchRow)
-		case multi:
-			e.iso = batchOne
-		}
-		// Only an event that failed on its own is parked: in a batch the
-		// culprit is not known, so the batch is split first. A permanent
-		// failure is not retried once the event is alone.
-		alone := !multi
-		if alone && s.cfg.Parked != nil && (e.attempts >= s.cfg.MaxAttempts || kind == pluginkit.KindPermanent) {
-			park = append(park, e)
-			continue
-		}
-		e.notBefore = now.Add(delay)
-		retry = append(retry, e)
-	}
-	first, last := r.batch[0].ev.ID, r.batch[len(r.batch)-1].ev.ID
-	s.log.Warn("delivery failed", "kind", kind.String(), "events", len(r.batch), "first", first.String(), "last", last.String(),
-		"attempt", attempts, "retry_in", delay, "err", r.err)
-	s.pend.putBack(retry)
-	if len(park) > 0 {
-		return s.park(ctx, park, "", true)
-	}
-	return nil
-}
-
-// park writes events to walcast.parked and resolves them. An event is
-// parked under its row and, for an update that changed the key, under the
-// old row too; every later event of those rows is parked behind it until a
-// replay clears them. failed says es just failed: the pending events of
-// their rows (and of the rows a key change among those brings in) are then
-// parked behind them, and the replay of those rows stops. An event parked
-// on arrival has nothing pending behind it.
-func (s *Scheduler) park(ctx context.Context, es []*entry, reason string, failed bool) error {
-	rows := map[string]bool{}
-	for _, e := range es {
-		rows[e.row] = true
-		if e.oldRow != "" {
-			rows[e.oldRow] = true
-		}
-	}
-	all := slices.Clone(es)
-	if failed {
-		for _, e := range s.pend.removeRows(rows) {
-			if e.replay {
-				// Still in walcast.parked: the next replay loads it again.
-				delete(s.replayIDs, e.ev.ID)
-				continue
-			}
-			all = append(all, e)
-		}
-		for _, e := range es {
-			delete(s.replayIDs, e.ev.ID)
-		}
-	}
-	for r := range rows {
-		s.parkedRows[r] = true
-		if failed && s.replaying[r] {
-			s.endReplay(r)
-		}
-	}
-	now := time.Now()
-	recs := make([]checkpoint.Parked, 0, len(all))
-	for _, e := range all {
-		p := checkpoint.Parked{Sink: s.cfg.SinkID, Event: e.ev, Row: e.row, OldRow: e.oldRow, Attempts: e.attempts,
-			LastError: e.lastErr, FirstFailure: e.firstFail, LastFailure: now}
-		if p.LastError == "" {
-			p.LastError = reason
-			if p.LastError == "" {
-				p.LastError = "parked behind an earlier parked event of the same row"
-			}
-		}
-		if p.FirstFailure.IsZero() {
-			p.FirstFailure = now
-		}
-		recs = append(recs, p)
-	}
-	if err := retryStore(ctx, s.log, func(ctx context.Context) error { return s.cfg.Parked.Park(ctx, recs) }); err != nil {
-		return err
-	}
-	seqs := make([]ack.Seq, 0, len(all))
-	for _, e := range all {
-		if !e.replay {
-			seqs = append(seqs, e.seq)
-		}
-	}
-	s.tracker.Resolve(s.cfg.Index, seqs...)
-	s.Stats.Parked.Add(int64(len(all)))
-	if es[0].attempts > 0 {
-		s.log.Error("event parked after failed attempts", "event", es[0].ev.ID.String(), "table", es[0].ev.Schema+"."+es[0].ev.Table,
-			"attempts", es[0].attempts, "parked_behind", len(all)-len(es), "err", es[0].lastErr)
-	}
-	return nil
-}
-
-func (s *Scheduler) backoff(attempts int) time.Duration {
-	d := s.cfg.RetryBase
-	for i := 1; i < attempts && d < s.cfg.MaxRetryDelay; i++ {
-		d *= 2
-	}
-	d = min(d, s.cfg.MaxRetryDelay)
-	jitter := time.Duration(rand.Int64N(int64(d)/5+1)) - d/10
-	return d + jitter
-}
-
-// retryStore retries a control-plane write (the database may be
-// restarting) until it succeeds or ctx ends: an event is only resolved once
-// its park record is durable.
-func retryStore(ctx context.Context, log *slog.Logger, f func(context.Context) error) error {
-	delay := 100 * time.Millisecond
-	for {
-		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := f(wctx)
-		cancel()
-		if err == nil || ctx.Err() != nil {
-			return err
-		}
-		log.Warn("control-plane write failed; retrying", "retry_in", delay, "err", err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 5*time.Second)
-	}
 }

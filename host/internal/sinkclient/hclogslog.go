@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
@@ -26,11 +27,38 @@ type hclogSlog struct {
 	log     *slog.Logger
 	name    string
 	implied []any
+	exit    *exitNote // shared by the loggers derived from one
 }
 
 var _ hclog.Logger = (*hclogSlog)(nil)
 
-func newHCLogSlog(log *slog.Logger) *hclogSlog { return &hclogSlog{log: log} }
+func newHCLogSlog(log *slog.Logger) *hclogSlog { return &hclogSlog{log: log, exit: &exitNote{}} }
+
+// msgProcessExited is go-plugin's line for every plugin process exit: at
+// info for a clean one, which each start has (the plugin launched to
+// describe itself is stopped) as does each stop, and at error with the
+// cause for any other. The host says itself what matters (sink ready,
+// sink stopped, sink plugin process died), so the line goes to debug and
+// its cause is kept for the host's own line.
+const msgProcessExited = "plugin process exited"
+
+// exitNote keeps the cause go-plugin logged for a plugin process's exit.
+type exitNote struct {
+	mu  sync.Mutex
+	err string
+}
+
+func (n *exitNote) set(err string) {
+	n.mu.Lock()
+	n.err = err
+	n.mu.Unlock()
+}
+
+func (n *exitNote) get() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.err
+}
 
 // droppedKeys are attributes go-plugin adds to each re-emitted plugin line
 // that only repeat what the host's own record already has: the plugin's
@@ -39,6 +67,14 @@ var droppedKeys = map[string]bool{"timestamp": true, "@module": true}
 
 func (l *hclogSlog) Log(level hclog.Level, msg string, args ...any) {
 	lvl := slogLevel(level)
+	if msg == msgProcessExited && l.name == "" {
+		lvl = slog.LevelDebug
+		for i := 0; i+1 < len(args); i += 2 {
+			if k, _ := args[i].(string); k == "error" {
+				l.exit.set(fmt.Sprint(args[i+1]))
+			}
+		}
+	}
 	ctx := context.Background()
 	if !l.log.Enabled(ctx, lvl) {
 		return
@@ -94,6 +130,7 @@ func (l *hclogSlog) With(args ...any) hclog.Logger {
 		log:     l.log.With(args...),
 		name:    l.name,
 		implied: append(l.implied[:len(l.implied):len(l.implied)], args...),
+		exit:    l.exit,
 	}
 }
 
@@ -107,7 +144,7 @@ func (l *hclogSlog) Named(name string) hclog.Logger {
 }
 
 func (l *hclogSlog) ResetNamed(name string) hclog.Logger {
-	return &hclogSlog{log: l.log, name: name, implied: l.implied}
+	return &hclogSlog{log: l.log, name: name, implied: l.implied, exit: l.exit}
 }
 
 // SetLevel is a no-op: the slog handler owns the level.

@@ -93,6 +93,7 @@ type Plugin struct {
 	sink   sinkv1.SinkClient
 	log    *slog.Logger
 	cfg    Config
+	exit   *exitNote // how the process ended, from go-plugin's log line
 }
 
 // Launch starts the plugin at cfg.Path and completes the go-plugin
@@ -168,7 +169,7 @@ func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
 		return nil, fmt.Errorf("launch sink plugin %s: dispense %q: %w", cfg.Path, protocol.PluginName, err)
 	}
 	c := raw.(*grpcClient)
-	return &Plugin{client: client, sink: c.SinkClient, conn: c.conn, log: log, cfg: cfg}, nil
+	return &Plugin{client: client, sink: c.SinkClient, conn: c.conn, log: log, cfg: cfg, exit: hlog.exit}, nil
 }
 
 // grpcPlugin is the client half of the plugin set; pluginkit has the
@@ -282,6 +283,11 @@ func callError(ctx context.Context, op string, err error) error {
 // Kill ends the plugin process: go-plugin asks it to shut down and kills
 // it if it has not exited within two seconds. Kill blocks until then.
 func (p *Plugin) Kill() { p.client.Kill() }
+
+// exitError is how the plugin process ended ("signal: killed", "exit
+// status 2"), "" while it runs or when it exited cleanly. Reliable after
+// Kill, which waits for go-plugin to have reaped and logged it.
+func (p *Plugin) exitError() string { return p.exit.get() }
 
 // Exited reports whether the plugin process has exited.
 func (p *Plugin) Exited() bool { return p.client.Exited() }

@@ -299,6 +299,10 @@ func TestSupervisedRestartsAfterCrash(t *testing.T) {
 	if kind, _ := pluginkit.KindOf(err); err == nil || kind != pluginkit.KindRetryable {
 		t.Fatalf("Deliver during the crash = %v, want a retryable error", err)
 	}
+	// The caller's log line and error already name the sink.
+	if strings.Contains(err.Error(), "sup") {
+		t.Errorf("Deliver during the crash = %q: repeats the sink id", err)
+	}
 
 	// The redelivery relaunches the plugin and goes through.
 	if _, err := s.Deliver(ctx, batch); err != nil {
@@ -314,9 +318,22 @@ func TestSupervisedRestartsAfterCrash(t *testing.T) {
 	if newPid := s.Pid(); newPid == 0 || newPid == pid {
 		t.Errorf("pid after restart = %d (was %d)", newPid, pid)
 	}
-	if _, ok := logs.find("sink plugin process died"); !ok {
+	// The crash is logged once, by the supervisor, with how the process
+	// ended; go-plugin's own "plugin process exited" lines (the crash,
+	// and the clean exit of the plugin that described itself at Start)
+	// are at debug only.
+	if r, ok := logs.find("sink plugin process died"); !ok {
 		t.Error("no log record of the crash")
+	} else if r.attrs["exit"] != "signal: killed" || r.attrs["sink"] != "sup" {
+		t.Errorf("crash record %+v, want exit=signal: killed and sink=sup", r.attrs)
 	}
+	logs.mu.Lock()
+	for _, r := range *logs.records {
+		if r.msg == "plugin process exited" && r.level > slog.LevelDebug {
+			t.Errorf("go-plugin's exit line at %v: %+v", r.level, r.attrs)
+		}
+	}
+	logs.mu.Unlock()
 }
 
 func TestLaunchChecksSHA256(t *testing.T) {

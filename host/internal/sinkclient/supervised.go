@@ -3,6 +3,7 @@ package sinkclient
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -139,7 +140,7 @@ func (s *Supervised) Deliver(ctx context.Context, events []pluginkit.Event) (plu
 	}
 	if !p.alive(ctx) {
 		s.buried(p)
-		return res, pluginkit.Retryable(fmt.Errorf("sink %s: plugin process died: %w", s.cfg.SinkID, err))
+		return res, pluginkit.Retryable(fmt.Errorf("plugin process died: %w", err))
 	}
 	return res, err
 }
@@ -152,7 +153,7 @@ func (s *Supervised) running(ctx context.Context) (*Plugin, error) {
 	s.mu.Unlock()
 	switch {
 	case closed:
-		return nil, pluginkit.Permanent(fmt.Errorf("sink %s: supervisor closed", s.cfg.SinkID))
+		return nil, pluginkit.Permanent(errors.New("sink plugin supervisor closed"))
 	case p != nil && !p.Exited():
 		return p, nil
 	case p != nil:
@@ -163,7 +164,7 @@ func (s *Supervised) running(ctx context.Context) (*Plugin, error) {
 	case s.lock <- struct{}{}:
 		defer func() { <-s.lock }()
 	case <-ctx.Done():
-		return nil, pluginkit.Retryable(fmt.Errorf("sink %s: wait for plugin restart: %w", s.cfg.SinkID, ctx.Err()))
+		return nil, pluginkit.Retryable(fmt.Errorf("wait for plugin restart: %w", ctx.Err()))
 	}
 
 	// Another caller may have relaunched it while we waited.
@@ -171,7 +172,7 @@ func (s *Supervised) running(ctx context.Context) (*Plugin, error) {
 	p, closed, notBefore := s.p, s.closed, s.notBefore
 	s.mu.Unlock()
 	if closed {
-		return nil, pluginkit.Permanent(fmt.Errorf("sink %s: supervisor closed", s.cfg.SinkID))
+		return nil, pluginkit.Permanent(errors.New("sink plugin supervisor closed"))
 	}
 	if p != nil {
 		return p, nil
@@ -183,7 +184,7 @@ func (s *Supervised) running(ctx context.Context) (*Plugin, error) {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return nil, pluginkit.Retryable(fmt.Errorf("sink %s: wait for plugin restart backoff: %w", s.cfg.SinkID, ctx.Err()))
+			return nil, pluginkit.Retryable(fmt.Errorf("wait for plugin restart backoff: %w", ctx.Err()))
 		}
 	}
 
@@ -195,14 +196,14 @@ func (s *Supervised) running(ctx context.Context) (*Plugin, error) {
 		wait := backoff(s.failures)
 		s.notBefore = time.Now().Add(wait)
 		s.mu.Unlock()
-		s.log.Warn("sink plugin restart failed", "error", err, "retry_in", wait.String())
+		s.log.Warn("sink plugin restart failed", "err", err, "retry_in", wait.String())
 		return nil, pluginkit.Retryable(fmt.Errorf("restart: %w", err))
 	}
 	if s.closed {
 		// Close ran while we were launching.
 		s.mu.Unlock()
 		p.Kill()
-		return nil, pluginkit.Permanent(fmt.Errorf("sink %s: supervisor closed", s.cfg.SinkID))
+		return nil, pluginkit.Permanent(errors.New("sink plugin supervisor closed"))
 	}
 	s.p, s.open = p, open
 	s.restarts++
@@ -221,10 +222,17 @@ func (s *Supervised) buried(p *Plugin) {
 	s.failures++
 	s.notBefore = time.Now().Add(backoff(s.failures))
 	s.mu.Unlock()
-	s.log.Warn("sink plugin process died", "pid", p.Pid())
+	pid := p.Pid()
 	// Reap the process and go-plugin's goroutines; the process may also be
 	// alive but unreachable, in which case this kills it.
 	p.Kill()
+	// The one line about the death (go-plugin's own is at debug), with
+	// how the process ended when it had already exited.
+	if how := p.exitError(); how != "" {
+		s.log.Warn("sink plugin process died", "pid", pid, "exit", how)
+	} else {
+		s.log.Warn("sink plugin process died", "pid", pid)
+	}
 }
 
 // backoff is the wait before relaunch number n (n ≥ 1) in a row.
@@ -250,8 +258,5 @@ func (s *Supervised) Close(ctx context.Context) error {
 	defer cancel()
 	err := p.Close(ctx)
 	p.Kill()
-	if err != nil {
-		return fmt.Errorf("sink %s: %w", s.cfg.SinkID, err)
-	}
-	return nil
+	return err
 }

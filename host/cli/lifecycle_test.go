@@ -1,0 +1,496 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walcast/walcast/host/pgtest"
+)
+
+// Tests of what happens when the slot, the publication or the database
+// changes under walcast: each ends in an explicit, explained stop, and
+// --accept-gap is the recorded way on.
+
+// walcastOut runs a walcast subcommand to completion (walcastCmd) and
+// returns its stdout and stderr together, and its exit code.
+func walcastOut(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	stdout, stderr, code := walcastCmd(t, args...)
+	return stdout + stderr, code
+}
+
+// insertItems commits n single-row transactions, ids from..from+n-1.
+func insertItems(t *testing.T, db *pgx.Conn, from, n int) {
+	t.Helper()
+	for i := from; i < from+n; i++ {
+		exec1(t, db, `INSERT INTO items (id) VALUES ($1)`, i)
+	}
+}
+
+// keysOf returns the set of {"id":N} keys in a list of changes.
+func keysOf[T any](xs []T, key func(T) string) map[string]bool {
+	m := map[string]bool{}
+	for _, x := range xs {
+		m[key(x)] = true
+	}
+	return m
+}
+
+// missingKeys lists, in id order, the keys the truth has that arrived
+// nowhere.
+func missingKeys(want []change, got []received) []string {
+	have := keysOf(got, func(r received) string { return r.Key })
+	var out []string
+	for _, c := range want {
+		if !have[c.Key] {
+			out = append(out, c.Key)
+		}
+	}
+	return out
+}
+
+func itemKeys(from, n int) []string {
+	var out []string
+	for i := from; i < from+n; i++ {
+		out = append(out, fmt.Sprintf(`{"id":%d}`, i))
+	}
+	return out
+}
+
+func slotCount(t *testing.T, db *pgx.Conn, slot string) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// streamItems starts walcast, commits n rows and waits until the receiver
+// has them all, then stops walcast cleanly.
+func streamItems(t *testing.T, db *pgx.Conn, pipeline, slot string, rcv *receiver, from, n int, args ...string) {
+	t.Helper()
+	w := startWalcast(t, pipeline, args...)
+	waitSlot(t, db, slot)
+	w.waitLog(t, "streaming from slot")
+	before := rcv.distinct()
+	insertItems(t, db, from, n)
+	waitFor(t, "deliveries", time.Minute, func() bool { return rcv.distinct() >= before+n })
+	w.stop()
+}
+
+var checkpointRe = regexp.MustCompile(`hook [0-9A-F]+/[0-9A-F]+:\d+`)
+
+func TestSlotDroppedWhileStoppedRefusesUntilGapAccepted(t *testing.T) {
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
+	truthSlot(t, db, "truth_lost")
+	t.Cleanup(func() { dropSlot(dsn, "truth_lost") })
+	rcv := newReceiver(t)
+	p := writePipeline(t, "lost", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
+	streamItems(t, db, p, "walcast_lost", rcv, 1, 10)
+
+	exec1(t, db, `SELECT pg_drop_replication_slot('walcast_lost')`)
+	insertItems(t, db, 11, 5) // the gap: no slot holds these
+
+	out, code := walcastOut(t, "run", p, "--plugin-dir", binDir)
+	if code != 1 {
+		t.Fatalf("walcast run with its slot dropped: exit %d, want 1; output:\n%s", code, out)
+	}
+	t.Logf("refusal:\n%s", out)
+	wantAll(t, out, "replication slot walcast_lost does not exist, but pipeline lost streamed from it before",
+		"last checkpoints: hook ", "walcast run PIPELINE.hcl --accept-gap", "restore the slot")
+	if !checkpointRe.MatchString(out) {
+		t.Errorf("refusal does not name the sink's checkpoint:\n%s", out)
+	}
+	if strings.Contains(out, "created replication slot") || slotCount(t, db, "walcast_lost") != 0 {
+		t.Fatalf("walcast created a new slot although it refused:\n%s", out)
+	}
+	status, code := walcastOut(t, "status", p)
+	if code != 0 {
+		t.Fatalf("walcast status: exit %d\n%s", code, status)
+	}
+	wantAll(t, status, "slot walcast_lost: does not exist", "walcast run refuses to start (slot lost)")
+
+	streamItems(t, db, p, "walcast_lost", rcv, 16, 5, "--accept-gap")
+
+	status, _ = walcastOut(t, "status", p)
+	gapRe := regexp.MustCompile(`gap accepted \S+ \(slot lost\): sink hook missed the changes after [0-9A-F]+/[0-9A-F]+:\d+ up to [0-9A-F]+/[0-9A-F]+`)
+	t.Logf("status after --accept-gap:\n%s", status)
+	if !gapRe.MatchString(status) {
+		t.Fatalf("walcast status does not show the accepted gap:\n%s", status)
+	}
+	if strings.Contains(status, "refuses") {
+		t.Fatalf("walcast status still says run refuses after the gap was accepted:\n%s", status)
+	}
+	// test_decoding saw every commit: exactly the five made while no slot
+	// existed are missing, and nothing else.
+	want := truth(t, db, "truth_lost", map[string]bool{"public.items": true})
+	if len(want) != 20 {
+		t.Fatalf("truth has %d changes, want 20", len(want))
+	}
+	if got, wantMissing := missingKeys(want, rcv.events()), itemKeys(11, 5); strings.Join(got, " ") != strings.Join(wantMissing, " ") {
+		t.Fatalf("changes never delivered: %v, want exactly the gap %v", got, wantMissing)
+	}
+	// A clean restart after the gap streams on without refusing.
+	streamItems(t, db, p, "walcast_lost", rcv, 21, 3)
+}
+
+func TestSlotDroppedWhileRunningStopsAndRestartRefuses(t *testing.T) {
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
+	rcv := newReceiver(t)
+	p := writePipeline(t, "droprun", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
+	w := startWalcast(t, p)
+	waitSlot(t, db, "walcast_droprun")
+	w.waitLog(t, "streaming from slot")
+	insertItems(t, db, 1, 3)
+	waitFor(t, "deliveries", time.Minute, func() bool { return rcv.distinct() >= 3 })
+	// End the walsender and drop the slot before walcast reconnects.
+	waitFor(t, "the slot to be dropped", time.Minute, func() bool {
+		db.Exec(context.Background(), `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = 'walcast_droprun' AND active`)
+		_, err := db.Exec(context.Background(), `SELECT pg_drop_replication_slot('walcast_droprun')`)
+		return err == nil
+	})
+	select {
+	case err := <-w.done:
+		w.done <- err
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("walcast exited with %v, want exit status 1", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("walcast did not stop after its slot was dropped")
+	}
+	t.Logf("log:\n%s", tail(w.logText(), 3))
+	wantAll(t, w.logText(), "the slot was dropped while walcast ran", "the next walcast run refuses to start")
+	out, code := walcastOut(t, "run", p, "--plugin-dir", binDir)
+	if code != 1 {
+		t.Fatalf("restart after the slot was dropped: exit %d, want 1\n%s", code, out)
+	}
+	wantAll(t, out, "replication slot walcast_droprun does not exist, but pipeline droprun streamed from it before", "--accept-gap")
+	if slotCount(t, db, "walcast_droprun") != 0 {
+		t.Fatal("the refused restart created a slot")
+	}
+}
+
+// pgDumpRestore copies database src of cluster from into a new database of
+// cluster to (pg_dump -Fc, pg_restore), walcast schema included.
+func pgDumpRestore(t *testing.T, from *pgtest.Cluster, srcDSN string, to *pgtest.Cluster) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dump := filepath.Join(from.Dir, "restore_test.dump")
+	if out, err := from.Command(ctx, "pg_dump", "-Fc", "-f", dump, "-d", srcDSN).CombinedOutput(); err != nil {
+		t.Fatalf("pg_dump: %v\n%s", err, out)
+	}
+	dstDSN := to.Database(t)
+	if out, err := to.Command(ctx, "pg_restore", "--no-owner", "-d", dstDSN, dump).CombinedOutput(); err != nil {
+		t.Fatalf("pg_restore: %v\n%s", err, out)
+	}
+	return dstDSN
+}
+
+func TestRestoredIntoAnotherClusterRefusesForeignCheckpoints(t *testing.T) {
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
+	rcv := newReceiver(t)
+	p := writePipeline(t, "moved", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
+	streamItems(t, db, p, "walcast_moved", rcv, 1, 10)
+
+	// A second cluster: its LSNs start low, far below the checkpoints
+	// made on the first one, which would skip every change there.
+	other := pgtest.New(t, pgtest.Options{})
+	movedDSN := pgDumpRestore(t, cluster, dsn, other)
+	mdb := connect(t, movedDSN)
+	rcv2 := newReceiver(t)
+	p2 := writePipeline(t, "moved", movedDSN, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv2.URL})
+	out, code := walcastOut(t, "run", p2, "--plugin-dir", binDir)
+	if code != 1 {
+		t.Fatalf("walcast run on the restored copy: exit %d, want 1\n%s", code, out)
+	}
+	var oldSys, newSys string
+	db.QueryRow(context.Background(), `SELECT system_identifier::text FROM pg_control_system()`).Scan(&oldSys)
+	mdb.QueryRow(context.Background(), `SELECT system_identifier::text FROM pg_control_system()`).Scan(&newSys)
+	t.Logf("refusal:\n%s", out)
+	wantAll(t, out, "the walcast checkpoints of pipeline moved in this database were made on another cluster or database (system_identifier "+oldSys+", database oid ",
+		"this is system_identifier "+newSys, "would skip its changes as already delivered", "last checkpoints: hook ", "--accept-gap")
+	if slotCount(t, mdb, "walcast_moved") != 0 {
+		t.Fatal("walcast created a slot in the new cluster although it refused")
+	}
+	status, _ := walcastOut(t, "status", p2)
+	wantAll(t, status, "walcast run refuses to start (foreign checkpoints)")
+
+	truthSlot(t, mdb, "truth_moved")
+	w := startWalcast(t, p2, "--accept-gap")
+	waitSlot(t, mdb, "walcast_moved")
+	w.waitLog(t, "streaming from slot")
+	insertItems(t, mdb, 100, 10)
+	waitFor(t, "deliveries from the new cluster", time.Minute, func() bool { return rcv2.distinct() >= 10 })
+	w.stop()
+	// Everything committed in the new cluster since then arrived: the old
+	// cluster's checkpoints skipped nothing.
+	verify(t, truth(t, mdb, "truth_moved", map[string]bool{"public.items": true}), rcv2.events())
+	status, _ = walcastOut(t, "status", p2)
+	wantAll(t, status, "gap accepted", "(foreign checkpoints): sink hook missed the changes after ")
+}
+
+func TestPublicationDroppedWhileRunning(t *testing.T) {
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
+	truthSlot(t, db, "truth_pubdrop")
+	t.Cleanup(func() { dropSlot(dsn, "truth_pubdrop") })
+	rcv := newReceiver(t)
+	p := writePipeline(t, "pubdrop", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
+	w := startWalcast(t, p)
+	waitSlot(t, db, "walcast_pubdrop")
+	w.waitLog(t, "streaming from slot")
+	insertItems(t, db, 1, 3)
+	waitFor(t, "deliveries", time.Minute, func() bool { return rcv.distinct() >= 3 })
+	exec1(t, db, `DROP PUBLICATION walcast_pubdrop`)
+	insertItems(t, db, 4, 2)
+	select {
+	case err := <-w.done:
+		w.done <- err
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("walcast exited with %v, want exit status 1", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("walcast did not stop after its publication was dropped")
+	}
+	t.Logf("log:\n%s", tail(w.logText(), 3))
+	wantAll(t, w.logText(), `publication \"walcast_pubdrop\" does not exist`, "publication walcast_pubdrop was dropped while walcast ran",
+		"creating it again does not help")
+
+	for range 2 { // no crash loop: every restart says the same and creates nothing
+		out, code := walcastOut(t, "run", p, "--plugin-dir", binDir)
+		if code != 1 {
+			t.Fatalf("restart after the publication was dropped: exit %d, want 1\n%s", code, out)
+		}
+		t.Logf("refusal:\n%s", out)
+		wantAll(t, out, "publication walcast_pubdrop does not exist but replication slot walcast_pubdrop does",
+			"creating it again does not help", "--accept-gap")
+		if strings.Contains(out, "created publication") {
+			t.Fatalf("restart recreated the publication:\n%s", out)
+		}
+	}
+	status, _ := walcastOut(t, "status", p)
+	wantAll(t, status, "walcast run refuses to start (publication dropped)")
+
+	streamItems(t, db, p, "walcast_pubdrop", rcv, 10, 3, "--accept-gap")
+	want := truth(t, db, "truth_pubdrop", map[string]bool{"public.items": true})
+	if got, wantMissing := missingKeys(want, rcv.events()), itemKeys(4, 2); strings.Join(got, " ") != strings.Join(wantMissing, " ") {
+		t.Fatalf("changes never delivered: %v, want exactly the ones after the drop %v", got, wantMissing)
+	}
+	status, _ = walcastOut(t, "status", p)
+	wantAll(t, status, "(publication dropped): sink hook missed the changes after ")
+}
+
+func TestFailedStartLeavesNoSlot(t *testing.T) {
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
+	t.Run("missing plugin", func(t *testing.T) {
+		p := writePipeline(t, "noslot1", dsn, []string{"public.items"}, sinkSpec{ID: "x", SinkType: "nosuch", Config: " "})
+		out := runOnce(t, p, "WALCAST_PLUGIN_DIR="+t.TempDir())
+		wantAll(t, out, "walcast-sink-nosuch")
+		if n := slotCount(t, db, "walcast_noslot1"); n != 0 {
+			t.Fatalf("a start that failed on a missing plugin left %d slot(s)", n)
+		}
+	})
+	t.Run("failure after the slot was created", func(t *testing.T) {
+		busy, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer busy.Close()
+		rcv := newReceiver(t)
+		p := writePipeline(t, "noslot2", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
+		out, code := walcastOut(t, "run", p, "--plugin-dir", binDir, "--metrics-listen", busy.Addr().String())
+		if code != 1 {
+			t.Fatalf("exit %d, want 1\n%s", code, out)
+		}
+		wantAll(t, out, "created replication slot", "dropped the replication slot this failed start created")
+		if n := slotCount(t, db, "walcast_noslot2"); n != 0 {
+			t.Fatalf("the failed start left %d slot(s)", n)
+		}
+		// Nothing was streamed: the next start is a first start, not a gap.
+		busy.Close()
+		streamItems(t, db, p, "walcast_noslot2", rcv, 1, 2)
+	})
+}
+
+func TestInvalidatedSlotIsFatalAndExplained(t *testing.T) {
+	// 1 MiB WAL segments and a 2 MiB max_slot_wal_keep_size: a few MiB of
+	// WAL while a paused sink holds the slot back invalidates it for real.
+	own := pgtest.New(t, pgtest.Options{
+		InitdbArgs: []string{"--wal-segsize=1"},
+		Settings:   []string{"max_slot_wal_keep_size = '2MB'", "min_wal_size = '2MB'", "max_wal_size = '3MB'"},
+	})
+	dsn := own.DSN("postgres")
+	db := connect(t, dsn)
+	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY); CREATE TABLE filler (id int, pad text)`)
+	rcv := newReceiver(t)
+	p := writePipeline(t, "lostwal", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
+	streamItems(t, db, p, "walcast_lostwal", rcv, 1, 3)
+	if out, code := walcastOut(t, "pause", p); code != 0 {
+		t.Fatalf("walcast pause: %d\n%s", code, out)
+	}
+	w := startWalcast(t, p, "--slot-check-interval", "200ms", "--warn-retained-wal-mb", "1")
+	w.waitLog(t, "streaming from slot")
+	insertItems(t, db, 4, 3) // held by the paused sink: the slot cannot move
+	// Write WAL until the slot is at risk, then past the limit, checkpoint.
+	fill := func() {
+		exec1(t, db, `INSERT INTO filler SELECT g, repeat(md5(g::text), 20) FROM generate_series(1, 2000) g`)
+		exec1(t, db, `SELECT pg_switch_wal()`)
+	}
+	fill()
+	w.waitLog(t, "replication slot at risk of invalidation")
+	waitFor(t, "the slot to be invalidated", 2*time.Minute, func() bool {
+		fill()
+		exec1(t, db, `CHECKPOINT`)
+		var status string
+		db.QueryRow(context.Background(), `SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = 'walcast_lostwal'`).Scan(&status)
+		return status == "lost"
+	})
+	select {
+	case err := <-w.done:
+		w.done <- err
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("walcast exited with %v, want exit status 1", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("walcast kept retrying on an invalidated slot")
+	}
+	log := w.logText()
+	t.Logf("log:\n%s", tail(log, 3))
+	wantAll(t, log, "replication slot walcast_lostwal is invalidated: PostgreSQL says", "This slot has been invalidated because it exceeded the maximum reserved size", "SQLSTATE 55000")
+	if n := countLines(log, "replication stream interrupted; reconnecting"); n > 1 {
+		t.Errorf("walcast retried %d times on the invalidated slot", n)
+	}
+	status, _ := walcastOut(t, "status", p)
+	wantAll(t, status, "slot walcast_lostwal: lost (invalidated", "walcast run refuses to start (slot invalidated)")
+	out, code := walcastOut(t, "run", p, "--plugin-dir", binDir)
+	if code != 1 {
+		t.Fatalf("walcast run on an invalidated slot: exit %d, want 1\n%s", code, out)
+	}
+	t.Logf("refusal:\n%s\nstatus:\n%s", out, status)
+	wantAll(t, out, "replication slot walcast_lostwal was invalidated (wal_status lost)", "last checkpoints: hook ", "--accept-gap")
+
+	if out, code := walcastOut(t, "resume", p); code != 0 {
+		t.Fatalf("walcast resume: %d\n%s", code, out)
+	}
+	streamItems(t, db, p, "walcast_lostwal", rcv, 10, 2, "--accept-gap")
+	status, _ = walcastOut(t, "status", p)
+	wantAll(t, status, "(slot invalidated): sink hook missed the changes after ")
+}
+
+// TestGroupStopIsClean stops walcast the way service managers and shells
+// do, with SIGTERM to every process at once, while a slow receiver holds
+// batches in flight: it must stop exactly as after a SIGTERM to walcast
+// alone (batches in flight finish, final checkpoints, exit 0, no plugin
+// restart), so that the next start redelivers nothing.
+func TestGroupStopIsClean(t *testing.T) {
+	for _, how := range []string{"process group", "every process"} {
+		t.Run(how, func(t *testing.T) {
+			dsn := cluster.Database(t)
+			db := connect(t, dsn)
+			exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
+			truthSlot(t, db, "truth_groupstop")
+			t.Cleanup(func() { dropSlot(dsn, "truth_groupstop") })
+			rcv := newReceiver(t)
+			rcv.delay = 700 * time.Millisecond
+			p := writePipeline(t, "groupstop", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 10})
+			w := startWalcastAttr(t, &syscall.SysProcAttr{Setpgid: true}, p)
+			waitSlot(t, db, "walcast_groupstop")
+			w.waitLog(t, "streaming from slot")
+			insertItems(t, db, 1, 300)
+			waitFor(t, "a few batches delivered", time.Minute, func() bool { return rcv.count() >= 20 })
+			pid := w.cmd.Process.Pid
+			switch how {
+			case "process group":
+				// kill -- -PGID, timeout(1), Ctrl-C in a terminal.
+				if err := syscall.Kill(-pid, syscall.SIGTERM); err != nil {
+					t.Fatal(err)
+				}
+			case "every process":
+				// systemd's default KillMode=control-group signals every
+				// process of the service's cgroup, whatever its group.
+				for _, c := range childPIDs(pid) {
+					syscall.Kill(c, syscall.SIGTERM)
+				}
+				syscall.Kill(pid, syscall.SIGTERM)
+			}
+			select {
+			case err := <-w.done:
+				w.done <- err
+				if err != nil {
+					t.Fatalf("walcast exited with %v after the group SIGTERM, want 0", err)
+				}
+			case <-time.After(time.Minute):
+				t.Fatal("walcast did not stop")
+			}
+			log := w.logText()
+			for _, bad := range []string{"restarting sink plugin", "plugin exited", "sink failed", "level=ERROR"} {
+				if strings.Contains(log, bad) {
+					t.Errorf("group stop logged %q:\n%s", bad, tail(log, 30))
+				}
+			}
+			stopped := rcv.count()
+			w2 := startWalcast(t, p)
+			w2.waitLog(t, "streaming from slot")
+			waitFor(t, "every change", 2*time.Minute, func() bool { return rcv.distinct() >= 300 })
+			w2.stop()
+			dups := verify(t, truth(t, db, "truth_groupstop", map[string]bool{"public.items": true}), rcv.events())
+			t.Logf("delivered %d before the stop, %d duplicates after the restart", stopped, dups)
+			if dups != 0 {
+				t.Fatalf("%d events delivered twice after a group stop", dups)
+			}
+		})
+	}
+}
+
+// TestSystemdUnitExample keeps examples/systemd/walcast@.service in step
+// with walcast run: its command line parses, and it stops walcast with a
+// SIGTERM to walcast alone (TestGroupStopIsClean covers the default
+// control-group stop too).
+func TestSystemdUnitExample(t *testing.T) {
+	b, err := os.ReadFile("../../examples/systemd/walcast@.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := string(b)
+	wantAll(t, unit, "\nKillMode=mixed\n", "\nKillSignal=SIGTERM\n", "\nTimeoutStopSec=")
+	m := regexp.MustCompile(`(?m)^ExecStart=(\S+) (.*)$`).FindStringSubmatch(unit)
+	if m == nil || filepath.Base(m[1]) != "walcast" {
+		t.Fatalf("no ExecStart running walcast in the unit:\n%s", unit)
+	}
+	args := strings.Fields(strings.ReplaceAll(m[2], "%i", "nosuchpipeline"))
+	if args[0] != "run" {
+		t.Fatalf("ExecStart runs walcast %s, want run", args[0])
+	}
+	// A missing pipeline file is a config error (exit 1); an unknown
+	// flag would be a usage error (exit 2).
+	out, code := walcastOut(t, args...)
+	if code != 1 || !strings.Contains(out, "nosuchpipeline.hcl") {
+		t.Fatalf("walcast %s: exit %d, want 1 on the missing file\n%s", strings.Join(args, " "), code, out)
+	}
+}

@@ -1,0 +1,97 @@
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// migration is one step of the walcast schema. Steps are applied in order,
+// each once, and recorded in walcast.schema_version; their SQL is also
+// idempotent, so that a database created by a walcast without versioning
+// (which made the version 1 tables ad hoc) upgrades in place.
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+// migrations is the one ordered list of schema changes. Append only: a
+// released step is never edited, a change is a new step.
+var migrations = []migration{
+	{1, "control plane: pipelines, checkpoints, parked events, replay requests, usage, pauses", ddl + parkedDDL + pauseDDL},
+	{2, "cluster identity and slot incarnation of each pipeline", identityDDL},
+	{3, "gaps accepted by an operator", gapsDDL},
+	{4, "parked key changes under both rows; sinks stopped by a fatal error", parkedOldRowDDL + failureDDL},
+}
+
+// SchemaVersion is the newest walcast schema this binary knows.
+func SchemaVersion() int { return migrations[len(migrations)-1].version }
+
+// migrateLock is the advisory lock key that serialises migrations of one
+// database across walcast processes (any constant; "walc" in ASCII).
+const migrateLock = 0x77616c63
+
+// ErrSchemaTooNew is wrapped by Migrate's error when the database was
+// migrated by a newer walcast.
+var ErrSchemaTooNew = errors.New("walcast schema is newer than this walcast")
+
+type beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Migrate brings the walcast schema to SchemaVersion, in one transaction
+// under an advisory lock, so that two walcast processes starting at once
+// apply each step once. It refuses a schema newer than this binary knows:
+// an older walcast could misread tables it does not know.
+func Migrate(ctx context.Context, db Querier) error {
+	b, ok := db.(beginner)
+	if !ok {
+		return fmt.Errorf("migrate walcast schema: %T cannot begin a transaction", db)
+	}
+	tx, err := b.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate walcast schema: begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrateLock)); err != nil {
+		return fmt.Errorf("migrate walcast schema: take lock: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `
+CREATE SCHEMA IF NOT EXISTS walcast;
+CREATE TABLE IF NOT EXISTS walcast.schema_version (
+	version    int PRIMARY KEY,
+	name       text NOT NULL,
+	applied_at timestamptz NOT NULL DEFAULT now()
+)`); err != nil {
+		return fmt.Errorf("migrate walcast schema: create version table: %w", err)
+	}
+	var current int
+	if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM walcast.schema_version`).Scan(&current); err != nil {
+		return fmt.Errorf("migrate walcast schema: read version: %w", err)
+	}
+	if current > SchemaVersion() {
+		return fmt.Errorf("%w: the walcast schema of this database is at version %d, but this walcast knows versions up to %d: a newer walcast has used this database; run that version (or newer) instead",
+			ErrSchemaTooNew, current, SchemaVersion())
+	}
+	if current == SchemaVersion() {
+		return tx.Commit(ctx)
+	}
+	for _, m := range migrations {
+		if m.version <= current {
+			continue
+		}
+		if _, err := tx.Exec(ctx, m.sql); err != nil {
+			return fmt.Errorf("migrate walcast schema to version %d (%s): %w", m.version, m.name, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO walcast.schema_version (version, name) VALUES ($1, $2)`, m.version, m.name); err != nil {
+			return fmt.Errorf("migrate walcast schema: record version %d: %w", m.version, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("migrate walcast schema: commit: %w", err)
+	}
+	return nil
+}
