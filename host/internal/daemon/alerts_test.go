@@ -39,18 +39,18 @@ func TestAlertRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile("../../../README.md")
+	readme, err := os.ReadFile("../../../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(readme), "```yaml\n"+string(rules)+"```\n") {
-		t.Errorf("README.md does not show %s verbatim in a yaml block: copy the file into the Alerts section", alertRules)
+		t.Errorf("docs/operations.md does not show %s verbatim in a yaml block: copy the file into the Alerts section", alertRules)
 	}
 	// Every metric the rules use exists (the names are checked against a
 	// real scrape in cmd/walcast's TestMetrics through this list).
 	for _, name := range ruleMetrics(t) {
 		if !strings.Contains(string(readme), "`"+name+"`") {
-			t.Errorf("metric %s used by the alert rules is not in the README's metrics table", name)
+			t.Errorf("metric %s used by the alert rules is not in the metrics table of docs/operations.md", name)
 		}
 	}
 
