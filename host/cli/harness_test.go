@@ -22,6 +22,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/walcast/walcast/host/internal/isolate"
 	"github.com/walcast/walcast/pluginkit"
 )
 
@@ -404,7 +405,13 @@ func writePipeline(t testing.TB, name, dsn string, tables []string, sinks ...sin
 	// Slots are cluster-wide: drop this pipeline's slot when the test ends
 	// (after walcast is stopped; cleanups run in reverse), so that the same
 	// test can run again (-count) against the shared cluster.
-	t.Cleanup(func() { dropSlot(dsn, "walcast_"+name) })
+	t.Cleanup(func() {
+		dropSlot(dsn, "walcast_"+name)
+		// A sink detached to catch up has a slot of its own.
+		for _, s := range sinks {
+			dropSlot(dsn, isolate.SlotName("walcast_"+name, s.ID))
+		}
+	})
 	return path
 }
 

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walcast/walcast/host/internal/capture"
+	"github.com/walcast/walcast/host/internal/isolate"
 	"github.com/walcast/walcast/host/internal/leader"
 	"github.com/walcast/walcast/pluginkit"
 )
@@ -164,6 +166,15 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", s.ID, s.Type, state, cp, perSink[s.ID], d.attempts, d.delivered, d.failed, humanBytes(d.bytes))
 	}
 	tw.Flush()
+	cus, err := isolate.States(ctx, pool, p.Name)
+	if err != nil {
+		fmt.Fprintln(stderr, "walcast status:", err)
+		return 1
+	}
+	for _, c := range cus {
+		fmt.Fprintf(stdout, "sink %s: %s on its own slot %s since %s, retaining %s of WAL (it fell behind; it rejoins the live stream once it has caught up)\n",
+			c.Sink, strings.ReplaceAll(c.Mode, "_", " "), c.Slot, c.Since.UTC().Format(time.RFC3339), humanBytes(c.RetainedWAL))
+	}
 	for _, s := range p.Sinks {
 		if f, ok := failures[s.ID]; ok {
 			fmt.Fprintf(stdout, "sink %s stopped at %s: %s\n", s.ID, f.At.UTC().Format(time.RFC3339), f.Error)

@@ -10,6 +10,7 @@ import (
 	"github.com/walcast/walcast/host/internal/checkpoint"
 	"github.com/walcast/walcast/host/internal/config"
 	"github.com/walcast/walcast/host/internal/daemon"
+	"github.com/walcast/walcast/host/internal/isolate"
 )
 
 func cmdTeardown(args []string, stdout, stderr io.Writer) int {
@@ -51,6 +52,10 @@ Run again with --yes to do it.
 	}
 	if n > 0 && !*force {
 		fmt.Fprintf(stderr, "walcast teardown: %d events of pipeline %q are parked (see walcast parked); replay them first, or run again with --force to delete them too\n", n, p.Name)
+		return 1
+	}
+	if err := isolate.Teardown(ctx, pool, p.Name, p.Source.Slot); err != nil {
+		fmt.Fprintln(stderr, "walcast teardown:", err)
 		return 1
 	}
 	if err := capture.Teardown(ctx, pool, store, p.Source.Slot, p.Source.Publication); err != nil {

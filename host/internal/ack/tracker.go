@@ -46,6 +46,10 @@ type sinkState struct {
 	// yet, and their payload bytes: the sink's backlog.
 	open      int
 	openBytes int64
+	// detached: the sink catches up on a slot of its own (package
+	// isolate); this tracker neither counts events for it nor lets it
+	// hold the flush position, and its watermark stays where it was.
+	detached bool
 }
 
 type slot struct {
@@ -88,6 +92,10 @@ func (t *Tracker) AddEvent(id cdc.EventID, bytes int, at time.Time) (Seq, error)
 		ns = at.UnixNano()
 	}
 	for _, s := range t.sinks {
+		if s.detached {
+			s.low = seq + 1
+			continue
+		}
 		if Seq(len(s.ring)) <= seq-s.low {
 			s.grow()
 		}
@@ -117,6 +125,9 @@ func (t *Tracker) Resolve(i int, seqs ...Seq) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.sinks[i]
+	if s.detached {
+		return
+	}
 	for _, seq := range seqs {
 		if seq < s.low || seq >= t.next {
 			continue
@@ -160,7 +171,7 @@ func (t *Tracker) release() {
 func (t *Tracker) durableLow() Seq {
 	low := t.next
 	for _, s := range t.sinks {
-		if s.Durable && s.low < low {
+		if s.Durable && !s.detached && s.low < low {
 			low = s.low
 		}
 	}
@@ -221,6 +232,58 @@ func (t *Tracker) Backlog(i int) (events int, bytes int64, oldest time.Time) {
 		}
 	}
 	return s.open, s.openBytes, oldest
+}
+
+// Detach stops counting events for sink i: every event added so far is
+// forgotten for it, later ones are not recorded, and it no longer holds
+// the flush position back. Its watermark stays where it was. The caller
+// must keep what the sink still needs elsewhere first (a catch-up slot
+// copied while the sink still held this tracker's position).
+func (t *Tracker) Detach(i int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.sinks[i]
+	if s.detached {
+		return
+	}
+	s.detached = true
+	clear(s.ring)
+	s.low, s.open, s.openBytes = t.next, 0, 0
+	t.release()
+}
+
+// Rejoin counts sink i again from the next event added on, with watermark
+// as its position, and returns that event's seq and the last event added
+// before it: everything up to last is the caller's to deliver some other
+// way. joined, when set, runs under the tracker's lock before any later
+// event is added (the fan-out installs the sink's queue there).
+func (t *Tracker) Rejoin(i int, watermark cdc.EventID, joined func(from Seq)) (from Seq, last cdc.EventID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.sinks[i]
+	s.detached = false
+	clear(s.ring)
+	s.low, s.open, s.openBytes = t.next, 0, 0
+	s.watermark = watermark
+	t.changed = true
+	if joined != nil {
+		joined(t.next)
+	}
+	return t.next, t.lastAdd
+}
+
+// Detached reports whether sink i is detached.
+func (t *Tracker) Detached(i int) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.sinks[i].detached
+}
+
+// LastAdded is the id of the last event added (zero before the first).
+func (t *Tracker) LastAdded() cdc.EventID {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.lastAdd
 }
 
 // SetWatermark seeds sink i's watermark with its stored checkpoint, so

@@ -203,3 +203,72 @@ func TestBacklog(t *testing.T) {
 	check(0, 0, 0, time.Time{})
 	check(1, 4, 100, t0)
 }
+
+func TestDetachedSinkHoldsNothingAndRejoinCountsFromNextEvent(t *testing.T) {
+	tr := New([]SinkSpec{{ID: "fast", Durable: true}, {ID: "slow", Durable: true}}, 50)
+	s0 := mustAdd(t, tr, id(100, 0))
+	tr.Commit(110)
+	tr.Resolve(0, s0)
+	if got := tr.Flush(); got != 50 {
+		t.Fatalf("flush with slow behind = %d, want 50", got)
+	}
+	tr.Detach(1)
+	if got := tr.Flush(); got != 110 {
+		t.Fatalf("flush after detaching slow = %d, want 110", got)
+	}
+	s1 := mustAdd(t, tr, id(200, 0))
+	tr.Commit(210)
+	tr.Resolve(1, s1) // a late result of the detached sink changes nothing
+	tr.Resolve(0, s1)
+	if got := tr.Flush(); got != 210 {
+		t.Fatalf("flush = %d, want 210", got)
+	}
+	if wm := tr.Peek(); !wm[1].IsZero() {
+		t.Fatalf("detached sink's watermark moved to %v", wm[1])
+	}
+	if !tr.Detached(1) {
+		t.Fatal("Detached(1) = false")
+	}
+
+	var from Seq
+	_, last := tr.Rejoin(1, id(150, 0), func(f Seq) { from = f })
+	if last != id(200, 0) {
+		t.Fatalf("Rejoin's last = %v, want the last added event 200:0", last)
+	}
+	s2 := mustAdd(t, tr, id(300, 0))
+	tr.Commit(310)
+	if s2 != from {
+		t.Fatalf("first event after Rejoin has seq %d, want %d", s2, from)
+	}
+	tr.Resolve(0, s2)
+	if got := tr.Flush(); got != 210 {
+		t.Fatalf("flush with the rejoined sink behind = %d, want 210", got)
+	}
+	if wm := tr.Peek(); wm[1] != id(150, 0) {
+		t.Fatalf("rejoined watermark = %v, want 150:0", wm[1])
+	}
+	tr.Resolve(1, s2)
+	if got := tr.Flush(); got != 310 {
+		t.Fatalf("flush = %d, want 310", got)
+	}
+}
+
+func TestDetachForgetsUnresolvedEvents(t *testing.T) {
+	tr := New([]SinkSpec{{ID: "fast", Durable: true}, {ID: "slow", Durable: true}}, 0)
+	var seqs []Seq
+	for i := range 3000 { // past the ring's initial size
+		seqs = append(seqs, mustAdd(t, tr, id(uint64(100+i), 0)))
+		tr.Commit(uint64(100 + i + 1))
+	}
+	tr.Resolve(0, seqs...)
+	tr.Detach(1)
+	if ev, _, _ := tr.Backlog(1); ev != 0 {
+		t.Fatalf("detached sink's backlog = %d, want 0", ev)
+	}
+	if !tr.Idle() {
+		t.Fatal("tracker not idle after the only lagging sink was detached")
+	}
+	if got := tr.Flush(); got != 3100 {
+		t.Fatalf("flush = %d, want 3100", got)
+	}
+}

@@ -26,6 +26,7 @@ var migrations = []migration{
 	{3, "gaps accepted by an operator", gapsDDL},
 	{4, "parked key changes under both rows; sinks stopped by a fatal error", parkedOldRowDDL + failureDDL},
 	{5, "backfills and the tables each pipeline has listed", backfillDDL},
+	{6, "catch-up slots of sinks that fell behind", catchupDDL},
 }
 
 // SchemaVersion is the newest walcast schema this binary knows.
@@ -129,5 +130,19 @@ CREATE TABLE IF NOT EXISTS walcast.backfill_tables (
 	pipeline   text NOT NULL,
 	table_name text NOT NULL,
 	PRIMARY KEY (pipeline, table_name)
+);
+`
+
+// catchupDDL records the catch-up slot of each detached sink
+// (host/internal/isolate).
+const catchupDDL = `
+CREATE SCHEMA IF NOT EXISTS walcast;
+CREATE TABLE IF NOT EXISTS walcast.catchup_slots (
+	pipeline   text NOT NULL,
+	sink       text NOT NULL,
+	slot       text NOT NULL,
+	mode       text NOT NULL DEFAULT 'catching_up',
+	since      timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (pipeline, sink)
 );
 `

@@ -103,6 +103,7 @@ func TestParseGood(t *testing.T) {
 		RetryBase:      10 * time.Second,
 		MaxAttempts:    3,
 		DeliverTimeout: 45 * time.Second,
+		DetachAfter:    DefaultDetachAfter,
 	}
 	if got := withoutRanges(billing.Delivery); got != wantDelivery {
 		t.Errorf("billing delivery = %+v\nwant %+v", got, wantDelivery)
@@ -126,6 +127,7 @@ func TestParseGood(t *testing.T) {
 		RetryBase:      30 * time.Second,
 		MaxAttempts:    5,
 		DeliverTimeout: 2 * time.Minute,
+		DetachAfter:    500 * time.Millisecond,
 	}
 	if debug.Delivery != wantDefaults {
 		t.Errorf("debug delivery = %+v\nwant %+v", debug.Delivery, wantDefaults)

@@ -100,6 +100,10 @@ type Delivery struct {
 	MaxAttempts int
 	// DeliverTimeout bounds one Deliver call; a timeout is a failed attempt.
 	DeliverTimeout time.Duration
+	// DetachAfter: a durable sink whose full queue holds the stream back
+	// this long is detached to catch up on a slot of its own (README,
+	// "Sinks that fall behind").
+	DetachAfter time.Duration
 
 	// MaxInFlightRange is where max_in_flight was written, nil when it was
 	// defaulted: a plugin that asks for ordered delivery ignores it, and
@@ -126,6 +130,7 @@ const (
 	DefaultRetryBase      = 30 * time.Second
 	DefaultMaxAttempts    = 5
 	DefaultDeliverTimeout = 2 * time.Minute
+	DefaultDetachAfter    = 500 * time.Millisecond
 
 	// MaxBatchSize bounds batch_size: a batch travels as one gRPC message
 	// and one request to the destination.
@@ -142,6 +147,7 @@ func DefaultDelivery() Delivery {
 		RetryBase:      DefaultRetryBase,
 		MaxAttempts:    DefaultMaxAttempts,
 		DeliverTimeout: DefaultDeliverTimeout,
+		DetachAfter:    DefaultDetachAfter,
 	}
 }
 

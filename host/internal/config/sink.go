@@ -37,6 +37,7 @@ var deliverySchema = &hcl.BodySchema{
 		{Name: "retry_base"},
 		{Name: "max_attempts"},
 		{Name: "deliver_timeout"},
+		{Name: "detach_after"},
 	},
 }
 
@@ -220,6 +221,7 @@ func (d *decoder) decodeDelivery(body hcl.Body) Delivery {
 
 	d.decodePositiveDuration(attrs["retry_base"], &dl.RetryBase)
 	d.decodePositiveDuration(attrs["deliver_timeout"], &dl.DeliverTimeout)
+	d.decodePositiveDuration(attrs["detach_after"], &dl.DetachAfter)
 
 	if dl.Ordering == OrderingStrict && dl.MaxInFlightRange != nil && dl.MaxInFlight > 1 {
 		d.add(&hcl.Diagnostic{

@@ -32,7 +32,7 @@ func (c *control) applyPauses(ctx context.Context) error {
 	}
 	for _, r := range c.runs {
 		_, paused := p.Paused(r.cfg.ID)
-		r.sched.SetPaused(paused)
+		r.setPaused(paused)
 	}
 	return nil
 }
@@ -61,7 +61,7 @@ func (c *control) serve(ctx context.Context) {
 		for _, r := range c.runs {
 			if r.cfg.ID == req.Sink {
 				found = true
-				if err := r.sched.Replay(ctx, req); err != nil {
+				if err := r.scheduler().Replay(ctx, req); err != nil {
 					return
 				}
 			}

@@ -28,6 +28,7 @@ import (
 	"github.com/walcast/walcast/host/internal/checkpoint"
 	"github.com/walcast/walcast/host/internal/config"
 	"github.com/walcast/walcast/host/internal/fanout"
+	"github.com/walcast/walcast/host/internal/isolate"
 	"github.com/walcast/walcast/host/internal/leader"
 	"github.com/walcast/walcast/host/internal/schedule"
 	"github.com/walcast/walcast/pluginkit"
@@ -87,6 +88,9 @@ type sinkRun struct {
 	// failed: a failure that stopped the sink is on record (shown by
 	// walcast status); saveLoop clears it once the sink delivers again.
 	failed bool
+	// iso runs a durable sink through live, catching up and rejoining;
+	// nil for sinks that never hold the slot back.
+	iso *isolate.Sink
 }
 
 // Run runs the pipeline until ctx ends (a clean shutdown, returns nil) or
@@ -249,6 +253,20 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err != nil {
 		return err
 	}
+	slots := isolate.NewSlots(pool, p.Name, p.Source.Slot)
+	if err := slots.Init(ctx); err != nil {
+		return err
+	}
+	var durable []string
+	for _, s := range p.Sinks {
+		if s.Durable {
+			durable = append(durable, s.ID)
+		}
+	}
+	resume, err := slots.Recover(ctx, durable)
+	if err != nil {
+		return fmt.Errorf("recover catch-up slots: %w", err)
+	}
 	for i := range runs {
 		// The destination's own checkpoint counts only when it is ahead.
 		if through := marks[runs[i].cfg.ID]; through.Compare(skip[i]) > 0 {
@@ -269,6 +287,20 @@ func Run(ctx context.Context, opts Options) (err error) {
 
 	tracker := ack.New(specs, prep.ConfirmedFlush)
 	deliverSeconds := newDeliverSeconds()
+	// newSched returns a scheduler for sink r reading q and resolving into
+	// sink index of t: the pipeline's tracker, or a catch-up stream's.
+	newSched := func(r *sinkRun, q *fanout.Queue, t *ack.Tracker, index int, skip pluginkit.EventID) *schedule.Scheduler {
+		scfg := ScheduleConfig(r.cfg, r.plugin.Info())
+		scfg.Index = index
+		scfg.SkipThrough = skip
+		scfg.Parked = store
+		scfg.Meter = r.meter
+		scfg.Logger = log
+		scfg.Observe = func(took time.Duration, outcome string) {
+			deliverSeconds.WithLabelValues(r.cfg.ID, r.cfg.Type, outcome).Observe(took.Seconds())
+		}
+		return schedule.New(scfg, q, t, r.plugin)
+	}
 	queues := make([]*fanout.Queue, len(runs))
 	for i, r := range runs {
 		tracker.SetWatermark(i, skip[i])
@@ -282,18 +314,12 @@ func Run(ctx context.Context, opts Options) (err error) {
 			log.Info("sink delivers one batch at a time in commit order, as its plugin requires", "sink", r.cfg.ID)
 		}
 		r.meter = schedule.NewMeter(r.cfg.ID)
-		scfg := ScheduleConfig(r.cfg, r.plugin.Info())
-		scfg.Index = i
-		scfg.SkipThrough = skip[i]
-		scfg.Parked = store
-		scfg.Meter = r.meter
-		scfg.Logger = log
-		scfg.Observe = func(took time.Duration, outcome string) {
-			deliverSeconds.WithLabelValues(r.cfg.ID, r.cfg.Type, outcome).Observe(took.Seconds())
-		}
-		r.sched = schedule.New(scfg, r.queue, tracker, r.plugin)
+		r.sched = newSched(r, r.queue, tracker, i, skip[i])
 		log.Info("sink ready", "sink", r.cfg.ID, "type", r.cfg.Type, "durable", r.cfg.Durable, "resume_after", skip[i].String())
 	}
+	fan := fanout.New(tracker, queues)
+	capt := capture.New(ccfg, fan)
+	isolateSinks(runs, resume, slots, fan, tracker, prep.ConfirmedFlush, capt, ccfg, newSched, log)
 	// Pauses hold from the first event on, not from the first poll.
 	sinkIDs := make([]string, len(p.Sinks))
 	for i := range p.Sinks {
@@ -307,11 +333,11 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err := ctl.applyPauses(ctx); err != nil {
 		return err
 	}
-	fan := fanout.New(tracker, queues)
-	capt := capture.New(ccfg, fan)
 	watch := newSlotWatch(pool, ccfg.Slot, opts.WarnRetainedWAL, opts.SlotCheckInterval, log)
 	if opts.MetricsListen != "" {
-		reg := newRegistry(p.Name, newPipelineCollector(runs, tracker, fan, capt, slotRetainedWAL(pool, p.Source.Slot)), deliverSeconds, watch.collectors()...)
+		coll := newPipelineCollector(runs, tracker, fan, capt, slotRetainedWAL(pool, p.Source.Slot))
+		coll.catchupRetained = catchupRetained(pool, p.Name)
+		reg := newRegistry(p.Name, coll, deliverSeconds, watch.collectors()...)
 		healthy := func() error {
 			if !capt.Streaming() {
 				return errors.New("replication stream down: connecting or reconnecting to PostgreSQL")
@@ -335,7 +361,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	schedErr := make(chan error, len(runs))
 	for _, r := range runs {
 		sched.Go(func() error {
-			err := r.sched.Run(hard, stop)
+			err := r.run(hard, stop)
 			if err != nil {
 				if kind, _ := pluginkit.KindOf(err); kind == pluginkit.KindFatal {
 					recordFailure(store, r.cfg.ID, err, log)
@@ -437,7 +463,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 		}
 	}
 	for _, r := range runs {
-		st := &r.sched.Stats
+		st := r.stats()
 		log.Info("sink stopped", "sink", r.cfg.ID, "delivered", st.Delivered.Load(), "skipped", st.Skipped.Load(),
 			"filtered", st.Filtered.Load(), "failed_attempts", st.Failures.Load(), "throttled", st.Throttles.Load(),
 			"parked", st.Parked.Load(), "replayed", st.Replayed.Load(), "duplicates", st.Duplicates.Load(), "dropped", r.queue.Dropped())
@@ -462,7 +488,7 @@ func recordFailure(store *checkpoint.Store, sink string, err error, log *slog.Lo
 // delivered since the start.
 func clearRecovered(ctx context.Context, store *checkpoint.Store, runs []*sinkRun, log *slog.Logger) {
 	for _, r := range runs {
-		if !r.failed || r.sched.Stats.Delivered.Load() == 0 {
+		if !r.failed || r.stats().Delivered.Load() == 0 {
 			continue
 		}
 		if err := store.ClearSinkFailure(ctx, r.cfg.ID); err != nil {
@@ -507,12 +533,20 @@ func saveLoop(ctx context.Context, store *checkpoint.Store, tracker *ack.Tracker
 
 func saveMarks(ctx context.Context, store *checkpoint.Store, tracker *ack.Tracker, runs []*sinkRun, force bool) error {
 	wm, changed := tracker.Watermarks()
-	if !changed && !force {
-		return nil
-	}
 	marks := make(map[string]pluginkit.EventID, len(runs))
 	for i, r := range runs {
 		marks[r.cfg.ID] = wm[i]
+		if r.iso == nil {
+			continue
+		}
+		// A detached sink's position is its catch-up stream's.
+		if id, ok := r.iso.Watermark(); ok {
+			marks[r.cfg.ID] = id
+			changed = true
+		}
+	}
+	if !changed && !force {
+		return nil
 	}
 	if err := store.Save(ctx, marks); err != nil {
 		tracker.MarkChanged() // retry on the next tick

@@ -17,6 +17,7 @@ import (
 	"github.com/walcast/walcast/host/internal/ack"
 	"github.com/walcast/walcast/host/internal/capture"
 	"github.com/walcast/walcast/host/internal/fanout"
+	"github.com/walcast/walcast/host/internal/isolate"
 )
 
 // pipelineCollector reads a running pipeline's counters and gauges when
@@ -38,6 +39,12 @@ type pipelineCollector struct {
 	// slotWAL, when set, asks PostgreSQL how much WAL the slot retains.
 	slotWAL     func(ctx context.Context) (int64, error)
 	retainedWAL *prometheus.Desc
+
+	// Sinks that fall behind (package isolate): each durable sink's mode,
+	// how far its catch-up stream is behind, and the WAL its catch-up
+	// slot retains (catchupWAL: by sink, read at scrape time).
+	mode, catchupBehind, catchupWAL *prometheus.Desc
+	catchupRetained                 func(ctx context.Context) (map[string]int64, error)
 }
 
 // slotQueryTimeout bounds the PostgreSQL query a scrape makes; a scrape
@@ -68,25 +75,25 @@ func newPipelineCollector(runs []*sinkRun, tracker *ack.Tracker, fan *fanout.Fan
 		unlisted:  prometheus.NewDesc("walcast_events_unlisted_total", "Changes of tables not in source.tables that the publication sent and walcast dropped.", nil, nil),
 		sinkCounters: []sinkCounter{
 			counter("events_delivered_total", "Events a Deliver call resolved successfully (not counting duplicates the sink recognised).",
-				func(r *sinkRun) float64 { return float64(r.sched.Stats.Delivered.Load()) }),
+				func(r *sinkRun) float64 { return float64(r.stats().Delivered.Load()) }),
 			counter("delivered_bytes_total", "Envelope bytes of successfully delivered events.",
-				func(r *sinkRun) float64 { return float64(r.sched.Stats.Bytes.Load()) }),
+				func(r *sinkRun) float64 { return float64(r.stats().Bytes.Load()) }),
 			counter("duplicates_total", "Events the sink reported as already delivered.",
-				func(r *sinkRun) float64 { return float64(r.sched.Stats.Duplicates.Load()) }),
+				func(r *sinkRun) float64 { return float64(r.stats().Duplicates.Load()) }),
 			counter("delivery_attempts_total", "Deliver calls, excluding throttled ones.",
-				func(r *sinkRun) float64 { return float64(r.sched.Stats.Attempts.Load()) }),
+				func(r *sinkRun) float64 { return float64(r.stats().Attempts.Load()) }),
 			counter("delivery_failures_total", "Deliver calls that failed (retryable, permanent or fatal).",
-				func(r *sinkRun) float64 { return float64(r.sched.Stats.Failures.Load()) }),
+				func(r *sinkRun) float64 { return float64(r.stats().Failures.Load()) }),
 			counter("throttles_total", "Deliver calls the destination throttled.",
-				func(r *sinkRun) float64 { return float64(r.sched.Stats.Throttles.Load()) }),
+				func(r *sinkRun) float64 { return float64(r.stats().Throttles.Load()) }),
 			counter("events_parked_total", "Events parked in walcast.parked after max_attempts or behind a parked event of their row.",
-				func(r *sinkRun) float64 { return float64(r.sched.Stats.Parked.Load()) }),
+				func(r *sinkRun) float64 { return float64(r.stats().Parked.Load()) }),
 			counter("events_replayed_total", "Parked events delivered by walcast replay.",
-				func(r *sinkRun) float64 { return float64(r.sched.Stats.Replayed.Load()) }),
+				func(r *sinkRun) float64 { return float64(r.stats().Replayed.Load()) }),
 			counter("events_filtered_total", "Events resolved without delivery because the sink's tables/ops filter excludes them.",
-				func(r *sinkRun) float64 { return float64(r.sched.Stats.Filtered.Load()) }),
+				func(r *sinkRun) float64 { return float64(r.stats().Filtered.Load()) }),
 			counter("events_skipped_total", "Replayed events at or below the sink's checkpoint, resolved without delivery.",
-				func(r *sinkRun) float64 { return float64(r.sched.Stats.Skipped.Load()) }),
+				func(r *sinkRun) float64 { return float64(r.stats().Skipped.Load()) }),
 			counter("events_dropped_total", "Events a non-durable sink's full queue dropped.",
 				func(r *sinkRun) float64 { return float64(r.queue.Dropped()) }),
 		},
@@ -100,6 +107,11 @@ func newPipelineCollector(runs []*sinkRun, tracker *ack.Tracker, fan *fanout.Fan
 		backlogEvents: sink("backlog_events",
 			"Events captured and not yet resolved (delivered, filtered, skipped, parked or dropped) for the sink."),
 		backlogBytes: sink("backlog_bytes", "Envelope bytes of the sink's backlog events."),
+		mode: prometheus.NewDesc("walcast_sink_mode",
+			"1 for the durable sink's current mode: live, catching_up (detached, reading its own catch-up slot) or rejoining.",
+			[]string{"sink", "type", "mode"}, nil),
+		catchupBehind: sink("catchup_behind_bytes", "WAL bytes the sink's catch-up stream is behind the pipeline's stream; 0 when live."),
+		catchupWAL:    sink("catchup_slot_retained_wal_bytes", "WAL the sink's catch-up slot retains (pg_current_wal_lsn() - restart_lsn); 0 when it has none."),
 		oldestAge: sink("oldest_unresolved_age_seconds",
 			"Seconds since walcast read the sink's oldest unresolved event from the slot; 0 with an empty backlog."),
 	}
@@ -131,19 +143,25 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	now := time.Now()
 
+	var cuWAL map[string]int64
+	if c.catchupRetained != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), slotQueryTimeout)
+		cuWAL, _ = c.catchupRetained(ctx)
+		cancel()
+	}
 	marks := c.tracker.Peek()
 	for i, r := range c.runs {
 		l := []string{r.cfg.ID, r.cfg.Type}
 		for _, sc := range c.sinkCounters {
 			ch <- prometheus.MustNewConstMetric(sc.desc, prometheus.CounterValue, sc.value(r), l...)
 		}
-		st := &r.sched.Stats
+		st := r.stats()
 		gauge(c.held, float64(st.Held.Load()), l...)
 		gauge(c.inFlight, float64(st.InFlight.Load()), l...)
 		gauge(c.queued, float64(len(r.queue.C)), l...)
 		gauge(c.unresolved, float64(c.tracker.Pending(i)), l...)
 		paused := 0.0
-		if r.sched.Paused() {
+		if r.scheduler().Paused() {
 			paused = 1
 		}
 		gauge(c.paused, paused, l...)
@@ -154,6 +172,22 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(c.lastSuccess, last, l...)
 		events, bytes, oldest := c.tracker.Backlog(i)
+		if r.iso != nil {
+			cur := r.iso.Mode()
+			for _, m := range []isolate.Mode{isolate.Live, isolate.CatchingUp, isolate.Rejoining} {
+				v := 0.0
+				if m == cur {
+					v = 1
+				}
+				gauge(c.mode, v, r.cfg.ID, r.cfg.Type, m.String())
+			}
+			behind, _ := r.iso.Lag()
+			gauge(c.catchupBehind, float64(behind), l...)
+			gauge(c.catchupWAL, float64(cuWAL[r.cfg.ID]), l...)
+			if e, b, ok := r.iso.Backlog(); ok {
+				events, bytes, oldest = e, b, time.Time{}
+			}
+		}
 		gauge(c.backlogEvents, float64(events), l...)
 		gauge(c.backlogBytes, float64(bytes), l...)
 		age := 0.0

@@ -1,0 +1,239 @@
+package cli
+
+import (
+	"context"
+	"math/rand/v2"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walcast/walcast/host/internal/isolate"
+)
+
+// catchupSlots lists the slots that exist named like a catch-up slot of
+// the pipeline whose slot is main.
+func catchupSlots(t testing.TB, db *pgx.Conn, main string) []string {
+	t.Helper()
+	rows, err := db.Query(context.Background(), `SELECT slot_name::text FROM pg_replication_slots`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, n := range names {
+		if isolate.IsCatchupSlot(main, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// TestSlowSinkDetachesCatchesUpAndRejoins runs a fast and a stalled
+// webhook sink on one pipeline. The stalled one is detached onto a copy of
+// the slot, so the fast one receives the whole workload while the stalled
+// one receives nothing; walcast is SIGKILLed while the sink is detached and
+// again while it catches up; the sink then catches up, rejoins, and its
+// catch-up slot is dropped. Both receivers are checked against
+// test_decoding: every committed change, row order of first deliveries.
+// More changes after the rejoin reach both.
+func TestSlowSinkDetachesCatchesUpAndRejoins(t *testing.T) {
+	ctx := context.Background()
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	truthSlot(t, db, "truth_iso")
+	t.Cleanup(func() { dropSlot(dsn, "truth_iso") })
+	fast, slow := newReceiver(t), newReceiver(t)
+	slow.setMode(modeHang)
+	pipeline := writePipeline(t, "iso", dsn, []string{"public.items"},
+		sinkSpec{ID: "fast", URL: fast.URL, Batch: 200},
+		sinkSpec{ID: "slow", URL: slow.URL, Batch: 100, Extra: "    max_in_flight = 2\n"})
+	cuSlot := isolate.SlotName("walcast_iso", "slow")
+
+	proc := startWalcast(t, pipeline)
+	waitSlot(t, db, "walcast_iso")
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	start := time.Now()
+	if _, err := workload(ctx, db, rand.New(rand.NewPCG(seed, 12)), 20000); err != nil {
+		t.Fatal(err)
+	}
+	tables := map[string]bool{"public.items": true}
+	want := truth(t, db, "truth_iso", tables)
+	waitFor(t, "the fast sink to receive every change while the slow one hangs", 2*time.Minute, func() bool {
+		return fast.distinct() >= len(want)
+	})
+	t.Logf("fast sink: %d changes in %v with the slow sink stalled", len(want), time.Since(start).Round(time.Millisecond))
+	proc.waitLog(t, "detaching it to catch up")
+	if got := catchupSlots(t, db, "walcast_iso"); len(got) != 1 || got[0] != cuSlot {
+		t.Fatalf("catch-up slots = %v, want [%s]", got, cuSlot)
+	}
+	// The pipeline's slot followed the fast sink: no transaction of the
+	// workload is held by it any more.
+	waitFor(t, "the pipeline's slot to move past the workload", time.Minute, func() bool {
+		return confirmedFlush(t, db, "walcast_iso") >= lsnQuery(t, db, `SELECT pg_current_wal_lsn()`)-1<<20
+	})
+
+	// Killed while detached: the next start resumes catching up.
+	proc.kill()
+	proc = startWalcast(t, pipeline)
+	proc.waitLog(t, "sink resumes catching up from its slot")
+
+	// Let the slow sink go, slowly, and kill it again while it catches up.
+	slow.mu.Lock()
+	slow.delay = 20 * time.Millisecond
+	slow.mu.Unlock()
+	slow.setMode(modeOK)
+	waitFor(t, "the slow sink to start catching up", time.Minute, func() bool { return slow.distinct() > 2000 })
+	proc.kill()
+	t.Logf("killed while catching up: slow sink had %d of %d", slow.distinct(), len(want))
+	// Slow enough that the handover takes a while: killed while rejoining.
+	slow.mu.Lock()
+	slow.delay = 300 * time.Millisecond
+	slow.mu.Unlock()
+	proc = startWalcast(t, pipeline)
+	proc.waitLog(t, "sink rejoining the live stream")
+	proc.kill()
+	inRejoin := !strings.Contains(proc.logText(), "sink rejoined the live stream")
+	t.Logf("killed while rejoining: %v; slow sink had %d of %d", inRejoin, slow.distinct(), len(want))
+	slow.mu.Lock()
+	slow.delay = 0
+	slow.mu.Unlock()
+	proc = startWalcast(t, pipeline)
+	if inRejoin {
+		proc.waitLog(t, "sink resumes catching up from its slot")
+	}
+	cuStart, cuFrom := time.Now(), slow.distinct()
+	waitFor(t, "the slow sink to catch up", 3*time.Minute, func() bool { return slow.distinct() >= len(want) })
+	t.Logf("catch-up: %d changes in %v", len(want)-cuFrom, time.Since(cuStart).Round(time.Millisecond))
+	proc.waitLog(t, "sink rejoined the live stream")
+	waitFor(t, "the catch-up slot to be dropped", time.Minute, func() bool { return len(catchupSlots(t, db, "walcast_iso")) == 0 })
+
+	// Live again: new changes reach both.
+	exec1(t, db, `UPDATE items SET v = v + 100 WHERE id IN (SELECT id FROM items ORDER BY id LIMIT 300)`)
+	exec1(t, db, `INSERT INTO items SELECT g, 1, 'after' FROM generate_series(1000000, 1000199) g`)
+	want = truth(t, db, "truth_iso", tables)
+	waitFor(t, "both sinks to receive the changes made after the rejoin", time.Minute, func() bool {
+		return fast.distinct() >= len(want) && slow.distinct() >= len(want)
+	})
+	proc.stop()
+	dups := verify(t, want, slow.events())
+	t.Logf("slow sink: %d changes, %d redelivered", len(want), dups)
+	verify(t, want, fast.events())
+	if o := slow.overlaps(); len(o) > 0 {
+		t.Fatalf("rows in two requests at once at the slow sink: %v", o[:min(5, len(o))])
+	}
+	var rows int
+	db.QueryRow(ctx, `SELECT count(*) FROM walcast.catchup_slots`).Scan(&rows)
+	if rows != 0 {
+		t.Fatalf("%d catch-up slot records left", rows)
+	}
+}
+
+// TestTwoStalledSinksAndTeardown: two stalled sinks detach at once while a
+// third keeps receiving; walcast status shows both catching up; a clean
+// stop and restart resume both catch-up slots; released, both catch up
+// with every change in row order and rejoin. A sink detached again (a
+// pause) has its catch-up slot dropped by walcast teardown.
+func TestTwoStalledSinksAndTeardown(t *testing.T) {
+	ctx := context.Background()
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	truthSlot(t, db, "truth_iso2")
+	t.Cleanup(func() { dropSlot(dsn, "truth_iso2") })
+	fast, s1, s2 := newReceiver(t), newReceiver(t), newReceiver(t)
+	s1.setMode(modeHang)
+	s2.setMode(modeFail)
+	pipeline := writePipeline(t, "iso2", dsn, []string{"public.items"},
+		sinkSpec{ID: "fast", URL: fast.URL, Batch: 200},
+		sinkSpec{ID: "s1", URL: s1.URL, Batch: 50},
+		sinkSpec{ID: "s2", URL: s2.URL, Batch: 50, Extra: "    detach_after = \"200ms\"\n    max_attempts = 1000\n"})
+	proc := startWalcast(t, pipeline, "--metrics-listen", "127.0.0.1:0")
+	proc.waitLog(t, "serving metrics")
+	m := regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(proc.logText())
+	if m == nil {
+		t.Fatalf("no metrics address in the log:\n%s", proc.logText())
+	}
+	base := "http://" + m[1]
+	waitSlot(t, db, "walcast_iso2")
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	if _, err := workload(ctx, db, rand.New(rand.NewPCG(seed, 13)), 8000); err != nil {
+		t.Fatal(err)
+	}
+	tables := map[string]bool{"public.items": true}
+	want := truth(t, db, "truth_iso2", tables)
+	waitFor(t, "the fast sink to receive every change", 2*time.Minute, func() bool { return fast.distinct() >= len(want) })
+	waitFor(t, "two catch-up slots", time.Minute, func() bool { return len(catchupSlots(t, db, "walcast_iso2")) == 2 })
+	out, err := walcastCLI(t, "status", pipeline)
+	if err != nil {
+		t.Fatalf("walcast status: %v\n%s", err, out)
+	}
+	for _, s := range []string{"sink s1: catching up on its own slot", "sink s2: catching up on its own slot"} {
+		if !strings.Contains(out, s) {
+			t.Fatalf("walcast status does not say %q:\n%s", s, out)
+		}
+	}
+	// The mode changes once the batches in flight at the detachment have
+	// landed (the hanging receiver holds them up to the plugin's timeout).
+	waitFor(t, "both sinks to be catching up in /metrics", time.Minute, func() bool {
+		mf := scrape(t, base)
+		for _, sink := range []string{"s1", "s2"} {
+			l := map[string]string{"pipeline": "iso2", "sink": sink, "type": "webhook", "mode": "catching_up"}
+			if value(t, mf, "walcast_sink_mode", l) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	mf := scrape(t, base)
+	for _, sink := range []string{"s1", "s2", "fast"} {
+		l := map[string]string{"pipeline": "iso2", "sink": sink, "type": "webhook"}
+		mode := "catching_up"
+		if sink == "fast" {
+			mode = "live"
+		}
+		l["mode"] = mode
+		if v := value(t, mf, "walcast_sink_mode", l); v != 1 {
+			t.Errorf("walcast_sink_mode%v = %v, want 1", l, v)
+		}
+		delete(l, "mode")
+		if v := value(t, mf, "walcast_sink_catchup_slot_retained_wal_bytes", l); (v > 0) != (sink != "fast") {
+			t.Errorf("walcast_sink_catchup_slot_retained_wal_bytes%v = %v", l, v)
+		}
+	}
+
+	proc.stop()
+	proc = startWalcast(t, pipeline)
+	waitFor(t, "both sinks to resume catching up", time.Minute, func() bool {
+		return countLines(proc.logText(), "sink resumes catching up from its slot") == 2
+	})
+	s1.setMode(modeOK)
+	s2.setMode(modeOK)
+	waitFor(t, "both slow sinks to catch up", 3*time.Minute, func() bool {
+		return s1.distinct() >= len(want) && s2.distinct() >= len(want)
+	})
+	waitFor(t, "both catch-up slots to be dropped", time.Minute, func() bool { return len(catchupSlots(t, db, "walcast_iso2")) == 0 })
+	verify(t, want, s1.events())
+	verify(t, want, s2.events())
+	verify(t, want, fast.events())
+
+	if out, err := walcastCLI(t, "pause", pipeline, "--sink", "s1"); err != nil {
+		t.Fatalf("walcast pause: %v\n%s", err, out)
+	}
+	waitFor(t, "the paused sink to detach", time.Minute, func() bool { return len(catchupSlots(t, db, "walcast_iso2")) == 1 })
+	proc.stop()
+	if out, err := walcastCLI(t, "teardown", pipeline, "--yes"); err != nil {
+		t.Fatalf("walcast teardown: %v\n%s", err, out)
+	}
+	if got := catchupSlots(t, db, "walcast_iso2"); len(got) != 0 {
+		t.Fatalf("catch-up slots left after teardown: %v", got)
+	}
+}

@@ -1,0 +1,113 @@
+package daemon
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/walcast/walcast/host/internal/ack"
+	"github.com/walcast/walcast/host/internal/capture"
+	"github.com/walcast/walcast/host/internal/checkpoint"
+	"github.com/walcast/walcast/host/internal/fanout"
+	"github.com/walcast/walcast/host/internal/isolate"
+	"github.com/walcast/walcast/host/internal/schedule"
+	"github.com/walcast/walcast/pluginkit"
+)
+
+// The few places the daemon asks a sink run for its scheduler go through
+// these: a durable sink's scheduler changes as it detaches and rejoins
+// (package isolate).
+
+// scheduler is the sink's scheduler delivering now.
+func (r *sinkRun) scheduler() *schedule.Scheduler {
+	if r.iso != nil {
+		return r.iso.Scheduler()
+	}
+	return r.sched
+}
+
+// stats are the sink's delivery counters over every scheduler it ran.
+func (r *sinkRun) stats() *schedule.Stats {
+	if r.iso != nil {
+		return r.iso.Stats()
+	}
+	return &r.sched.Stats
+}
+
+func (r *sinkRun) setPaused(p bool) {
+	if r.iso != nil {
+		r.iso.SetPaused(p)
+		return
+	}
+	r.sched.SetPaused(p)
+}
+
+// run delivers until stop closes or ctx ends.
+func (r *sinkRun) run(ctx context.Context, stop <-chan struct{}) error {
+	if r.iso != nil {
+		return r.iso.Run(ctx, stop)
+	}
+	return r.sched.Run(ctx, stop)
+}
+
+// mode is the sink's mode (live for sinks that never detach).
+func (r *sinkRun) mode() isolate.Mode {
+	if r.iso != nil {
+		return r.iso.Mode()
+	}
+	return isolate.Live
+}
+
+// isolateSinks gives every durable sink of a pipeline with several sinks
+// its isolate.Sink; sinks that a
+// previous run left catching up (resume: sink id → catch-up slot) start
+// detached from the pipeline's stream.
+func isolateSinks(runs []*sinkRun, resume map[string]string, slots *isolate.Slots, fan *fanout.Fanout, tracker *ack.Tracker,
+	start uint64, capt *capture.Capture, ccfg capture.Config, newSched func(r *sinkRun, q *fanout.Queue, t *ack.Tracker, index int, skip pluginkit.EventID) *schedule.Scheduler, log *slog.Logger) {
+	for i, r := range runs {
+		slot := resume[r.cfg.ID]
+		// A sink alone in its pipeline holds no one else back: detaching
+		// it would cost a slot copy and gain nothing. It still resumes a
+		// catch-up slot a previous run left (the file may have had more
+		// sinks then).
+		if !r.cfg.Durable || (len(runs) < 2 && slot == "") {
+			continue
+		}
+		if slot != "" {
+			fan.Detach(i)
+		}
+		r.iso = isolate.NewSink(isolate.Config{
+			SinkID:    r.cfg.ID,
+			Index:     i,
+			Policy:    isolate.Policy{After: r.cfg.Delivery.DetachAfter},
+			Slots:     slots,
+			Fanout:    fan,
+			Tracker:   tracker,
+			Start:     start,
+			Received:  capt.Received,
+			Capture:   ccfg,
+			QueueSize: cap(r.queue.C),
+			NewScheduler: func(q *fanout.Queue, t *ack.Tracker, index int, skip pluginkit.EventID) *schedule.Scheduler {
+				return newSched(r, q, t, index, skip)
+			},
+			Live:       r.sched,
+			ResumeSlot: slot,
+			Logger:     log,
+		})
+	}
+}
+
+// catchupRetained reads the WAL each detached sink's catch-up slot
+// retains, by sink.
+func catchupRetained(db checkpoint.Querier, pipeline string) func(ctx context.Context) (map[string]int64, error) {
+	return func(ctx context.Context) (map[string]int64, error) {
+		sts, err := isolate.States(ctx, db, pipeline)
+		if err != nil {
+			return nil, err
+		}
+		out := make(map[string]int64, len(sts))
+		for _, st := range sts {
+			out[st.Sink] = st.RetainedWAL
+		}
+		return out, nil
+	}
+}

@@ -1,0 +1,143 @@
+// Package isolate keeps a slow durable sink from slowing the others.
+//
+// A sink is live, catching up or rejoining:
+//
+//   - live: it reads the pipeline's stream like every sink.
+//   - detaching → catching up: when it holds the stream back for longer
+//     than Policy.After (the fan-out waits for room in its queue), is
+//     paused, or its backlog passes Policy.LagBytes, its catch-up slot is
+//     recorded in walcast.catchup_slots, the pipeline's slot is copied into
+//     it (pg_copy_logical_replication_slot: the copy starts where the
+//     pipeline's slot is, which is never past this sink's position because
+//     the sink still holds it back at that moment), and only then is the
+//     sink detached from the fan-out and the ack tracker. From there the
+//     pipeline's slot follows the other sinks and the catch-up slot holds
+//     what this sink still needs. The sink streams from its slot at its own
+//     pace through its own capture, decoder, fan-out, tracker and
+//     scheduler (the same packages), skipping what its checkpoint covers.
+//   - rejoining: once its stream is within Policy.RejoinLagBytes of the
+//     pipeline's, the fan-out queues events for it again from the next one
+//     on (boundary: the last event the pipeline handed over before), while
+//     the catch-up stream delivers everything up to the boundary and stops
+//     at the first event past it. When that is all resolved the catch-up
+//     scheduler stops, the live one starts on the queued events, and only
+//     then is the catch-up slot dropped and its row deleted. Events of one
+//     row are never delivered by both at once. A rejoining sink whose queue
+//     fills up detaches again (the catch-up stream simply goes on).
+//
+// Every step is safe to kill: a row without its slot is forgotten (the
+// sink never left the pipeline's slot, or had rejoined it); a row with its
+// slot makes the next start begin in catch-up from that slot; a slot named
+// like a catch-up slot of the pipeline without a row is dropped.
+package isolate
+
+import "time"
+
+// Mode is a sink's relation to the pipeline's stream.
+type Mode int32
+
+// The modes, in the order a sink goes through them.
+const (
+	Live Mode = iota
+	CatchingUp
+	Rejoining
+)
+
+func (m Mode) String() string {
+	switch m {
+	case CatchingUp:
+		return "catching_up"
+	case Rejoining:
+		return "rejoining"
+	default:
+		return "live"
+	}
+}
+
+// Policy says when a sink is detached and when it rejoins.
+type Policy struct {
+	// After: a sink that holds the whole stream back (its queue full)
+	// for this long is detached. Default DefaultAfter.
+	After time.Duration
+	// LagBytes: a sink whose backlog (events read and not resolved)
+	// passes this many payload bytes is detached. 0: never for that
+	// reason.
+	LagBytes int64
+	// RejoinLagBytes: a catching-up sink rejoins once its stream is this
+	// close (in WAL bytes) to the pipeline's. Default DefaultRejoinLag.
+	RejoinLagBytes int64
+}
+
+// The defaults; the README's "Sinks that fall behind" lists them.
+const (
+	DefaultAfter     = 500 * time.Millisecond
+	DefaultRejoinLag = 4 << 20
+)
+
+func (p Policy) withDefaults() Policy {
+	if p.After <= 0 {
+		p.After = DefaultAfter
+	}
+	if p.RejoinLagBytes <= 0 {
+		p.RejoinLagBytes = DefaultRejoinLag
+	}
+	return p
+}
+
+// Observation is what the decision looks at, sampled a few times a second.
+type Observation struct {
+	Mode Mode
+	// BlockedFor is how long the pipeline's fan-out has been waiting for
+	// room in the sink's queue (live or rejoining), 0 when it is not.
+	BlockedFor time.Duration
+	// Paused: an operator paused the sink (walcast pause).
+	Paused bool
+	// BacklogBytes: payload bytes the sink read from the pipeline's
+	// stream and has not resolved (live).
+	BacklogBytes int64
+	// BehindBytes: how far the catch-up stream is behind the pipeline's
+	// stream in WAL (catching up).
+	BehindBytes int64
+	// CatchupFull: the catch-up queue is more than half full: the sink
+	// is still busy with what it read.
+	CatchupFull bool
+	// Failing: a delivery attempt of the catch-up stream failed within
+	// the last second: rejoining now would only fill the pipeline's
+	// queue again.
+	Failing bool
+	// Backoff: a rejoin was called off recently; the next one waits.
+	Backoff bool
+}
+
+// Action is what to do next.
+type Action int
+
+// The actions.
+const (
+	Stay Action = iota
+	// Detach a live sink (copy the slot, start catching up), or send a
+	// rejoining sink back to catching up.
+	Detach
+	// Rejoin: start the handover to the live stream.
+	Rejoin
+)
+
+// Decide returns what to do about a sink in the observed state.
+func (p Policy) Decide(o Observation) Action {
+	p = p.withDefaults()
+	switch o.Mode {
+	case Live:
+		if o.Paused || o.BlockedFor >= p.After || (p.LagBytes > 0 && o.BacklogBytes > p.LagBytes) {
+			return Detach
+		}
+	case CatchingUp:
+		if !o.Paused && !o.CatchupFull && !o.Failing && !o.Backoff && o.BehindBytes <= p.RejoinLagBytes {
+			return Rejoin
+		}
+	case Rejoining:
+		if o.Paused || o.BlockedFor >= p.After {
+			return Detach
+		}
+	}
+	return Stay
+}
