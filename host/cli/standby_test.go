@@ -73,5 +73,9 @@ func TestStandbyTakesOver(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("a leader that lost its session is still running after 15s")
 	}
+	// With no walcast run, status says so instead of "running".
+	if out, _, _ := walcastCmd(t, "status", pipeline); !strings.Contains(out, "leader: none") || !strings.Contains(out, "idle (no walcast run)") || strings.Contains(out, " running ") {
+		t.Errorf("walcast status with nothing running:\n%s", out)
+	}
 	exec1(t, db, `SELECT pg_drop_replication_slot('truth_standby')`)
 }

@@ -38,10 +38,12 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 
 	fmt.Fprintf(stdout, "pipeline %s\n", p.Name)
 	// Who streams it: the holder of the pipeline's leadership lock.
-	if h, ok, err := leader.Current(ctx, pool, p.Name); err != nil {
+	h, streamed, err := leader.Current(ctx, pool, p.Name)
+	if err != nil {
 		fmt.Fprintln(stderr, "walcast status:", err)
 		return 1
-	} else if ok {
+	}
+	if streamed {
 		fmt.Fprintf(stdout, "leader: %s (backend pid %d) since %s; other walcast run processes of this pipeline stand by\n", h.Name, h.PID, h.Since.UTC().Format(time.RFC3339))
 	} else {
 		fmt.Fprintln(stdout, "leader: none (no walcast run streams this pipeline)")
@@ -50,7 +52,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	var confirmed, walStatus string
 	var retained int64
 	missing := false
-	err := pool.QueryRow(ctx, `
+	err = pool.QueryRow(ctx, `
 SELECT active, coalesce(confirmed_flush_lsn::text, ''), coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint, coalesce(wal_status, '')
 FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &confirmed, &retained, &walStatus)
 	switch {
@@ -156,7 +158,12 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 		if d == nil {
 			d = &day{}
 		}
+		// "running" only while a walcast run leads the pipeline; without
+		// one nothing is delivered, whatever else is true.
 		state := "running"
+		if !streamed {
+			state = "idle (no walcast run)"
+		}
 		if _, paused := pauses.Paused(s.ID); paused {
 			state = "paused"
 		}
