@@ -14,6 +14,7 @@ import (
 	"github.com/walcast/walcast/host/internal/capture"
 	"github.com/walcast/walcast/host/internal/isolate"
 	"github.com/walcast/walcast/host/internal/leader"
+	"github.com/walcast/walcast/host/internal/units"
 	"github.com/walcast/walcast/pluginkit"
 )
 
@@ -68,7 +69,7 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 		if active {
 			state = "active"
 		}
-		fmt.Fprintf(stdout, "slot %s: %s, confirmed up to %s, retaining %s of WAL", p.Source.Slot, state, confirmed, humanBytes(retained))
+		fmt.Fprintf(stdout, "slot %s: %s, confirmed up to %s, retaining %s of WAL", p.Source.Slot, state, confirmed, units.Bytes(retained))
 		if walStatus == "unreserved" {
 			fmt.Fprint(stdout, ", wal_status unreserved (past max_wal_size: PostgreSQL invalidates it at the next checkpoint unless it catches up)")
 		}
@@ -170,7 +171,7 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 		if _, failed := failures[s.ID]; failed {
 			state = "stopped"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", s.ID, s.Type, state, cp, perSink[s.ID], d.attempts, d.delivered, d.failed, humanBytes(d.bytes))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", s.ID, s.Type, state, cp, perSink[s.ID], d.attempts, d.delivered, d.failed, units.Bytes(d.bytes))
 	}
 	tw.Flush()
 	cus, err := isolate.States(ctx, pool, p.Name)
@@ -180,7 +181,7 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 	}
 	for _, c := range cus {
 		fmt.Fprintf(stdout, "sink %s: %s on its own slot %s since %s, retaining %s of WAL (it fell behind; it rejoins the live stream once it has caught up)\n",
-			c.Sink, strings.ReplaceAll(c.Mode, "_", " "), c.Slot, c.Since.UTC().Format(time.RFC3339), humanBytes(c.RetainedWAL))
+			c.Sink, strings.ReplaceAll(c.Mode, "_", " "), c.Slot, c.Since.UTC().Format(time.RFC3339), units.Bytes(c.RetainedWAL))
 	}
 	for _, s := range p.Sinks {
 		if f, ok := failures[s.ID]; ok {
@@ -192,17 +193,4 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 		return 1
 	}
 	return 0
-}
-
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/host/internal/checkpoint"
+	"github.com/walcast/walcast/host/internal/units"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
@@ -29,7 +30,7 @@ import (
 var assets embed.FS
 
 var page = template.Must(template.New("page.html").Funcs(template.FuncMap{
-	"bytes": humanBytes,
+	"bytes": units.Bytes,
 	"time":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
 }).ParseFS(assets, "assets/page.html"))
 
