@@ -94,8 +94,34 @@ type sinkRun struct {
 }
 
 // Run runs the pipeline until ctx ends (a clean shutdown, returns nil) or
-// something fails that retrying cannot fix.
-func Run(ctx context.Context, opts Options) (err error) {
+// something fails that retrying cannot fix. Only the leader of the pipeline
+// streams (see host/internal/leader): Run stands by until it leads, and
+// when it loses the leadership (its session ended: PostgreSQL restarted,
+// the network, an administrator) it stops delivering at once and stands by
+// again, for this process or another to take over.
+func Run(ctx context.Context, opts Options) error {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	// A clear error when the source cannot be reached at all, before any
+	// standing by.
+	pool, err := Connect(ctx, opts.Pipeline.Source.DSN)
+	if err != nil {
+		return err
+	}
+	pool.Close()
+	for {
+		err := runOnce(ctx, opts)
+		if !errors.Is(err, leader.ErrLost) || ctx.Err() != nil {
+			return err
+		}
+		log.Warn("standing by again after losing the leadership; what was not acknowledged is delivered again by whoever leads next",
+			"pipeline", opts.Pipeline.Name, "err", err)
+	}
+}
+
+func runOnce(ctx context.Context, opts Options) (err error) {
 	defer func() {
 		// Stopped while still starting: nothing was streamed, nothing to
 		// report.

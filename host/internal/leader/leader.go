@@ -60,7 +60,9 @@ type Config struct {
 	// vanished leader's lock is freed within about 11s.
 	KeepaliveIdle, KeepaliveInterval time.Duration
 	KeepaliveCount                   int
-	Logger                           *slog.Logger
+	// Logger gets standby and leadership lines; the caller's logger names
+	// the pipeline.
+	Logger *slog.Logger
 }
 
 func (c *Config) defaults() {
@@ -130,16 +132,34 @@ func Acquire(ctx context.Context, cfg Config) (*Lease, error) {
 	cfg.defaults()
 	class, obj := Keys(cfg.Pipeline)
 	var standingBy Holder
+	warned := false
 	for {
 		conn, err := connect(ctx, cfg)
-		if err != nil {
-			return nil, err
-		}
 		var got bool
-		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, $2)`, class, obj).Scan(&got); err != nil {
-			conn.Close(context.WithoutCancel(ctx))
-			return nil, fmt.Errorf("try the leadership lock of pipeline %s: %w", cfg.Pipeline, err)
+		if err == nil {
+			if err = conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, $2)`, class, obj).Scan(&got); err != nil {
+				conn.Close(context.WithoutCancel(ctx))
+				err = fmt.Errorf("try the leadership lock of pipeline %s: %w", cfg.Pipeline, err)
+			}
 		}
+		if err != nil {
+			// PostgreSQL restarting, the network: keep standing by, and
+			// say so once.
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if !warned {
+				cfg.Logger.Warn("cannot reach the source database to take the pipeline's leadership; retrying", "err", err)
+				warned = true
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(cfg.PollInterval):
+			}
+			continue
+		}
+		warned = false
 		if got {
 			return start(cfg, conn), nil
 		}
@@ -148,7 +168,7 @@ func Acquire(ctx context.Context, cfg Config) (*Lease, error) {
 		if err == nil && h != standingBy {
 			standingBy = h
 			cfg.Logger.Info("standing by: another walcast streams this pipeline; taking over when it stops",
-				"pipeline", cfg.Pipeline, "leader", h.Name, "leader_pid", h.PID, "since", h.Since.UTC().Format(time.RFC3339))
+				"leader", h.Name, "leader_pid", h.PID, "since", h.Since.UTC().Format(time.RFC3339))
 		}
 		select {
 		case <-ctx.Done():
@@ -209,7 +229,7 @@ func start(cfg Config, conn *pgx.Conn) *Lease {
 	ctx, stop := context.WithCancel(context.Background())
 	l := &Lease{cfg: cfg, conn: conn, lost: make(chan struct{}), done: make(chan struct{}), stop: stop}
 	go l.watch(ctx)
-	cfg.Logger.Info("leading: this walcast streams the pipeline", "pipeline", cfg.Pipeline, "holder", cfg.Holder)
+	cfg.Logger.Info("leading: this walcast streams the pipeline", "holder", cfg.Holder)
 	return l
 }
 
@@ -241,7 +261,7 @@ func (l *Lease) markLost(err error) {
 	l.once.Do(func() {
 		l.err = err
 		close(l.lost)
-		l.cfg.Logger.Error("leadership lost: stopping deliveries at once; a standby may take over", "pipeline", l.cfg.Pipeline, "err", err)
+		l.cfg.Logger.Warn("leadership lost: stopping deliveries at once; a standby may take over", "err", err)
 	})
 }
 
