@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -35,6 +36,21 @@ func TestStandbyTakesOver(t *testing.T) {
 	}
 	if out, _, code := walcastCmd(t, "status", pipeline); code != 0 || !strings.Contains(out, "leader: walcast ") {
 		t.Errorf("walcast status does not name the leader (exit %d):\n%s", code, out)
+	}
+	var report struct {
+		Leader *struct {
+			Name string `json:"name"`
+		} `json:"leader"`
+		Slot  struct{ State string }                   `json:"slot"`
+		Sinks []struct{ ID, State, Checkpoint string } `json:"sinks"`
+	}
+	out, _, code := walcastCmd(t, "status", pipeline, "--json")
+	if err := json.Unmarshal([]byte(out), &report); err != nil || code != 0 {
+		t.Fatalf("walcast status --json (exit %d): %v\n%s", code, err, out)
+	}
+	if report.Leader == nil || !strings.HasPrefix(report.Leader.Name, "walcast ") || report.Slot.State != "active" ||
+		len(report.Sinks) != 1 || report.Sinks[0].State != "running" || report.Sinks[0].Checkpoint == "-" {
+		t.Errorf("walcast status --json with a leader:\n%s", out)
 	}
 
 	// The leader dies without a word; changes keep being committed.

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -25,9 +26,17 @@ import (
 // daemon runs.
 func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("status", stderr)
+	asJSON := fs.Bool("json", false, "print one JSON object instead of text, for scripts")
 	path, code, ok := parseArgs(fs, args, stdout, stderr)
 	if !ok {
 		return code
+	}
+	// With --json the text goes nowhere and the report is printed at the
+	// end: both come from the same reads.
+	var rep statusReport
+	text := stdout
+	if *asJSON {
+		text = io.Discard
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -37,7 +46,8 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	}
 	defer pool.Close()
 
-	fmt.Fprintf(stdout, "pipeline %s\n", p.Name)
+	fmt.Fprintf(text, "pipeline %s\n", p.Name)
+	rep.Pipeline, rep.Slot.Name = p.Name, p.Source.Slot
 	// Who streams it: the holder of the pipeline's leadership lock.
 	h, streamed, err := leader.Current(ctx, pool, p.Name)
 	if err != nil {
@@ -45,9 +55,10 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if streamed {
-		fmt.Fprintf(stdout, "leader: %s (backend pid %d) since %s; other walcast run processes of this pipeline stand by\n", h.Name, h.PID, h.Since.UTC().Format(time.RFC3339))
+		rep.Leader = &statusLeader{Name: h.Name, PID: h.PID, Since: h.Since.UTC()}
+		fmt.Fprintf(text, "leader: %s (backend pid %d) since %s; other walcast run processes of this pipeline stand by\n", h.Name, h.PID, h.Since.UTC().Format(time.RFC3339))
 	} else {
-		fmt.Fprintln(stdout, "leader: none (no walcast run streams this pipeline)")
+		fmt.Fprintln(text, "leader: none (no walcast run streams this pipeline)")
 	}
 	var active bool
 	var confirmed, walStatus string
@@ -63,15 +74,18 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 		fmt.Fprintln(stderr, "walcast status:", err)
 		return 1
 	case walStatus == "lost":
-		fmt.Fprintf(stdout, "slot %s: lost (invalidated: PostgreSQL removed WAL it still needed, max_slot_wal_keep_size; it can no longer stream)\n", p.Source.Slot)
+		rep.Slot.State = "lost"
+		fmt.Fprintf(text, "slot %s: lost (invalidated: PostgreSQL removed WAL it still needed, max_slot_wal_keep_size; it can no longer stream)\n", p.Source.Slot)
 	default:
 		state := "inactive (no walcast run streams from it)"
+		rep.Slot.State = "inactive"
 		if active {
-			state = "active"
+			state, rep.Slot.State = "active", "active"
 		}
-		fmt.Fprintf(stdout, "slot %s: %s, confirmed up to %s, retaining %s of WAL", p.Source.Slot, state, confirmed, units.Bytes(retained))
+		rep.Slot.ConfirmedFlushLSN, rep.Slot.RetainedWALBytes, rep.Slot.WALStatus = confirmed, retained, walStatus
+		fmt.Fprintf(text, "slot %s: %s, confirmed up to %s, retaining %s of WAL", p.Source.Slot, state, confirmed, units.Bytes(retained))
 		if walStatus == "unreserved" {
-			fmt.Fprint(stdout, ", wal_status unreserved (past max_wal_size: PostgreSQL invalidates it at the next checkpoint unless it catches up)")
+			fmt.Fprint(text, ", wal_status unreserved (past max_wal_size: PostgreSQL invalidates it at the next checkpoint unless it catches up)")
 		}
 		fmt.Fprintln(stdout)
 	}
@@ -83,12 +97,16 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 	}
 	switch {
 	case missing && gap == nil:
-		fmt.Fprintf(stdout, "slot %s: does not exist (walcast run creates it)\n", p.Source.Slot)
+		fmt.Fprintf(text, "slot %s: does not exist (walcast run creates it)\n", p.Source.Slot)
 	case missing:
-		fmt.Fprintf(stdout, "slot %s: does not exist\n", p.Source.Slot)
+		fmt.Fprintf(text, "slot %s: does not exist\n", p.Source.Slot)
+	}
+	if missing {
+		rep.Slot.State = "missing"
 	}
 	if gap != nil {
-		fmt.Fprintf(stdout, "walcast run refuses to start (%s): %s\n", gap.Kind, gap.What)
+		rep.Refusal = gap.What
+		fmt.Fprintf(text, "walcast run refuses to start (%s): %s\n", gap.Kind, gap.What)
 	}
 	gaps, err := store.Gaps(ctx)
 	if err != nil {
@@ -96,7 +114,7 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 		return 1
 	}
 	for _, g := range gaps {
-		fmt.Fprintf(stdout, "gap accepted %s (%s): sink %s missed the changes after %s up to %s\n",
+		fmt.Fprintf(text, "gap accepted %s (%s): sink %s missed the changes after %s up to %s\n",
 			g.AcceptedAt.UTC().Format(time.RFC3339), g.Reason, g.Sink, g.From, pluginkit.FormatLSN(g.To))
 	}
 
@@ -120,7 +138,7 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 		return 1
 	}
 	if !pauses.Pipeline.IsZero() {
-		fmt.Fprintf(stdout, "paused since %s (walcast resume %s)\n", pauses.Pipeline.UTC().Format(time.RFC3339), path)
+		fmt.Fprintf(text, "paused since %s (walcast resume %s)\n", pauses.Pipeline.UTC().Format(time.RFC3339), path)
 	}
 	failures, err := store.LoadSinkFailures(ctx)
 	if err != nil {
@@ -148,7 +166,7 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 		d.failed += u.Failed
 		d.bytes += u.Bytes
 	}
-	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(text, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SINK\tTYPE\tSTATE\tCHECKPOINT\tPARKED\tATTEMPTS 24H\tDELIVERED 24H\tFAILED 24H\tBYTES 24H")
 	for _, s := range p.Sinks {
 		cp := "-"
@@ -172,6 +190,12 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 			state = "stopped"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", s.ID, s.Type, state, cp, perSink[s.ID], d.attempts, d.delivered, d.failed, units.Bytes(d.bytes))
+		sr := statusSink{ID: s.ID, Type: s.Type, State: state, Checkpoint: cp, Parked: perSink[s.ID],
+			Attempts24h: d.attempts, Delivered24h: d.delivered, Failed24h: d.failed, Bytes24h: d.bytes}
+		if f, ok := failures[s.ID]; ok {
+			sr.LastError = f.Error
+		}
+		rep.Sinks = append(rep.Sinks, sr)
 	}
 	tw.Flush()
 	cus, err := isolate.States(ctx, pool, p.Name)
@@ -180,17 +204,67 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 		return 1
 	}
 	for _, c := range cus {
-		fmt.Fprintf(stdout, "sink %s: %s on its own slot %s since %s, retaining %s of WAL (it fell behind; it rejoins the live stream once it has caught up)\n",
+		for i := range rep.Sinks {
+			if rep.Sinks[i].ID == c.Sink {
+				rep.Sinks[i].Mode, rep.Sinks[i].CatchupSlot = c.Mode, c.Slot
+			}
+		}
+		fmt.Fprintf(text, "sink %s: %s on its own slot %s since %s, retaining %s of WAL (it fell behind; it rejoins the live stream once it has caught up)\n",
 			c.Sink, strings.ReplaceAll(c.Mode, "_", " "), c.Slot, c.Since.UTC().Format(time.RFC3339), units.Bytes(c.RetainedWAL))
 	}
 	for _, s := range p.Sinks {
 		if f, ok := failures[s.ID]; ok {
-			fmt.Fprintf(stdout, "sink %s stopped at %s: %s\n", s.ID, f.At.UTC().Format(time.RFC3339), f.Error)
+			fmt.Fprintf(text, "sink %s stopped at %s: %s\n", s.ID, f.At.UTC().Format(time.RFC3339), f.Error)
 		}
 	}
-	if err := printBackfills(ctx, pool, p.Name, stdout); err != nil {
+	if err := printBackfills(ctx, pool, p.Name, text); err != nil {
 		fmt.Fprintln(stderr, "walcast status:", err)
 		return 1
 	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			fmt.Fprintln(stderr, "walcast status:", err)
+			return 1
+		}
+	}
 	return 0
+}
+
+// statusReport is walcast status --json: the same facts as the text.
+type statusReport struct {
+	Pipeline string        `json:"pipeline"`
+	Leader   *statusLeader `json:"leader"` // null: no walcast run leads it
+	Slot     struct {
+		Name              string `json:"name"`
+		State             string `json:"state"` // active, inactive, missing, lost
+		ConfirmedFlushLSN string `json:"confirmed_flush_lsn,omitempty"`
+		RetainedWALBytes  int64  `json:"retained_wal_bytes"`
+		WALStatus         string `json:"wal_status,omitempty"`
+	} `json:"slot"`
+	// Refusal is why walcast run would refuse to start, if it would.
+	Refusal string       `json:"refusal,omitempty"`
+	Sinks   []statusSink `json:"sinks"`
+}
+
+type statusLeader struct {
+	Name  string    `json:"name"`
+	PID   int       `json:"backend_pid"`
+	Since time.Time `json:"since"`
+}
+
+type statusSink struct {
+	ID           string `json:"id"`
+	Type         string `json:"type"`
+	State        string `json:"state"`
+	Mode         string `json:"mode,omitempty"` // catching_up or rejoining when detached
+	CatchupSlot  string `json:"catchup_slot,omitempty"`
+	Checkpoint   string `json:"checkpoint"`
+	Parked       int    `json:"parked"`
+	LastError    string `json:"last_error,omitempty"`
+	Attempts24h  int64  `json:"attempts_24h"`
+	Delivered24h int64  `json:"delivered_24h"`
+	Failed24h    int64  `json:"failed_24h"`
+	Bytes24h     int64  `json:"bytes_24h"`
 }
