@@ -419,7 +419,7 @@ func (r *Runner) chunk(ctx context.Context, conn *pgx.Conn, id int64, t Table, s
 				payload = append(payload, "null"...)
 				continue
 			}
-			payload = appendJSONString(payload, v)
+			payload = decode.AppendJSONString(payload, v)
 			res.bytes += len(v)
 		}
 		payload = append(payload, ']')
@@ -556,34 +556,4 @@ func (t Table) compare(op string, values []string, args *[]any) string {
 		params[i] = fmt.Sprintf("$%d::text::%s", len(*args), t.types[k])
 	}
 	return "(" + strings.Join(t.pageKeyList(), ", ") + ") " + op + " (" + strings.Join(params, ", ") + ")"
-}
-
-// appendJSONString appends v as a JSON string. PostgreSQL's text output is
-// valid UTF-8 in a UTF-8 database; only quotes, backslashes and control
-// characters need escaping.
-func appendJSONString(b, v []byte) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i, c := range v {
-		if c >= 0x20 && c != '"' && c != '\\' {
-			continue
-		}
-		b = append(b, v[start:i]...)
-		switch c {
-		case '"', '\\':
-			b = append(b, '\\', c)
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\t':
-			b = append(b, '\\', 't')
-		case '\r':
-			b = append(b, '\\', 'r')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		}
-		start = i + 1
-	}
-	b = append(b, v[start:]...)
-	return append(b, '"')
 }

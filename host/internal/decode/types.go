@@ -184,6 +184,10 @@ func skipDigits(s []byte, i int) int {
 	return i
 }
 
+// AppendJSONString appends s as a JSON string the way envelopes carry
+// text: for the backfill runner, whose chunk payloads the decoder reads back.
+func AppendJSONString(b, s []byte) []byte { return appendJSONString(b, s) }
+
 // appendJSONString appends s as a JSON string. Control characters are
 // escaped, invalid UTF-8 becomes U+FFFD, and U+2028/U+2029 are escaped so the
 // envelope can be embedded in JavaScript (the sse sink serves browsers).
