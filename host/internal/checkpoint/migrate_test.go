@@ -143,20 +143,12 @@ INSERT INTO walcast.pauses (pipeline, sink) VALUES ('shop', 'hook')`); err != ni
 
 func TestMigrateRefusesANewerSchema(t *testing.T) {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, cluster.Database(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	s := New(pool, "shop")
-	if err := s.Init(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s, pool := initStore(t, "shop")
 	next := SchemaVersion() + 1
 	if _, err := pool.Exec(ctx, `INSERT INTO walcast.schema_version (version, name) VALUES ($1, 'from the future')`, next); err != nil {
 		t.Fatal(err)
 	}
-	err = s.Init(ctx)
+	err := s.Init(ctx)
 	if !errors.Is(err, ErrSchemaTooNew) {
 		t.Fatalf("Init on a newer schema = %v, want ErrSchemaTooNew", err)
 	}

@@ -6,22 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 func TestParkListUnpark(t *testing.T) {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, cluster.Database(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	s := New(pool, "shop")
-	if err := s.Init(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s, _ := initStore(t, "shop")
 	now := time.Now()
 	ev := func(id string) cdc.Event {
 		return cdc.Event{ID: cdc.MustParseEventID(id), Schema: "public", Table: "t", Op: cdc.OpUpdate,
@@ -77,15 +67,7 @@ func TestParkListUnpark(t *testing.T) {
 // before old_row_key existed.
 func TestParkedKeyChangeBelongsToBothRows(t *testing.T) {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, cluster.Database(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	s := New(pool, "shop")
-	if err := s.Init(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s, pool := initStore(t, "shop")
 	// A table made by an older walcast (schema version 3), then Init again.
 	if _, err := pool.Exec(ctx, `ALTER TABLE walcast.parked DROP COLUMN old_row_key; DELETE FROM walcast.schema_version WHERE version >= 4`); err != nil {
 		t.Fatal(err)
@@ -114,15 +96,7 @@ func TestParkedKeyChangeBelongsToBothRows(t *testing.T) {
 // count and the latest error per sink, and the newest failures first.
 func TestRecentParkedAndSummary(t *testing.T) {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, cluster.Database(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	s := New(pool, "shop")
-	if err := s.Init(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s, pool := initStore(t, "shop")
 	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
 	park := func(sink, id, msg string, at time.Duration) Parked {
 		return Parked{Sink: sink, Row: "r", Attempts: 1, LastError: msg, FirstFailure: t0, LastFailure: t0.Add(at),

@@ -14,17 +14,25 @@ var cluster *pgtest.Cluster
 
 func TestMain(m *testing.M) { pgtest.Main(m, &cluster) }
 
-func TestSaveNeverMovesBackwards(t *testing.T) {
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, cluster.Database(t))
+// initStore returns an initialised store of pipeline in a database of its
+// own, and the pool it uses (closed when the test ends).
+func initStore(t *testing.T, pipeline string) (*Store, *pgxpool.Pool) {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), cluster.Database(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
-	s := New(pool, "shop")
-	if err := s.Init(ctx); err != nil {
+	t.Cleanup(pool.Close)
+	s := New(pool, pipeline)
+	if err := s.Init(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	return s, pool
+}
+
+func TestSaveNeverMovesBackwards(t *testing.T) {
+	ctx := context.Background()
+	s, pool := initStore(t, "shop")
 	if err := s.Init(ctx); err != nil {
 		t.Fatalf("Init is not idempotent: %v", err)
 	}
