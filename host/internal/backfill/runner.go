@@ -23,6 +23,9 @@ type Config struct {
 	// DSN of the source database.
 	DSN      string
 	Pipeline string
+	// Publication is the pipeline's publication: a backfill reads only
+	// the columns it publishes (Table.Restrict).
+	Publication string
 	// Tables are the pipeline's captured tables ("schema.table") and
 	// Sinks its sink ids: a backfill of anything else fails.
 	Tables []string
@@ -207,6 +210,9 @@ WHERE pipeline = $1 AND state IN ('queued', 'running') ORDER BY id LIMIT 1`, r.c
 		return true, r.fail(ctx, conn, id, reason)
 	}
 	t, err := Inspect(ctx, conn, name)
+	if err == nil {
+		err = t.Restrict(ctx, conn, r.cfg.Publication)
+	}
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) || conn.IsClosed() {
