@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/walcast/walcast/host/internal/decode"
 	"github.com/walcast/walcast/pluginkit"
 )
 
@@ -154,13 +155,10 @@ func sameContent(t testing.TB, evs []received) int {
 
 // chunkMessage is a backfill chunk as test_decoding shows it.
 type chunkMessage struct {
-	Backfill int64       `json:"backfill"`
-	Chunk    int64       `json:"chunk"`
-	Sinks    []string    `json:"sinks"`
-	Rows     [][]*string `json:"rows"`
-	Columns  []struct {
-		N string `json:"name"`
-	} `json:"columns"`
+	Backfill int64
+	Chunk    int64
+	Sinks    []string
+	Rows     [][]*string
 }
 
 // committed reads a test_decoding slot: the committed changes of table
@@ -168,26 +166,28 @@ type chunkMessage struct {
 // a chunk whose transaction was cut short by a kill never decodes).
 func committed(t testing.TB, db *pgx.Conn, slot, table string) (changes int, chunks []chunkMessage) {
 	t.Helper()
-	rows, err := db.Query(context.Background(), `SELECT data FROM pg_logical_slot_peek_changes($1, NULL, NULL, 'skip-empty-xacts', '1')`, slot)
+	// Binary: a chunk's rows are length-prefixed values, not text.
+	rows, err := db.Query(context.Background(), `SELECT data FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL, 'skip-empty-xacts', '1')`, slot)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
+		var data []byte
+		if err := rows.Scan(&data); err != nil {
 			t.Fatal(err)
 		}
+		line := string(data)
 		switch {
 		case strings.HasPrefix(line, "table "+table+": "):
 			changes++
 		case strings.HasPrefix(line, "message: transactional: 1 prefix: walcast.backfill,"):
 			i := strings.Index(line, "content:")
-			var c chunkMessage
-			if err := json.Unmarshal([]byte(line[i+len("content:"):]), &c); err != nil {
+			p, err := decode.ParseBackfillChunk(data[i+len("content:"):])
+			if err != nil {
 				t.Fatalf("chunk message: %v", err)
 			}
-			chunks = append(chunks, c)
+			chunks = append(chunks, chunkMessage{Backfill: p.Backfill, Chunk: p.Chunk, Sinks: p.Sinks, Rows: p.Rows})
 		}
 	}
 	if err := rows.Err(); err != nil {
