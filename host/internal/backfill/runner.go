@@ -342,6 +342,8 @@ func (r *Runner) waitWindow(ctx context.Context, ahead *[]uint64) error {
 	if r.cfg.Flushed == nil {
 		return nil
 	}
+	since := time.Now()
+	told := false
 	for {
 		flushed := r.cfg.Flushed()
 		n := 0
@@ -350,7 +352,17 @@ func (r *Runner) waitWindow(ctx context.Context, ahead *[]uint64) error {
 		}
 		*ahead = (*ahead)[n:]
 		if len(*ahead) < r.cfg.Window {
+			if told {
+				r.log.Info("backfill goes on: the sinks caught up", "waited", time.Since(since).Round(time.Second))
+			}
 			return nil
+		}
+		if !told && time.Since(since) > 30*time.Second {
+			// Not stuck: the sinks are behind the chunks it wrote (a sink
+			// slower than the live changes never catches up).
+			told = true
+			r.log.Info("backfill waits for the sinks to acknowledge the chunks it wrote", "chunks_ahead", len(*ahead),
+				"acknowledged", cdc.FormatLSN(flushed), "oldest_chunk", cdc.FormatLSN((*ahead)[0]))
 		}
 		t := time.NewTimer(5 * time.Millisecond)
 		select {
