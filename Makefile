@@ -34,7 +34,6 @@ fmt-check:
 # (host/pgtest) and build the binaries they run themselves.
 test: tools build vet fmt-check
 	$(GO) test -race -timeout 25m -count=1 ./...
-	$(GO) test -timeout 10m -count=1 -run TestBackfillCrashMirror ./host/cli/
 
 # tools installs what the tests run besides Go and PostgreSQL, the clients
 # nobody on this project wrote that check each interface from the outside:

@@ -27,10 +27,11 @@ const (
 	PathWebhook100  = "daemon-webhook-100"
 	PathWebhook1000 = "daemon-webhook-1000"
 	PathKafka       = "daemon-kafka-eos"
+	PathBackfill    = "backfill" // bench/backfill.go
 )
 
 // AllPaths lists every path.
-var AllPaths = []string{PathRecvlogical, PathLibrary, PathStdout, PathWebhook100, PathWebhook1000, PathKafka}
+var AllPaths = []string{PathRecvlogical, PathLibrary, PathStdout, PathWebhook100, PathWebhook1000, PathKafka, PathBackfill}
 
 // Config says what to run. Zero values take the issue's sizes.
 type Config struct {
@@ -109,13 +110,14 @@ type Workload struct {
 
 // Drain is one drain of one slot.
 type Drain struct {
-	Seconds       float64 `json:"seconds"`
-	ChangesPerSec float64 `json:"changes_per_sec"`
-	HostRSSMiB    float64 `json:"host_rss_mib"`
-	PluginRSSMiB  float64 `json:"plugin_rss_mib"`
-	HostCPU       float64 `json:"host_cpu_seconds"`
-	PluginCPU     float64 `json:"plugin_cpu_seconds"`
-	Events        int64   `json:"events,omitempty"` // as counted by the receiver, when it counts
+	Seconds       float64      `json:"seconds"`
+	ChangesPerSec float64      `json:"changes_per_sec"`
+	HostRSSMiB    float64      `json:"host_rss_mib"`
+	PluginRSSMiB  float64      `json:"plugin_rss_mib"`
+	HostCPU       float64      `json:"host_cpu_seconds"`
+	PluginCPU     float64      `json:"plugin_cpu_seconds"`
+	Events        int64        `json:"events,omitempty"`   // as counted by the receiver, when it counts
+	Backfill      *BackfillRun `json:"backfill,omitempty"` // the backfill path's own figures
 }
 
 // PathResult is a path's runs and their medians.

@@ -38,6 +38,8 @@ func (e *env) drain(ctx context.Context, p, slot string, run int) (Drain, error)
 		return e.drainRecvlogical(ctx, poll, slot)
 	case PathLibrary:
 		return e.drainLibrary(ctx, poll, slot)
+	case PathBackfill:
+		return e.drainBackfill(ctx, poll, run)
 	}
 	d := daemonRun{name: fmt.Sprintf("%s_%d", strings.ReplaceAll(p, "-", "_"), run), slot: slot}
 	switch p {

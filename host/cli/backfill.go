@@ -129,6 +129,9 @@ func checkBackfill(ctx context.Context, pool *pgxpool.Pool, p *config.Pipeline, 
 			return nil, fmt.Errorf("table %s is not in the pipeline's source tables (%s): add it to tables in the source block first", full, strings.Join(p.Source.Tables, ", "))
 		}
 		t, err := backfill.Inspect(ctx, pool, full)
+		if err == nil {
+			err = t.Restrict(ctx, pool, p.Source.Publication)
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -8,7 +8,8 @@
 //  1. locks the backfill's row in walcast.backfills (FOR UPDATE) and reads
 //     its state and the last key done;
 //  2. reads the next rows after that key FOR SHARE, in key order, up to the
-//     chunk's row and byte limits;
+//     chunk's row and byte limits, only the columns the pipeline's
+//     publication publishes (Table.Restrict);
 //  3. writes them into the WAL as one transactional logical decoding
 //     message (decode.BackfillPrefix), which the decoder turns into read
 //     events with ids <commit_lsn>:<index> like every other event;

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/walcast/walcast/host/internal/checkpoint"
 	"github.com/walcast/walcast/host/internal/decode"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
@@ -23,6 +24,9 @@ type Config struct {
 	// DSN of the source database.
 	DSN      string
 	Pipeline string
+	// Publication is the pipeline's publication: a backfill reads only
+	// the columns it publishes (Table.Restrict).
+	Publication string
 	// Tables are the pipeline's captured tables ("schema.table") and
 	// Sinks its sink ids: a backfill of anything else fails.
 	Tables []string
@@ -207,6 +211,9 @@ WHERE pipeline = $1 AND state IN ('queued', 'running') ORDER BY id LIMIT 1`, r.c
 		return true, r.fail(ctx, conn, id, reason)
 	}
 	t, err := Inspect(ctx, conn, name)
+	if err == nil {
+		err = t.Restrict(ctx, conn, r.cfg.Publication)
+	}
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) || conn.IsClosed() {
@@ -335,6 +342,8 @@ func (r *Runner) waitWindow(ctx context.Context, ahead *[]uint64) error {
 	if r.cfg.Flushed == nil {
 		return nil
 	}
+	since := time.Now()
+	told := false
 	for {
 		flushed := r.cfg.Flushed()
 		n := 0
@@ -343,7 +352,17 @@ func (r *Runner) waitWindow(ctx context.Context, ahead *[]uint64) error {
 		}
 		*ahead = (*ahead)[n:]
 		if len(*ahead) < r.cfg.Window {
+			if told {
+				r.log.Info("backfill goes on: the sinks caught up", "waited", time.Since(since).Round(time.Second))
+			}
 			return nil
+		}
+		if !told && time.Since(since) > 30*time.Second {
+			// Not stuck: the sinks are behind the chunks it wrote (a sink
+			// slower than the live changes never catches up).
+			told = true
+			r.log.Info("backfill waits for the sinks to acknowledge the chunks it wrote", "chunks_ahead", len(*ahead),
+				"acknowledged", cdc.FormatLSN(flushed), "oldest_chunk", cdc.FormatLSN((*ahead)[0]))
 		}
 		t := time.NewTimer(5 * time.Millisecond)
 		select {
@@ -366,30 +385,41 @@ type chunkResult struct {
 // chunk runs one chunk's transaction (see the package documentation).
 func (r *Runner) chunk(ctx context.Context, conn *pgx.Conn, id int64, t Table, sinks []string, limit int) (chunkResult, error) {
 	var res chunkResult
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		return res, fmt.Errorf("backfill %d: begin chunk: %w", id, err)
-	}
-	defer tx.Rollback(context.Background())
+	// The transaction is driven by hand rather than with pgx.Tx, so that
+	// BEGIN travels with the progress read and the message, progress and
+	// COMMIT with each other: three round trips fewer per chunk, a fifth
+	// of a chunk's time.
+	open := true
+	defer func() {
+		if open {
+			conn.Exec(context.Background(), "ROLLBACK")
+		}
+	}()
 	var last []string
 	var chunks int64
-	err = tx.QueryRow(ctx, `SELECT state, last_key, chunks_done FROM walcast.backfills WHERE id = $1 FOR UPDATE`, id).Scan(&res.state, &last, &chunks)
-	if err != nil {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+	b.Queue(`SELECT state, last_key, chunks_done FROM walcast.backfills WHERE id = $1 FOR UPDATE`, id).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&res.state, &last, &chunks)
+	})
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return res, fmt.Errorf("backfill %d: read progress: %w", id, err)
 	}
 	if res.state != StateRunning {
-		return res, tx.Commit(ctx)
+		_, err := conn.Exec(ctx, "COMMIT")
+		open = err != nil
+		return res, err
 	}
 	// The chunk's upper bound: the limit-th key after the last one. Read
 	// before locking, so that rows whose key an UPDATE moves while the
 	// chunk waits for its lock cannot stretch the chunk past it.
-	bound, err := t.boundary(ctx, tx, last, limit)
+	bound, err := t.boundary(ctx, conn, last, limit)
 	if err != nil {
 		return res, fmt.Errorf("backfill %d of %s: find chunk bound: %w", id, t, err)
 	}
 	lockStart := time.Now()
 	sql, args := t.readQuery(last, bound)
-	rows, err := tx.Query(ctx, sql, args...)
+	rows, err := conn.Query(ctx, sql, args...)
 	if err != nil {
 		return res, fmt.Errorf("backfill %d of %s: read chunk: %w", id, t, err)
 	}
@@ -400,29 +430,17 @@ func (r *Runner) chunk(ctx context.Context, conn *pgx.Conn, id int64, t Table, s
 	if err != nil {
 		return res, fmt.Errorf("backfill %d: encode chunk: %w", id, err)
 	}
-	// The rows are appended to the JSON by hand, straight from the wire
-	// values: json.Marshal of the rows cost a fifth of a chunk's time, all
-	// of it with the rows locked.
-	payload := append(head[:len(head)-1], `,"rows":[`...)
+	// The rows follow the header as length-prefixed raw values
+	// (decode.BackfillPrefix): no escaping here with the rows locked, and
+	// no JSON to parse when the chunk comes back through the slot.
+	payload := append(head, '\n')
 	var lastKey []string
 	for rows.Next() {
 		raw := rows.RawValues()
-		if res.rows > 0 {
-			payload = append(payload, ',')
-		}
-		payload = append(payload, '[')
-		for i, v := range raw {
-			if i > 0 {
-				payload = append(payload, ',')
-			}
-			if v == nil {
-				payload = append(payload, "null"...)
-				continue
-			}
-			payload = decode.AppendJSONString(payload, v)
+		for _, v := range raw {
+			payload = decode.AppendBackfillValue(payload, v)
 			res.bytes += len(v)
 		}
-		payload = append(payload, ']')
 		res.rows++
 		if bound == nil {
 			lastKey = lastKey[:0]
@@ -431,7 +449,6 @@ func (r *Runner) chunk(ctx context.Context, conn *pgx.Conn, id int64, t Table, s
 			}
 		}
 	}
-	payload = append(payload, "]}"...)
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return res, fmt.Errorf("backfill %d of %s: read chunk: %w", id, t, err)
@@ -448,25 +465,25 @@ func (r *Runner) chunk(ctx context.Context, conn *pgx.Conn, id int64, t Table, s
 			next = last
 		}
 	}
-	if res.rows > 0 {
-		if _, err := tx.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, $2::text)`, decode.BackfillPrefix, string(payload)); err != nil {
-			return res, fmt.Errorf("backfill %d of %s: write chunk into the WAL: %w", id, t, err)
-		}
-	}
-	var pos string
-	err = tx.QueryRow(ctx, `UPDATE walcast.backfills SET last_key = $2, rows_done = rows_done + $3,
-	chunks_done = chunks_done + $4, state = $5, updated_at = now(),
-	finished_at = CASE WHEN $5 = 'running' THEN NULL ELSE now() END
-WHERE id = $1 RETURNING pg_current_wal_insert_lsn()::text`, id, next, res.rows, min(res.rows, 1), state).Scan(&pos)
-	if err != nil {
-		return res, fmt.Errorf("backfill %d: record progress: %w", id, err)
-	}
 	if r.cfg.ChunkRead != nil {
 		r.cfg.ChunkRead(id, chunks+1)
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return res, fmt.Errorf("backfill %d: commit chunk: %w", id, err)
+	b = &pgx.Batch{}
+	if res.rows > 0 {
+		b.Queue(`SELECT pg_logical_emit_message(true, $1, $2::bytea)`, decode.BackfillPrefix, payload)
 	}
+	var pos string
+	b.Queue(`UPDATE walcast.backfills SET last_key = $2, rows_done = rows_done + $3,
+	chunks_done = chunks_done + $4, state = $5, updated_at = now(),
+	finished_at = CASE WHEN $5 = 'running' THEN NULL ELSE now() END
+WHERE id = $1 RETURNING pg_current_wal_insert_lsn()::text`, id, next, res.rows, min(res.rows, 1), state).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&pos)
+	})
+	b.Queue("COMMIT")
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return res, fmt.Errorf("backfill %d of %s: write the chunk into the WAL, record progress, commit: %w", id, t, err)
+	}
+	open = false
 	res.locked = time.Since(lockStart)
 	res.state = state
 	res.pos, _ = cdc.ParseLSN(pos)
@@ -475,7 +492,7 @@ WHERE id = $1 RETURNING pg_current_wal_insert_lsn()::text`, id, next, res.rows, 
 
 // boundary returns the key of the limit-th row after last (in pagination
 // order), or nil when fewer rows are left.
-func (t Table) boundary(ctx context.Context, tx pgx.Tx, last []string, limit int) ([]string, error) {
+func (t Table) boundary(ctx context.Context, db checkpoint.Querier, last []string, limit int) ([]string, error) {
 	keys := t.pageKeyList()
 	cols := make([]string, len(keys))
 	for i, k := range keys {
@@ -493,7 +510,7 @@ func (t Table) boundary(ctx context.Context, tx pgx.Tx, last []string, limit int
 	for i := range row {
 		dst[i] = &row[i]
 	}
-	err := tx.QueryRow(ctx, sql, args...).Scan(dst...)
+	err := db.QueryRow(ctx, sql, args...).Scan(dst...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}

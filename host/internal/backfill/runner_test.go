@@ -2,12 +2,14 @@ package backfill
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/walcast/walcast/host/internal/decode"
 	"github.com/walcast/walcast/host/pgtest"
 )
 
@@ -111,17 +113,22 @@ func TestChunkHoldsRowsUntilCommit(t *testing.T) {
 	if !blocked {
 		t.Fatal("the UPDATE of a row being read did not wait for the chunk to commit")
 	}
-	rows, err := db.Query(ctx, `SELECT data FROM pg_logical_slot_peek_changes('truth', NULL, NULL)`)
+	rows, err := db.Query(ctx, `SELECT data FROM pg_logical_slot_peek_binary_changes('truth', NULL, NULL)`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var order []string
 	for rows.Next() {
-		var line string
-		rows.Scan(&line)
+		var data []byte
+		rows.Scan(&data)
+		line := string(data)
 		switch {
 		case strings.HasPrefix(line, "message: transactional: 1 prefix: walcast.backfill"):
-			if !strings.Contains(line, `["5","0"]`) {
+			c, err := decode.ParseBackfillChunk(data[strings.Index(line, "content:")+len("content:"):])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.ContainsFunc(c.Rows, func(r []*string) bool { return *r[0] == "5" && *r[1] == "0" }) {
 				t.Fatalf("the chunk did not read row 5 as it was before the update: %s", line)
 			}
 			order = append(order, "read")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -116,4 +117,63 @@ WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped AND attgenerated = '' OR
 		}
 	}
 	return t, nil
+}
+
+// Restrict narrows the table to the columns publication publishes of it
+// (PostgreSQL 15 column lists, CREATE PUBLICATION p FOR TABLE t (a, b)):
+// pgoutput sends only those for live changes, and a read event must carry
+// no column the publication hides. Before PostgreSQL 15, or when the
+// table is not in the publication, every column stays. A list that hides
+// a key column is refused: read events carry the key.
+func (t *Table) Restrict(ctx context.Context, db checkpoint.Querier, publication string) error {
+	if publication == "" {
+		return nil
+	}
+	var version int
+	if err := db.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		return fmt.Errorf("read server version: %w", err)
+	}
+	if version < 150000 {
+		return nil
+	}
+	var names []string
+	err := db.QueryRow(ctx, `SELECT attnames::text[] FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3`,
+		publication, t.Schema, t.Name).Scan(&names)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read the columns publication %s publishes of %s: %w", publication, t, err)
+	}
+	keep := make([]int, len(t.Columns)) // old index -> new index, or -1
+	var cols []decode.BackfillColumn
+	var types []string
+	for i, c := range t.Columns {
+		keep[i] = -1
+		if slices.Contains(names, c.Name) {
+			keep[i] = len(cols)
+			cols = append(cols, c)
+			types = append(types, t.types[i])
+		}
+	}
+	remap := func(idx []int) ([]int, error) {
+		out := make([]int, len(idx))
+		for n, i := range idx {
+			if keep[i] < 0 {
+				return nil, fmt.Errorf("publication %s does not publish %s's key column %s, and a backfill's read events carry the key: add the column to the publication's column list", publication, t, t.Columns[i].Name)
+			}
+			out[n] = keep[i]
+		}
+		return out, nil
+	}
+	eventKey, err := remap(t.EventKey)
+	if err != nil {
+		return err
+	}
+	pageKey, err := remap(t.PageKey)
+	if err != nil {
+		return err
+	}
+	t.Columns, t.types, t.EventKey, t.PageKey = cols, types, eventKey, pageKey
+	return nil
 }

@@ -352,7 +352,7 @@ func runOnce(ctx context.Context, opts Options) (err error) {
 		sinkIDs[i] = p.Sinks[i].ID
 	}
 	filler := backfill.NewRunner(backfill.Config{
-		DSN: p.Source.DSN, Pipeline: p.Name, Tables: p.Source.Tables, Sinks: sinkIDs,
+		DSN: p.Source.DSN, Pipeline: p.Name, Publication: p.Source.Publication, Tables: p.Source.Tables, Sinks: sinkIDs,
 		Flushed: tracker.Flush, Logger: log,
 	})
 	ctl := &control{store: store, runs: runs, log: log, backfill: filler}

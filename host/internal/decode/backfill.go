@@ -1,8 +1,11 @@
 package decode
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 
 	"github.com/jackc/pglogrepl"
 
@@ -13,8 +16,24 @@ import (
 // BackfillPrefix is the prefix of the transactional logical decoding
 // messages a backfill writes into the WAL, one per chunk of rows
 // (pg_logical_emit_message(true, BackfillPrefix, payload)). The payload is
-// a BackfillChunk as JSON.
+// the chunk's BackfillChunk as JSON without Rows, a newline, then the rows:
+// each row's values in Columns order, each value a 4-byte big-endian
+// length and that many bytes, or the length 0xFFFFFFFF for NULL
+// (AppendBackfillValue). Values need no escaping that way and decode
+// without allocating (as JSON they cost a third of the host's time per
+// read row). A payload without a newline is a BackfillChunk as JSON with
+// Rows, as earlier versions wrote it, and still decodes.
 const BackfillPrefix = "walcast.backfill"
+
+// AppendBackfillValue appends one value of a chunk's rows section: v in
+// the text format pgoutput uses, nil for NULL.
+func AppendBackfillValue(b, v []byte) []byte {
+	if v == nil {
+		return binary.BigEndian.AppendUint32(b, math.MaxUint32)
+	}
+	b = binary.BigEndian.AppendUint32(b, uint32(len(v)))
+	return append(b, v...)
+}
 
 // BackfillChunk is the payload of one backfill message: the rows of one
 // chunk as the transaction that wrote the message read them, with
@@ -61,8 +80,9 @@ func (d *Decoder) backfill(m *pglogrepl.LogicalDecodingMessage, emit func(change
 	if !d.inTx {
 		return fmt.Errorf("decode backfill message at %s: no transaction is open", m.LSN)
 	}
+	head, rows, packed := bytes.Cut(m.Content, []byte{'\n'})
 	var c BackfillChunk
-	if err := json.Unmarshal(m.Content, &c); err != nil {
+	if err := json.Unmarshal(head, &c); err != nil {
 		return fmt.Errorf("decode backfill message at %s: %w", m.LSN, err)
 	}
 	if c.Pipeline != d.opts.Pipeline {
@@ -82,6 +102,30 @@ func (d *Decoder) backfill(m *pglogrepl.LogicalDecodingMessage, emit func(change
 		d.sinks = nil
 	}
 	defer func() { d.sinks = nil }()
+	if packed {
+		for n := 0; len(rows) > 0; n++ {
+			for i := range cols {
+				if len(rows) < 4 {
+					return fmt.Errorf("decode backfill %d chunk %d: row %d is cut short", c.Backfill, c.Chunk, n)
+				}
+				l := binary.BigEndian.Uint32(rows)
+				rows = rows[4:]
+				if l == math.MaxUint32 {
+					cols[i] = pglogrepl.TupleDataColumn{DataType: pglogrepl.TupleDataTypeNull}
+					continue
+				}
+				if uint64(l) > uint64(len(rows)) {
+					return fmt.Errorf("decode backfill %d chunk %d: row %d is cut short", c.Backfill, c.Chunk, n)
+				}
+				cols[i] = pglogrepl.TupleDataColumn{DataType: pglogrepl.TupleDataTypeText, Length: l, Data: rows[:l:l]}
+				rows = rows[l:]
+			}
+			if err := d.change(rel, cdc.OpRead, tuple, nil, 0, emit); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	for n, row := range c.Rows {
 		if len(row) != len(cols) {
 			return fmt.Errorf("decode backfill %d chunk %d: row %d has %d values for %d columns", c.Backfill, c.Chunk, n, len(row), len(cols))
@@ -126,4 +170,39 @@ func chunkRelation(c *BackfillChunk) (*relation, error) {
 	}
 	rel.keyCols = c.Key
 	return rel, nil
+}
+
+// ParseBackfillChunk reads a backfill message's payload, either format,
+// into a BackfillChunk with its Rows (for tools and tests that inspect the
+// WAL; the decoder reads the rows without copying them).
+func ParseBackfillChunk(content []byte) (BackfillChunk, error) {
+	head, rows, packed := bytes.Cut(content, []byte{'\n'})
+	var c BackfillChunk
+	if err := json.Unmarshal(head, &c); err != nil {
+		return c, fmt.Errorf("read backfill chunk: %w", err)
+	}
+	if !packed {
+		return c, nil
+	}
+	for len(rows) > 0 {
+		row := make([]*string, len(c.Columns))
+		for i := range row {
+			if len(rows) < 4 {
+				return c, fmt.Errorf("read backfill chunk %d: row %d is cut short", c.Chunk, len(c.Rows))
+			}
+			l := binary.BigEndian.Uint32(rows)
+			rows = rows[4:]
+			if l == math.MaxUint32 {
+				continue
+			}
+			if uint64(l) > uint64(len(rows)) {
+				return c, fmt.Errorf("read backfill chunk %d: row %d is cut short", c.Chunk, len(c.Rows))
+			}
+			v := string(rows[:l])
+			row[i] = &v
+			rows = rows[l:]
+		}
+		c.Rows = append(c.Rows, row)
+	}
+	return c, nil
 }
