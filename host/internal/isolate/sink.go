@@ -182,8 +182,7 @@ func (s *Sink) Run(ctx context.Context, stop <-chan struct{}) (err error) {
 			return err
 		}
 		s.log.Info("sink resumes catching up from its slot", "slot", s.cfg.ResumeSlot, "resume_after", skip.String())
-		s.live = nil
-		s.startCatchup(ctx, s.cfg.ResumeSlot, conf, skip)
+		s.startCatchup(ctx, s.cfg.ResumeSlot, conf, skip, nil)
 	} else {
 		s.startLive(ctx, s.live)
 	}
@@ -315,16 +314,15 @@ func (s *Sink) detach(ctx context.Context, o Observation) error {
 	}
 	s.liveDone = nil
 	skip := s.cfg.Tracker.Peek()[s.cfg.Index]
-	s.mu.Lock()
-	addStats(&s.stats, &s.live.Stats)
-	s.live = nil
-	s.mu.Unlock()
-	s.startCatchup(ctx, slot, conf, skip)
+	s.startCatchup(ctx, slot, conf, skip, s.live)
 	s.Detached.Add(1)
 	return nil
 }
 
-func (s *Sink) startCatchup(ctx context.Context, slot string, confirmed uint64, skip pluginkit.EventID) {
+// startCatchup starts the catch-up stream. retired is the live scheduler
+// it replaces (stopped; nil when resuming): it is swapped out under the
+// same lock, so that Scheduler never returns nil.
+func (s *Sink) startCatchup(ctx context.Context, slot string, confirmed uint64, skip pluginkit.EventID, retired *schedule.Scheduler) {
 	tr := ack.New([]ack.SinkSpec{{ID: s.cfg.SinkID, Durable: true}}, confirmed)
 	tr.SetWatermark(0, skip)
 	q := fanout.NewQueue(s.cfg.QueueSize, true)
@@ -339,6 +337,10 @@ func (s *Sink) startCatchup(ctx context.Context, slot string, confirmed uint64, 
 	ccfg.ApplicationName += "-catchup"
 	cu.capt = capture.New(ccfg, bounded{Fanout: fanout.New(tr, []*fanout.Queue{q}), c: cu})
 	s.mu.Lock()
+	if retired != nil {
+		addStats(&s.stats, &retired.Stats)
+	}
+	s.live = nil
 	cu.sched.SetPaused(s.paused)
 	s.cu = cu
 	s.slot = slot
