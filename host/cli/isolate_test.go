@@ -139,8 +139,10 @@ func TestSlowSinkDetachesCatchesUpAndRejoins(t *testing.T) {
 // TestTwoStalledSinksAndTeardown: two stalled sinks detach at once while a
 // third keeps receiving; walcast status shows both catching up; a clean
 // stop and restart resume both catch-up slots; released, both catch up
-// with every change in row order and rejoin. A sink detached again (a
-// pause) has its catch-up slot dropped by walcast teardown.
+// with every change in row order and rejoin. A paused sink detaches,
+// receives nothing while the others go on, and once resumed catches up
+// and rejoins; paused again, its catch-up slot is dropped by walcast
+// teardown.
 func TestTwoStalledSinksAndTeardown(t *testing.T) {
 	ctx := context.Background()
 	dsn := cluster.Database(t)
@@ -225,6 +227,30 @@ func TestTwoStalledSinksAndTeardown(t *testing.T) {
 	verify(t, want, s2.events())
 	verify(t, want, fast.events())
 
+	// A paused sink detaches at once; what is committed meanwhile reaches
+	// the others, and the paused one after walcast resume, when it
+	// catches up and rejoins.
+	if out, err := walcastCLI(t, "pause", pipeline, "--sink", "s1"); err != nil {
+		t.Fatalf("walcast pause: %v\n%s", err, out)
+	}
+	waitFor(t, "the paused sink to detach", time.Minute, func() bool { return len(catchupSlots(t, db, "walcast_iso2")) == 1 })
+	exec1(t, db, `UPDATE items SET v = v + 1000 WHERE id IN (SELECT id FROM items ORDER BY id LIMIT 500)`)
+	want = truth(t, db, "truth_iso2", tables)
+	waitFor(t, "the other sinks to receive what was committed while s1 is paused", time.Minute, func() bool {
+		return fast.distinct() >= len(want) && s2.distinct() >= len(want)
+	})
+	if got := s1.distinct(); got >= len(want) {
+		t.Fatalf("the paused sink received %d of %d changes", got, len(want))
+	}
+	if out, err := walcastCLI(t, "resume", pipeline, "--sink", "s1"); err != nil {
+		t.Fatalf("walcast resume: %v\n%s", err, out)
+	}
+	waitFor(t, "the resumed sink to catch up and rejoin", 2*time.Minute, func() bool {
+		return s1.distinct() >= len(want) && len(catchupSlots(t, db, "walcast_iso2")) == 0
+	})
+	verify(t, want, s1.events())
+
+	// Paused again, and torn down while detached.
 	if out, err := walcastCLI(t, "pause", pipeline, "--sink", "s1"); err != nil {
 		t.Fatalf("walcast pause: %v\n%s", err, out)
 	}

@@ -5,7 +5,9 @@
 //   - live: it reads the pipeline's stream like every sink.
 //   - detaching → catching up: when it holds the stream back for longer
 //     than Policy.After (the fan-out waits for room in its queue), is
-//     paused, or its backlog passes Policy.LagBytes, its catch-up slot is
+//     paused, its deliveries fail while its queue is more than half full
+//     (a destination that is down: waiting would only stall the others),
+//     or its backlog passes Policy.LagBytes, its catch-up slot is
 //     recorded in walcast.catchup_slots, the pipeline's slot is copied into
 //     it (pg_copy_logical_replication_slot: the copy starts where the
 //     pipeline's slot is, which is never past this sink's position because
@@ -98,12 +100,16 @@ type Observation struct {
 	// BehindBytes: how far the catch-up stream is behind the pipeline's
 	// stream in WAL (catching up).
 	BehindBytes int64
+	// QueueHalfFull: the sink's queue on the pipeline's stream is more
+	// than half full (live).
+	QueueHalfFull bool
 	// CatchupFull: the catch-up queue is more than half full: the sink
 	// is still busy with what it read.
 	CatchupFull bool
-	// Failing: a delivery attempt of the catch-up stream failed within
-	// the last second: rejoining now would only fill the pipeline's
-	// queue again.
+	// Failing: a delivery attempt failed within the last second and none
+	// succeeded since (live: of the pipeline's stream; catching up: of
+	// the catch-up stream, where rejoining now would only fill the
+	// pipeline's queue again).
 	Failing bool
 	// Backoff: a rejoin was called off recently; the next one waits.
 	Backoff bool
@@ -128,6 +134,11 @@ func (p Policy) Decide(o Observation) Action {
 	switch o.Mode {
 	case Live:
 		if o.Paused || o.BlockedFor >= p.After || (p.LagBytes > 0 && o.BacklogBytes > p.LagBytes) {
+			return Detach
+		}
+		// A sink whose destination fails will not drain its queue before
+		// it fills: detach it before it holds the others back at all.
+		if o.Failing && (o.QueueHalfFull || o.BlockedFor > 0) {
 			return Detach
 		}
 	case CatchingUp:

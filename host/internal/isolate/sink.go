@@ -67,8 +67,11 @@ type Sink struct {
 	// Owned by Run: the catch-up stream's failed attempts when last
 	// looked at and when they last grew; when a called-off rejoin may be
 	// tried again, and the wait after the next one called off.
-	failures      int64
-	failedAt      time.Time
+	failures int64
+	failedAt time.Time
+	// The same for the live scheduler.
+	liveFailures  int64
+	liveFailedAt  time.Time
 	rejoinAfter   time.Time
 	rejoinBackoff time.Duration
 
@@ -252,6 +255,14 @@ func (s *Sink) step(ctx context.Context) error {
 	switch o.Mode {
 	case Live:
 		_, o.BacklogBytes, _ = s.cfg.Tracker.Backlog(s.cfg.Index)
+		if q := s.cfg.Fanout.Queue(s.cfg.Index); q != nil {
+			o.QueueHalfFull = 2*len(q.C) > cap(q.C)
+		}
+		st := &s.live.Stats
+		if f := st.Failures.Load(); f != s.liveFailures {
+			s.liveFailures, s.liveFailedAt = f, now
+		}
+		o.Failing = now.Sub(s.liveFailedAt) < time.Second && st.LastSuccess.Load() < s.liveFailedAt.UnixNano()
 		if s.dropLater {
 			s.dropLeftover(ctx)
 		}
@@ -284,6 +295,7 @@ func (s *Sink) step(ctx context.Context) error {
 }
 
 func (s *Sink) startLive(ctx context.Context, sched *schedule.Scheduler) {
+	s.liveFailures, s.liveFailedAt = 0, time.Time{}
 	s.liveStop = make(chan struct{})
 	s.liveDone = make(chan struct{})
 	s.liveErr = nil
@@ -295,7 +307,7 @@ func (s *Sink) startLive(ctx context.Context, sched *schedule.Scheduler) {
 // detaches the sink and starts its catch-up stream.
 func (s *Sink) detach(ctx context.Context, o Observation) error {
 	s.log.Warn("sink falls behind: detaching it to catch up on its own slot",
-		"blocked_for", o.BlockedFor.Round(time.Millisecond), "paused", o.Paused, "backlog_bytes", o.BacklogBytes)
+		"blocked_for", o.BlockedFor.Round(time.Millisecond), "paused", o.Paused, "failing", o.Failing, "backlog_bytes", o.BacklogBytes)
 	slot, conf, err := s.cfg.Slots.Create(ctx, s.cfg.SinkID)
 	if err != nil {
 		// Nothing changed: the sink stays live and holds the stream back
