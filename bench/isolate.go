@@ -84,8 +84,14 @@ type Isolate struct {
 	AloneRuns       []float64 `json:"alone_runs"`
 	WithSlowRuns    []float64 `json:"with_slow_runs"`
 	// LoadAvg: the machine's load average after each run (alone, paired).
-	LoadAvg     []string `json:"loadavg"`
-	SlowDelayMs float64  `json:"slow_delay_ms"`
+	LoadAvg []string `json:"loadavg"`
+	// The longest the stdout sink waited for its next events, per run:
+	// alone, and next to the slow sink (where it includes detach_after
+	// and the detachment). Less at the mercy of a busy machine than the
+	// drain times.
+	AloneMaxGapMs    []float64 `json:"alone_max_gap_ms"`
+	WithSlowMaxGapMs []float64 `json:"with_slow_max_gap_ms"`
+	SlowDelayMs      float64   `json:"slow_delay_ms"`
 	// SlowDelivered: events the slow sink had received when the fast one
 	// was done; SlowDetached: whether it was detached by then (last run).
 	SlowDelivered int64 `json:"slow_delivered"`
@@ -179,16 +185,18 @@ func (e *env) isolate(ctx context.Context) (*Isolate, error) {
 		if err != nil {
 			return nil, fmt.Errorf("stdout alone: %w", err)
 		}
-		e.logf("  run %d/%d: stdout alone: %.2fs (load %s)", i+1, runs, alone.seconds, alone.load)
+		e.logf("  run %d/%d: stdout alone: %.2fs, longest wait %s (load %s)", i+1, runs, alone.seconds, alone.maxGap.Round(time.Millisecond), alone.load)
 		from := slow.events.Load()
 		pair, err := e.isoDrain(ctx, i, slow)
 		if err != nil {
 			return nil, fmt.Errorf("stdout next to a slow webhook: %w", err)
 		}
 		pair.slowGot -= from
-		e.logf("  run %d/%d: stdout next to a %s-per-request webhook: %.2fs (%.2fx; load %s); the slow sink had %d events, detached %v",
-			i+1, runs, ic.SlowDelay, pair.seconds, pair.seconds/alone.seconds, pair.load, pair.slowGot, pair.detached)
+		e.logf("  run %d/%d: stdout next to a %s-per-request webhook: %.2fs (%.2fx), longest wait %s (load %s); the slow sink had %d events, detached %v",
+			i+1, runs, ic.SlowDelay, pair.seconds, pair.seconds/alone.seconds, pair.maxGap.Round(time.Millisecond), pair.load, pair.slowGot, pair.detached)
 		res.LoadAvg = append(res.LoadAvg, alone.load, pair.load)
+		res.AloneMaxGapMs = append(res.AloneMaxGapMs, float64(alone.maxGap.Microseconds())/1000)
+		res.WithSlowMaxGapMs = append(res.WithSlowMaxGapMs, float64(pair.maxGap.Microseconds())/1000)
 		res.AloneRuns = append(res.AloneRuns, alone.seconds)
 		res.WithSlowRuns = append(res.WithSlowRuns, pair.seconds)
 		res.SlowDelivered, res.SlowDetached = pair.slowGot, pair.detached
@@ -203,6 +211,7 @@ func (e *env) isolate(ctx context.Context) (*Isolate, error) {
 }
 
 type isoDrainResult struct {
+	maxGap   time.Duration
 	load     string
 	seconds  float64
 	slowGot  int64
@@ -273,6 +282,9 @@ sink "webhook" "slow" {
 	}
 	r.seconds = t1.Sub(t0).Seconds()
 	r.load = loadAvg()
+	lines.mu.Lock()
+	r.maxGap = lines.maxGap
+	lines.mu.Unlock()
 	if slow != nil {
 		r.slowGot = slow.events.Load()
 		n, err := e.catchupSlots(ctx, poll, name)
@@ -786,6 +798,10 @@ type lineCounter struct {
 	target int64
 	at     time.Time
 	done   chan struct{}
+	// last is when events last arrived; maxGap the longest wait for more
+	// before the target was reached: the longest the sink was held up.
+	last   time.Time
+	maxGap time.Duration
 }
 
 func (c *lineCounter) count(f *os.File) {
@@ -811,6 +827,13 @@ func (c *lineCounter) count(f *os.File) {
 func (c *lineCounter) add(m int64) {
 	total := c.n.Add(m)
 	c.mu.Lock()
+	if m > 0 && c.at.IsZero() {
+		now := time.Now()
+		if !c.last.IsZero() {
+			c.maxGap = max(c.maxGap, now.Sub(c.last))
+		}
+		c.last = now
+	}
 	if c.done != nil && c.at.IsZero() && total >= c.target {
 		c.at = time.Now()
 		close(c.done)
@@ -839,8 +862,9 @@ func (c *lineCounter) wait(n int64, exited <-chan struct{}, timeout time.Duratio
 
 // writeTable prints the isolation figures.
 func (r *Isolate) writeTable(w io.Writer) {
-	fmt.Fprintf(w, "\nisolation: stdout sink draining %d changes alone %.2fs, next to a webhook taking %.0f ms per request %.2fs (%.2fx, medians of %d runs; the slow sink had %d events, detached: %v)\n",
-		r.Changes, r.AloneSeconds, r.SlowDelayMs, r.WithSlowSeconds, r.Ratio, len(r.AloneRuns), r.SlowDelivered, r.SlowDetached)
+	fmt.Fprintf(w, "\nisolation: stdout sink draining %d changes alone %.2fs, next to a webhook taking %.0f ms per request %.2fs (%.2fx, medians of %d runs; the slow sink had %d events, detached: %v); longest wait for events alone %.0f ms, next to the slow sink %.0f ms (medians)\n",
+		r.Changes, r.AloneSeconds, r.SlowDelayMs, r.WithSlowSeconds, r.Ratio, len(r.AloneRuns), r.SlowDelivered, r.SlowDetached,
+		medianOf(r.AloneMaxGapMs), medianOf(r.WithSlowMaxGapMs))
 	if o := r.Outage; o != nil {
 		fmt.Fprintf(w, "isolation: webhook receiver down %.0fs at %d changes/s (%d events): other sink p50 %.1f ms, p99 %.1f ms, max %.1f ms (committed during the outage: p99 %.1f ms, max %.1f ms); "+
 			"before it %.1f ms, while catching up %.1f ms, after the rejoin %.1f ms; "+

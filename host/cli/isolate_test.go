@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"math/rand/v2"
 	"regexp"
 	"strings"
@@ -183,6 +184,46 @@ func TestTwoStalledSinksAndTeardown(t *testing.T) {
 			t.Fatalf("walcast status does not say %q:\n%s", s, out)
 		}
 	}
+	// walcast status --json: every sink's mode; a detached one's catch-up
+	// slot, the WAL it retains and how far it is behind the pipeline's
+	// slot (which follows the fast sink past the workload).
+	type sinkStatus struct {
+		ID                      string `json:"id"`
+		Mode                    string `json:"mode"`
+		CatchupSlot             string `json:"catchup_slot"`
+		CatchupRetainedWALBytes int64  `json:"catchup_retained_wal_bytes"`
+		CatchupBehindBytes      int64  `json:"catchup_behind_bytes"`
+	}
+	statusOf := func() map[string]sinkStatus {
+		out, err := walcastCLI(t, "status", pipeline, "--json")
+		if err != nil {
+			t.Fatalf("walcast status --json: %v\n%s", err, out)
+		}
+		var rep struct {
+			Sinks []sinkStatus `json:"sinks"`
+		}
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("walcast status --json: %v\n%s", err, out)
+		}
+		m := map[string]sinkStatus{}
+		for _, s := range rep.Sinks {
+			m[s.ID] = s
+		}
+		return m
+	}
+	waitFor(t, "walcast status --json to show both catch-up slots behind the pipeline's", time.Minute, func() bool {
+		st := statusOf()
+		for _, id := range []string{"s1", "s2"} {
+			s := st[id]
+			if s.Mode != "catching_up" || s.CatchupSlot == "" || s.CatchupRetainedWALBytes <= 0 || s.CatchupBehindBytes <= 0 {
+				return false
+			}
+		}
+		return true
+	})
+	if f := statusOf()["fast"]; f.Mode != "live" || f.CatchupSlot != "" || f.CatchupBehindBytes != 0 {
+		t.Fatalf("walcast status --json for the fast sink: %+v", f)
+	}
 	// The mode changes once the batches in flight at the detachment have
 	// landed (the hanging receiver holds them up to the plugin's timeout).
 	waitFor(t, "both sinks to be catching up in /metrics", time.Minute, func() bool {
@@ -209,6 +250,18 @@ func TestTwoStalledSinksAndTeardown(t *testing.T) {
 		delete(l, "mode")
 		if v := value(t, mf, "walcast_sink_catchup_slot_retained_wal_bytes", l); (v > 0) != (sink != "fast") {
 			t.Errorf("walcast_sink_catchup_slot_retained_wal_bytes%v = %v", l, v)
+		}
+		// Lag in WAL bytes behind the pipeline's stream, and in events:
+		// a detached sink's backlog is its catch-up stream's (read and
+		// not delivered: the receivers hold it up).
+		if v := value(t, mf, "walcast_sink_catchup_behind_bytes", l); (v > 0) != (sink != "fast") {
+			t.Errorf("walcast_sink_catchup_behind_bytes%v = %v", l, v)
+		}
+		if v := value(t, mf, "walcast_sink_backlog_events", l); (v > 0) != (sink != "fast") {
+			t.Errorf("walcast_sink_backlog_events%v = %v", l, v)
+		}
+		if v := value(t, mf, "walcast_sink_backlog_bytes", l); (v > 0) != (sink != "fast") {
+			t.Errorf("walcast_sink_backlog_bytes%v = %v", l, v)
 		}
 	}
 

@@ -72,7 +72,7 @@ type Policy struct {
 
 // The defaults; the README's "Sinks that fall behind" lists them.
 const (
-	DefaultAfter     = 500 * time.Millisecond
+	DefaultAfter     = 200 * time.Millisecond
 	DefaultRejoinLag = 4 << 20
 )
 

@@ -171,8 +171,10 @@ func (s *Sink) Lag() (behindBytes int64, slot string) {
 	return b, s.cu.slot
 }
 
-// tick is how often Run looks at the sink.
-const tick = 100 * time.Millisecond
+// tick is how often Run looks at the sink: a small part of the default
+// detach_after, so that a sink holding the others back is detached close
+// to the threshold, not up to a tick later.
+const tick = 25 * time.Millisecond
 
 // Run runs the sink until stop is closed (it lets deliveries in flight
 // finish, confirms the catch-up slot's position, returns nil) or ctx ends
