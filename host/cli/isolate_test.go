@@ -224,13 +224,18 @@ func TestTwoStalledSinksAndTeardown(t *testing.T) {
 	if f := statusOf()["fast"]; f.Mode != "live" || f.CatchupSlot != "" || f.CatchupBehindBytes != 0 {
 		t.Fatalf("walcast status --json for the fast sink: %+v", f)
 	}
-	// The mode changes once the batches in flight at the detachment have
-	// landed (the hanging receiver holds them up to the plugin's timeout).
-	waitFor(t, "both sinks to be catching up in /metrics", time.Minute, func() bool {
+	// The catch-up stream starts once the batches in flight at the
+	// detachment have landed (the hanging receiver holds them up to the
+	// plugin's timeout); its lag shows from then on.
+	waitFor(t, "both sinks to be catching up in /metrics, with their lag", time.Minute, func() bool {
 		mf := scrape(t, base)
 		for _, sink := range []string{"s1", "s2"} {
 			l := map[string]string{"pipeline": "iso2", "sink": sink, "type": "webhook", "mode": "catching_up"}
 			if value(t, mf, "walcast_sink_mode", l) != 1 {
+				return false
+			}
+			delete(l, "mode")
+			if value(t, mf, "walcast_sink_catchup_behind_bytes", l) <= 0 || value(t, mf, "walcast_sink_backlog_events", l) <= 0 {
 				return false
 			}
 		}
