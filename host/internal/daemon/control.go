@@ -110,6 +110,7 @@ func (c *control) replay(ctx context.Context, r *sinkRun, req checkpoint.ReplayR
 	if !req.ID.IsZero() {
 		row, _ = c.store.ParkedRowOf(ctx, req.Sink, req.ID)
 	}
+	retried := false
 	for {
 		var err error
 		select {
@@ -126,7 +127,13 @@ func (c *control) replay(ctx context.Context, r *sinkRun, req checkpoint.ReplayR
 			}
 			return
 		}
-		c.log.Info("the sink's scheduler stopped before the replay ended; asking the one that delivers now", "sink", req.Sink)
+		// Once per request at info: while the pipeline stops this repeats
+		// until the listener does.
+		level := slog.LevelDebug
+		if !retried {
+			level, retried = slog.LevelInfo, true
+		}
+		c.log.Log(ctx, level, "the sink's scheduler stopped before the replay ended; asking the one that delivers now", "sink", req.Sink)
 		select {
 		case <-ctx.Done():
 			return
