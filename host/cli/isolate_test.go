@@ -158,7 +158,7 @@ func TestTwoStalledSinksAndTeardown(t *testing.T) {
 		sinkSpec{ID: "fast", URL: fast.URL, Batch: 200},
 		sinkSpec{ID: "s1", URL: s1.URL, Batch: 50},
 		sinkSpec{ID: "s2", URL: s2.URL, Batch: 50, Extra: "    detach_after = \"200ms\"\n    max_attempts = 1000\n"})
-	proc := startWalcast(t, pipeline, "--metrics-listen", "127.0.0.1:0")
+	proc := startWalcast(t, pipeline, "--metrics-listen", "127.0.0.1:0", "--warn-retained-wal-mb", "1", "--slot-check-interval", "200ms")
 	proc.waitLog(t, "serving metrics")
 	m := regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(proc.logText())
 	if m == nil {
@@ -175,6 +175,16 @@ func TestTwoStalledSinksAndTeardown(t *testing.T) {
 	want := truth(t, db, "truth_iso2", tables)
 	waitFor(t, "the fast sink to receive every change", 2*time.Minute, func() bool { return fast.distinct() >= len(want) })
 	waitFor(t, "two catch-up slots", time.Minute, func() bool { return len(catchupSlots(t, db, "walcast_iso2")) == 2 })
+	// The WAL a detached sink needs is held by its catch-up slot, which
+	// the slot watch warns about like the pipeline's own.
+	waitFor(t, "a warning that a catch-up slot retains more WAL than 1 MiB", time.Minute, func() bool {
+		for _, l := range strings.Split(proc.logText(), "\n") {
+			if strings.Contains(l, "replication slot at risk") && strings.Contains(l, "slot="+isolate.SlotName("walcast_iso2", "s1")) {
+				return true
+			}
+		}
+		return false
+	})
 	out, err := walcastCLI(t, "status", pipeline)
 	if err != nil {
 		t.Fatalf("walcast status: %v\n%s", err, out)
