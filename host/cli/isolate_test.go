@@ -103,6 +103,13 @@ func TestSlowSinkDetachesCatchesUpAndRejoins(t *testing.T) {
 	proc.kill()
 	inRejoin := !strings.Contains(proc.logText(), "sink rejoined the live stream")
 	t.Logf("killed while rejoining: %v; slow sink had %d of %d", inRejoin, slow.distinct(), len(want))
+	if inRejoin {
+		// The mode is on record: walcast status shows it with no daemon.
+		out, err := walcastCLI(t, "status", pipeline)
+		if err != nil || !strings.Contains(out, "sink slow: rejoining on its own slot "+cuSlot) {
+			t.Fatalf("walcast status after a kill while rejoining: %v\n%s", err, out)
+		}
+	}
 	slow.mu.Lock()
 	slow.delay = 0
 	slow.mu.Unlock()
