@@ -134,6 +134,11 @@ type Outage struct {
 	CatchupSeconds       float64 `json:"catchup_seconds"`
 	CatchupWalsenderCPU  float64 `json:"catchup_walsender_cpu_seconds"`
 	PipelineWalsenderCPU float64 `json:"pipeline_walsender_cpu_seconds"`
+	// The same while the catch-up slot really streams: from the down
+	// sink's first delivery after the outage to its rejoin.
+	StreamingSeconds              float64 `json:"streaming_seconds"`
+	StreamingCatchupWalsenderCPU  float64 `json:"streaming_catchup_walsender_cpu_seconds"`
+	StreamingPipelineWalsenderCPU float64 `json:"streaming_pipeline_walsender_cpu_seconds"`
 	// DownDistinct: distinct events the down sink received in the end.
 	DownDistinct int `json:"down_distinct"`
 	// Timeline: the live sink's latency by 5 s of commit time, from the
@@ -490,6 +495,7 @@ sink "webhook" "down" {
 	o.LoadAvg = loadAvg()
 	if first := flaky.firstAfter(upAt); !first.IsZero() {
 		o.FirstDeliverySeconds = first.Sub(upAt).Seconds()
+		o.StreamingSeconds, o.StreamingCatchupWalsenderCPU, o.StreamingPipelineWalsenderCPU = s.between(first, rejoinedAt)
 	}
 	for _, w := range o.Timeline {
 		e.logf("    from %3.0fs: %6d events, p99 %7.1f ms, max %7.1f ms", w.FromSeconds, w.Events, w.P99ms, w.Maxms)
@@ -535,6 +541,35 @@ type slotSampler struct {
 	catchupWall        time.Duration
 	catchupCPU         float64
 	mainCPU            float64
+	// cum: the running totals above at each sample, for any stretch.
+	cum []cpuSample
+}
+
+type cpuSample struct {
+	at                  time.Time
+	wall                time.Duration
+	catchupCPU, mainCPU float64
+}
+
+// between returns the catch-up walsender's wall and CPU seconds, and the
+// pipeline walsender's CPU, between from and to.
+func (s *slotSampler) between(from, to time.Time) (wall, cu, main float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var a, b *cpuSample
+	for i := range s.cum {
+		c := &s.cum[i]
+		if a == nil && !c.at.Before(from) {
+			a = c
+		}
+		if !c.at.After(to) {
+			b = c
+		}
+	}
+	if a == nil || b == nil || b.at.Before(a.at) {
+		return 0, 0, 0
+	}
+	return (b.wall - a.wall).Seconds(), b.catchupCPU - a.catchupCPU, b.mainCPU - a.mainCPU
 }
 
 func (s *slotSampler) run(ctx context.Context) error {
@@ -598,6 +633,7 @@ WHERE s.slot_name = $2 OR c.slot IS NOT NULL`, s.pipeline, s.slot).Scan(&retaine
 				s.mainCPU += mn.cpu - lastMain.cpu
 			}
 		}
+		s.cum = append(s.cum, cpuSample{at: now, wall: s.catchupWall, catchupCPU: s.catchupCPU, mainCPU: s.mainCPU})
 		s.mu.Unlock()
 		lastCU, lastMain, lastAt = cu, mn, now
 		select {
@@ -869,10 +905,10 @@ func (r *Isolate) writeTable(w io.Writer) {
 		fmt.Fprintf(w, "isolation: webhook receiver down %.0fs at %d changes/s (%d events): other sink p50 %.1f ms, p99 %.1f ms, max %.1f ms (committed during the outage: p99 %.1f ms, max %.1f ms); "+
 			"before it %.1f ms, while catching up %.1f ms, after the rejoin %.1f ms; "+
 			"detached %.1fs after the receiver went down; after it came back: first delivery %.1fs (retry backoff), rejoined %.1fs; WAL retained at most %s (catch-up slot %s); "+
-			"catch-up walsender %.2f s CPU over %.1f s streaming (pipeline's walsender %.2f s over the same time)\n",
+			"catch-up walsender %.2f s CPU over the %.1f s its slot existed, %.2f s over the %.1f s it streamed the backlog (pipeline's walsender %.2f s and %.2f s over the same times)\n",
 			o.DownSeconds, o.Rate, o.Events, o.P50ms, o.P99ms, o.Maxms, o.OutageP99ms, o.OutageMaxms,
 			o.BeforeP99ms, o.CatchupP99ms, o.RejoinedP99ms, o.DetachSeconds, o.FirstDeliverySeconds, o.RejoinSeconds, mib(o.MaxRetainedWAL), mib(o.MaxCatchupRetained),
-			o.CatchupWalsenderCPU, o.CatchupSeconds, o.PipelineWalsenderCPU)
+			o.CatchupWalsenderCPU, o.CatchupSeconds, o.StreamingCatchupWalsenderCPU, o.StreamingSeconds, o.PipelineWalsenderCPU, o.StreamingPipelineWalsenderCPU)
 	}
 }
 
