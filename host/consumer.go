@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/walcast/walcast/host/internal/capture"
+	"github.com/walcast/walcast/host/internal/change"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
@@ -25,10 +26,11 @@ type consumer struct {
 var _ capture.Consumer = (*consumer)(nil)
 
 // Event blocks while the channel is full — the consumer is behind, and
-// the changes wait in the slot instead of in memory.
-func (c *consumer) Event(ctx context.Context, ev cdc.Event, idle func()) error {
+// the changes wait in the slot instead of in memory. One consumer reads
+// the stream, so the host-only routing facts (sinks, old key) are dropped.
+func (c *consumer) Event(ctx context.Context, ev change.Event, idle func()) error {
 	if c.drain.Err() == nil {
-		if err := capture.Send(c.drain, c.events, ev, idle); err != nil && (ctx.Err() != nil || c.drain.Err() == nil) {
+		if err := capture.Send(c.drain, c.events, ev.Event, idle); err != nil && (ctx.Err() != nil || c.drain.Err() == nil) {
 			return err
 		}
 	}

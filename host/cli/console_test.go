@@ -240,6 +240,12 @@ func TestConsoleInBrowser(t *testing.T) {
 	if got := text(`tr[data-sink="orders-hook"] .sink-parked`); got != "3" {
 		t.Errorf("parked count on the page: %q, want 3", got)
 	}
+	// Everything was delivered or parked: the streaming daemon reports
+	// an empty backlog.
+	waitFor(t, "the page to show the daemon's backlog report", time.Minute, func() bool {
+		load()
+		return text(`tr[data-sink="orders-hook"] .sink-undelivered`) == "0"
+	})
 	if got := text(".slot-state"); !strings.Contains(got, "active") || strings.Contains(got, "inactive") {
 		t.Errorf("slot state on the page: %q, want active", got)
 	}

@@ -87,7 +87,7 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 		if walStatus == "unreserved" {
 			fmt.Fprint(text, ", wal_status unreserved (past max_wal_size: PostgreSQL invalidates it at the next checkpoint unless it catches up)")
 		}
-		fmt.Fprintln(stdout)
+		fmt.Fprintln(text)
 	}
 	ccfg := capture.Config{DSN: p.Source.DSN, Slot: p.Source.Slot, Publication: p.Source.Publication}
 	gap, err := capture.Diagnose(ctx, pool, store, ccfg)
@@ -166,8 +166,13 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 		d.failed += u.Failed
 		d.bytes += u.Bytes
 	}
+	backlogs, dbNow, err := store.LoadBacklogs(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "walcast status:", err)
+		return 1
+	}
 	tw := tabwriter.NewWriter(text, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SINK\tTYPE\tSTATE\tCHECKPOINT\tPARKED\tATTEMPTS 24H\tDELIVERED 24H\tFAILED 24H\tBYTES 24H")
+	fmt.Fprintln(tw, "SINK\tTYPE\tSTATE\tCHECKPOINT\tBACKLOG\tPARKED\tATTEMPTS 24H\tDELIVERED 24H\tFAILED 24H\tBYTES 24H")
 	for _, s := range p.Sinks {
 		cp := "-"
 		if id, ok := marks[s.ID]; ok {
@@ -189,8 +194,20 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 		if _, failed := failures[s.ID]; failed {
 			state = "stopped"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", s.ID, s.Type, state, cp, perSink[s.ID], d.attempts, d.delivered, d.failed, units.Bytes(d.bytes))
-		sr := statusSink{ID: s.ID, Type: s.Type, State: state, Mode: "live", Checkpoint: cp, Parked: perSink[s.ID],
+		// The backlog lives in the leading daemon's memory; it reports it
+		// every couple of seconds. An old report says nothing of now.
+		backlog := "-"
+		var bl *statusBacklog
+		if b, ok := backlogs[s.ID]; ok && streamed && dbNow.Sub(b.Updated) < backlogFresh {
+			bl = &statusBacklog{Events: b.Events, Bytes: b.Bytes}
+			backlog = fmt.Sprintf("%d (%s)", b.Events, units.Bytes(b.Bytes))
+			if !b.Oldest.IsZero() {
+				bl.OldestSeconds = max(b.Updated.Sub(b.Oldest).Seconds(), 0)
+				backlog += fmt.Sprintf(", oldest %s", time.Duration(bl.OldestSeconds*float64(time.Second)).Round(time.Second))
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", s.ID, s.Type, state, cp, backlog, perSink[s.ID], d.attempts, d.delivered, d.failed, units.Bytes(d.bytes))
+		sr := statusSink{ID: s.ID, Type: s.Type, State: state, Mode: "live", Checkpoint: cp, Backlog: bl, Parked: perSink[s.ID],
 			Attempts24h: d.attempts, Delivered24h: d.delivered, Failed24h: d.failed, Bytes24h: d.bytes}
 		if f, ok := failures[s.ID]; ok {
 			sr.LastError = f.Error
@@ -270,10 +287,25 @@ type statusSink struct {
 	CatchupRetainedWALBytes int64      `json:"catchup_retained_wal_bytes,omitempty"`
 	CatchupBehindBytes      int64      `json:"catchup_behind_bytes,omitempty"`
 	Checkpoint              string     `json:"checkpoint"`
-	Parked                  int        `json:"parked"`
-	LastError               string     `json:"last_error,omitempty"`
-	Attempts24h             int64      `json:"attempts_24h"`
-	Delivered24h            int64      `json:"delivered_24h"`
-	Failed24h               int64      `json:"failed_24h"`
-	Bytes24h                int64      `json:"bytes_24h"`
+	// Backlog is null when no daemon has reported it lately.
+	Backlog      *statusBacklog `json:"backlog"`
+	Parked       int            `json:"parked"`
+	LastError    string         `json:"last_error,omitempty"`
+	Attempts24h  int64          `json:"attempts_24h"`
+	Delivered24h int64          `json:"delivered_24h"`
+	Failed24h    int64          `json:"failed_24h"`
+	Bytes24h     int64          `json:"bytes_24h"`
 }
+
+// statusBacklog is what a sink has still to resolve: events read from the
+// slot and not yet delivered, parked or skipped.
+type statusBacklog struct {
+	Events int64 `json:"events"`
+	Bytes  int64 `json:"bytes"`
+	// OldestSeconds is the age of the oldest of them when reported.
+	OldestSeconds float64 `json:"oldest_seconds"`
+}
+
+// backlogFresh is how old a daemon's backlog report may be and still be
+// shown: it reports every couple of seconds while it leads.
+const backlogFresh = 15 * time.Second

@@ -32,6 +32,10 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 	if diags.HasErrors() {
 		return 1
 	}
-	fmt.Fprintf(stdout, "%s: pipeline %q is valid (%d sinks)\n", path, p.Name, len(p.Sinks))
+	sinks := "sinks"
+	if len(p.Sinks) == 1 {
+		sinks = "sink"
+	}
+	fmt.Fprintf(stdout, "%s: pipeline %q is valid (%d %s)\n", path, p.Name, len(p.Sinks), sinks)
 	return 0
 }

@@ -28,14 +28,6 @@ type Event struct {
 	// Key is the JSON object of the row's replica-identity columns, or
 	// "null" for a truncate or a table without a key.
 	Key []byte
-	// Payload is the JSON envelope (the README's "The event envelope").
+	// Payload is the JSON envelope (docs/events.md).
 	Payload []byte
-	// OldKey is the key before an update that changed it, nil otherwise.
-	// The host orders such an update after the earlier changes of both
-	// rows; it is not sent to plugins (the envelope's "old" has it).
-	OldKey []byte
-	// Sinks, on a backfill's read event, names the sinks it was asked for;
-	// nil means every sink. The host resolves the event at once for every
-	// other sink; it is not sent to plugins.
-	Sinks []string
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/walcast/walcast/pluginkit"
 )
 
-// envelope is the event JSON as the host encodes it (the README's "The
+// envelope is the event JSON as the host encodes it (docs/events.md, "The
 // event envelope"). The suite only needs plausible envelopes: a sink must treat the
 // payload as opaque bytes, and the suite checks that it does.
 type envelope struct {

@@ -29,7 +29,7 @@ const maxRequestBytes = 64 << 20
 // reconnectBackoff replaces gRPC's default reconnect backoff, which grows
 // to two minutes: the host owns the retry policy, and a receiver that is
 // back should be reached by its next attempt, not two minutes later. With
-// the jitter, a connection is retried at least every 5 s (README.md).
+// the jitter, a connection is retried at least every 5 s (docs/sinks.md).
 var reconnectBackoff = backoff.Config{
 	BaseDelay:  250 * time.Millisecond,
 	Multiplier: 1.6,

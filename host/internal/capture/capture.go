@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/walcast/walcast/host/internal/change"
 	"github.com/walcast/walcast/host/internal/decode"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
@@ -64,7 +65,7 @@ type Consumer interface {
 	// milliseconds so the capture loop can keep answering the server.
 	// Capture never hands over an event or a commit twice, reconnects
 	// included: ids strictly increase.
-	Event(ctx context.Context, ev cdc.Event, idle func()) error
+	Event(ctx context.Context, ev change.Event, idle func()) error
 	// Commit marks the end of the transaction whose events were just
 	// handed over; endLSN is its end LSN (the position to confirm once the
 	// transaction is resolved everywhere).
@@ -348,7 +349,7 @@ func (c *Capture) handleCopyData(ctx context.Context, data []byte, idle func()) 
 			}
 			return nil
 		}
-		return c.dec.Decode(msg, func(ev cdc.Event) error {
+		return c.dec.Decode(msg, func(ev change.Event) error {
 			if !c.lastEvent.IsZero() && ev.ID.Compare(c.lastEvent) <= 0 {
 				return nil // resent after a reconnect: already handed over
 			}

@@ -472,7 +472,7 @@ func ensurePublication(ctx context.Context, db Querier, cfg Config, ours bool, k
 		default:
 			// The keyless tables must leave the main publication; the
 			// new publication only applies to changes written from now
-			// on (see the README).
+			// on (docs/operations.md, "A table without a key").
 			return false, kpub, createPublication(ctx, db, kpub, unkeyed, keylessPublicationOptions)
 		}
 	}

@@ -27,6 +27,7 @@ var migrations = []migration{
 	{4, "parked key changes under both rows; sinks stopped by a fatal error", parkedOldRowDDL + failureDDL},
 	{5, "backfills and the tables each pipeline has listed", backfillDDL},
 	{6, "catch-up slots of sinks that fell behind", catchupDDL},
+	{7, "each sink's backlog as the leading daemon last reported it", backlogDDL},
 }
 
 // SchemaVersion is the newest walcast schema this binary knows.

@@ -120,7 +120,7 @@ const (
 	OrderingStrict = "strict"
 )
 
-// The defaults of a delivery block; the README's pipeline reference lists
+// The defaults of a delivery block; docs/pipelines.md lists
 // them too.
 const (
 	DefaultBatchSize      = 100

@@ -79,13 +79,17 @@ type sinkView struct {
 	// Behind is the WAL written after the commit of the sink's checkpoint:
 	// an upper bound of what it still has to receive (other tables and
 	// walcast's own writes count too). -1 when there is no checkpoint.
-	Behind    int64
-	Parked    int
-	LastError string
-	LastFail  time.Time
-	Usage     []hourUsage // the last 24 hours, oldest first
-	Total     hourUsage
-	Chart     chartHTML
+	Behind int64
+	// Undelivered is the backlog the leading daemon last reported: events
+	// read from the slot and not yet resolved for the sink; -1 when no
+	// daemon reported it lately.
+	Undelivered int64
+	Parked      int
+	LastError   string
+	LastFail    time.Time
+	Usage       []hourUsage // the last 24 hours, oldest first
+	Total       hourUsage
+	Chart       chartHTML
 }
 
 type hourUsage struct {
@@ -152,9 +156,18 @@ func load(ctx context.Context, p *Pipeline, now time.Time) (pipelineView, error)
 	if err != nil {
 		return v, err
 	}
+	backlogs, dbNow, err := p.Store.LoadBacklogs(ctx)
+	if err != nil {
+		return v, err
+	}
 	firstHour := now.Truncate(time.Hour).Add(-23 * time.Hour)
 	for _, s := range p.Sinks {
-		sv := sinkView{Sink: s, Behind: -1, Checkpoint: "-"}
+		sv := sinkView{Sink: s, Behind: -1, Undelivered: -1, Checkpoint: "-"}
+		// Reported every couple of seconds by the daemon that streams; an
+		// older report says nothing of now.
+		if b, ok := backlogs[s.ID]; ok && state.Active && dbNow.Sub(b.Updated) < 15*time.Second {
+			sv.Undelivered = b.Events
+		}
 		sv.PausedSince, sv.Paused = pauses.Paused(s.ID)
 		if id, ok := marks[s.ID]; ok {
 			sv.Checkpoint = id.String()

@@ -147,6 +147,7 @@ func TestPageShowsPipelineState(t *testing.T) {
 		`pipeline <span class="name">shop</span>`,
 		`<span class="badge inactive">inactive</span>`, // the slot exists, nobody streams it
 		`<code>0/16B3F00:7</code>`,                     // hook's checkpoint
+		`<td class="sink-undelivered">-</td>`,          // no daemon reports a backlog
 		`<td class="sink-parked">1</td>`,
 		`webhook: 500 Internal Server Error &lt;b&gt;boom&lt;/b&gt;`, // escaped
 		`&lt;script&gt;alert(1)&lt;/script&gt;`,                      // the payload, escaped

@@ -553,6 +553,9 @@ func saveLoop(ctx context.Context, store *checkpoint.Store, tracker *ack.Tracker
 			if err := saveUsage(ctx, store, runs); err != nil && ctx.Err() == nil {
 				log.Warn("write usage", "err", err)
 			}
+			if err := saveBacklogs(ctx, store, tracker, runs); err != nil && ctx.Err() == nil {
+				log.Warn("write sink backlogs", "err", err)
+			}
 		}
 	}
 }
@@ -579,6 +582,17 @@ func saveMarks(ctx context.Context, store *checkpoint.Store, tracker *ack.Tracke
 		return err
 	}
 	return nil
+}
+
+// saveBacklogs reports each sink's backlog for `walcast status`, which runs
+// in another process and cannot ask this one.
+func saveBacklogs(ctx context.Context, store *checkpoint.Store, tracker *ack.Tracker, runs []*sinkRun) error {
+	backlogs := make(map[string]checkpoint.Backlog, len(runs))
+	for i, r := range runs {
+		events, bytes, oldest := sinkBacklog(tracker, i, r)
+		backlogs[r.cfg.ID] = checkpoint.Backlog{Events: int64(events), Bytes: bytes, Oldest: oldest}
+	}
+	return store.ReportBacklogs(ctx, backlogs)
 }
 
 func saveUsage(ctx context.Context, store *checkpoint.Store, runs []*sinkRun) error {

@@ -171,7 +171,7 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 			last = float64(ns) / 1e9
 		}
 		gauge(c.lastSuccess, last, l...)
-		events, bytes, oldest := c.tracker.Backlog(i)
+		events, bytes, oldest := sinkBacklog(c.tracker, i, r)
 		if r.iso != nil {
 			cur := r.iso.Mode()
 			for _, m := range []isolate.Mode{isolate.Live, isolate.CatchingUp, isolate.Rejoining} {
@@ -184,9 +184,6 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 			behind, _ := r.iso.Lag()
 			gauge(c.catchupBehind, float64(behind), l...)
 			gauge(c.catchupWAL, float64(cuWAL[r.cfg.ID]), l...)
-			if e, b, ok := r.iso.Backlog(); ok {
-				events, bytes, oldest = e, b, time.Time{}
-			}
 		}
 		gauge(c.backlogEvents, float64(events), l...)
 		gauge(c.backlogBytes, float64(bytes), l...)
@@ -196,6 +193,18 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(c.oldestAge, age, l...)
 	}
+}
+
+// sinkBacklog is what sink i still has to resolve: from the live stream's
+// tracker, or, while the sink is detached, from its catch-up stream (whose
+// oldest event's age is not tracked).
+func sinkBacklog(tracker *ack.Tracker, i int, r *sinkRun) (events int, bytes int64, oldest time.Time) {
+	if r.iso != nil {
+		if e, b, ok := r.iso.Backlog(); ok {
+			return e, b, time.Time{}
+		}
+	}
+	return tracker.Backlog(i)
 }
 
 // deliverSeconds is the Deliver latency histogram, by sink (and its type,

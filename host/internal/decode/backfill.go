@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 
+	"github.com/walcast/walcast/host/internal/change"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
@@ -53,7 +54,7 @@ type BackfillColumn struct {
 // this pipeline becomes one read event per row, in the chunk's order.
 // Anything else (other prefixes, non-transactional messages, other
 // pipelines' chunks) carries no rows for us.
-func (d *Decoder) backfill(m *pglogrepl.LogicalDecodingMessage, emit func(cdc.Event) error) error {
+func (d *Decoder) backfill(m *pglogrepl.LogicalDecodingMessage, emit func(change.Event) error) error {
 	if m.Prefix != BackfillPrefix || !m.Transactional {
 		return nil
 	}

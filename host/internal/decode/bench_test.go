@@ -5,8 +5,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgtype"
-
-	"github.com/walcast/walcast/pluginkit/cdc"
+	"github.com/walcast/walcast/host/internal/change"
 )
 
 // BenchmarkDecodeInsert measures one insert of a typical ~120-byte row. The
@@ -27,8 +26,8 @@ func BenchmarkDecodeInsert(b *testing.B) {
 		"leave at the back door, ring twice, thanks!",
 		"2026-11-30 10:00:00.123456+00",
 	)}
-	var sink cdc.Event
-	emit := func(ev cdc.Event) error { sink = ev; return nil }
+	var sink change.Event
+	emit := func(ev change.Event) error { sink = ev; return nil }
 	for _, m := range []pglogrepl.Message{begin(0x1A2B3C8, 7412), rel} {
 		if err := d.Decode(m, emit); err != nil {
 			b.Fatal(err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 
+	"github.com/walcast/walcast/host/internal/change"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
@@ -107,7 +108,7 @@ func (d *Decoder) Emitted() int { return int(d.index) }
 //
 // Passing the Commit message is optional for the events produced but it is
 // what ends the transaction for InTransaction.
-func (d *Decoder) Decode(msg pglogrepl.Message, emit func(cdc.Event) error) error {
+func (d *Decoder) Decode(msg pglogrepl.Message, emit func(change.Event) error) error {
 	switch m := msg.(type) {
 	case *pglogrepl.BeginMessage:
 		if m == nil {
@@ -216,7 +217,7 @@ func (d *Decoder) relationFor(op cdc.Op, id uint32) (*relation, error) {
 	return rel, nil
 }
 
-func (d *Decoder) insert(m *pglogrepl.InsertMessage, emit func(cdc.Event) error) error {
+func (d *Decoder) insert(m *pglogrepl.InsertMessage, emit func(change.Event) error) error {
 	rel, err := d.relationFor(cdc.OpInsert, m.RelationID)
 	if rel == nil {
 		return err
@@ -228,7 +229,7 @@ func (d *Decoder) insert(m *pglogrepl.InsertMessage, emit func(cdc.Event) error)
 	return d.change(rel, cdc.OpInsert, newTuple, nil, 0, emit)
 }
 
-func (d *Decoder) update(m *pglogrepl.UpdateMessage, emit func(cdc.Event) error) error {
+func (d *Decoder) update(m *pglogrepl.UpdateMessage, emit func(change.Event) error) error {
 	rel, err := d.relationFor(cdc.OpUpdate, m.RelationID)
 	if rel == nil {
 		return err
@@ -250,7 +251,7 @@ func (d *Decoder) update(m *pglogrepl.UpdateMessage, emit func(cdc.Event) error)
 	return d.change(rel, cdc.OpUpdate, newTuple, oldTuple, m.OldTupleType, emit)
 }
 
-func (d *Decoder) delete(m *pglogrepl.DeleteMessage, emit func(cdc.Event) error) error {
+func (d *Decoder) delete(m *pglogrepl.DeleteMessage, emit func(change.Event) error) error {
 	rel, err := d.relationFor(cdc.OpDelete, m.RelationID)
 	if rel == nil {
 		return err
@@ -265,7 +266,7 @@ func (d *Decoder) delete(m *pglogrepl.DeleteMessage, emit func(cdc.Event) error)
 	return d.change(rel, cdc.OpDelete, nil, oldTuple, m.OldTupleType, emit)
 }
 
-func (d *Decoder) truncate(m *pglogrepl.TruncateMessage, emit func(cdc.Event) error) error {
+func (d *Decoder) truncate(m *pglogrepl.TruncateMessage, emit func(change.Event) error) error {
 	// Resolve every relation first so that an unknown id fails the message
 	// before any of its events is emitted.
 	for _, id := range m.RelationIDs {
@@ -289,7 +290,7 @@ func (d *Decoder) truncate(m *pglogrepl.TruncateMessage, emit func(cdc.Event) er
 
 // emit hands the envelope in d.buf to the caller as an event that owns a
 // copy of it; key is the span of the key JSON inside the envelope.
-func (d *Decoder) emit(rel *relation, op cdc.Op, keyStart, keyEnd int, oldKey []byte, emit func(cdc.Event) error) error {
+func (d *Decoder) emit(rel *relation, op cdc.Op, keyStart, keyEnd int, oldKey []byte, emit func(change.Event) error) error {
 	if emit == nil {
 		return fmt.Errorf("decode %s on %s.%s: nil emit function", op, rel.schema, rel.table)
 	}
@@ -305,15 +306,14 @@ func (d *Decoder) emit(rel *relation, op cdc.Op, keyStart, keyEnd int, oldKey []
 		payload = make([]byte, len(d.buf))
 		copy(payload, d.buf)
 	}
-	ev := cdc.Event{
+	ev := change.Event{Event: cdc.Event{
 		ID:      cdc.EventID{CommitLSN: d.commitLSN, Index: d.index},
 		Schema:  rel.schema,
 		Table:   rel.table,
 		Op:      op,
 		Key:     payload[keyStart:keyEnd:keyEnd],
 		Payload: payload,
-		Sinks:   d.sinks,
-	}
+	}, Sinks: d.sinks}
 	if oldKey != nil {
 		ev.OldKey = bytes.Clone(oldKey)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/walcast/walcast/host/internal/change"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
@@ -234,7 +235,7 @@ func TestControlSchemaDropped(t *testing.T) {
 
 func TestErrors(t *testing.T) {
 	d := New(Options{})
-	noop := func(cdc.Event) error { return nil }
+	noop := func(change.Event) error { return nil }
 
 	if err := d.Decode(&pglogrepl.InsertMessage{RelationID: 1, Tuple: tup("1")}, noop); err == nil || !strings.Contains(err.Error(), "no transaction") {
 		t.Errorf("change outside a transaction: %v", err)
@@ -319,7 +320,7 @@ func TestTransactionState(t *testing.T) {
 
 	// A failed emit does not consume the index.
 	failing := errors.New("queue closed")
-	err := d.Decode(&pglogrepl.InsertMessage{RelationID: 1, Tuple: tup("4", "a", "1", "b")}, func(cdc.Event) error { return failing })
+	err := d.Decode(&pglogrepl.InsertMessage{RelationID: 1, Tuple: tup("4", "a", "1", "b")}, func(change.Event) error { return failing })
 	if !errors.Is(err, failing) || d.Emitted() != 1 {
 		t.Errorf("failing emit: err %v, emitted %d", err, d.Emitted())
 	}

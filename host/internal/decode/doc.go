@@ -1,5 +1,5 @@
 // Package decode turns pgoutput messages (protocol version 1, as parsed by
-// github.com/jackc/pglogrepl) into cdc.Events carrying the JSON
+// github.com/jackc/pglogrepl) into change.Events (a cdc.Event plus host-only routing facts) carrying the JSON
 // envelope (docs/architecture.md, "Envelope").
 //
 // The capture loop owns the replication connection and hands every message
@@ -9,7 +9,7 @@
 //	var p decode.Parser // reuses its row messages: one message at a time
 //	msg, err := p.Parse(xld.WALData)
 //	...
-//	err = d.Decode(msg, func(ev cdc.Event) error { return queue(ev) })
+//	err = d.Decode(msg, func(ev change.Event) error { return queue(ev) })
 //	...
 //	d.Reset() // after every reconnect
 //

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 
+	"github.com/walcast/walcast/host/internal/change"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
@@ -21,7 +22,7 @@ import (
 // newTuple is nil for a delete; oldTuple is nil when pgoutput sent none, and
 // oldKind says whether it holds only the replica identity ('K') or the whole
 // row ('O').
-func (d *Decoder) change(rel *relation, op cdc.Op, newTuple, oldTuple []*pglogrepl.TupleDataColumn, oldKind uint8, emit func(cdc.Event) error) error {
+func (d *Decoder) change(rel *relation, op cdc.Op, newTuple, oldTuple []*pglogrepl.TupleDataColumn, oldKind uint8, emit func(change.Event) error) error {
 	// A row of large values: size the envelope once instead of letting
 	// append double it (each doubling leaves the previous array as
 	// garbage, and for a row of hundreds of MB that is most of the
@@ -88,7 +89,7 @@ func tupleBytes(t []*pglogrepl.TupleDataColumn) int {
 }
 
 // truncateEvent encodes and emits the event for one truncated relation.
-func (d *Decoder) truncateEvent(rel *relation, cascade, restartIdentity bool, emit func(cdc.Event) error) error {
+func (d *Decoder) truncateEvent(rel *relation, cascade, restartIdentity bool, emit func(change.Event) error) error {
 	b := d.appendHead(d.buf[:0], rel, cdc.OpTruncate)
 	b = append(b, `"key":`...)
 	keyStart := len(b)

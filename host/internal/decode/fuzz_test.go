@@ -7,8 +7,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgtype"
-
-	"github.com/walcast/walcast/pluginkit/cdc"
+	"github.com/walcast/walcast/host/internal/change"
 )
 
 // fuzzOIDs are the column types the fuzzers pick from.
@@ -105,14 +104,14 @@ func FuzzDecode(f *testing.F) {
 		d, d2 := New(opts), New(opts)
 		var p Parser
 		var got, got2 []string
-		emit := func(ev cdc.Event) error {
+		emit := func(ev change.Event) error {
 			if !json.Valid(ev.Payload) || !json.Valid(ev.Key) {
 				t.Fatalf("invalid JSON event: key %s payload %s", ev.Key, ev.Payload)
 			}
 			got = append(got, string(ev.Payload))
 			return nil
 		}
-		emit2 := func(ev cdc.Event) error { got2 = append(got2, string(ev.Payload)); return nil }
+		emit2 := func(ev change.Event) error { got2 = append(got2, string(ev.Payload)); return nil }
 		for len(data) >= 2 {
 			n := int(binary.BigEndian.Uint16(data))
 			data = data[2:]

@@ -7,8 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
-
-	"github.com/walcast/walcast/pluginkit/cdc"
+	"github.com/walcast/walcast/host/internal/change"
 )
 
 // Hand-built pgoutput messages, as pglogrepl.Parse would return them.
@@ -68,14 +67,14 @@ func begin(lsn pglogrepl.LSN, xid uint32) *pglogrepl.BeginMessage {
 type collector struct {
 	t      *testing.T
 	d      *Decoder
-	events []cdc.Event
+	events []change.Event
 }
 
 func newCollector(t *testing.T, opts Options) *collector {
 	return &collector{t: t, d: New(opts)}
 }
 
-func (c *collector) emit(ev cdc.Event) error {
+func (c *collector) emit(ev change.Event) error {
 	if !json.Valid(ev.Payload) {
 		c.t.Errorf("event %s: payload is not valid JSON: %s", ev.ID, ev.Payload)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/walcast/walcast/host/internal/change"
 	"github.com/walcast/walcast/host/pgtest"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
@@ -209,11 +210,11 @@ func replicationConn(ctx context.Context, t *testing.T, dsn string) *pgconn.PgCo
 // readStream decodes the stream until n transactions have committed and
 // returns the events and the commit messages. It answers keepalives the way
 // the capture loop does, with the flush position set explicitly.
-func readStream(ctx context.Context, t *testing.T, conn *pgconn.PgConn, d *Decoder, start pglogrepl.LSN, n int) ([]cdc.Event, []*pglogrepl.CommitMessage) {
+func readStream(ctx context.Context, t *testing.T, conn *pgconn.PgConn, d *Decoder, start pglogrepl.LSN, n int) ([]change.Event, []*pglogrepl.CommitMessage) {
 	t.Helper()
-	var events []cdc.Event
+	var events []change.Event
 	var commits []*pglogrepl.CommitMessage
-	emit := func(ev cdc.Event) error {
+	emit := func(ev change.Event) error {
 		events = append(events, ev)
 		return nil
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/walcast/walcast/host/internal/ack"
 	"github.com/walcast/walcast/host/internal/capture"
+	"github.com/walcast/walcast/host/internal/change"
 	"github.com/walcast/walcast/pluginkit"
 )
 
@@ -28,6 +29,8 @@ import (
 type Item struct {
 	Seq   ack.Seq
 	Event pluginkit.Event
+	// OldKey is the key before an update that changed it (change.Event).
+	OldKey []byte
 	// GapBefore: events were dropped for this sink just before this one
 	// (its non-durable queue was full). The sink is told, so that it can
 	// tell its own clients (pluginkit.GapBefore).
@@ -191,7 +194,7 @@ func (f *Fanout) Rejoin(i int, q *Queue, watermark pluginkit.EventID) pluginkit.
 }
 
 // Event registers ev with the tracker and queues it for every sink.
-func (f *Fanout) Event(ctx context.Context, ev pluginkit.Event, idle func()) error {
+func (f *Fanout) Event(ctx context.Context, ev change.Event, idle func()) error {
 	seq, err := f.tracker.AddEvent(ev.ID, len(ev.Payload), time.Now())
 	if err != nil {
 		return fmt.Errorf("fan out event: %w", err)
@@ -207,7 +210,7 @@ func (f *Fanout) Event(ctx context.Context, ev pluginkit.Event, idle func()) err
 			f.tracker.Resolve(i, seq)
 			continue
 		}
-		item := Item{Seq: seq, Event: ev, GapBefore: q.gap}
+		item := Item{Seq: seq, Event: ev.Event, OldKey: ev.OldKey, GapBefore: q.gap}
 		if q.roomFor(n) {
 			q.bytes.Add(n)
 			select {

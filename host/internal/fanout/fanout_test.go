@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/host/internal/ack"
+	"github.com/walcast/walcast/host/internal/change"
 	"github.com/walcast/walcast/pluginkit"
 )
 
@@ -17,8 +18,8 @@ func TestDroppedEventsFlagTheNextOne(t *testing.T) {
 	q := NewQueue(1, false)
 	f := New(tracker, []*Queue{q})
 	ctx := context.Background()
-	ev := func(i uint64) pluginkit.Event {
-		return pluginkit.Event{ID: pluginkit.EventID{CommitLSN: 0x10, Index: i}}
+	ev := func(i uint64) change.Event {
+		return change.Event{Event: pluginkit.Event{ID: pluginkit.EventID{CommitLSN: 0x10, Index: i}}}
 	}
 	for i := range uint64(3) { // the queue holds one: two are dropped
 		if err := f.Event(ctx, ev(i), func() {}); err != nil {
@@ -53,8 +54,8 @@ func TestQueueIsBoundedInBytes(t *testing.T) {
 	q := NewQueue(100, true)
 	q.maxBytes = 1500
 	f := New(tracker, []*Queue{q})
-	ev := func(i uint64, size int) pluginkit.Event {
-		return pluginkit.Event{ID: pluginkit.EventID{CommitLSN: 0x10, Index: i}, Payload: make([]byte, size)}
+	ev := func(i uint64, size int) change.Event {
+		return change.Event{Event: pluginkit.Event{ID: pluginkit.EventID{CommitLSN: 0x10, Index: i}, Payload: make([]byte, size)}}
 	}
 	ctx := context.Background()
 	if err := f.Event(ctx, ev(0, 5000), func() {}); err != nil { // larger than the bound, queue empty

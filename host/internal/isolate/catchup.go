@@ -8,6 +8,7 @@ import (
 
 	"github.com/walcast/walcast/host/internal/ack"
 	"github.com/walcast/walcast/host/internal/capture"
+	"github.com/walcast/walcast/host/internal/change"
 	"github.com/walcast/walcast/host/internal/fanout"
 	"github.com/walcast/walcast/host/internal/schedule"
 	"github.com/walcast/walcast/pluginkit"
@@ -57,7 +58,7 @@ var _ capture.Consumer = bounded{}
 
 // Event hands ev on unless it lies past the boundary; then it waits until
 // the rejoin completes (ctx ends) or is called off (the boundary cleared).
-func (b bounded) Event(ctx context.Context, ev pluginkit.Event, idle func()) error {
+func (b bounded) Event(ctx context.Context, ev change.Event, idle func()) error {
 	var t *time.Ticker
 	for {
 		bd := b.c.boundary.Load()

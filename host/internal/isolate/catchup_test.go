@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/host/internal/ack"
+	"github.com/walcast/walcast/host/internal/change"
 	"github.com/walcast/walcast/host/internal/fanout"
 	"github.com/walcast/walcast/pluginkit"
 )
@@ -28,7 +29,7 @@ func TestBoundedHoldsEventsPastTheBoundary(t *testing.T) {
 	idle := func() {}
 	b.c.setBoundary(eid(200, 1))
 	for _, id := range []pluginkit.EventID{eid(100, 0), eid(200, 0), eid(200, 1)} {
-		if err := b.Event(ctx, pluginkit.Event{ID: id}, idle); err != nil {
+		if err := b.Event(ctx, change.Event{Event: pluginkit.Event{ID: id}}, idle); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -36,7 +37,7 @@ func TestBoundedHoldsEventsPastTheBoundary(t *testing.T) {
 		t.Fatal("reached before anything past the boundary was seen")
 	}
 	held := make(chan error, 1)
-	go func() { held <- b.Event(ctx, pluginkit.Event{ID: eid(200, 2)}, idle) }()
+	go func() { held <- b.Event(ctx, change.Event{Event: pluginkit.Event{ID: eid(200, 2)}}, idle) }()
 	waitUntil(t, b.c.reached.Load)
 	select {
 	case err := <-held:
@@ -60,7 +61,7 @@ func TestBoundedReachedByCommitAndIdle(t *testing.T) {
 	b, _ := newBounded()
 	ctx := context.Background()
 	b.c.setBoundary(eid(200, 0))
-	b.Event(ctx, pluginkit.Event{ID: eid(200, 0)}, func() {})
+	b.Event(ctx, change.Event{Event: pluginkit.Event{ID: eid(200, 0)}}, func() {})
 	b.Commit(100, 150) // an earlier transaction's commit cannot be
 	if b.c.reached.Load() {
 		t.Fatal("reached by the commit of an earlier transaction")

@@ -61,12 +61,13 @@ func (e *entry) before(o *entry) bool {
 	return e.ev.ID.Compare(o.ev.ID) < 0
 }
 
-// newEntry makes the scheduler's entry for an event.
-func newEntry(ev pluginkit.Event) *entry {
+// newEntry makes the scheduler's entry for an event; oldKey is the key an
+// update moved the row away from, nil when the key did not change.
+func newEntry(ev pluginkit.Event, oldKey []byte) *entry {
 	e := &entry{ev: ev, row: rowKey(ev), table: ev.Schema + "." + ev.Table, bytes: len(ev.Payload)}
 	e.barrier = ev.Op == pluginkit.OpTruncate
-	if ev.OldKey != nil {
-		e.oldRow = rowOf(ev, ev.OldKey)
+	if oldKey != nil {
+		e.oldRow = rowOf(ev, oldKey)
 	}
 	return e
 }

@@ -166,7 +166,7 @@ func (s *Scheduler) loadReplay(ps []checkpoint.Parked) int {
 			continue
 		}
 		s.replayIDs[p.Event.ID] = true
-		e := newEntry(p.Event)
+		e := newEntry(p.Event, nil)
 		e.row, e.oldRow, e.replay, e.firstFail = p.Row, p.OldRow, true, p.FirstFailure
 		es = append(es, e)
 		s.replaying[p.Row] = true

@@ -376,7 +376,7 @@ func (s *Scheduler) accept(ctx context.Context, it fanout.Item) error {
 		s.gapCarry = gap
 		return nil
 	}
-	e := newEntry(ev)
+	e := newEntry(ev, it.OldKey)
 	e.seq, e.gapBefore = it.Seq, gap
 	if s.parkedRows[e.row] || (e.oldRow != "" && s.parkedRows[e.oldRow]) {
 		s.gapCarry = gap

@@ -655,14 +655,15 @@ func (h *harness) pushEvent(key, oldKey string) pluginkit.EventID {
 	h.lsn += 0x100
 	ev := pluginkit.Event{ID: pluginkit.EventID{CommitLSN: h.lsn}, Schema: "public", Table: "t",
 		Op: pluginkit.OpUpdate, Key: []byte(key), Payload: []byte(key)}
+	var old []byte
 	if oldKey != "" {
-		ev.OldKey = []byte(oldKey)
+		old = []byte(oldKey)
 	}
 	seq, err := h.tracker.Add(ev.ID)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	h.queue.C <- fanout.Item{Seq: seq, Event: ev}
+	h.queue.C <- fanout.Item{Seq: seq, Event: ev, OldKey: old}
 	h.last = ev.ID
 	h.tracker.Commit(h.lsn + 8)
 	return ev.ID
