@@ -210,6 +210,10 @@ func TestTwoStalledSinksAndTeardown(t *testing.T) {
 		CatchupSlot             string `json:"catchup_slot"`
 		CatchupRetainedWALBytes int64  `json:"catchup_retained_wal_bytes"`
 		CatchupBehindBytes      int64  `json:"catchup_behind_bytes"`
+		Backlog                 *struct {
+			Events int64 `json:"events"`
+			Bytes  int64 `json:"bytes"`
+		} `json:"backlog"`
 	}
 	statusOf := func() map[string]sinkStatus {
 		out, err := walcastCLI(t, "status", pipeline, "--json")
@@ -228,11 +232,16 @@ func TestTwoStalledSinksAndTeardown(t *testing.T) {
 		}
 		return m
 	}
-	waitFor(t, "walcast status --json to show both catch-up slots behind the pipeline's", time.Minute, func() bool {
+	waitFor(t, "walcast status --json to show both catch-up slots behind the pipeline's, with their backlog", time.Minute, func() bool {
 		st := statusOf()
 		for _, id := range []string{"s1", "s2"} {
 			s := st[id]
 			if s.Mode != "catching_up" || s.CatchupSlot == "" || s.CatchupRetainedWALBytes <= 0 || s.CatchupBehindBytes <= 0 {
+				return false
+			}
+			// Its lag in events and bytes: the catch-up stream's backlog,
+			// as the leading daemon reports it.
+			if s.Backlog == nil || s.Backlog.Events <= 0 || s.Backlog.Bytes <= 0 {
 				return false
 			}
 		}
