@@ -215,8 +215,15 @@ func TestTwoStalledSinksAndTeardown(t *testing.T) {
 			Bytes  int64 `json:"bytes"`
 		} `json:"backlog"`
 	}
+	var lastStatus string
+	defer func() {
+		if t.Failed() {
+			t.Logf("last walcast status --json:\n%s", lastStatus)
+		}
+	}()
 	statusOf := func() map[string]sinkStatus {
 		out, err := walcastCLI(t, "status", pipeline, "--json")
+		lastStatus = out
 		if err != nil {
 			t.Fatalf("walcast status --json: %v\n%s", err, out)
 		}

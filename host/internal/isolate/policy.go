@@ -18,7 +18,8 @@
 //     pace through its own capture, decoder, fan-out, tracker and
 //     scheduler (the same packages), skipping what its checkpoint covers.
 //   - rejoining: once its stream is within Policy.RejoinLagBytes of the
-//     pipeline's, the fan-out queues events for it again from the next one
+//     pipeline's (what it resolved, not what it read) and it is
+//     delivering, the fan-out queues events for it again from the next one
 //     on (boundary: the last event the pipeline handed over before), while
 //     the catch-up stream delivers everything up to the boundary and stops
 //     at the first event past it. When that is all resolved the catch-up
@@ -113,6 +114,9 @@ type Observation struct {
 	Failing bool
 	// Backoff: a rejoin was called off recently; the next one waits.
 	Backoff bool
+	// Delivering: a delivery of the catch-up stream succeeded within the
+	// last second.
+	Delivering bool
 }
 
 // Action is what to do next.
@@ -142,7 +146,12 @@ func (p Policy) Decide(o Observation) Action {
 			return Detach
 		}
 	case CatchingUp:
-		if !o.Paused && !o.CatchupFull && !o.Failing && !o.Backoff && o.BehindBytes <= p.RejoinLagBytes {
+		// Close enough, and either nothing left or delivering: a sink
+		// that delivers nothing (a receiver that hangs) is not catching
+		// up, however small its backlog, and would only fill the
+		// pipeline's queue again.
+		if !o.Paused && !o.CatchupFull && !o.Failing && !o.Backoff && o.BehindBytes <= p.RejoinLagBytes &&
+			(o.BehindBytes == 0 || o.Delivering) {
 			return Rejoin
 		}
 	case Rejoining:

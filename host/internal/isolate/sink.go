@@ -276,6 +276,7 @@ func (s *Sink) step(ctx context.Context) error {
 		}
 		o.Failing = now.Sub(s.failedAt) < time.Second
 		o.Backoff = now.Before(s.rejoinAfter)
+		o.Delivering = now.UnixNano()-s.cu.sched.Stats.LastSuccess.Load() < int64(time.Second)
 	}
 	switch s.cfg.Policy.Decide(o) {
 	case Detach:
