@@ -28,10 +28,12 @@ const (
 	PathWebhook1000 = "daemon-webhook-1000"
 	PathKafka       = "daemon-kafka-eos"
 	PathBackfill    = "backfill" // bench/backfill.go
+	// PathIsolate is the isolation figures (isolate.go), not a drain.
+	PathIsolate = "isolate"
 )
 
 // AllPaths lists every path.
-var AllPaths = []string{PathRecvlogical, PathLibrary, PathStdout, PathWebhook100, PathWebhook1000, PathKafka, PathBackfill}
+var AllPaths = []string{PathRecvlogical, PathLibrary, PathStdout, PathWebhook100, PathWebhook1000, PathKafka, PathBackfill, PathIsolate}
 
 // Config says what to run. Zero values take the issue's sizes.
 type Config struct {
@@ -59,6 +61,8 @@ type Config struct {
 	ProfileDir string
 	// Log receives progress lines (default discard).
 	Log io.Writer
+	// Isolate sizes the isolation figures (path PathIsolate).
+	Isolate IsolateConfig
 }
 
 // Default is the issue's benchmark.
@@ -66,6 +70,7 @@ func Default() Config {
 	return Config{
 		Inserts: 1_000_000, Updates: 200_000, Deletes: 100_000, TxSize: 100,
 		Runs: 3, LatencyRate: 2000, LatencyDuration: 20 * time.Second, BigTx: 1_000_000,
+		Isolate: DefaultIsolate(),
 	}
 }
 
@@ -73,6 +78,7 @@ func Default() Config {
 func (c Config) Scale(f float64) Config {
 	sc := func(n int) int { return max(int(float64(n)*f), 0) }
 	c.Inserts, c.Updates, c.Deletes, c.BigTx = sc(c.Inserts), sc(c.Updates), sc(c.Deletes), sc(c.BigTx)
+	c.Isolate = c.Isolate.scale(f)
 	return c
 }
 
@@ -84,6 +90,7 @@ type Results struct {
 	Paths    []PathResult `json:"paths"`
 	Latency  *Latency     `json:"latency,omitempty"`
 	BigTx    *BigTx       `json:"big_tx,omitempty"`
+	Isolate  *Isolate     `json:"isolate,omitempty"`
 }
 
 // Machine describes where the figures come from.
@@ -176,6 +183,8 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			return nil, fmt.Errorf("unknown path %q (known: %s)", p, strings.Join(AllPaths, ", "))
 		}
 	}
+	var iso bool
+	cfg.Paths, iso = splitIsolate(cfg.Paths)
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
 	}
@@ -238,11 +247,13 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			slots[p] = append(slots[p], name)
 		}
 	}
-	wl, err := e.workload(ctx)
-	if err != nil {
-		return nil, err
+	if len(cfg.Paths) > 0 {
+		wl, err := e.workload(ctx)
+		if err != nil {
+			return nil, err
+		}
+		res.Workload = wl
 	}
-	res.Workload = wl
 
 	// Runs interleave (every path once, then again) so that whatever
 	// drifts during a run — page cache, WAL recycling — is shared fairly.
@@ -286,6 +297,12 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		e.logf("one transaction of %d rows", cfg.BigTx)
 		if res.BigTx, err = e.bigTx(ctx); err != nil {
 			return res, fmt.Errorf("big transaction: %w", err)
+		}
+	}
+	if iso {
+		e.logf("isolation: a slow sink next to a fast one, a sink down during a steady load")
+		if res.Isolate, err = e.isolate(ctx); err != nil {
+			return res, fmt.Errorf("isolation: %w", err)
 		}
 	}
 	return res, nil
@@ -493,6 +510,9 @@ func (r *Results) WriteTable(w io.Writer) {
 	if b := r.BigTx; b != nil {
 		fmt.Fprintf(w, "\none %d-row transaction through the daemon (stdout sink): host peak RSS %.0f MiB, plugin %.0f MiB, %.0f changes/s\n",
 			b.Rows, b.HostRSSMiB, b.PluginRSSMiB, b.ChangesPerSec)
+	}
+	if r.Isolate != nil {
+		r.Isolate.writeTable(w)
 	}
 }
 

@@ -80,8 +80,8 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
-	if len(res.Paths) != len(AllPaths) {
-		t.Fatalf("%d paths measured, want %d", len(res.Paths), len(AllPaths))
+	if drain, _ := splitIsolate(AllPaths); len(res.Paths) != len(drain) {
+		t.Fatalf("%d paths measured, want %d", len(res.Paths), len(drain))
 	}
 	for _, p := range res.Paths {
 		m := p.Median
@@ -99,6 +99,12 @@ func TestSmoke(t *testing.T) {
 	}
 	if res.Latency == nil || res.Latency.Events == 0 || res.BigTx == nil || res.BigTx.HostRSSMiB <= 0 {
 		t.Errorf("latency %+v, big transaction %+v", res.Latency, res.BigTx)
+	}
+	if iso := res.Isolate; iso == nil || iso.AloneSeconds <= 0 || iso.WithSlowSeconds <= 0 || iso.Outage == nil ||
+		iso.Outage.DownDistinct < iso.Outage.Events || iso.Outage.MaxRetainedWAL <= 0 {
+		t.Errorf("isolation %+v", iso)
+	} else {
+		t.Logf("isolation outage %+v", *iso.Outage)
 	}
 	out := filepath.Join(t.TempDir(), "results.json")
 	if err := res.WriteJSON(out); err != nil {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"math/rand/v2"
 	"regexp"
 	"strings"
@@ -102,6 +103,13 @@ func TestSlowSinkDetachesCatchesUpAndRejoins(t *testing.T) {
 	proc.kill()
 	inRejoin := !strings.Contains(proc.logText(), "sink rejoined the live stream")
 	t.Logf("killed while rejoining: %v; slow sink had %d of %d", inRejoin, slow.distinct(), len(want))
+	if inRejoin {
+		// The mode is on record: walcast status shows it with no daemon.
+		out, err := walcastCLI(t, "status", pipeline)
+		if err != nil || !strings.Contains(out, "sink slow: rejoining on its own slot "+cuSlot) {
+			t.Fatalf("walcast status after a kill while rejoining: %v\n%s", err, out)
+		}
+	}
 	slow.mu.Lock()
 	slow.delay = 0
 	slow.mu.Unlock()
@@ -139,8 +147,10 @@ func TestSlowSinkDetachesCatchesUpAndRejoins(t *testing.T) {
 // TestTwoStalledSinksAndTeardown: two stalled sinks detach at once while a
 // third keeps receiving; walcast status shows both catching up; a clean
 // stop and restart resume both catch-up slots; released, both catch up
-// with every change in row order and rejoin. A sink detached again (a
-// pause) has its catch-up slot dropped by walcast teardown.
+// with every change in row order and rejoin. A paused sink detaches,
+// receives nothing while the others go on, and once resumed catches up
+// and rejoins; paused again, its catch-up slot is dropped by walcast
+// teardown.
 func TestTwoStalledSinksAndTeardown(t *testing.T) {
 	ctx := context.Background()
 	dsn := cluster.Database(t)
@@ -155,7 +165,7 @@ func TestTwoStalledSinksAndTeardown(t *testing.T) {
 		sinkSpec{ID: "fast", URL: fast.URL, Batch: 200},
 		sinkSpec{ID: "s1", URL: s1.URL, Batch: 50},
 		sinkSpec{ID: "s2", URL: s2.URL, Batch: 50, Extra: "    detach_after = \"200ms\"\n    max_attempts = 1000\n"})
-	proc := startWalcast(t, pipeline, "--metrics-listen", "127.0.0.1:0")
+	proc := startWalcast(t, pipeline, "--metrics-listen", "127.0.0.1:0", "--warn-retained-wal-mb", "1", "--slot-check-interval", "200ms")
 	proc.waitLog(t, "serving metrics")
 	m := regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(proc.logText())
 	if m == nil {
@@ -172,6 +182,16 @@ func TestTwoStalledSinksAndTeardown(t *testing.T) {
 	want := truth(t, db, "truth_iso2", tables)
 	waitFor(t, "the fast sink to receive every change", 2*time.Minute, func() bool { return fast.distinct() >= len(want) })
 	waitFor(t, "two catch-up slots", time.Minute, func() bool { return len(catchupSlots(t, db, "walcast_iso2")) == 2 })
+	// The WAL a detached sink needs is held by its catch-up slot, which
+	// the slot watch warns about like the pipeline's own.
+	waitFor(t, "a warning that a catch-up slot retains more WAL than 1 MiB", time.Minute, func() bool {
+		for _, l := range strings.Split(proc.logText(), "\n") {
+			if strings.Contains(l, "replication slot at risk") && strings.Contains(l, "slot="+isolate.SlotName("walcast_iso2", "s1")) {
+				return true
+			}
+		}
+		return false
+	})
 	out, err := walcastCLI(t, "status", pipeline)
 	if err != nil {
 		t.Fatalf("walcast status: %v\n%s", err, out)
@@ -181,13 +201,74 @@ func TestTwoStalledSinksAndTeardown(t *testing.T) {
 			t.Fatalf("walcast status does not say %q:\n%s", s, out)
 		}
 	}
-	// The mode changes once the batches in flight at the detachment have
-	// landed (the hanging receiver holds them up to the plugin's timeout).
-	waitFor(t, "both sinks to be catching up in /metrics", time.Minute, func() bool {
+	// walcast status --json: every sink's mode; a detached one's catch-up
+	// slot, the WAL it retains and how far it is behind the pipeline's
+	// slot (which follows the fast sink past the workload).
+	type sinkStatus struct {
+		ID                      string `json:"id"`
+		Mode                    string `json:"mode"`
+		CatchupSlot             string `json:"catchup_slot"`
+		CatchupRetainedWALBytes int64  `json:"catchup_retained_wal_bytes"`
+		CatchupBehindBytes      int64  `json:"catchup_behind_bytes"`
+		Backlog                 *struct {
+			Events int64 `json:"events"`
+			Bytes  int64 `json:"bytes"`
+		} `json:"backlog"`
+	}
+	var lastStatus string
+	defer func() {
+		if t.Failed() {
+			t.Logf("last walcast status --json:\n%s", lastStatus)
+		}
+	}()
+	statusOf := func() map[string]sinkStatus {
+		out, err := walcastCLI(t, "status", pipeline, "--json")
+		lastStatus = out
+		if err != nil {
+			t.Fatalf("walcast status --json: %v\n%s", err, out)
+		}
+		var rep struct {
+			Sinks []sinkStatus `json:"sinks"`
+		}
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("walcast status --json: %v\n%s", err, out)
+		}
+		m := map[string]sinkStatus{}
+		for _, s := range rep.Sinks {
+			m[s.ID] = s
+		}
+		return m
+	}
+	waitFor(t, "walcast status --json to show both catch-up slots behind the pipeline's, with their backlog", time.Minute, func() bool {
+		st := statusOf()
+		for _, id := range []string{"s1", "s2"} {
+			s := st[id]
+			if s.Mode != "catching_up" || s.CatchupSlot == "" || s.CatchupRetainedWALBytes <= 0 || s.CatchupBehindBytes <= 0 {
+				return false
+			}
+			// Its lag in events and bytes: the catch-up stream's backlog,
+			// as the leading daemon reports it.
+			if s.Backlog == nil || s.Backlog.Events <= 0 || s.Backlog.Bytes <= 0 {
+				return false
+			}
+		}
+		return true
+	})
+	if f := statusOf()["fast"]; f.Mode != "live" || f.CatchupSlot != "" || f.CatchupBehindBytes != 0 {
+		t.Fatalf("walcast status --json for the fast sink: %+v", f)
+	}
+	// The catch-up stream starts once the batches in flight at the
+	// detachment have landed (the hanging receiver holds them up to the
+	// plugin's timeout); its lag shows from then on.
+	waitFor(t, "both sinks to be catching up in /metrics, with their lag", time.Minute, func() bool {
 		mf := scrape(t, base)
 		for _, sink := range []string{"s1", "s2"} {
 			l := map[string]string{"pipeline": "iso2", "sink": sink, "type": "webhook", "mode": "catching_up"}
 			if value(t, mf, "walcast_sink_mode", l) != 1 {
+				return false
+			}
+			delete(l, "mode")
+			if value(t, mf, "walcast_sink_catchup_behind_bytes", l) <= 0 || value(t, mf, "walcast_sink_backlog_events", l) <= 0 {
 				return false
 			}
 		}
@@ -208,6 +289,18 @@ func TestTwoStalledSinksAndTeardown(t *testing.T) {
 		if v := value(t, mf, "walcast_sink_catchup_slot_retained_wal_bytes", l); (v > 0) != (sink != "fast") {
 			t.Errorf("walcast_sink_catchup_slot_retained_wal_bytes%v = %v", l, v)
 		}
+		// Lag in WAL bytes behind the pipeline's stream, and in events:
+		// a detached sink's backlog is its catch-up stream's (read and
+		// not delivered: the receivers hold it up).
+		if v := value(t, mf, "walcast_sink_catchup_behind_bytes", l); (v > 0) != (sink != "fast") {
+			t.Errorf("walcast_sink_catchup_behind_bytes%v = %v", l, v)
+		}
+		if v := value(t, mf, "walcast_sink_backlog_events", l); (v > 0) != (sink != "fast") {
+			t.Errorf("walcast_sink_backlog_events%v = %v", l, v)
+		}
+		if v := value(t, mf, "walcast_sink_backlog_bytes", l); (v > 0) != (sink != "fast") {
+			t.Errorf("walcast_sink_backlog_bytes%v = %v", l, v)
+		}
 	}
 
 	proc.stop()
@@ -225,6 +318,30 @@ func TestTwoStalledSinksAndTeardown(t *testing.T) {
 	verify(t, want, s2.events())
 	verify(t, want, fast.events())
 
+	// A paused sink detaches at once; what is committed meanwhile reaches
+	// the others, and the paused one after walcast resume, when it
+	// catches up and rejoins.
+	if out, err := walcastCLI(t, "pause", pipeline, "--sink", "s1"); err != nil {
+		t.Fatalf("walcast pause: %v\n%s", err, out)
+	}
+	waitFor(t, "the paused sink to detach", time.Minute, func() bool { return len(catchupSlots(t, db, "walcast_iso2")) == 1 })
+	exec1(t, db, `UPDATE items SET v = v + 1000 WHERE id IN (SELECT id FROM items ORDER BY id LIMIT 500)`)
+	want = truth(t, db, "truth_iso2", tables)
+	waitFor(t, "the other sinks to receive what was committed while s1 is paused", time.Minute, func() bool {
+		return fast.distinct() >= len(want) && s2.distinct() >= len(want)
+	})
+	if got := s1.distinct(); got >= len(want) {
+		t.Fatalf("the paused sink received %d of %d changes", got, len(want))
+	}
+	if out, err := walcastCLI(t, "resume", pipeline, "--sink", "s1"); err != nil {
+		t.Fatalf("walcast resume: %v\n%s", err, out)
+	}
+	waitFor(t, "the resumed sink to catch up and rejoin", 2*time.Minute, func() bool {
+		return s1.distinct() >= len(want) && len(catchupSlots(t, db, "walcast_iso2")) == 0
+	})
+	verify(t, want, s1.events())
+
+	// Paused again, and torn down while detached.
 	if out, err := walcastCLI(t, "pause", pipeline, "--sink", "s1"); err != nil {
 		t.Fatalf("walcast pause: %v\n%s", err, out)
 	}

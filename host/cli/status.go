@@ -207,7 +207,7 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", s.ID, s.Type, state, cp, backlog, perSink[s.ID], d.attempts, d.delivered, d.failed, units.Bytes(d.bytes))
-		sr := statusSink{ID: s.ID, Type: s.Type, State: state, Checkpoint: cp, Backlog: bl, Parked: perSink[s.ID],
+		sr := statusSink{ID: s.ID, Type: s.Type, State: state, Mode: "live", Checkpoint: cp, Backlog: bl, Parked: perSink[s.ID],
 			Attempts24h: d.attempts, Delivered24h: d.delivered, Failed24h: d.failed, Bytes24h: d.bytes}
 		if f, ok := failures[s.ID]; ok {
 			sr.LastError = f.Error
@@ -223,11 +223,14 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 	for _, c := range cus {
 		for i := range rep.Sinks {
 			if rep.Sinks[i].ID == c.Sink {
-				rep.Sinks[i].Mode, rep.Sinks[i].CatchupSlot = c.Mode, c.Slot
+				sk := &rep.Sinks[i]
+				sk.Mode, sk.CatchupSlot = c.Mode, c.Slot
+				since := c.Since
+				sk.CatchupSince, sk.CatchupRetainedWALBytes, sk.CatchupBehindBytes = &since, c.RetainedWAL, c.BehindBytes
 			}
 		}
-		fmt.Fprintf(text, "sink %s: %s on its own slot %s since %s, retaining %s of WAL (it fell behind; it rejoins the live stream once it has caught up)\n",
-			c.Sink, strings.ReplaceAll(c.Mode, "_", " "), c.Slot, c.Since.UTC().Format(time.RFC3339), units.Bytes(c.RetainedWAL))
+		fmt.Fprintf(text, "sink %s: %s on its own slot %s since %s, retaining %s of WAL, %s behind the pipeline's slot (it fell behind; it rejoins the live stream once it has caught up)\n",
+			c.Sink, strings.ReplaceAll(c.Mode, "_", " "), c.Slot, c.Since.UTC().Format(time.RFC3339), units.Bytes(c.RetainedWAL), units.Bytes(c.BehindBytes))
 	}
 	for _, s := range p.Sinks {
 		if f, ok := failures[s.ID]; ok {
@@ -272,12 +275,18 @@ type statusLeader struct {
 }
 
 type statusSink struct {
-	ID          string `json:"id"`
-	Type        string `json:"type"`
-	State       string `json:"state"`
-	Mode        string `json:"mode,omitempty"` // catching_up or rejoining when detached
-	CatchupSlot string `json:"catchup_slot,omitempty"`
-	Checkpoint  string `json:"checkpoint"`
+	ID    string `json:"id"`
+	Type  string `json:"type"`
+	State string `json:"state"`
+	// Mode is live, or catching_up or rejoining while detached onto
+	// CatchupSlot (README, "Sinks that fall behind"), with the WAL that
+	// slot retains and how far it is behind the pipeline's slot.
+	Mode                    string     `json:"mode"`
+	CatchupSlot             string     `json:"catchup_slot,omitempty"`
+	CatchupSince            *time.Time `json:"catchup_since,omitempty"`
+	CatchupRetainedWALBytes int64      `json:"catchup_retained_wal_bytes,omitempty"`
+	CatchupBehindBytes      int64      `json:"catchup_behind_bytes,omitempty"`
+	Checkpoint              string     `json:"checkpoint"`
 	// Backlog is null when no daemon has reported it lately.
 	Backlog      *statusBacklog `json:"backlog"`
 	Parked       int            `json:"parked"`

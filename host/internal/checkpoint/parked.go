@@ -244,6 +244,9 @@ type ReplayRequest struct {
 	// ID names one parked event (its row is replayed from its oldest
 	// parked event on); zero means every parked event of the sink.
 	ID cdc.EventID
+	// Seq is the request's id in walcast.replay_requests (set by
+	// ReplayRequests; RequestReplay ignores it).
+	Seq int64
 }
 
 // RequestReplay stores a replay request and wakes the daemon.
@@ -259,28 +262,42 @@ func (s *Store) RequestReplay(ctx context.Context, r ReplayRequest) error {
 	return s.notify(ctx)
 }
 
-// TakeReplayRequests removes and returns the pipeline's pending requests.
-func (s *Store) TakeReplayRequests(ctx context.Context) ([]ReplayRequest, error) {
-	rows, err := s.db.Query(ctx, `DELETE FROM walcast.replay_requests WHERE pipeline = $1 RETURNING sink, coalesce(event_id, '')`, s.pipeline)
+// ReplayRequests returns the pipeline's pending requests, oldest first.
+// A request stays stored until DoneReplayRequest: the daemon consumes it
+// only once it was handled, so a request is never lost to a crash or to a
+// sink's scheduler being swapped while it waited.
+func (s *Store) ReplayRequests(ctx context.Context) ([]ReplayRequest, error) {
+	rows, err := s.db.Query(ctx, `SELECT id, sink, coalesce(event_id, '') FROM walcast.replay_requests WHERE pipeline = $1 ORDER BY id`, s.pipeline)
 	if err != nil {
-		return nil, fmt.Errorf("take replay requests: %w", err)
+		return nil, fmt.Errorf("read replay requests: %w", err)
 	}
 	defer rows.Close()
 	var out []ReplayRequest
 	for rows.Next() {
 		var r ReplayRequest
 		var id string
-		if err := rows.Scan(&r.Sink, &id); err != nil {
-			return nil, err
+		if err := rows.Scan(&r.Seq, &r.Sink, &id); err != nil {
+			return nil, fmt.Errorf("read replay requests: %w", err)
 		}
 		if id != "" {
 			if r.ID, err = cdc.ParseEventID(id); err != nil {
-				return nil, err
+				return nil, fmt.Errorf("read replay requests: %w", err)
 			}
 		}
 		out = append(out, r)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read replay requests: %w", err)
+	}
+	return out, nil
+}
+
+// DoneReplayRequest forgets a handled request.
+func (s *Store) DoneReplayRequest(ctx context.Context, seq int64) error {
+	if _, err := s.db.Exec(ctx, `DELETE FROM walcast.replay_requests WHERE pipeline = $1 AND id = $2`, s.pipeline, seq); err != nil {
+		return fmt.Errorf("forget replay request %d: %w", seq, err)
+	}
+	return nil
 }
 
 // Usage is one sink's delivery counters for one hour.

@@ -46,9 +46,19 @@ func TestParkListUnpark(t *testing.T) {
 	if err := s.RequestReplay(ctx, ReplayRequest{Sink: "hook"}); err != nil {
 		t.Fatal(err)
 	}
-	reqs, err := s.TakeReplayRequests(ctx)
-	if err != nil || len(reqs) != 1 || reqs[0].Sink != "hook" {
+	reqs, err := s.ReplayRequests(ctx)
+	if err != nil || len(reqs) != 1 || reqs[0].Sink != "hook" || reqs[0].Seq == 0 {
 		t.Fatalf("requests %v %v", reqs, err)
+	}
+	// Read again until it is done: a request is consumed only once handled.
+	if again, err := s.ReplayRequests(ctx); err != nil || len(again) != 1 || again[0].Seq != reqs[0].Seq {
+		t.Fatalf("requests read again %v %v", again, err)
+	}
+	if err := s.DoneReplayRequest(ctx, reqs[0].Seq); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := s.ReplayRequests(ctx); err != nil || len(left) != 0 {
+		t.Fatalf("requests after done %v %v", left, err)
 	}
 	if err := s.AddUsage(ctx, []Usage{{Sink: "hook", Hour: now.Truncate(time.Hour), Attempts: 2, Delivered: 10, Bytes: 100}}); err != nil {
 		t.Fatal(err)

@@ -127,7 +127,7 @@ func TestParseGood(t *testing.T) {
 		RetryBase:      30 * time.Second,
 		MaxAttempts:    5,
 		DeliverTimeout: 2 * time.Minute,
-		DetachAfter:    500 * time.Millisecond,
+		DetachAfter:    200 * time.Millisecond,
 	}
 	if debug.Delivery != wantDefaults {
 		t.Errorf("debug delivery = %+v\nwant %+v", debug.Delivery, wantDefaults)

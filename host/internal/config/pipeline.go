@@ -130,7 +130,7 @@ const (
 	DefaultRetryBase      = 30 * time.Second
 	DefaultMaxAttempts    = 5
 	DefaultDeliverTimeout = 2 * time.Minute
-	DefaultDetachAfter    = 500 * time.Millisecond
+	DefaultDetachAfter    = 200 * time.Millisecond
 
 	// MaxBatchSize bounds batch_size: a batch travels as one gRPC message
 	// and one request to the destination.

@@ -2,12 +2,15 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walcast/walcast/host/internal/checkpoint"
+	"github.com/walcast/walcast/host/internal/schedule"
 )
 
 // control applies what the CLI asks of a running daemon through the
@@ -22,6 +25,12 @@ type control struct {
 	// backfill is woken on every notification: a backfill may have been
 	// requested or cancelled.
 	backfill interface{ Wake() }
+
+	// Replay requests being handled, by their id: a request stays stored
+	// until its replay ended, so every serve reads it again.
+	mu       sync.Mutex
+	handling map[int64]bool
+	replays  sync.WaitGroup
 }
 
 // applyPauses reads the pause state and hands it to every scheduler.
@@ -49,7 +58,7 @@ func (c *control) serve(ctx context.Context) {
 		}
 		return
 	}
-	reqs, err := c.store.TakeReplayRequests(ctx)
+	reqs, err := c.store.ReplayRequests(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			c.log.Warn("read replay requests", "err", err)
@@ -57,24 +66,105 @@ func (c *control) serve(ctx context.Context) {
 		return
 	}
 	for _, req := range reqs {
-		found := false
+		var run *sinkRun
 		for _, r := range c.runs {
 			if r.cfg.ID == req.Sink {
-				found = true
-				if err := r.scheduler().Replay(ctx, req); err != nil {
-					return
-				}
+				run = r
 			}
 		}
-		if !found {
+		if run == nil {
 			c.log.Warn("replay requested for an unknown sink", "sink", req.Sink)
+			c.done(ctx, req)
+			continue
 		}
+		c.mu.Lock()
+		if c.handling == nil {
+			c.handling = map[int64]bool{}
+		}
+		busy := c.handling[req.Seq]
+		c.handling[req.Seq] = true
+		c.mu.Unlock()
+		if !busy {
+			c.log.Info("replay requested", "sink", req.Sink, "request", req.Seq)
+			c.replays.Go(func() { c.replay(ctx, run, req) })
+		}
+	}
+}
+
+// replay hands one request to the sink's scheduler and forgets it once
+// the replay ended. The scheduler may stop first: a sink that detaches or
+// rejoins swaps it (package isolate), and what the old one had loaded but
+// not delivered stays parked. The request then goes to the scheduler that
+// delivers now. When ctx ends first the request stays stored for the next
+// run.
+func (c *control) replay(ctx context.Context, r *sinkRun, req checkpoint.ReplayRequest) {
+	defer func() {
+		c.mu.Lock()
+		delete(c.handling, req.Seq)
+		c.mu.Unlock()
+	}()
+	// The row an --id request names: should the event itself have been
+	// delivered by a scheduler that then stopped, the rest of its row is
+	// still asked for.
+	row := ""
+	if !req.ID.IsZero() {
+		row, _ = c.store.ParkedRowOf(ctx, req.Sink, req.ID)
+	}
+	retried := false
+	for {
+		var err error
+		select {
+		case err = <-r.scheduler().ReplayWait(ctx, req):
+		case <-ctx.Done():
+			return
+		}
+		if !errors.Is(err, schedule.ErrStopped) {
+			if err != nil && ctx.Err() == nil {
+				c.log.Warn("replay", "sink", req.Sink, "err", err)
+			}
+			if ctx.Err() == nil {
+				c.done(ctx, req)
+			}
+			return
+		}
+		// Once per request at info: while the pipeline stops this repeats
+		// until the listener does.
+		level := slog.LevelDebug
+		if !retried {
+			level, retried = slog.LevelInfo, true
+		}
+		c.log.Log(ctx, level, "the sink's scheduler stopped before the replay ended; asking the one that delivers now", "sink", req.Sink)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		if row != "" {
+			left, err := c.store.ListParked(ctx, req.Sink, row)
+			if err != nil {
+				continue
+			}
+			if len(left) == 0 {
+				c.done(ctx, req)
+				return
+			}
+			req.ID = left[0].Event.ID
+		}
+	}
+}
+
+// done forgets a handled request. Should that fail, the next serve reads
+// it again and replays what is still parked: harmless.
+func (c *control) done(ctx context.Context, req checkpoint.ReplayRequest) {
+	if err := c.store.DoneReplayRequest(ctx, req.Seq); err != nil && ctx.Err() == nil {
+		c.log.Warn("forget replay request", "err", err)
 	}
 }
 
 // listen serves requests until ctx ends: on every notification and at
 // least every poll interval.
 func (c *control) listen(ctx context.Context, dsn string, poll time.Duration) {
+	defer c.replays.Wait()
 	backoff := time.Second
 	for ctx.Err() == nil {
 		conn, err := pgx.Connect(ctx, dsn)

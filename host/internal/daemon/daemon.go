@@ -359,7 +359,7 @@ func runOnce(ctx context.Context, opts Options) (err error) {
 	if err := ctl.applyPauses(ctx); err != nil {
 		return err
 	}
-	watch := newSlotWatch(pool, ccfg.Slot, opts.WarnRetainedWAL, opts.SlotCheckInterval, log)
+	watch := newSlotWatch(pool, p.Name, ccfg.Slot, opts.WarnRetainedWAL, opts.SlotCheckInterval, log)
 	if opts.MetricsListen != "" {
 		coll := newPipelineCollector(runs, tracker, fan, capt, slotRetainedWAL(pool, p.Source.Slot))
 		coll.catchupRetained = catchupRetained(pool, p.Name)

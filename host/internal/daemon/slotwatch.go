@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -13,9 +14,13 @@ import (
 // wal_status becomes "unreserved" (past max_wal_size, removed at the next
 // checkpoint unless max_slot_wal_keep_size still covers it) or the WAL it
 // retains passes a threshold. An invalidated slot loses changes for good,
-// so the warning has to come while a slow sink can still catch up.
+// so the warning has to come while a slow sink can still catch up. The
+// catch-up slots of detached sinks (package isolate) are watched the same
+// way: once a slow sink detaches, its slot holds the WAL it needs, not the
+// pipeline's.
 type slotWatch struct {
 	pool      *pgxpool.Pool
+	pipeline  string
 	slot      string
 	threshold int64
 	every     time.Duration
@@ -24,9 +29,9 @@ type slotWatch struct {
 	atRisk prometheus.Gauge
 }
 
-func newSlotWatch(pool *pgxpool.Pool, slot string, threshold int64, every time.Duration, log *slog.Logger) *slotWatch {
+func newSlotWatch(pool *pgxpool.Pool, pipeline, slot string, threshold int64, every time.Duration, log *slog.Logger) *slotWatch {
 	return &slotWatch{
-		pool: pool, slot: slot, threshold: threshold, every: every, log: log,
+		pool: pool, pipeline: pipeline, slot: slot, threshold: threshold, every: every, log: log,
 		atRisk: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "walcast_slot_wal_at_risk",
 			Help: "1 while the slot's wal_status is unreserved or lost, or it retains more WAL than --warn-retained-wal-mb.",
@@ -41,38 +46,54 @@ func (w *slotWatch) collectors() []prometheus.Collector {
 	return []prometheus.Collector{w.atRisk}
 }
 
-// run checks the slot every w.every until ctx ends.
+// run checks the slots every w.every until ctx ends.
 func (w *slotWatch) run(ctx context.Context) {
 	t := time.NewTicker(w.every)
 	defer t.Stop()
-	warned := false
+	warned := map[string]bool{}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		var status string
-		var retained int64
-		err := w.pool.QueryRow(ctx, `
-SELECT coalesce(wal_status, ''), coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint
-FROM pg_replication_slots WHERE slot_name = $1`, w.slot).Scan(&status, &retained)
+		rows, err := w.pool.Query(ctx, `
+SELECT slot_name::text, coalesce(wal_status, ''), coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint
+FROM pg_replication_slots
+WHERE slot_name = $1 OR slot_name IN (SELECT slot FROM walcast.catchup_slots WHERE pipeline = $2)`, w.slot, w.pipeline)
 		if err != nil {
-			continue // gone or unreachable: capture reports that
+			continue // unreachable: capture reports that
 		}
-		risk := status == "unreserved" || status == "lost" || (w.threshold > 0 && retained > w.threshold)
-		if risk {
+		var name, status string
+		var retained int64
+		atRisk := false
+		seen := map[string]bool{}
+		_, err = pgx.ForEachRow(rows, []any{&name, &status, &retained}, func() error {
+			seen[name] = true
+			risk := status == "unreserved" || status == "lost" || (w.threshold > 0 && retained > w.threshold)
+			atRisk = atRisk || risk
+			switch {
+			case risk && !warned[name]:
+				w.log.Warn("replication slot at risk of invalidation: a sink is behind and the slot retains a lot of WAL; if PostgreSQL invalidates it (max_slot_wal_keep_size) the changes it holds are lost",
+					"slot", name, "wal_status", status, "retained_bytes", retained, "warn_threshold_bytes", w.threshold)
+			case !risk && warned[name]:
+				w.log.Info("replication slot no longer at risk", "slot", name, "wal_status", status, "retained_bytes", retained)
+			}
+			warned[name] = risk
+			return nil
+		})
+		if err != nil {
+			continue
+		}
+		for name := range warned {
+			if !seen[name] {
+				delete(warned, name) // dropped: a catch-up slot after its sink rejoined
+			}
+		}
+		if atRisk {
 			w.atRisk.Set(1)
 		} else {
 			w.atRisk.Set(0)
 		}
-		switch {
-		case risk && !warned:
-			w.log.Warn("replication slot at risk of invalidation: a sink is behind and the slot retains a lot of WAL; if PostgreSQL invalidates it (max_slot_wal_keep_size) the changes it holds are lost",
-				"slot", w.slot, "wal_status", status, "retained_bytes", retained, "warn_threshold_bytes", w.threshold)
-		case !risk && warned:
-			w.log.Info("replication slot no longer at risk", "slot", w.slot, "wal_status", status, "retained_bytes", retained)
-		}
-		warned = risk
 	}
 }

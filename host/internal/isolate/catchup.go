@@ -154,14 +154,20 @@ func (c *catchup) stop(ctx context.Context) error {
 	return c.captErr
 }
 
-// behind is how far, in WAL bytes, this stream is behind main.
+// behind is how far, in WAL bytes, this stream is behind main: from what
+// its sink has resolved (the position its tracker releases), not from
+// what its capture received. The first keepalive of the catch-up slot's
+// walsender reports the server's WAL end before a single event was read,
+// and a sink that has read its backlog has not delivered it: a rejoin on
+// either would hand over a backlog that fills the pipeline's queue and
+// holds the other sinks back again.
 func (c *catchup) behind(main uint64) int64 {
-	got := c.capt.Received()
-	if got >= main {
+	if c.capt.Received() == 0 {
+		return math.MaxInt64 // nothing heard from the slot yet
+	}
+	done := c.tracker.Flush()
+	if done >= main {
 		return 0
 	}
-	if got == 0 {
-		return math.MaxInt64
-	}
-	return int64(main - got)
+	return int64(main - done)
 }

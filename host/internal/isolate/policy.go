@@ -5,7 +5,9 @@
 //   - live: it reads the pipeline's stream like every sink.
 //   - detaching → catching up: when it holds the stream back for longer
 //     than Policy.After (the fan-out waits for room in its queue), is
-//     paused, or its backlog passes Policy.LagBytes, its catch-up slot is
+//     paused, its deliveries fail while its queue is more than half full
+//     (a destination that is down: waiting would only stall the others),
+//     or its backlog passes Policy.LagBytes, its catch-up slot is
 //     recorded in walcast.catchup_slots, the pipeline's slot is copied into
 //     it (pg_copy_logical_replication_slot: the copy starts where the
 //     pipeline's slot is, which is never past this sink's position because
@@ -16,7 +18,8 @@
 //     pace through its own capture, decoder, fan-out, tracker and
 //     scheduler (the same packages), skipping what its checkpoint covers.
 //   - rejoining: once its stream is within Policy.RejoinLagBytes of the
-//     pipeline's, the fan-out queues events for it again from the next one
+//     pipeline's (what it resolved, not what it read) and it is
+//     delivering, the fan-out queues events for it again from the next one
 //     on (boundary: the last event the pipeline handed over before), while
 //     the catch-up stream delivers everything up to the boundary and stops
 //     at the first event past it. When that is all resolved the catch-up
@@ -70,7 +73,7 @@ type Policy struct {
 
 // The defaults; the README's "Sinks that fall behind" lists them.
 const (
-	DefaultAfter     = 500 * time.Millisecond
+	DefaultAfter     = 200 * time.Millisecond
 	DefaultRejoinLag = 4 << 20
 )
 
@@ -98,15 +101,22 @@ type Observation struct {
 	// BehindBytes: how far the catch-up stream is behind the pipeline's
 	// stream in WAL (catching up).
 	BehindBytes int64
+	// QueueHalfFull: the sink's queue on the pipeline's stream is more
+	// than half full (live).
+	QueueHalfFull bool
 	// CatchupFull: the catch-up queue is more than half full: the sink
 	// is still busy with what it read.
 	CatchupFull bool
-	// Failing: a delivery attempt of the catch-up stream failed within
-	// the last second: rejoining now would only fill the pipeline's
-	// queue again.
+	// Failing: a delivery attempt failed within the last second and none
+	// succeeded since (live: of the pipeline's stream; catching up: of
+	// the catch-up stream, where rejoining now would only fill the
+	// pipeline's queue again).
 	Failing bool
 	// Backoff: a rejoin was called off recently; the next one waits.
 	Backoff bool
+	// Delivering: a delivery of the catch-up stream succeeded within the
+	// last second.
+	Delivering bool
 }
 
 // Action is what to do next.
@@ -130,8 +140,18 @@ func (p Policy) Decide(o Observation) Action {
 		if o.Paused || o.BlockedFor >= p.After || (p.LagBytes > 0 && o.BacklogBytes > p.LagBytes) {
 			return Detach
 		}
+		// A sink whose destination fails will not drain its queue before
+		// it fills: detach it before it holds the others back at all.
+		if o.Failing && (o.QueueHalfFull || o.BlockedFor > 0) {
+			return Detach
+		}
 	case CatchingUp:
-		if !o.Paused && !o.CatchupFull && !o.Failing && !o.Backoff && o.BehindBytes <= p.RejoinLagBytes {
+		// Close enough, and either nothing left or delivering: a sink
+		// that delivers nothing (a receiver that hangs) is not catching
+		// up, however small its backlog, and would only fill the
+		// pipeline's queue again.
+		if !o.Paused && !o.CatchupFull && !o.Failing && !o.Backoff && o.BehindBytes <= p.RejoinLagBytes &&
+			(o.BehindBytes == 0 || o.Delivering) {
 			return Rejoin
 		}
 	case Rejoining:

@@ -67,8 +67,11 @@ type Sink struct {
 	// Owned by Run: the catch-up stream's failed attempts when last
 	// looked at and when they last grew; when a called-off rejoin may be
 	// tried again, and the wait after the next one called off.
-	failures      int64
-	failedAt      time.Time
+	failures int64
+	failedAt time.Time
+	// The same for the live scheduler.
+	liveFailures  int64
+	liveFailedAt  time.Time
 	rejoinAfter   time.Time
 	rejoinBackoff time.Duration
 
@@ -168,8 +171,10 @@ func (s *Sink) Lag() (behindBytes int64, slot string) {
 	return b, s.cu.slot
 }
 
-// tick is how often Run looks at the sink.
-const tick = 100 * time.Millisecond
+// tick is how often Run looks at the sink: a small part of the default
+// detach_after, so that a sink holding the others back is detached close
+// to the threshold, not up to a tick later.
+const tick = 25 * time.Millisecond
 
 // Run runs the sink until stop is closed (it lets deliveries in flight
 // finish, confirms the catch-up slot's position, returns nil) or ctx ends
@@ -182,8 +187,7 @@ func (s *Sink) Run(ctx context.Context, stop <-chan struct{}) (err error) {
 			return err
 		}
 		s.log.Info("sink resumes catching up from its slot", "slot", s.cfg.ResumeSlot, "resume_after", skip.String())
-		s.live = nil
-		s.startCatchup(ctx, s.cfg.ResumeSlot, conf, skip)
+		s.startCatchup(ctx, s.cfg.ResumeSlot, conf, skip, nil)
 	} else {
 		s.startLive(ctx, s.live)
 	}
@@ -253,6 +257,14 @@ func (s *Sink) step(ctx context.Context) error {
 	switch o.Mode {
 	case Live:
 		_, o.BacklogBytes, _ = s.cfg.Tracker.Backlog(s.cfg.Index)
+		if q := s.cfg.Fanout.Queue(s.cfg.Index); q != nil {
+			o.QueueHalfFull = 2*len(q.C) > cap(q.C)
+		}
+		st := &s.live.Stats
+		if f := st.Failures.Load(); f != s.liveFailures {
+			s.liveFailures, s.liveFailedAt = f, now
+		}
+		o.Failing = now.Sub(s.liveFailedAt) < time.Second && st.LastSuccess.Load() < s.liveFailedAt.UnixNano()
 		if s.dropLater {
 			s.dropLeftover(ctx)
 		}
@@ -264,6 +276,7 @@ func (s *Sink) step(ctx context.Context) error {
 		}
 		o.Failing = now.Sub(s.failedAt) < time.Second
 		o.Backoff = now.Before(s.rejoinAfter)
+		o.Delivering = now.UnixNano()-s.cu.sched.Stats.LastSuccess.Load() < int64(time.Second)
 	}
 	switch s.cfg.Policy.Decide(o) {
 	case Detach:
@@ -285,6 +298,7 @@ func (s *Sink) step(ctx context.Context) error {
 }
 
 func (s *Sink) startLive(ctx context.Context, sched *schedule.Scheduler) {
+	s.liveFailures, s.liveFailedAt = 0, time.Time{}
 	s.liveStop = make(chan struct{})
 	s.liveDone = make(chan struct{})
 	s.liveErr = nil
@@ -296,7 +310,7 @@ func (s *Sink) startLive(ctx context.Context, sched *schedule.Scheduler) {
 // detaches the sink and starts its catch-up stream.
 func (s *Sink) detach(ctx context.Context, o Observation) error {
 	s.log.Warn("sink falls behind: detaching it to catch up on its own slot",
-		"blocked_for", o.BlockedFor.Round(time.Millisecond), "paused", o.Paused, "backlog_bytes", o.BacklogBytes)
+		"blocked_for", o.BlockedFor.Round(time.Millisecond), "paused", o.Paused, "failing", o.Failing, "backlog_bytes", o.BacklogBytes)
 	slot, conf, err := s.cfg.Slots.Create(ctx, s.cfg.SinkID)
 	if err != nil {
 		// Nothing changed: the sink stays live and holds the stream back
@@ -315,16 +329,15 @@ func (s *Sink) detach(ctx context.Context, o Observation) error {
 	}
 	s.liveDone = nil
 	skip := s.cfg.Tracker.Peek()[s.cfg.Index]
-	s.mu.Lock()
-	addStats(&s.stats, &s.live.Stats)
-	s.live = nil
-	s.mu.Unlock()
-	s.startCatchup(ctx, slot, conf, skip)
+	s.startCatchup(ctx, slot, conf, skip, s.live)
 	s.Detached.Add(1)
 	return nil
 }
 
-func (s *Sink) startCatchup(ctx context.Context, slot string, confirmed uint64, skip pluginkit.EventID) {
+// startCatchup starts the catch-up stream. retired is the live scheduler
+// it replaces (stopped; nil when resuming): it is swapped out under the
+// same lock, so that Scheduler never returns nil.
+func (s *Sink) startCatchup(ctx context.Context, slot string, confirmed uint64, skip pluginkit.EventID, retired *schedule.Scheduler) {
 	tr := ack.New([]ack.SinkSpec{{ID: s.cfg.SinkID, Durable: true}}, confirmed)
 	tr.SetWatermark(0, skip)
 	q := fanout.NewQueue(s.cfg.QueueSize, true)
@@ -339,6 +352,10 @@ func (s *Sink) startCatchup(ctx context.Context, slot string, confirmed uint64, 
 	ccfg.ApplicationName += "-catchup"
 	cu.capt = capture.New(ccfg, bounded{Fanout: fanout.New(tr, []*fanout.Queue{q}), c: cu})
 	s.mu.Lock()
+	if retired != nil {
+		addStats(&s.stats, &retired.Stats)
+	}
+	s.live = nil
 	cu.sched.SetPaused(s.paused)
 	s.cu = cu
 	s.slot = slot

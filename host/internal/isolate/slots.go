@@ -250,14 +250,22 @@ type SlotState struct {
 	Since            time.Time
 	// RetainedWAL is the WAL bytes the slot holds (0 when it is gone).
 	RetainedWAL int64
+	// BehindBytes is how far (WAL bytes) the slot's confirmed position
+	// is behind the pipeline's slot's: the sink's lag as the database
+	// sees it (0 when either is gone).
+	BehindBytes int64
 }
 
 // States returns the recorded catch-up slots of pipeline.
 func States(ctx context.Context, db checkpoint.Querier, pipeline string) ([]SlotState, error) {
 	rows, err := db.Query(ctx, `
 SELECT c.sink, c.slot, c.mode, c.since,
-       coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn), 0)::bigint
-FROM walcast.catchup_slots c LEFT JOIN pg_replication_slots s ON s.slot_name = c.slot
+       coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn), 0)::bigint,
+       greatest(coalesce(pg_wal_lsn_diff(m.confirmed_flush_lsn, s.confirmed_flush_lsn), 0), 0)::bigint
+FROM walcast.catchup_slots c
+LEFT JOIN pg_replication_slots s ON s.slot_name = c.slot
+LEFT JOIN walcast.pipelines p ON p.pipeline = c.pipeline
+LEFT JOIN pg_replication_slots m ON m.slot_name = p.slot
 WHERE c.pipeline = $1 ORDER BY c.sink`, pipeline)
 	if err != nil {
 		var pgErr *pgconn.PgError
@@ -268,7 +276,7 @@ WHERE c.pipeline = $1 ORDER BY c.sink`, pipeline)
 	}
 	var out []SlotState
 	var st SlotState
-	_, err = pgx.ForEachRow(rows, []any{&st.Sink, &st.Slot, &st.Mode, &st.Since, &st.RetainedWAL}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&st.Sink, &st.Slot, &st.Mode, &st.Since, &st.RetainedWAL, &st.BehindBytes}, func() error {
 		out = append(out, st)
 		return nil
 	})

@@ -36,16 +36,42 @@ type replayWaiter struct {
 	done chan error
 }
 
+// ErrStopped says that a scheduler stopped before a replay asked of it
+// ended, or before it took the request: a sink that detaches or rejoins
+// (package isolate) swaps its scheduler, and the pipeline stops its
+// schedulers on shutdown. Ask the scheduler that delivers now.
+var ErrStopped = errors.New("the sink's scheduler stopped before the replay ended")
+
 // Replay asks the scheduler to deliver parked events again. It does not
 // wait for them to be delivered.
 func (s *Scheduler) Replay(ctx context.Context, r checkpoint.ReplayRequest) error {
 	return s.replay(ctx, replayReq{ReplayRequest: r})
 }
 
+// ReplayWait asks for a replay like Replay and returns a channel that
+// receives once: nil when every row the replay loaded has left replay
+// (delivered, or parked again), the error that kept it from starting,
+// ErrStopped when the scheduler stopped first, or ctx's error when ctx
+// ended before the scheduler took the request. Only the first case and a
+// start error mean the request was handled.
+func (s *Scheduler) ReplayWait(ctx context.Context, r checkpoint.ReplayRequest) <-chan error {
+	done := make(chan error, 1)
+	if err := s.replay(ctx, replayReq{ReplayRequest: r, done: done}); err != nil {
+		done <- err
+	}
+	return done
+}
+
+// replay hands r to Run. The channel is unbuffered and Run stops reading
+// it once it stops, so a request is either taken by a running scheduler
+// (which answers its done) or refused with ErrStopped: never left in a
+// buffer nobody reads.
 func (s *Scheduler) replay(ctx context.Context, r replayReq) error {
 	select {
 	case s.replays <- r:
 		return nil
+	case <-s.exited:
+		return ErrStopped
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -243,4 +269,15 @@ func ReplayParked(ctx context.Context, cfg Config, sink Deliverer, req checkpoin
 		err = rerr
 	}
 	return s.Stats.Replayed.Load(), err
+}
+
+// exit runs as Run returns: it refuses replay requests from now on and
+// tells those still waiting for their rows that this scheduler will not
+// finish them (the rows stay in walcast.parked).
+func (s *Scheduler) exit() {
+	close(s.exited)
+	for _, w := range s.waiters {
+		w.done <- ErrStopped
+	}
+	s.waiters = nil
 }

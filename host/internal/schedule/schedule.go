@@ -118,7 +118,9 @@ type Scheduler struct {
 	sink    Deliverer
 	log     *slog.Logger
 	replays chan replayReq
-	Stats   Stats
+	// exited is closed when Run returns.
+	exited chan struct{}
+	Stats  Stats
 
 	// paused is set by an operator (walcast pause); wake tells Run.
 	paused atomic.Bool
@@ -176,7 +178,8 @@ func New(cfg Config, queue *fanout.Queue, tracker *ack.Tracker, sink Deliverer) 
 	s := &Scheduler{
 		cfg: cfg, queue: queue, tracker: tracker, sink: sink,
 		log:          log.With("sink", cfg.SinkID),
-		replays:      make(chan replayReq, 16),
+		replays:      make(chan replayReq),
+		exited:       make(chan struct{}),
 		wake:         make(chan struct{}, 1),
 		pend:         newPending(),
 		parkedRows:   map[string]bool{},
@@ -222,6 +225,7 @@ func (s *Scheduler) Run(ctx context.Context, stop <-chan struct{}) error {
 	// and once its context ends a Deliver returns promptly (the sink's
 	// contract), so the wait is short.
 	deliverCtx, cancelDeliveries := context.WithCancel(ctx)
+	defer s.exit()
 	defer s.deliveries.Wait()
 	defer cancelDeliveries()
 	if s.cfg.Parked != nil {
@@ -268,6 +272,11 @@ func (s *Scheduler) Run(ctx context.Context, stop <-chan struct{}) error {
 		if !stopping && s.room() {
 			queue = s.queue.C
 		}
+		// A stopping scheduler takes no replay: it would never deliver it.
+		replays := s.replays
+		if stopping {
+			replays = nil
+		}
 		armTimer(timer, wake)
 		select {
 		case <-ctx.Done():
@@ -298,7 +307,7 @@ func (s *Scheduler) Run(ctx context.Context, stop <-chan struct{}) error {
 			if err := s.land(ctx, r); err != nil {
 				return err
 			}
-		case req := <-s.replays:
+		case req := <-replays:
 			if err := s.startReplay(ctx, req); err != nil {
 				s.log.Error("replay", "err", err)
 				if req.done != nil {
