@@ -35,6 +35,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -63,6 +64,11 @@ type Config struct {
 	// Logger gets standby and leadership lines; the caller's logger names
 	// the pipeline.
 	Logger *slog.Logger
+	// Admit, when set, is asked before each try of the lock: a process
+	// that leads as many pipelines as it may (its cap, its fair share)
+	// stands by without trying. ok reserves a place; release gives it
+	// back, and Acquire calls it itself when the try fails.
+	Admit func() (release func(), ok bool)
 }
 
 func (c *Config) defaults() {
@@ -119,6 +125,9 @@ type Lease struct {
 	err  error // why it was lost
 	done chan struct{}
 	stop context.CancelFunc
+	// confirmed is when a ping last succeeded (monotonic, since base).
+	base      time.Time
+	confirmed atomic.Int64
 }
 
 // ErrLost is wrapped by what a lease's methods return once its session is
@@ -132,8 +141,25 @@ func Acquire(ctx context.Context, cfg Config) (*Lease, error) {
 	cfg.defaults()
 	class, obj := Keys(cfg.Pipeline)
 	var standingBy Holder
-	warned := false
+	warned, full := false, false
 	for {
+		release := func() {}
+		if cfg.Admit != nil {
+			var ok bool
+			if release, ok = cfg.Admit(); !ok {
+				if !full {
+					cfg.Logger.Info("standing by: this walcast leads as many pipelines as it may (--max-pipelines, or its fair share of the instances running this set)")
+					full = true
+				}
+				select {
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				case <-time.After(cfg.PollInterval):
+				}
+				continue
+			}
+		}
+		full = false
 		conn, err := connect(ctx, cfg)
 		var got bool
 		if err == nil {
@@ -141,6 +167,9 @@ func Acquire(ctx context.Context, cfg Config) (*Lease, error) {
 				conn.Close(context.WithoutCancel(ctx))
 				err = fmt.Errorf("try the leadership lock of pipeline %s: %w", cfg.Pipeline, err)
 			}
+		}
+		if err != nil || !got {
+			release()
 		}
 		if err != nil {
 			// PostgreSQL restarting, the network: keep standing by, and
@@ -227,7 +256,7 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.classid = $1::int::oid AND l.o
 
 func start(cfg Config, conn *pgx.Conn) *Lease {
 	ctx, stop := context.WithCancel(context.Background())
-	l := &Lease{cfg: cfg, conn: conn, lost: make(chan struct{}), done: make(chan struct{}), stop: stop}
+	l := &Lease{cfg: cfg, conn: conn, lost: make(chan struct{}), done: make(chan struct{}), stop: stop, base: time.Now()}
 	go l.watch(ctx)
 	cfg.Logger.Info("leading: this walcast streams the pipeline", "holder", cfg.Holder)
 	return l
@@ -253,6 +282,44 @@ func (l *Lease) watch(ctx context.Context) {
 		if err != nil && ctx.Err() == nil {
 			l.markLost(fmt.Errorf("the leadership session of pipeline %s failed: %w", l.cfg.Pipeline, err))
 			return
+		}
+		if err == nil {
+			l.confirmed.Store(int64(time.Since(l.base)))
+		}
+	}
+}
+
+// freshFor is how recent the last successful ping must be for Fresh: the
+// check interval, plus the ping's own timeout, plus one interval of slack.
+func (l *Lease) freshFor() time.Duration { return 4 * l.cfg.CheckInterval }
+
+// Fresh reports whether the session was seen alive recently. A process
+// that was frozen (SIGSTOP, a long GC pause, a suspended VM) wakes up with
+// a stale lease: it must not deliver or confirm anything until its next
+// ping says whether it still leads.
+func (l *Lease) Fresh() bool {
+	if l.Err() != nil {
+		return false
+	}
+	return time.Since(l.base)-time.Duration(l.confirmed.Load()) <= l.freshFor()
+}
+
+// Confirm waits until the lease is fresh, or returns ErrLost once it is
+// lost, or ctx's error. Deliveries pass through it: on a healthy leader it
+// returns at once.
+func (l *Lease) Confirm(ctx context.Context) error {
+	for {
+		if l.Fresh() {
+			return nil
+		}
+		if err := l.Err(); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-l.lost:
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }
