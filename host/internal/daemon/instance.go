@@ -65,9 +65,13 @@ type group struct {
 	dsn       string
 	pipelines []*pipeState
 	presence  *leader.Presence
-	leading   int // guarded by instance.mu
-	share     int // guarded by instance.mu
-	over      int // consecutive counts over the share (coordinator only)
+	leading   int  // guarded by instance.mu
+	share     int  // guarded by instance.mu
+	ready     bool // guarded by instance.mu: the instances were counted twice
+	// over counts the counts in a row over the share with another
+	// instance under it; wait is how many it takes to hand over (it
+	// doubles when handing over did not help). Coordinator only.
+	over, wait int
 }
 
 type pipeState struct {
@@ -215,7 +219,7 @@ func (in *instance) runPipeline(ctx context.Context, ps *pipeState) error {
 			lease, err = leader.Acquire(ctx, leader.Config{
 				DSN: ps.p.Source.DSN, Pipeline: ps.p.Name, Holder: in.holder, Logger: log,
 				PollInterval: in.opts.PollInterval,
-				Admit:        func() (func(), bool) { return in.admit(ps) },
+				Admit:        func(unled int) (func(), bool) { return in.admit(ps, unled) },
 			})
 			if err != nil {
 				if ctx.Err() != nil {
@@ -270,9 +274,11 @@ func (in *instance) lead(ctx context.Context, opts Options, lease *leader.Lease,
 	return err
 }
 
-// admit reserves a place for ps to lead if the process is under its cap
-// and the pipeline's group under its fair share.
-func (in *instance) admit(ps *pipeState) (release func(), ok bool) {
+// admit reserves a place for ps to lead if the process is under its cap,
+// and under its fair share or the pipeline went unled for three polls (the
+// instances under their share are capped or gone: lead it rather than
+// leave it unled).
+func (in *instance) admit(ps *pipeState, unled int) (release func(), ok bool) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	g := ps.group
@@ -282,8 +288,11 @@ func (in *instance) admit(ps *pipeState) (release func(), ok bool) {
 	if in.opts.MaxPipelines > 0 && in.leading >= in.opts.MaxPipelines {
 		return nil, false
 	}
-	if g.presence != nil && g.leading >= g.share {
-		return nil, false
+	if g.presence != nil && len(g.pipelines) > 1 {
+		// Instances started together see each other before leading.
+		if !g.ready || (g.leading >= g.share && unled < 3) {
+			return nil, false
+		}
 	}
 	in.leading++
 	g.leading++
@@ -302,10 +311,12 @@ func (in *instance) unreserve(ps *pipeState) {
 }
 
 // coordinate counts the instances present for the group's pipelines every
-// poll interval and sets the fair share; when this instance has led more
-// than its share for two counts in a row, it hands the newest leaderships
-// over (a graceful stop of those pipelines: a standby elsewhere takes
-// them at once).
+// poll interval and sets the fair share: ceil(pipelines / instances).
+// When this instance leads more than its share while another leads less,
+// for two counts in a row, it hands the excess over (a graceful stop of
+// its newest leaderships: an instance under its share takes them within
+// its poll interval). If they come back (the others are capped), it
+// waits twice as long before trying again.
 func (in *instance) coordinate(ctx context.Context, g *group) {
 	every := in.opts.PollInterval
 	if every <= 0 {
@@ -313,23 +324,34 @@ func (in *instance) coordinate(ctx context.Context, g *group) {
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
-	for {
-		n, err := g.presence.Instances(ctx)
+	g.wait = 2
+	for counted := 0; ; counted++ {
+		loads, err := g.presence.Loads(ctx)
 		if err != nil && ctx.Err() == nil {
 			in.log.Warn("count the walcast instances running these pipelines", "err", err)
 		}
+		n := max(len(loads), 1)
 		share := (len(g.pipelines) + n - 1) / n
+		under := false
+		for name, l := range loads {
+			if name != in.holder && l < share {
+				under = true
+			}
+		}
 		in.mu.Lock()
 		g.share = share
+		g.ready = g.ready || counted >= 1
 		excess := g.leading - share
 		in.mu.Unlock()
-		if excess > 0 {
+		switch {
+		case excess <= 0:
+			g.over, g.wait = 0, 2
+		case under:
 			g.over++
-		} else {
-			g.over = 0
 		}
-		if g.over >= 2 {
+		if g.over >= g.wait {
 			g.over = 0
+			g.wait = min(2*g.wait, 64)
 			in.handOver(g, excess, n)
 		}
 		select {

@@ -64,11 +64,14 @@ type Config struct {
 	// Logger gets standby and leadership lines; the caller's logger names
 	// the pipeline.
 	Logger *slog.Logger
-	// Admit, when set, is asked before each try of the lock: a process
-	// that leads as many pipelines as it may (its cap, its fair share)
-	// stands by without trying. ok reserves a place; release gives it
-	// back, and Acquire calls it itself when the try fails.
-	Admit func() (release func(), ok bool)
+	// Admit, when set, is asked before each try of a lock nobody holds:
+	// a process that leads as many pipelines as it may (its cap, its fair
+	// share) stands by without trying. unled counts the polls in a row
+	// that found the pipeline without a leader, so that a process over
+	// its share can still take a pipeline nobody else takes. ok reserves
+	// a place; release gives it back, and Acquire calls it itself when
+	// the try fails.
+	Admit func(unled int) (release func(), ok bool)
 }
 
 func (c *Config) defaults() {
@@ -141,27 +144,45 @@ func Acquire(ctx context.Context, cfg Config) (*Lease, error) {
 	cfg.defaults()
 	class, obj := Keys(cfg.Pipeline)
 	var standingBy Holder
-	warned, full := false, false
+	warned, full, unled := false, false, 0
 	for {
-		release := func() {}
-		if cfg.Admit != nil {
-			var ok bool
-			if release, ok = cfg.Admit(); !ok {
-				if !full {
-					cfg.Logger.Info("standing by: this walcast leads as many pipelines as it may (--max-pipelines, or its fair share of the instances running this set)")
-					full = true
-				}
-				select {
-				case <-ctx.Done():
-					return nil, ctx.Err()
-				case <-time.After(cfg.PollInterval):
-				}
-				continue
-			}
-		}
-		full = false
 		conn, err := connect(ctx, cfg)
 		var got bool
+		release := func() {}
+		if err == nil && cfg.Admit != nil {
+			// Ask for a place only when nobody leads: a standby of a led
+			// pipeline is not at capacity, it waits for the leader.
+			var h Holder
+			var held bool
+			if h, held, err = Current(ctx, conn, cfg.Pipeline); err == nil {
+				if held {
+					unled = 0
+					conn.Close(context.WithoutCancel(ctx))
+					standingBy = cfg.standBy(h, standingBy)
+					full = false
+					if !sleep(ctx, cfg.PollInterval) {
+						return nil, ctx.Err()
+					}
+					continue
+				}
+				unled++
+				var ok bool
+				if release, ok = cfg.Admit(unled); !ok {
+					conn.Close(context.WithoutCancel(ctx))
+					if !full {
+						cfg.Logger.Info("standing by: this walcast leads as many pipelines as it may (--max-pipelines, or its fair share of the instances running the same pipelines)")
+						full = true
+					}
+					if !sleep(ctx, cfg.PollInterval) {
+						return nil, ctx.Err()
+					}
+					continue
+				}
+				full = false
+			} else {
+				conn.Close(context.WithoutCancel(ctx))
+			}
+		}
 		if err == nil {
 			if err = conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, $2)`, class, obj).Scan(&got); err != nil {
 				conn.Close(context.WithoutCancel(ctx))
@@ -181,10 +202,8 @@ func Acquire(ctx context.Context, cfg Config) (*Lease, error) {
 				cfg.Logger.Warn("cannot reach the source database to take the pipeline's leadership; retrying", "err", err)
 				warned = true
 			}
-			select {
-			case <-ctx.Done():
+			if !sleep(ctx, cfg.PollInterval) {
 				return nil, ctx.Err()
-			case <-time.After(cfg.PollInterval):
 			}
 			continue
 		}
@@ -194,16 +213,31 @@ func Acquire(ctx context.Context, cfg Config) (*Lease, error) {
 		}
 		h, err := current(ctx, conn, cfg.Pipeline)
 		conn.Close(context.WithoutCancel(ctx))
-		if err == nil && h != standingBy {
-			standingBy = h
-			cfg.Logger.Info("standing by: another walcast streams this pipeline; taking over when it stops",
-				"leader", h.Name, "leader_pid", h.PID, "since", h.Since.UTC().Format(time.RFC3339))
+		if err == nil {
+			standingBy = cfg.standBy(h, standingBy)
 		}
-		select {
-		case <-ctx.Done():
+		if !sleep(ctx, cfg.PollInterval) {
 			return nil, ctx.Err()
-		case <-time.After(cfg.PollInterval):
 		}
+	}
+}
+
+// standBy logs whom this process stands by for, once per leader.
+func (c *Config) standBy(h, before Holder) Holder {
+	if h != before {
+		c.Logger.Info("standing by: another walcast streams this pipeline; taking over when it stops",
+			"leader", h.Name, "leader_pid", h.PID, "since", h.Since.UTC().Format(time.RFC3339))
+	}
+	return h
+}
+
+// sleep waits d; false when ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
 	}
 }
 

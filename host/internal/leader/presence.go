@@ -64,30 +64,48 @@ func (p *Presence) connect(ctx context.Context) error {
 	return nil
 }
 
-// Instances counts the processes present for any of this process's
-// pipelines, itself included (at least 1). Its session is reopened if it
-// was lost.
-func (p *Presence) Instances(ctx context.Context) (int, error) {
+// Loads returns, for every process present for any of this process's
+// pipelines (itself included), how many of them it leads; the processes
+// are named by their Holder. The session is reopened if it was lost.
+func (p *Presence) Loads(ctx context.Context) (map[string]int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.conn == nil || p.conn.IsClosed() {
 		p.conn = nil
 		if err := p.connect(ctx); err != nil {
-			return 1, err
+			return nil, err
 		}
 	}
-	var n int
-	err := p.conn.QueryRow(ctx, `
-SELECT count(DISTINCT pid) FROM pg_locks
-WHERE locktype = 'advisory' AND granted AND classid = $1::int::oid AND objid = ANY(SELECT k::oid FROM unnest($2::int[]) k) AND objsubid = 2
-  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
-		int32(interestClass), interestKeys(p.pipelines)).Scan(&n)
+	class, _ := Keys("")
+	rows, err := p.conn.Query(ctx, `
+WITH held AS (
+  SELECT l.classid, l.objid, a.application_name AS name
+  FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+  WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+    AND l.objid = ANY(SELECT k::oid FROM unnest($3::int[]) k)
+    AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+SELECT p.name, (SELECT count(*) FROM held h WHERE h.classid = $2::int::oid AND h.name = p.name)
+FROM (SELECT DISTINCT name FROM held WHERE classid = $1::int::oid) p`,
+		int32(interestClass), class, interestKeys(p.pipelines))
 	if err != nil {
 		p.conn.Close(context.WithoutCancel(ctx))
 		p.conn = nil
-		return 1, fmt.Errorf("count the walcast instances: %w", err)
+		return nil, fmt.Errorf("count the walcast instances: %w", err)
 	}
-	return max(n, 1), nil
+	loads := map[string]int{}
+	for rows.Next() {
+		var name string
+		var n int
+		if err := rows.Scan(&name, &n); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("count the walcast instances: %w", err)
+		}
+		loads[name] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("count the walcast instances: %w", err)
+	}
+	return loads, nil
 }
 
 // Close ends the presence session.
