@@ -292,6 +292,13 @@ func (t *term) run(ctx context.Context) (err error) {
 		})
 	}
 
+	if t.lease != nil {
+		// A frozen predecessor may still think it leads: nothing is
+		// streamed or delivered before its lease runs out.
+		if err := t.lease.WaitOutPredecessor(ctx); err != nil {
+			return nil
+		}
+	}
 	// hard ends in-flight deliveries; it outlives ctx by ShutdownTimeout.
 	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHard()

@@ -131,6 +131,8 @@ type Lease struct {
 	// confirmed is when a ping last succeeded (monotonic, since base).
 	base      time.Time
 	confirmed atomic.Int64
+	// predecessor: another process led while this one stood by.
+	predecessor bool
 }
 
 // ErrLost is wrapped by what a lease's methods return once its session is
@@ -209,7 +211,9 @@ func Acquire(ctx context.Context, cfg Config) (*Lease, error) {
 		}
 		warned = false
 		if got {
-			return start(cfg, conn), nil
+			l := start(cfg, conn)
+			l.predecessor = standingBy != (Holder{})
+			return l, nil
 		}
 		h, err := current(ctx, conn, cfg.Pipeline)
 		conn.Close(context.WithoutCancel(ctx))
@@ -325,7 +329,29 @@ func (l *Lease) watch(ctx context.Context) {
 
 // freshFor is how recent the last successful ping must be for Fresh: the
 // check interval, plus the ping's own timeout, plus one interval of slack.
-func (l *Lease) freshFor() time.Duration { return 4 * l.cfg.CheckInterval }
+func (l *Lease) freshFor() time.Duration { return 3 * l.cfg.CheckInterval }
+
+// WaitOutPredecessor returns once a leader this process stood by for can
+// no longer deliver: a predecessor that was frozen with its lease fresh
+// stops delivering at most its freshness window after its session
+// ended, so a successor that saw one waits out that window (counted from
+// its own acquisition, which came after that session ended) before
+// delivering. A process that saw no other leader starts at once.
+func (l *Lease) WaitOutPredecessor(ctx context.Context) error {
+	if !l.predecessor {
+		return nil
+	}
+	wait := l.freshFor() - time.Since(l.base)
+	if wait <= 0 {
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(wait):
+		return nil
+	}
+}
 
 // Fresh reports whether the session was seen alive recently. A process
 // that was frozen (SIGSTOP, a long GC pause, a suspended VM) wakes up with
