@@ -32,9 +32,13 @@ your shell profile or the service unit) instead of repeating --plugin-dir.`
 // own entry up (through newFlags) and a variable would refer to itself.
 func commands(buildVersion string) []command {
 	return []command{
-		{name: "run", args: "PIPELINE.hcl", summary: "run the pipeline until SIGINT/SIGTERM",
-			details: "Streams the pipeline's changes to its sinks. On SIGINT or SIGTERM it stops reading,\n" +
-				"waits (up to --shutdown-timeout) for deliveries in flight, saves checkpoints and exits 0.\n\n" + pluginDirNote,
+		{name: "run", args: "PIPELINE.hcl|DIR...", summary: "run the pipelines until SIGINT/SIGTERM",
+			details: "Streams each pipeline's changes to its sinks. On SIGINT or SIGTERM it stops reading,\n" +
+				"waits (up to --shutdown-timeout) for deliveries in flight, saves checkpoints and exits 0.\n" +
+				"Takes several pipeline files, or directories (every *.hcl in them). Each pipeline is led\n" +
+				"by one walcast at a time; the others stand by and take over when it stops. Instances\n" +
+				"started with the same set share the pipelines evenly (at most --max-pipelines each).\n" +
+				"A pipeline that fails stops alone; walcast exits 1 once none is left running.\n\n" + pluginDirNote,
 			example: "run pipeline.hcl --metrics-listen 127.0.0.1:9187",
 			run:     cmdRun},
 		{name: "validate", args: "PIPELINE.hcl", summary: "check a pipeline file and its sinks' config",

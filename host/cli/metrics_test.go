@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"regexp"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -153,9 +152,10 @@ func TestMetrics(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(body)) != "ok" {
+	if resp.StatusCode != http.StatusOK || string(body) != "ok\nmetrics: leader, streaming\n" {
 		t.Fatalf("/healthz: %s %q", resp.Status, body)
 	}
+	want("walcast_leader", map[string]string{"pipeline": "metrics"}, eq(1), "1")
 	proc.stop()
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -22,34 +24,56 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	acceptGap := fs.Bool("accept-gap", false, "when the slot was lost, invalidated or belongs to another cluster, or its publication was dropped: create a new slot and record the gap instead of refusing to start")
 	warnWAL := fs.Int64("warn-retained-wal-mb", 1024, "warn (log and walcast_slot_wal_at_risk) when the slot retains more WAL than this many MiB; wal_status unreserved always warns")
 	slotCheck := fs.Duration("slot-check-interval", 10*time.Second, "how often the slot's retained WAL is checked")
-	path, code, ok := parseArgs(fs, args, stdout, stderr)
+	maxPipelines := fs.Int("max-pipelines", 0, "lead at most this many pipelines at once and stand by for the rest (0: no cap; instances started with the same set still share the pipelines evenly)")
+	paths, code, ok := parseAll(fs, args, stdout, stderr)
 	if !ok {
 		return code
+	}
+	if len(paths) == 0 {
+		fmt.Fprint(stderr, "walcast run: want at least one PIPELINE.hcl or directory argument, got 0\n\n")
+		printHelp(stderr, fs)
+		return 2
+	}
+	if *maxPipelines < 0 {
+		fmt.Fprintln(stderr, "walcast run: --max-pipelines must be 0 (no cap) or more")
+		return 2
 	}
 	log, err := newLogger(stderr, *logLevel, *logFormat)
 	if err != nil {
 		fmt.Fprintln(stderr, "walcast run:", err)
 		return 2
 	}
-	p, diags := config.Load(path)
-	if diags.HasErrors() {
-		fmt.Fprint(stderr, config.FormatDiagnostics(diags))
+	pipelines, err := loadPipelines(paths, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "walcast run:", err)
 		return 1
+	}
+	if pipelines == nil {
+		return 1 // the diagnostics are printed
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	plugins := newPluginSet(*pluginDir, log, stdout)
-	plugins.Pipeline = p.Name
-	plugins.Source = &p.Source
-	err = daemon.Run(ctx, daemon.Options{
-		Pipeline:          p,
-		Launch:            plugins.Launch,
-		Logger:            log,
-		ShutdownTimeout:   *shutdown,
-		MetricsListen:     *metrics,
-		AcceptGap:         *acceptGap,
-		WarnRetainedWAL:   *warnWAL << 20,
-		SlotCheckInterval: *slotCheck,
+	// Each pipeline gets its own plugin set: plugins are launched for one
+	// pipeline's source.
+	byName := map[string]*daemon.PluginSet{}
+	for _, p := range pipelines {
+		ps := newPluginSet(*pluginDir, log, stdout)
+		ps.Pipeline = p.Name
+		ps.Source = &p.Source
+		byName[p.Name] = ps
+	}
+	err = daemon.RunInstance(ctx, daemon.InstanceOptions{
+		Pipelines:    pipelines,
+		MaxPipelines: *maxPipelines,
+		LaunchFor:    func(pipeline string) daemon.Launcher { return byName[pipeline].Launch },
+		Options: daemon.Options{
+			Logger:            log,
+			ShutdownTimeout:   *shutdown,
+			MetricsListen:     *metrics,
+			AcceptGap:         *acceptGap,
+			WarnRetainedWAL:   *warnWAL << 20,
+			SlotCheckInterval: *slotCheck,
+		},
 	})
 	if err != nil {
 		// Printed once (daemon.Run does not log the error it returns),
@@ -59,4 +83,49 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// loadPipelines loads the pipeline files named, a directory standing for
+// every *.hcl in it. Pipeline names must differ: each names a leadership
+// lock, a slot and checkpoints. nil, nil: diagnostics were printed.
+func loadPipelines(paths []string, stderr io.Writer) ([]*config.Pipeline, error) {
+	var files []string
+	for _, path := range paths {
+		st, err := os.Stat(path)
+		if err != nil {
+			return nil, err
+		}
+		if !st.IsDir() {
+			files = append(files, path)
+			continue
+		}
+		in, err := filepath.Glob(filepath.Join(path, "*.hcl"))
+		if err != nil {
+			return nil, err
+		}
+		if len(in) == 0 {
+			return nil, fmt.Errorf("no *.hcl pipeline file in directory %s", path)
+		}
+		files = append(files, in...)
+	}
+	var out []*config.Pipeline
+	seen := map[string]string{}
+	bad := false
+	for _, f := range files {
+		p, diags := config.Load(f)
+		if diags.HasErrors() {
+			fmt.Fprint(stderr, config.FormatDiagnostics(diags))
+			bad = true
+			continue
+		}
+		if other, ok := seen[p.Name]; ok {
+			return nil, fmt.Errorf("%s and %s both define pipeline %q: each pipeline needs its own name", other, f, p.Name)
+		}
+		seen[p.Name] = f
+		out = append(out, p)
+	}
+	if bad {
+		return nil, nil
+	}
+	return out, nil
 }

@@ -60,6 +60,18 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	} else {
 		fmt.Fprintln(text, "leader: none (no walcast run streams this pipeline)")
 	}
+	// Who would take over: every walcast run of the pipeline announces
+	// itself on the source (see leader.Presence).
+	standbys, err := leader.Standbys(ctx, pool, p.Name, h.Name)
+	if err != nil {
+		fmt.Fprintln(stderr, "walcast status:", err)
+		return 1
+	}
+	rep.Standbys = []statusLeader{}
+	for _, s := range standbys {
+		rep.Standbys = append(rep.Standbys, statusLeader{Name: s.Name, PID: s.PID, Since: s.Since.UTC()})
+		fmt.Fprintf(text, "standby: %s (backend pid %d) since %s\n", s.Name, s.PID, s.Since.UTC().Format(time.RFC3339))
+	}
 	var active bool
 	var confirmed, walStatus string
 	var retained int64
@@ -256,6 +268,9 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 type statusReport struct {
 	Pipeline string        `json:"pipeline"`
 	Leader   *statusLeader `json:"leader"` // null: no walcast run leads it
+	// Standbys are the other walcast run processes of the pipeline, in the
+	// order they started.
+	Standbys []statusLeader `json:"standbys"`
 	Slot     struct {
 		Name              string `json:"name"`
 		State             string `json:"state"` // active, inactive, missing, lost

@@ -55,6 +55,10 @@ type Config struct {
 	// Pipeline names the pipeline whose backfill chunks the stream decodes
 	// into read events.
 	Pipeline string
+	// Fence, when set, says whether this process may still use the slot:
+	// while it is false, no connection is opened and no position is
+	// confirmed (a leader frozen past its lease, see package leader).
+	Fence func() bool
 }
 
 // Consumer receives the decoded stream. All methods are called from the
@@ -194,6 +198,9 @@ func (c *Capture) closeConn(ctx context.Context) {
 }
 
 func (c *Capture) connect(ctx context.Context) error {
+	if c.cfg.Fence != nil && !c.cfg.Fence() {
+		return errors.New("open replication connection: the pipeline's leadership is not confirmed")
+	}
 	pcfg, err := pgconn.ParseConfig(c.cfg.DSN)
 	if err != nil {
 		return fatalError{fmt.Errorf("parse source dsn: %w", err)}
@@ -409,6 +416,11 @@ func (c *Capture) maybeSendStatus() error {
 
 func (c *Capture) sendStatus(reply bool) error {
 	if c.conn == nil {
+		return nil
+	}
+	if c.cfg.Fence != nil && !c.cfg.Fence() {
+		// Confirm nothing until the leadership is confirmed; the next
+		// status update tries again.
 		return nil
 	}
 	flush := c.consumer.Flush()

@@ -7,12 +7,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/walcast/walcast/host/internal/ack"
 	"github.com/walcast/walcast/host/internal/capture"
@@ -232,28 +234,28 @@ FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&n)
 	}
 }
 
-// serveMetrics serves /metrics (Prometheus text format) and /healthz on
-// addr until ctx ends. It returns once the listener is bound, so a bad
-// address fails the start.
 // serveMetrics serves /metrics and /healthz on addr until the returned
-// stop is called, which shuts the server down and waits for it. The daemon
-// calls stop last, so that a graceful drain stays observable.
-func serveMetrics(addr, pipeline string, reg *prometheus.Registry, healthy func() error, log *slog.Logger) (stop func(), err error) {
+// stop is called, which shuts the server down and waits for it. It returns
+// once the listener is bound, so a bad address fails the start. One server
+// serves every pipeline of the process; the instance calls stop last, so
+// that a graceful drain stays observable.
+func serveMetrics(addr string, g prometheus.Gatherer, health func() (bool, string), log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: listen on %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := healthy(); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		ok, text := health()
+		if !ok {
+			http.Error(w, text, http.StatusServiceUnavailable)
 			return
 		}
-		fmt.Fprintln(w, "ok")
+		fmt.Fprint(w, text)
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	log.Info("serving metrics", "addr", ln.Addr().String(), "pipeline", pipeline)
+	log.Info("serving metrics", "addr", ln.Addr().String())
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -269,12 +271,88 @@ func serveMetrics(addr, pipeline string, reg *prometheus.Registry, healthy func(
 	}, nil
 }
 
-// newRegistry returns a registry with the pipeline's metrics, the Go
-// runtime's and the process's, every series labelled with the pipeline.
+// newRegistry returns a registry with one pipeline's metrics, every series
+// labelled with the pipeline. The process's own metrics are the
+// instance's (see instance.gatherer).
 func newRegistry(pipeline string, c prometheus.Collector, deliver *prometheus.HistogramVec, more ...prometheus.Collector) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	wrapped := prometheus.WrapRegistererWith(prometheus.Labels{"pipeline": pipeline}, reg)
 	wrapped.MustRegister(append([]prometheus.Collector{c, deliver}, more...)...)
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
+}
+
+// gatherer gathers the process's metrics, each pipeline's role, and the
+// metrics of every pipeline this process leads now.
+func (in *instance) gatherer() prometheus.Gatherer {
+	base := prometheus.NewRegistry()
+	base.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), roleCollector{in})
+	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		gs := prometheus.Gatherers{base}
+		for _, ps := range in.states {
+			if _, _, t := ps.get(); t != nil {
+				gs = append(gs, t.reg)
+			}
+		}
+		return gs.Gather()
+	})
+}
+
+var (
+	leaderDesc = prometheus.NewDesc("walcast_leader",
+		"1 while this process leads the pipeline (streams it), 0 while it stands by or the pipeline stopped.", []string{"pipeline"}, nil)
+	failedDesc = prometheus.NewDesc("walcast_pipeline_failed",
+		"1 once the pipeline stopped for good on an error (the process's other pipelines go on).", []string{"pipeline"}, nil)
+)
+
+// roleCollector reports each pipeline's role in this process.
+type roleCollector struct{ in *instance }
+
+func (c roleCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- leaderDesc
+	ch <- failedDesc
+}
+
+func (c roleCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, ps := range c.in.states {
+		role, _, _ := ps.get()
+		lead, failed := 0.0, 0.0
+		if role == roleLeader {
+			lead = 1
+		}
+		if role == roleFailed {
+			failed = 1
+		}
+		ch <- prometheus.MustNewConstMetric(leaderDesc, prometheus.GaugeValue, lead, ps.p.Name)
+		ch <- prometheus.MustNewConstMetric(failedDesc, prometheus.GaugeValue, failed, ps.p.Name)
+	}
+}
+
+// health is /healthz: "ok" and a line per pipeline (leader, streaming;
+// standby; ...) while every pipeline is a streaming leader or a standby;
+// 503 with the same lines when a pipeline failed or a leader's stream is
+// down (connecting, reconnecting).
+func (in *instance) health() (bool, string) {
+	ok := true
+	var b strings.Builder
+	for _, ps := range in.states {
+		role, err, t := ps.get()
+		line := role
+		switch {
+		case role == roleLeader && t == nil:
+			ok, line = false, "leader, starting"
+		case role == roleLeader:
+			if herr := t.healthy(); herr != nil {
+				ok, line = false, "leader, "+herr.Error()
+			} else {
+				line = "leader, streaming"
+			}
+		case role == roleFailed:
+			ok, line = false, "failed: "+err.Error()
+		}
+		fmt.Fprintf(&b, "%s: %s\n", ps.p.Name, line)
+	}
+	if ok {
+		return true, "ok\n" + b.String()
+	}
+	return false, "unhealthy\n" + b.String()
 }

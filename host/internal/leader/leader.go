@@ -35,6 +35,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -63,6 +64,14 @@ type Config struct {
 	// Logger gets standby and leadership lines; the caller's logger names
 	// the pipeline.
 	Logger *slog.Logger
+	// Admit, when set, is asked before each try of a lock nobody holds:
+	// a process that leads as many pipelines as it may (its cap, its fair
+	// share) stands by without trying. unled counts the polls in a row
+	// that found the pipeline without a leader, so that a process over
+	// its share can still take a pipeline nobody else takes. ok reserves
+	// a place; release gives it back, and Acquire calls it itself when
+	// the try fails.
+	Admit func(unled int) (release func(), ok bool)
 }
 
 func (c *Config) defaults() {
@@ -119,6 +128,11 @@ type Lease struct {
 	err  error // why it was lost
 	done chan struct{}
 	stop context.CancelFunc
+	// confirmed is when a ping last succeeded (monotonic, since base).
+	base      time.Time
+	confirmed atomic.Int64
+	// predecessor: another process led while this one stood by.
+	predecessor bool
 }
 
 // ErrLost is wrapped by what a lease's methods return once its session is
@@ -132,15 +146,53 @@ func Acquire(ctx context.Context, cfg Config) (*Lease, error) {
 	cfg.defaults()
 	class, obj := Keys(cfg.Pipeline)
 	var standingBy Holder
-	warned := false
+	warned, full, unled := false, false, 0
 	for {
 		conn, err := connect(ctx, cfg)
 		var got bool
+		release := func() {}
+		if err == nil && cfg.Admit != nil {
+			// Ask for a place only when nobody leads: a standby of a led
+			// pipeline is not at capacity, it waits for the leader.
+			var h Holder
+			var held bool
+			if h, held, err = Current(ctx, conn, cfg.Pipeline); err == nil {
+				if held {
+					unled = 0
+					conn.Close(context.WithoutCancel(ctx))
+					standingBy = cfg.standBy(h, standingBy)
+					full = false
+					if !sleep(ctx, cfg.PollInterval) {
+						return nil, ctx.Err()
+					}
+					continue
+				}
+				unled++
+				var ok bool
+				if release, ok = cfg.Admit(unled); !ok {
+					conn.Close(context.WithoutCancel(ctx))
+					if !full {
+						cfg.Logger.Info("standing by: this walcast leads as many pipelines as it may (--max-pipelines, or its fair share of the instances running the same pipelines)")
+						full = true
+					}
+					if !sleep(ctx, cfg.PollInterval) {
+						return nil, ctx.Err()
+					}
+					continue
+				}
+				full = false
+			} else {
+				conn.Close(context.WithoutCancel(ctx))
+			}
+		}
 		if err == nil {
 			if err = conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, $2)`, class, obj).Scan(&got); err != nil {
 				conn.Close(context.WithoutCancel(ctx))
 				err = fmt.Errorf("try the leadership lock of pipeline %s: %w", cfg.Pipeline, err)
 			}
+		}
+		if err != nil || !got {
+			release()
 		}
 		if err != nil {
 			// PostgreSQL restarting, the network: keep standing by, and
@@ -152,29 +204,44 @@ func Acquire(ctx context.Context, cfg Config) (*Lease, error) {
 				cfg.Logger.Warn("cannot reach the source database to take the pipeline's leadership; retrying", "err", err)
 				warned = true
 			}
-			select {
-			case <-ctx.Done():
+			if !sleep(ctx, cfg.PollInterval) {
 				return nil, ctx.Err()
-			case <-time.After(cfg.PollInterval):
 			}
 			continue
 		}
 		warned = false
 		if got {
-			return start(cfg, conn), nil
+			l := start(cfg, conn)
+			l.predecessor = standingBy != (Holder{})
+			return l, nil
 		}
 		h, err := current(ctx, conn, cfg.Pipeline)
 		conn.Close(context.WithoutCancel(ctx))
-		if err == nil && h != standingBy {
-			standingBy = h
-			cfg.Logger.Info("standing by: another walcast streams this pipeline; taking over when it stops",
-				"leader", h.Name, "leader_pid", h.PID, "since", h.Since.UTC().Format(time.RFC3339))
+		if err == nil {
+			standingBy = cfg.standBy(h, standingBy)
 		}
-		select {
-		case <-ctx.Done():
+		if !sleep(ctx, cfg.PollInterval) {
 			return nil, ctx.Err()
-		case <-time.After(cfg.PollInterval):
 		}
+	}
+}
+
+// standBy logs whom this process stands by for, once per leader.
+func (c *Config) standBy(h, before Holder) Holder {
+	if h != before {
+		c.Logger.Info("standing by: another walcast streams this pipeline; taking over when it stops",
+			"leader", h.Name, "leader_pid", h.PID, "since", h.Since.UTC().Format(time.RFC3339))
+	}
+	return h
+}
+
+// sleep waits d; false when ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
 	}
 }
 
@@ -227,7 +294,7 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.classid = $1::int::oid AND l.o
 
 func start(cfg Config, conn *pgx.Conn) *Lease {
 	ctx, stop := context.WithCancel(context.Background())
-	l := &Lease{cfg: cfg, conn: conn, lost: make(chan struct{}), done: make(chan struct{}), stop: stop}
+	l := &Lease{cfg: cfg, conn: conn, lost: make(chan struct{}), done: make(chan struct{}), stop: stop, base: time.Now()}
 	go l.watch(ctx)
 	cfg.Logger.Info("leading: this walcast streams the pipeline", "holder", cfg.Holder)
 	return l
@@ -253,6 +320,66 @@ func (l *Lease) watch(ctx context.Context) {
 		if err != nil && ctx.Err() == nil {
 			l.markLost(fmt.Errorf("the leadership session of pipeline %s failed: %w", l.cfg.Pipeline, err))
 			return
+		}
+		if err == nil {
+			l.confirmed.Store(int64(time.Since(l.base)))
+		}
+	}
+}
+
+// freshFor is how recent the last successful ping must be for Fresh: the
+// check interval, plus the ping's own timeout, plus one interval of slack.
+func (l *Lease) freshFor() time.Duration { return 3 * l.cfg.CheckInterval }
+
+// WaitOutPredecessor returns once a leader this process stood by for can
+// no longer deliver: a predecessor that was frozen with its lease fresh
+// stops delivering at most its freshness window after its session
+// ended, so a successor that saw one waits out that window (counted from
+// its own acquisition, which came after that session ended) before
+// delivering. A process that saw no other leader starts at once.
+func (l *Lease) WaitOutPredecessor(ctx context.Context) error {
+	if !l.predecessor {
+		return nil
+	}
+	wait := l.freshFor() - time.Since(l.base)
+	if wait <= 0 {
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(wait):
+		return nil
+	}
+}
+
+// Fresh reports whether the session was seen alive recently. A process
+// that was frozen (SIGSTOP, a long GC pause, a suspended VM) wakes up with
+// a stale lease: it must not deliver or confirm anything until its next
+// ping says whether it still leads.
+func (l *Lease) Fresh() bool {
+	if l.Err() != nil {
+		return false
+	}
+	return time.Since(l.base)-time.Duration(l.confirmed.Load()) <= l.freshFor()
+}
+
+// Confirm waits until the lease is fresh, or returns ErrLost once it is
+// lost, or ctx's error. Deliveries pass through it: on a healthy leader it
+// returns at once.
+func (l *Lease) Confirm(ctx context.Context) error {
+	for {
+		if l.Fresh() {
+			return nil
+		}
+		if err := l.Err(); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-l.lost:
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }

@@ -1,0 +1,101 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/walcast/walcast/host/internal/leader"
+)
+
+// TestPipelinesSpreadAndMove runs three walcast instances with the same six
+// pipelines (one given as a directory, one as files): every pipeline is
+// led exactly once, two per instance (the fair share: ceil(6/3)); when one
+// instance is SIGKILLed its two pipelines move to the other two (share
+// ceil(6/2) = 3 each), within 15 s.
+func TestPipelinesSpreadAndMove(t *testing.T) {
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	rcv := newReceiver(t)
+	dir := t.TempDir()
+	var names, files []string
+	for i := range 6 {
+		name := fmt.Sprintf("spread%d", i)
+		src := writePipeline(t, name, dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(dir, name+".hcl")
+		if err := os.WriteFile(dst, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, name)
+		files = append(files, dst)
+	}
+	procs := []*walcastProc{
+		startWalcast(t, dir),
+		startWalcast(t, dir),
+		startWalcast(t, files[0], files[1:]...),
+	}
+	host, _ := os.Hostname()
+	holder := func(p *walcastProc) string { return fmt.Sprintf("walcast %s pid %d", host, p.cmd.Process.Pid) }
+	// leaders maps each pipeline to the holder of its lock.
+	leaders := func() map[string]string {
+		out := map[string]string{}
+		for _, n := range names {
+			if h, ok, err := leader.Current(context.Background(), db, n); err == nil && ok {
+				out[n] = h.Name
+			}
+		}
+		return out
+	}
+	spread := func(want map[string]int) bool {
+		got := map[string]int{}
+		for _, h := range leaders() {
+			got[h]++
+		}
+		if len(got) != len(want) {
+			return false
+		}
+		for h, n := range want {
+			if got[h] != n {
+				return false
+			}
+		}
+		return true
+	}
+	started := time.Now()
+	waitFor(t, "six pipelines led 2/2/2", time.Minute, func() bool {
+		return spread(map[string]int{holder(procs[0]): 2, holder(procs[1]): 2, holder(procs[2]): 2})
+	})
+	t.Logf("spread 2/2/2 after %s", time.Since(started).Round(time.Millisecond))
+	// Every pipeline delivers through whoever leads it.
+	for _, n := range names {
+		waitSlot(t, db, "walcast_"+n)
+	}
+	exec1(t, db, `INSERT INTO items SELECT g, 0 FROM generate_series(1, 10) g`)
+	waitFor(t, "each pipeline to deliver", time.Minute, func() bool { return rcv.count() >= 60 })
+	if out, _, code := walcastCmd(t, "status", files[0]); code != 0 || countLines(out, "standby: walcast ") != 2 {
+		t.Errorf("walcast status does not list the two standbys (exit %d):\n%s", code, out)
+	}
+
+	procs[0].kill()
+	killed := time.Now()
+	waitFor(t, "the killed instance's pipelines to move (3/3)", time.Minute, func() bool {
+		return spread(map[string]int{holder(procs[1]): 3, holder(procs[2]): 3})
+	})
+	took := time.Since(killed)
+	t.Logf("pipelines moved after SIGKILL in %s", took.Round(time.Millisecond))
+	if took > 15*time.Second {
+		t.Errorf("moving the pipelines took %s, want under 15s", took)
+	}
+	exec1(t, db, `UPDATE items SET v = 1`)
+	waitFor(t, "each pipeline to deliver the updates", time.Minute, func() bool { return rcv.count() >= 120 })
+	procs[1].stop()
+	procs[2].stop()
+}
