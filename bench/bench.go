@@ -117,14 +117,26 @@ type Workload struct {
 
 // Drain is one drain of one slot.
 type Drain struct {
-	Seconds       float64      `json:"seconds"`
-	ChangesPerSec float64      `json:"changes_per_sec"`
-	HostRSSMiB    float64      `json:"host_rss_mib"`
-	PluginRSSMiB  float64      `json:"plugin_rss_mib"`
-	HostCPU       float64      `json:"host_cpu_seconds"`
-	PluginCPU     float64      `json:"plugin_cpu_seconds"`
-	Events        int64        `json:"events,omitempty"`   // as counted by the receiver, when it counts
-	Backfill      *BackfillRun `json:"backfill,omitempty"` // the backfill path's own figures
+	Seconds       float64 `json:"seconds"`
+	ChangesPerSec float64 `json:"changes_per_sec"`
+	HostRSSMiB    float64 `json:"host_rss_mib"`
+	PluginRSSMiB  float64 `json:"plugin_rss_mib"`
+	HostCPU       float64 `json:"host_cpu_seconds"`
+	PluginCPU     float64 `json:"plugin_cpu_seconds"`
+	// CPUPerChange is host and plugin CPU per change, in µs: the figure
+	// that moves least with the machine's load.
+	CPUPerChange float64 `json:"cpu_us_per_change"`
+	// SenderCPU is the CPU the slot's walsender (PostgreSQL decoding and
+	// sending) used during the drain, and SenderShare that over the
+	// drain's seconds: near 1 the walsender is the limit, below it the
+	// client is.
+	SenderCPU   float64 `json:"walsender_cpu_seconds"`
+	SenderShare float64 `json:"walsender_cpu_share"`
+	// EventsPerDeliver is the mean batch the daemon handed its sink (from
+	// its metrics): small batches cost more CPU per change.
+	EventsPerDeliver float64      `json:"events_per_deliver,omitempty"`
+	Events           int64        `json:"events,omitempty"`   // as counted by the receiver, when it counts
+	Backfill         *BackfillRun `json:"backfill,omitempty"` // the backfill path's own figures
 }
 
 // PathResult is a path's runs and their medians.
@@ -266,8 +278,8 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			if err != nil {
 				return res, fmt.Errorf("%s run %d: %w", p, i+1, err)
 			}
-			e.logf("  %.0f changes/s in %.2fs, host %.0f MiB %.1fs CPU, plugin %.0f MiB %.1fs CPU",
-				r.ChangesPerSec, r.Seconds, r.HostRSSMiB, r.HostCPU, r.PluginRSSMiB, r.PluginCPU)
+			e.logf("  %.0f changes/s in %.2fs, host %.0f MiB %.1fs CPU, plugin %.0f MiB %.1fs CPU (%.2f µs/change), walsender %.0f%% of a core, %.0f events/Deliver",
+				r.ChangesPerSec, r.Seconds, r.HostRSSMiB, r.HostCPU, r.PluginRSSMiB, r.PluginCPU, r.CPUPerChange, 100*r.SenderShare, r.EventsPerDeliver)
 			runs[p] = append(runs[p], r)
 			if err := e.dropSlot(ctx, slot); err != nil {
 				return res, err
@@ -390,24 +402,31 @@ func (e *env) workload(ctx context.Context) (Workload, error) {
 // waitActive polls until a walsender is active on slot and returns when
 // it was first seen.
 func (e *env) waitActive(ctx context.Context, conn *pgx.Conn, slot string, exited <-chan struct{}) (time.Time, error) {
+	t, _, err := e.waitSender(ctx, conn, slot, exited)
+	return t, err
+}
+
+// waitSender polls until a walsender is active on slot and returns when
+// it was first seen and its process id.
+func (e *env) waitSender(ctx context.Context, conn *pgx.Conn, slot string, exited <-chan struct{}) (time.Time, int, error) {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		var active bool
-		if err := conn.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active); err != nil {
-			return time.Time{}, fmt.Errorf("poll slot %s: %w", slot, err)
+		var pid *int32
+		if err := conn.QueryRow(ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&pid); err != nil {
+			return time.Time{}, 0, fmt.Errorf("poll slot %s: %w", slot, err)
 		}
-		if active {
-			return time.Now(), nil
+		if pid != nil {
+			return time.Now(), int(*pid), nil
 		}
 		select {
 		case <-exited:
-			return time.Time{}, errors.New("the process exited before streaming")
+			return time.Time{}, 0, errors.New("the process exited before streaming")
 		case <-ctx.Done():
-			return time.Time{}, ctx.Err()
+			return time.Time{}, 0, ctx.Err()
 		default:
 		}
 		if time.Now().After(deadline) {
-			return time.Time{}, errors.New("nothing streamed from the slot within 60s")
+			return time.Time{}, 0, errors.New("nothing streamed from the slot within 60s")
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
@@ -452,12 +471,16 @@ func median(runs []Drain) Drain {
 		return (v[len(v)/2-1] + v[len(v)/2]) / 2
 	}
 	return Drain{
-		Seconds:       pick(func(r Drain) float64 { return r.Seconds }),
-		ChangesPerSec: pick(func(r Drain) float64 { return r.ChangesPerSec }),
-		HostRSSMiB:    pick(func(r Drain) float64 { return r.HostRSSMiB }),
-		PluginRSSMiB:  pick(func(r Drain) float64 { return r.PluginRSSMiB }),
-		HostCPU:       pick(func(r Drain) float64 { return r.HostCPU }),
-		PluginCPU:     pick(func(r Drain) float64 { return r.PluginCPU }),
+		Seconds:          pick(func(r Drain) float64 { return r.Seconds }),
+		ChangesPerSec:    pick(func(r Drain) float64 { return r.ChangesPerSec }),
+		HostRSSMiB:       pick(func(r Drain) float64 { return r.HostRSSMiB }),
+		PluginRSSMiB:     pick(func(r Drain) float64 { return r.PluginRSSMiB }),
+		HostCPU:          pick(func(r Drain) float64 { return r.HostCPU }),
+		PluginCPU:        pick(func(r Drain) float64 { return r.PluginCPU }),
+		CPUPerChange:     pick(func(r Drain) float64 { return r.CPUPerChange }),
+		SenderCPU:        pick(func(r Drain) float64 { return r.SenderCPU }),
+		SenderShare:      pick(func(r Drain) float64 { return r.SenderShare }),
+		EventsPerDeliver: pick(func(r Drain) float64 { return r.EventsPerDeliver }),
 	}
 }
 
@@ -496,12 +519,13 @@ func (r *Results) WriteJSON(path string) error {
 func (r *Results) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "workload: %d changes (%d inserts, %d updates, %d deletes, %d-row transactions), %d MiB of WAL\n\n",
 		r.Workload.Changes, r.Workload.Inserts, r.Workload.Updates, r.Workload.Deletes, r.Workload.TxSize, r.Workload.WALBytes>>20)
-	fmt.Fprintln(w, "| path | changes/s | ratio | host RSS MiB | plugin RSS MiB | host CPU s | plugin CPU s |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| path | changes/s | ratio | host RSS MiB | plugin RSS MiB | host CPU s | plugin CPU s | µs/change | walsender CPU | events/Deliver |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, p := range r.Paths {
 		m := p.Median
-		fmt.Fprintf(w, "| %s | %.0f | %.2f | %.0f | %s | %.1f | %s |\n", p.Name, m.ChangesPerSec, p.Ratio, m.HostRSSMiB,
-			dash(m.PluginRSSMiB, "%.0f"), m.HostCPU, dash(m.PluginCPU, "%.1f"))
+		fmt.Fprintf(w, "| %s | %.0f | %.2f | %.0f | %s | %.1f | %s | %.2f | %.0f%% | %s |\n", p.Name, m.ChangesPerSec, p.Ratio, m.HostRSSMiB,
+			dash(m.PluginRSSMiB, "%.0f"), m.HostCPU, dash(m.PluginCPU, "%.1f"), m.CPUPerChange, 100*m.SenderShare,
+			dash(m.EventsPerDeliver, "%.0f"))
 	}
 	if l := r.Latency; l != nil {
 		fmt.Fprintf(w, "\nlatency (commit → webhook receiver) at %d changes/s for %.0fs, %d events: p50 %.1f ms, p99 %.1f ms, max %.1f ms\n",

@@ -91,6 +91,12 @@ func TestSmoke(t *testing.T) {
 		if strings.HasPrefix(p.Name, "daemon-") && m.PluginRSSMiB <= 0 {
 			t.Errorf("%s: no plugin measured: %+v", p.Name, m)
 		}
+		if strings.HasPrefix(p.Name, "daemon-") && m.EventsPerDeliver <= 0 {
+			t.Errorf("%s: no Deliver calls read from the daemon's metrics: %+v", p.Name, m)
+		}
+		if m.SenderCPU < 0 {
+			t.Errorf("%s: walsender CPU %v", p.Name, m.SenderCPU)
+		}
 		for _, r := range p.Runs {
 			if r.Events != 0 && r.Events < int64(res.Workload.Changes) {
 				t.Errorf("%s: %d of %d events", p.Name, r.Events, res.Workload.Changes)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/walcast/walcast/host"
 	"github.com/walcast/walcast/host/cli"
+	"github.com/walcast/walcast/pluginkit/protocol"
 )
 
 // Library is the library-mode consumer the harness runs as its own
@@ -77,6 +78,7 @@ func Daemon(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	profile := fs.String("profile", "", "write <prefix>.cpu.pprof and <prefix>.allocs.pprof")
 	pluginDir := fs.String("plugin-dir", "", "directory holding walcast-sink-* plugins")
+	metrics := fs.String("metrics-listen", "", "serve /metrics on this address")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -88,9 +90,17 @@ func Daemon(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer stopProfile()
+	if *profile != "" {
+		// The plugin inherits WALCAST_PLUGIN_* variables and profiles
+		// itself (pluginkit.Serve).
+		os.Setenv(protocol.EnvCPUProfile, *profile+".plugin.cpu.pprof")
+	}
 	// The same code path as `walcast run`, through the command line's own
 	// entry point: the bench measures the product, not a copy of its wiring.
 	args = []string{"run", fs.Arg(0), "--plugin-dir", *pluginDir, "--log-level", "warn"}
+	if *metrics != "" {
+		args = append(args, "--metrics-listen", *metrics)
+	}
 	if code := cli.Main("", args, stdout, stderr); code != 0 {
 		return fmt.Errorf("walcast run exited %d", code)
 	}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -91,7 +92,7 @@ func (e *env) drainRecvlogical(ctx context.Context, poll *pgx.Conn, slot string)
 		"-o", "proto_version=1", "-o", "publication_names="+publication, "-f", "/dev/null", "-E", end)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	t0, t1, err := e.runDrain(ctx, cmd, poll, slot, "pg_recvlogical", &stderr)
+	t0, t1, sender, err := e.runDrain(ctx, cmd, poll, slot, "pg_recvlogical", &stderr)
 	if err != nil {
 		return Drain{}, err
 	}
@@ -100,40 +101,59 @@ func (e *env) drainRecvlogical(ctx context.Context, poll *pgx.Conn, slot string)
 		Seconds:    t1.Sub(t0).Seconds(),
 		HostRSSMiB: float64(ru.Maxrss) / 1024,
 		HostCPU:    tv(ru.Utime) + tv(ru.Stime),
+		SenderCPU:  sender,
 	}
-	r.ChangesPerSec = float64(e.changes) / r.Seconds
-	return r, nil
+	return e.rates(r), nil
 }
 
 // runDrain starts a child that drains slot and exits at the end of the
-// workload, and returns when its walsender became active and when it
-// exited. A child that fails, or does not finish within drainTimeout, is
-// an error carrying its stderr.
-func (e *env) runDrain(ctx context.Context, cmd *exec.Cmd, poll *pgx.Conn, slot, what string, stderr *bytes.Buffer) (t0, t1 time.Time, err error) {
+// workload, and returns when its walsender became active, when it exited,
+// and the walsender's CPU seconds in between. A child that fails, or does
+// not finish within drainTimeout, is an error carrying its stderr.
+func (e *env) runDrain(ctx context.Context, cmd *exec.Cmd, poll *pgx.Conn, slot, what string, stderr *bytes.Buffer) (t0, t1 time.Time, senderCPU float64, err error) {
 	if err := cmd.Start(); err != nil {
-		return t0, t1, fmt.Errorf("start %s: %w", what, err)
+		return t0, t1, 0, fmt.Errorf("start %s: %w", what, err)
 	}
 	exited := make(chan struct{})
 	var waitErr error
 	go func() { waitErr = cmd.Wait(); close(exited) }()
-	t0, err = e.waitActive(ctx, poll, slot, exited)
+	t0, pid, err := e.waitSender(ctx, poll, slot, exited)
 	if err != nil {
 		cmd.Process.Kill()
 		<-exited
-		return t0, t1, fmt.Errorf("%s: %w: %s", what, err, stderr.String())
+		return t0, t1, 0, fmt.Errorf("%s: %w: %s", what, err, stderr.String())
 	}
+	sender := watchSender(pid)
 	select {
 	case <-exited:
 	case <-time.After(drainTimeout):
 		cmd.Process.Kill()
 		<-exited
-		return t0, t1, fmt.Errorf("%s did not finish draining within %s", what, drainTimeout)
+		sender.stop()
+		return t0, t1, 0, fmt.Errorf("%s did not finish draining within %s", what, drainTimeout)
 	}
 	t1 = time.Now()
-	if waitErr != nil {
-		return t0, t1, fmt.Errorf("%s: %w: %s", what, waitErr, stderr.String())
+	// The walsender leaves with its client: give it a moment, so that the
+	// watch's last sample is as late as possible.
+	for range 25 {
+		if _, err := readProcCPU(pid); err != nil {
+			break
+		}
+		time.Sleep(senderSample)
 	}
-	return t0, t1, nil
+	senderCPU = sender.stop()
+	if waitErr != nil {
+		return t0, t1, senderCPU, fmt.Errorf("%s: %w: %s", what, waitErr, stderr.String())
+	}
+	return t0, t1, senderCPU, nil
+}
+
+// rates fills in what follows from the measured seconds and CPU times.
+func (e *env) rates(r Drain) Drain {
+	r.ChangesPerSec = float64(e.changes) / r.Seconds
+	r.SenderShare = r.SenderCPU / r.Seconds
+	r.CPUPerChange = (r.HostCPU + r.PluginCPU) / float64(e.changes) * 1e6
+	return r
 }
 
 func tv(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
@@ -155,7 +175,7 @@ func (e *env) drainLibrary(ctx context.Context, poll *pgx.Conn, slot string) (Dr
 	cmd := exec.CommandContext(ctx, filepath.Join(e.cfg.BinDir, "walcast-bench"), args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	t0, _, err := e.runDrain(ctx, cmd, poll, slot, "library consumer", &stderr)
+	t0, _, sender, err := e.runDrain(ctx, cmd, poll, slot, "library consumer", &stderr)
 	if err != nil {
 		return Drain{}, err
 	}
@@ -167,10 +187,10 @@ func (e *env) drainLibrary(ctx context.Context, poll *pgx.Conn, slot string) (Dr
 		Seconds:    time.Unix(0, rep.LastUnixN).Sub(t0).Seconds(),
 		HostRSSMiB: float64(rep.MaxRSSKiB) / 1024,
 		HostCPU:    rep.CPU,
+		SenderCPU:  sender,
 		Events:     rep.Events,
 	}
-	r.ChangesPerSec = float64(e.changes) / r.Seconds
-	return r, nil
+	return e.rates(r), nil
 }
 
 // daemonRun is one walcast daemon drain.
@@ -179,6 +199,8 @@ type daemonRun struct {
 	slot string
 	sink string // the sink block
 	rcv  *receiver
+	// metrics, when set, is the address the daemon serves /metrics on.
+	metrics string
 }
 
 // startDaemon writes the pipeline and starts the daemon.
@@ -204,10 +226,17 @@ source "postgres" {
 	}
 	var cmd *exec.Cmd
 	if e.cfg.ProfileDir != "" {
-		cmd = exec.CommandContext(ctx, filepath.Join(e.cfg.BinDir, "walcast-bench"), "daemon",
-			"-profile", filepath.Join(e.cfg.ProfileDir, d.name), "-plugin-dir", e.cfg.BinDir, path)
+		args := []string{"daemon", "-profile", filepath.Join(e.cfg.ProfileDir, d.name), "-plugin-dir", e.cfg.BinDir}
+		if d.metrics != "" {
+			args = append(args, "-metrics-listen", d.metrics)
+		}
+		cmd = exec.CommandContext(ctx, filepath.Join(e.cfg.BinDir, "walcast-bench"), append(args, path)...)
 	} else {
-		cmd = exec.CommandContext(ctx, filepath.Join(e.cfg.BinDir, "walcast"), "run", "-log-level", "warn", path)
+		args := []string{"run", "-log-level", "warn"}
+		if d.metrics != "" {
+			args = append(args, "--metrics-listen", d.metrics)
+		}
+		cmd = exec.CommandContext(ctx, filepath.Join(e.cfg.BinDir, "walcast"), append(args, path)...)
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
@@ -244,6 +273,7 @@ func (e *env) tailLog(name string) string {
 }
 
 func (e *env) runDaemon(ctx context.Context, poll *pgx.Conn, d daemonRun) (Drain, error) {
+	d.metrics = freeAddr()
 	cmd, exited, waitErr, err := e.startDaemon(ctx, d)
 	if err != nil {
 		return Drain{}, err
@@ -254,10 +284,12 @@ func (e *env) runDaemon(ctx context.Context, poll *pgx.Conn, d daemonRun) (Drain
 			<-exited
 		}
 	}()
-	t0, err := e.waitActive(ctx, poll, d.slot, exited)
+	t0, pid, err := e.waitSender(ctx, poll, d.slot, exited)
 	if err != nil {
 		return Drain{}, fmt.Errorf("walcast: %w\n%s", err, e.tailLog(d.name))
 	}
+	sender := watchSender(pid)
+	defer sender.stop()
 	var t1 time.Time
 	if d.rcv != nil {
 		if t1, err = d.rcv.wait(int64(e.changes), exited, drainTimeout); err != nil {
@@ -274,6 +306,10 @@ func (e *env) runDaemon(ctx context.Context, poll *pgx.Conn, d daemonRun) (Drain
 		PluginRSSMiB: float64(plugin.HWMKiB) / 1024,
 		HostCPU:      host.CPU,
 		PluginCPU:    plugin.CPU,
+		SenderCPU:    sender.stop(),
+	}
+	if n := deliverCalls(d.metrics); n > 0 {
+		r.EventsPerDeliver = float64(e.changes) / n
 	}
 	if d.rcv != nil {
 		r.Events = d.rcv.events.Load()
@@ -283,8 +319,7 @@ func (e *env) runDaemon(ctx context.Context, poll *pgx.Conn, d daemonRun) (Drain
 			return Drain{}, err
 		}
 	}
-	r.ChangesPerSec = float64(e.changes) / r.Seconds
-	return r, e.stopDaemon(cmd, exited, waitErr, d.name)
+	return e.rates(r), e.stopDaemon(cmd, exited, waitErr, d.name)
 }
 
 // startKfake runs walcast-kfake on a free port.
@@ -395,3 +430,39 @@ func (r *receiver) wait(n int64, exited <-chan struct{}, timeout time.Duration) 
 }
 
 func (r *receiver) close() { r.srv.Close() }
+
+// freeAddr is a loopback address with a port nobody listens on now ("" if
+// none could be found: the daemon then serves no metrics).
+func freeAddr() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return ""
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// deliverCalls reads how many Deliver calls the daemon serving metrics on
+// addr made (walcast_sink_delivery_attempts_total); 0 when unknown.
+func deliverCalls(addr string) float64 {
+	if addr == "" {
+		return 0
+	}
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	var n float64
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "walcast_sink_delivery_attempts_total{"); ok {
+			if _, v, ok := strings.Cut(rest, "} "); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				n += f
+			}
+		}
+	}
+	return n
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"sync"
 	"syscall"
 	"time"
@@ -45,6 +46,9 @@ const parentPollInterval = time.Second
 // timeout, before it returns.
 func Serve(s Sink) {
 	srv := &server{sink: s}
+	if path := os.Getenv(protocol.EnvCPUProfile); path != "" {
+		defer startCPUProfile(path)()
+	}
 	// The host stops its plugins itself, after their batches in flight
 	// have finished and the final checkpoints are written. A SIGTERM or
 	// SIGINT sent to the whole process group or cgroup (systemd's
@@ -92,6 +96,24 @@ func Serve(s Sink) {
 	})
 
 	srv.closeIfOpen(closeTimeout)
+}
+
+// startCPUProfile profiles the plugin into path until the returned
+// function is called; a profile that cannot be written is skipped (it is
+// a measuring aid, never a reason to fail).
+func startCPUProfile(path string) func() {
+	f, err := os.Create(path)
+	if err != nil {
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
 }
 
 // watchParent calls stop once the parent process ppid is gone (the plugin

@@ -38,6 +38,9 @@ func (s *server) Describe(context.Context, *sinkv1.DescribeRequest) (*sinkv1.Des
 		Ordered: info.Ordered,
 		Config:  make([]*sinkv1.ConfigField, 0, len(info.Config)),
 	}
+	if info.BatchSize > 0 {
+		resp.BatchSize = uint32(info.BatchSize)
+	}
 	for _, f := range info.Config {
 		resp.Config = append(resp.Config, &sinkv1.ConfigField{
 			Name:     f.Name,

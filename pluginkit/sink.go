@@ -57,6 +57,12 @@ type Info struct {
 	// Ordered asks the host to keep one batch in flight, in global commit
 	// order, whatever the pipeline's delivery block says.
 	Ordered bool
+	// BatchSize, when set, is the batch size the host uses for this sink
+	// when the pipeline's delivery block sets no batch_size (the host's
+	// default is 100): for a destination whose every call has a high
+	// fixed cost, such as a Kafka transaction. Hosts older than this field
+	// ignore it. At most 10000.
+	BatchSize int
 }
 
 // OpenResult is what a sink reports after connecting.

@@ -51,3 +51,9 @@ const MaxMessageSize = math.MaxInt32
 // plugin which log level it will keep ("trace", "debug", "info", "warn" or
 // "error"), so that a plugin does not format lines the host drops.
 const EnvLogLevel = "WALCAST_PLUGIN_LOG_LEVEL"
+
+// EnvCPUProfile, when set in walcast's environment (plugins inherit
+// WALCAST_PLUGIN_* variables), names a file into which a plugin writes a
+// CPU profile of its whole run: what the benchmark's -profile uses to see
+// where a plugin's time goes.
+const EnvCPUProfile = "WALCAST_PLUGIN_CPU_PROFILE"

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -86,6 +87,12 @@ func (s *Sink) eventRecords(recs []*kgo.Record, topic string, e *pluginkit.Event
 // PostgreSQL includes it exactly when the key changed, with REPLICA IDENTITY
 // FULL always (hence the comparison).
 func oldKeyDelete(key, payload []byte) (oldKey, del []byte, ok bool) {
+	if v, found := topLevelMember(payload, "old"); found && string(v) == "null" {
+		// The common update: the key did not change and PostgreSQL sent
+		// no old tuple. Found without decoding the envelope, which cost
+		// about a third of this plugin's CPU.
+		return nil, nil, false
+	}
 	keyFields, err := objectFields(key)
 	if err != nil || len(keyFields) == 0 {
 		return nil, nil, false
@@ -210,4 +217,92 @@ func jsonEqual(a, b []byte) bool {
 		return bytes.Equal(a, b)
 	}
 	return bytes.Equal(ca.Bytes(), cb.Bytes())
+}
+
+// topLevelMember returns the raw value of the member name of the JSON
+// object b, scanning without decoding; found is false when it is absent or
+// b is not an object this scanner can read (the caller then decodes).
+func topLevelMember(b []byte, name string) (value []byte, found bool) {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return nil, false
+	}
+	i = skipSpace(b, i+1)
+	for i < len(b) && b[i] == '"' {
+		end, ok := skipJSON(b, i)
+		if !ok {
+			return nil, false
+		}
+		key := b[i+1 : end-1]
+		i = skipSpace(b, end)
+		if i >= len(b) || b[i] != ':' {
+			return nil, false
+		}
+		i = skipSpace(b, i+1)
+		end, ok = skipJSON(b, i)
+		if !ok {
+			return nil, false
+		}
+		if string(key) == name {
+			return b[i:end], true
+		}
+		i = skipSpace(b, end)
+		if i >= len(b) || b[i] != ',' {
+			return nil, false
+		}
+		i = skipSpace(b, i+1)
+	}
+	return nil, false
+}
+
+// skipJSON returns the index just past the JSON value starting at b[i].
+func skipJSON(b []byte, i int) (int, bool) {
+	if i >= len(b) {
+		return 0, false
+	}
+	switch b[i] {
+	case '"':
+		for j := i + 1; j < len(b); j++ {
+			switch b[j] {
+			case '\\':
+				j++ // the escaped character
+			case '"':
+				return j + 1, true
+			}
+		}
+		return 0, false
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(b); j++ {
+			switch b[j] {
+			case '"':
+				end, ok := skipJSON(b, j)
+				if !ok {
+					return 0, false
+				}
+				j = end - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return j + 1, true
+				}
+			}
+		}
+		return 0, false
+	default:
+		j := i
+		for j < len(b) && strings.IndexByte(",}] \t\r\n", b[j]) < 0 {
+			j++
+		}
+		return j, j > i
+	}
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
+		i++
+	}
+	return i
 }

@@ -219,6 +219,7 @@ func mustParseFile(t *testing.T, name string) *Pipeline {
 
 func withoutRanges(d Delivery) Delivery {
 	d.MaxInFlightRange = nil
+	d.BatchSizeRange = nil
 	return d
 }
 

@@ -105,6 +105,10 @@ type Delivery struct {
 	// "Sinks that fall behind").
 	DetachAfter time.Duration
 
+	// BatchSizeRange is where batch_size was written, nil when it was
+	// defaulted: a plugin may then ask for a batch size of its own
+	// (pluginkit.Info.BatchSize).
+	BatchSizeRange *hcl.Range
 	// MaxInFlightRange is where max_in_flight was written, nil when it was
 	// defaulted: a plugin that asks for ordered delivery ignores it, and
 	// that is worth a warning only when the user asked for something else.

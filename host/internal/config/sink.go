@@ -194,6 +194,9 @@ func (d *decoder) decodeDelivery(body hcl.Body) Delivery {
 	if attr, ok := attrs["max_in_flight"]; ok {
 		dl.MaxInFlightRange = attr.Expr.Range().Ptr()
 	}
+	if attr, ok := attrs["batch_size"]; ok {
+		dl.BatchSizeRange = attr.Expr.Range().Ptr()
+	}
 
 	if attr, ok := attrs["rate_limit"]; ok {
 		var v float64

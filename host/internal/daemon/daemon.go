@@ -225,7 +225,7 @@ func ScheduleConfig(s *config.Sink, info pluginkit.Info) schedule.Config {
 	d := s.Delivery
 	return schedule.Config{
 		SinkID:      s.ID,
-		BatchSize:   d.BatchSize,
+		BatchSize:   BatchSize(d, info),
 		MaxInFlight: d.MaxInFlight,
 		// A plugin that asks for order gets batches in commit order, one
 		// at a time (the Kafka sink filters at or below its own
@@ -239,6 +239,16 @@ func ScheduleConfig(s *config.Sink, info pluginkit.Info) schedule.Config {
 		Tables:         set(s.Tables),
 		Ops:            set(s.Ops),
 	}
+}
+
+// BatchSize is a sink's batch size: the delivery block's batch_size when
+// it sets one, else the plugin's own (Info.BatchSize, within
+// config.MaxBatchSize), else the default.
+func BatchSize(d config.Delivery, info pluginkit.Info) int {
+	if d.BatchSizeRange == nil && info.BatchSize > 0 {
+		return min(info.BatchSize, config.MaxBatchSize)
+	}
+	return d.BatchSize
 }
 
 func set[T comparable](xs []T) map[T]bool {

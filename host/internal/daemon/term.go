@@ -209,7 +209,7 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 		// The scheduler keeps its own look-ahead (a batch per lane plus one);
 		// the queue absorbs the moments it is busy landing results (one batch
 		// measured ~7% slower than two with batch_size 1000, four no faster).
-		r.queue = fanout.NewQueue(max(2*r.cfg.Delivery.BatchSize, 1024), r.cfg.Durable)
+		r.queue = fanout.NewQueue(max(2*BatchSize(r.cfg.Delivery, r.plugin.Info()), 1024), r.cfg.Durable)
 		r.queue.Sink = r.cfg.ID
 		queues[i] = r.queue
 		if r.plugin.Info().Ordered && r.cfg.Delivery.Ordering != config.OrderingStrict {

@@ -80,7 +80,11 @@ type DescribeResponse struct {
 	// ordered asks the host to keep one batch in flight in commit order.
 	Ordered bool `protobuf:"varint,3,opt,name=ordered,proto3" json:"ordered,omitempty"`
 	// config declares the attributes accepted in the `config` block.
-	Config        []*ConfigField `protobuf:"bytes,4,rep,name=config,proto3" json:"config,omitempty"`
+	Config []*ConfigField `protobuf:"bytes,4,rep,name=config,proto3" json:"config,omitempty"`
+	// batch_size is the batch size the host uses when the pipeline's
+	// delivery block sets none; 0 leaves the host's default (100). Hosts
+	// that predate it ignore it, and plugins that predate it send 0.
+	BatchSize     uint32 `protobuf:"varint,5,opt,name=batch_size,json=batchSize,proto3" json:"batch_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -141,6 +145,13 @@ func (x *DescribeResponse) GetConfig() []*ConfigField {
 		return x.Config
 	}
 	return nil
+}
+
+func (x *DescribeResponse) GetBatchSize() uint32 {
+	if x != nil {
+		return x.BatchSize
+	}
+	return 0
 }
 
 // ConfigField declares one attribute of a sink's `config` block.
@@ -688,12 +699,14 @@ var File_sink_v1_sink_proto protoreflect.FileDescriptor
 const file_sink_v1_sink_proto_rawDesc = "" +
 	"\n" +
 	"\x12sink/v1/sink.proto\x12\x0fwalcast.sink.v1\"\x11\n" +
-	"\x0fDescribeRequest\"\x90\x01\n" +
+	"\x0fDescribeRequest\"\xaf\x01\n" +
 	"\x10DescribeResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x18\n" +
 	"\aordered\x18\x03 \x01(\bR\aordered\x124\n" +
-	"\x06config\x18\x04 \x03(\v2\x1c.walcast.sink.v1.ConfigFieldR\x06config\"c\n" +
+	"\x06config\x18\x04 \x03(\v2\x1c.walcast.sink.v1.ConfigFieldR\x06config\x12\x1d\n" +
+	"\n" +
+	"batch_size\x18\x05 \x01(\rR\tbatchSize\"c\n" +
 	"\vConfigField\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1a\n" +
