@@ -37,6 +37,10 @@ type entry struct {
 	// in flight, and is parked under both.
 	oldRow string
 	bytes  int
+	// queued is when the event was taken from the queue (zero for a
+	// replayed one): a partial batch waits for more events at most
+	// linger after its oldest event.
+	queued time.Time
 	// replay marks an event taken from walcast.parked by `walcast replay`:
 	// it is not tracked by the ack tracker (it was resolved when parked),
 	// and on success it leaves walcast.parked.
@@ -64,7 +68,10 @@ func (e *entry) before(o *entry) bool {
 // newEntry makes the scheduler's entry for an event; oldKey is the key an
 // update moved the row away from, nil when the key did not change.
 func newEntry(ev pluginkit.Event, oldKey []byte) *entry {
-	e := &entry{ev: ev, row: rowKey(ev), table: ev.Schema + "." + ev.Table, bytes: len(ev.Payload)}
+	row := rowKey(ev)
+	// The row starts with "schema.table\x1f": the table is a prefix of it,
+	// not a second string built per event.
+	e := &entry{ev: ev, row: row, table: row[:len(ev.Schema)+1+len(ev.Table)], bytes: len(ev.Payload)}
 	e.barrier = ev.Op == pluginkit.OpTruncate
 	if oldKey != nil {
 		e.oldRow = rowOf(ev, oldKey)

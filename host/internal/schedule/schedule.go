@@ -138,10 +138,12 @@ type Scheduler struct {
 	window       int // events held: pending plus in flight
 	bucket       *bucket
 	pausedTill   time.Time
-	gapCarry     bool // a gap flag whose event was filtered out: it goes to the next one
-	inFlight     int  // batches
-	flying       int  // events in those batches
-	flyBytes     int  // payload bytes in those batches
+	gapCarry     bool      // a gap flag whose event was filtered out: it goes to the next one
+	inFlight     int       // batches
+	idleSince    time.Time // when the last batch in flight landed
+	took         time.Time // when Run took the events it is accepting (one clock read per burst)
+	flying       int       // events in those batches
+	flyBytes     int       // payload bytes in those batches
 	results      chan result
 	// deliveries counts the delivery goroutines; Run waits for them
 	// before it returns, so no Deliver outlives the scheduler.
@@ -285,6 +287,7 @@ func (s *Scheduler) Run(ctx context.Context, stop <-chan struct{}) error {
 			stopping = true
 			stop = nil
 		case it := <-queue:
+			s.took = time.Now()
 			if err := s.accept(ctx, it); err != nil {
 				return err
 			}
@@ -302,6 +305,9 @@ func (s *Scheduler) Run(ctx context.Context, stop <-chan struct{}) error {
 			}
 		case r := <-s.results:
 			s.inFlight--
+			if s.inFlight == 0 {
+				s.idleSince = time.Now()
+			}
 			s.flying -= len(r.batch)
 			s.flyBytes -= r.bytes
 			if err := s.land(ctx, r); err != nil {
@@ -377,7 +383,7 @@ func (s *Scheduler) accept(ctx context.Context, it fanout.Item) error {
 		return nil
 	}
 	e := newEntry(ev, it.OldKey)
-	e.seq, e.gapBefore = it.Seq, gap
+	e.seq, e.gapBefore, e.queued = it.Seq, gap, s.took
 	if s.parkedRows[e.row] || (e.oldRow != "" && s.parkedRows[e.oldRow]) {
 		s.gapCarry = gap
 		reason := "parked behind an earlier parked event of the same row"
@@ -404,6 +410,33 @@ func (s *Scheduler) wants(ev pluginkit.Event) bool {
 	return true
 }
 
+// linger is how long a partial batch waits for more events when the sink
+// is busy. Without it a sink whose batches land quickly gets one small
+// batch per landing, and every Deliver costs the same fixed work (a gRPC
+// call, a request, a transaction) whatever its size: on a loaded machine
+// that fixed cost slows the capture down, which keeps the batches small
+// (measured: 4 to 25 events per Deliver instead of 100, and 5 to 20 times
+// the CPU per change). Waiting lets a batch fill with what capture reads
+// meanwhile. A sink that has been idle for linger gets a partial batch at
+// once: at a low rate there is nothing to wait for.
+const linger = 2 * time.Millisecond
+
+// lingerUntil returns when a partial batch may go, zero if it may go now:
+// a full batch (by events or bytes) goes at once, a partial one once its
+// oldest event has waited linger, or at once to a sink idle for linger.
+func (s *Scheduler) lingerUntil(now time.Time, lim limits) time.Time {
+	if s.pend.len() >= lim.events || s.pend.bytes >= lim.bytes {
+		return time.Time{}
+	}
+	if s.inFlight == 0 && now.Sub(s.idleSince) >= linger {
+		return time.Time{}
+	}
+	if at := s.pend.list[0].queued.Add(linger); now.Before(at) {
+		return at
+	}
+	return time.Time{}
+}
+
 // dispatch starts as many batches as lanes, pause and rate limit allow,
 // and returns when the next one could start (zero: on the next event or
 // result).
@@ -424,6 +457,9 @@ func (s *Scheduler) dispatch(ctx context.Context) (time.Time, error) {
 				return at, nil
 			}
 			lim.events = min(lim.events, n)
+		}
+		if at := s.lingerUntil(now, lim); !at.IsZero() {
+			return at, nil
 		}
 		batch, w := s.pend.take(now, lim)
 		if len(batch) == 0 {

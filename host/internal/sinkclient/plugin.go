@@ -203,10 +203,11 @@ func (p *Plugin) Info(ctx context.Context) (pluginkit.Info, error) {
 		return pluginkit.Info{}, callError(ctx, "describe", err)
 	}
 	info := pluginkit.Info{
-		Name:    resp.GetName(),
-		Version: resp.GetVersion(),
-		Ordered: resp.GetOrdered(),
-		Config:  make([]pluginkit.ConfigField, 0, len(resp.GetConfig())),
+		Name:      resp.GetName(),
+		Version:   resp.GetVersion(),
+		Ordered:   resp.GetOrdered(),
+		BatchSize: int(resp.GetBatchSize()),
+		Config:    make([]pluginkit.ConfigField, 0, len(resp.GetConfig())),
 	}
 	for _, f := range resp.GetConfig() {
 		info.Config = append(info.Config, pluginkit.ConfigField{
