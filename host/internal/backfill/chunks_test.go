@@ -65,9 +65,18 @@ func TestChunksKeepTheirSize(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	// The state is committed inside the last chunk, before the runner
+	// counts that chunk: wait for its count, then stop it.
+	var st Stats
+	for {
+		st, _ = r.StatsOf(ids[0])
+		if st.Rows == 5000 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	stop()
 	<-done
-	st, _ := r.StatsOf(ids[0])
 	// The first chunk is 100 rows (row widths unknown), then 400 each.
 	if st.Chunks != 14 {
 		t.Fatalf("%d chunks for 5000 rows in chunks of 100, then 400: want 14", st.Chunks)
