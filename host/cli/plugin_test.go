@@ -571,7 +571,14 @@ func TestPluginInstallModule(t *testing.T) {
 // deadline leaves room for `plugin install` builds on a loaded machine.
 func walcastEnvCmd(t *testing.T, env []string, args ...string) (string, string, int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	return walcastTimed(t, 10*time.Minute, env, args...)
+}
+
+// walcastTimed is walcastEnvCmd that kills walcast after d: exit code -1
+// then (a walcast run that streamed instead of refusing to start).
+func walcastTimed(t *testing.T, d time.Duration, env []string, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "walcast"), args...)
 	for _, kv := range os.Environ() {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -59,6 +60,18 @@ type Config struct {
 	// while it is false, no connection is opened and no position is
 	// confirmed (a leader frozen past its lease, see package leader).
 	Fence func() bool
+	// Confirm, when set, records a position before it is confirmed to the
+	// slot (checkpoint.Store.RaiseConfirmLimit), so that the next Prepare
+	// can tell a slot moved by someone else. ConfirmLimit is the position
+	// already recorded (Prepared.ConfirmLimit).
+	Confirm      ConfirmRecorder
+	ConfirmLimit uint64
+}
+
+// ConfirmRecorder durably records the furthest position that may be
+// confirmed to the slot.
+type ConfirmRecorder interface {
+	RaiseConfirmLimit(ctx context.Context, lsn uint64) error
 }
 
 // Consumer receives the decoded stream. All methods are called from the
@@ -105,6 +118,14 @@ type Capture struct {
 	// Also read by other goroutines (metrics).
 	received  atomic.Uint64 // highest WAL position seen on the stream
 	streaming atomic.Bool
+	// With Config.Confirm: the position recorded as confirmable, the
+	// position the consumer would confirm, and a wake-up for the
+	// goroutine that records it.
+	allowed, wanted atomic.Uint64
+	raise           chan struct{}
+	// idleMove: the last move of the flush position was an idle advance
+	// over WAL without changes, not a transaction.
+	idleMove atomic.Bool
 }
 
 // New returns a capture for cfg feeding consumer.
@@ -119,7 +140,9 @@ func New(cfg Config, consumer Consumer) *Capture {
 		cfg:      cfg,
 		consumer: consumer,
 		log:      cfg.Logger,
+		raise:    make(chan struct{}, 1),
 	}
+	c.allowed.Store(cfg.ConfirmLimit)
 	var pk func(schema, table string) ([]string, error)
 	if cfg.PrimaryKey != nil {
 		// The decoder asks while decoding a message of the stream: the
@@ -150,6 +173,13 @@ const feedbackDelay = 100 * time.Millisecond
 // publication was dropped). The connection stays open after Run returns so
 // that Close can confirm the final position.
 func (c *Capture) Run(ctx context.Context) error {
+	if c.cfg.Confirm != nil {
+		guardCtx, stop := context.WithCancel(ctx)
+		var guard sync.WaitGroup
+		guard.Go(func() { c.recordConfirms(guardCtx) })
+		defer guard.Wait()
+		defer stop()
+	}
 	backoff := 100 * time.Millisecond
 	for {
 		started := time.Now()
@@ -179,6 +209,14 @@ func (c *Capture) Run(ctx context.Context) error {
 func (c *Capture) Close(ctx context.Context) error {
 	if c.conn == nil {
 		return nil
+	}
+	if c.cfg.Confirm != nil {
+		// The last confirmation of a graceful stop: record it first.
+		if w := c.consumer.Flush(); w > c.allowed.Load() {
+			if err := c.cfg.Confirm.RaiseConfirmLimit(ctx, w); err == nil {
+				c.allowed.Store(w)
+			}
+		}
 	}
 	err := c.sendStatus(false)
 	c.closeConn(ctx)
@@ -344,7 +382,9 @@ func (c *Capture) handleCopyData(ctx context.Context, data []byte, idle func()) 
 		// before this keepalive. With no transaction open and nothing in
 		// flight there is nothing below it left to protect.
 		if !c.dec.InTransaction() {
-			c.consumer.AdvanceIdle(uint64(ka.ServerWALEnd))
+			if c.consumer.AdvanceIdle(uint64(ka.ServerWALEnd)) {
+				c.idleMove.Store(true)
+			}
 		}
 		if ka.ReplyRequested {
 			return c.sendStatus(false)
@@ -366,6 +406,7 @@ func (c *Capture) handleCopyData(ctx context.Context, data []byte, idle func()) 
 			if end := uint64(commit.TransactionEndLSN); end > c.lastEnd {
 				c.lastEnd = end
 				c.consumer.Commit(uint64(commit.CommitLSN), end)
+				c.idleMove.Store(false)
 			}
 			return nil
 		}
@@ -421,10 +462,79 @@ func (c *Capture) maybeSendStatus() error {
 	if since < feedbackDelay {
 		return nil
 	}
-	if c.consumer.Flush() == c.sentPos && since < c.cfg.StatusInterval {
+	if c.flushPosition() == c.sentPos && since < c.cfg.StatusInterval {
 		return nil
 	}
 	return c.sendStatus(false)
+}
+
+// flushPosition is the position to confirm: the consumer's, held at the
+// recorded limit while a higher one is being recorded (Config.Confirm).
+func (c *Capture) flushPosition() uint64 {
+	f := c.consumer.Flush()
+	if c.cfg.Confirm == nil {
+		return f
+	}
+	c.wanted.Store(f)
+	if a := c.allowed.Load(); f > a {
+		select {
+		case c.raise <- struct{}{}:
+		default:
+		}
+		return a
+	}
+	return f
+}
+
+// confirmRecordEvery bounds how often the confirm limit is written while
+// transactions are being confirmed. Each write is WAL too, which an idle
+// stream then confirms (an idle advance), records and confirms again:
+// positions reached only by idle advances are recorded at most every
+// idleRecordEvery, so that this costs one small write per 10 s, not a
+// write loop.
+const (
+	confirmRecordEvery = 200 * time.Millisecond
+	idleRecordEvery    = 10 * time.Second
+)
+
+// recordConfirms records the positions flushPosition holds back, so that
+// they can be confirmed. A failed write is retried on a later wake-up;
+// until one succeeds nothing more is confirmed, which only keeps WAL.
+func (c *Capture) recordConfirms(ctx context.Context) {
+	warned := false
+	var last time.Time
+	retry := time.NewTimer(time.Hour)
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.raise:
+		case <-retry.C:
+		}
+		w := c.wanted.Load()
+		if w <= c.allowed.Load() {
+			continue
+		}
+		every := confirmRecordEvery
+		if c.idleMove.Load() {
+			every = idleRecordEvery
+		}
+		if wait := every - time.Since(last); wait > 0 {
+			retry.Reset(wait)
+			continue
+		}
+		last = time.Now()
+		if err := c.cfg.Confirm.RaiseConfirmLimit(ctx, w); err != nil {
+			if ctx.Err() == nil && !warned {
+				c.log.Warn("cannot record the position to confirm; confirming to the slot waits (it retains WAL meanwhile)", "err", err)
+				warned = true
+			}
+			continue
+		}
+		c.allowed.Store(w)
+		warned = false
+	}
 }
 
 func (c *Capture) sendStatus(reply bool) error {
@@ -436,7 +546,7 @@ func (c *Capture) sendStatus(reply bool) error {
 		// status update tries again.
 		return nil
 	}
-	flush := c.consumer.Flush()
+	flush := c.flushPosition()
 	// Every position is set explicitly: pglogrepl copies the write
 	// position into zero flush/apply positions, which would confirm what
 	// no sink has acknowledged.

@@ -44,6 +44,9 @@ type Prepared struct {
 	WalSenderTimeout time.Duration
 	// AcceptedGap is the gap Prepare accepted (Config.AcceptGap), if any.
 	AcceptedGap *GapError
+	// ConfirmLimit is the furthest position recorded as confirmable to
+	// the slot (Config.ConfirmLimit of the capture that streams it).
+	ConfirmLimit uint64
 }
 
 // Prepare checks that the source can be captured and creates the
@@ -115,11 +118,29 @@ func Prepare(ctx context.Context, db Querier, store *checkpoint.Store, cfg Confi
 			return p, err
 		}
 		p.ConfirmedFlush = slot.confirmed
+		p.ConfirmLimit = max(rec.ConfirmLimit, slot.confirmed)
+		if rec.ConfirmLimit == 0 {
+			// Set up by a walcast that did not record the limit, or a
+			// crash right after creating the slot: adopt the slot where
+			// it stands, as for the slot's incarnation below.
+			if err := store.SetConfirmLimit(ctx, slot.confirmed); err != nil {
+				return p, err
+			}
+		}
 	} else {
+		// Cleared first: a crash between creating the slot and recording
+		// its start must not look like a slot moved by someone else.
+		if err := store.SetConfirmLimit(ctx, 0); err != nil {
+			return p, err
+		}
 		if p.ConfirmedFlush, err = createSlot(ctx, db, cfg.Slot); err != nil {
 			return p, err
 		}
 		p.CreatedSlot = true
+		if err := store.SetConfirmLimit(ctx, p.ConfirmedFlush); err != nil {
+			return p, err
+		}
+		p.ConfirmLimit = p.ConfirmedFlush
 	}
 	id := here
 	id.SlotCreatedLSN = rec.Identity.SlotCreatedLSN
@@ -188,8 +209,8 @@ func Diagnose(ctx context.Context, db Querier, store *checkpoint.Store, cfg Conf
 // its publication was dropped. It says what happened and the ways out.
 type GapError struct {
 	Slot, Publication string
-	// Kind is "slot lost", "foreign checkpoints", "slot invalidated" or
-	// "publication dropped".
+	// Kind is "slot lost", "foreign checkpoints", "slot invalidated",
+	// "slot moved" or "publication dropped".
 	Kind string
 	// What explains the case; Checkpoints lists the sinks' last
 	// checkpoints; Restore is the way out other than accepting the gap.
@@ -246,6 +267,12 @@ func checkHistory(cfg Config, pipeline string, rec checkpoint.Pipeline, known bo
 		e.What = fmt.Sprintf("replication slot %s was invalidated (wal_status lost): PostgreSQL removed WAL the slot still needed because it retained more than max_slot_wal_keep_size, so the changes since the checkpoints below are gone", cfg.Slot)
 		e.Restore = "restore the database from a backup taken before the invalidation"
 		e.Replace = "drops the invalidated slot, creates a new one"
+	case rec.ConfirmLimit != 0 && slot.confirmed > rec.ConfirmLimit:
+		e.Kind = "slot moved"
+		e.What = fmt.Sprintf("replication slot %s is confirmed up to %s, beyond %s, the furthest position walcast ever confirmed to it: while walcast was not streaming, the slot was dropped and created again under the same name, or advanced by hand (pg_replication_slot_advance), so the changes committed between the checkpoints below and %s were never delivered and can no longer be read",
+			cfg.Slot, cdc.FormatLSN(slot.confirmed), cdc.FormatLSN(rec.ConfirmLimit), cdc.FormatLSN(slot.confirmed))
+		e.Restore = "restore the database from a backup taken before the slot was moved"
+		e.Replace = "drops the slot, creates a new one"
 	case !pubExists:
 		e.Kind = "publication dropped"
 		e.What = fmt.Sprintf("publication %s does not exist but replication slot %s does: the publication was dropped while the slot still holds changes. PostgreSQL reads the publication as it was at each change's position in the slot, so creating it again does not help: every change still in the slot would fail with \"publication %s does not exist\"", cfg.Publication, cfg.Slot, cfg.Publication)

@@ -76,7 +76,7 @@ WHERE pipeline = $1`, s.pipeline, id.SystemIdentifier, int64(id.DatabaseOID), cd
 // ForgetSlot clears the slot incarnation, after walcast dropped a slot it
 // had just created in a start that failed: nothing was streamed from it.
 func (s *Store) ForgetSlot(ctx context.Context) error {
-	_, err := s.db.Exec(ctx, `UPDATE walcast.pipelines SET slot_created_lsn = NULL, slot_created_at = NULL WHERE pipeline = $1`, s.pipeline)
+	_, err := s.db.Exec(ctx, `UPDATE walcast.pipelines SET slot_created_lsn = NULL, slot_created_at = NULL, confirm_limit = NULL WHERE pipeline = $1`, s.pipeline)
 	if err != nil {
 		return fmt.Errorf("forget slot of pipeline %s: %w", s.pipeline, err)
 	}

@@ -28,6 +28,7 @@ var migrations = []migration{
 	{5, "backfills and the tables each pipeline has listed", backfillDDL},
 	{6, "catch-up slots of sinks that fell behind", catchupDDL},
 	{7, "each sink's backlog as the leading daemon last reported it", backlogDDL},
+	{8, "the furthest position walcast may have confirmed to each pipeline's slot", confirmLimitDDL},
 }
 
 // SchemaVersion is the newest walcast schema this binary knows.

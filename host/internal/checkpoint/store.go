@@ -147,6 +147,9 @@ type Pipeline struct {
 	// Identity is where the checkpoints belong; its fields are zero when
 	// not recorded yet (a pipeline set up by an older walcast).
 	Identity Identity
+	// ConfirmLimit is the furthest position walcast may have confirmed to
+	// the slot (see SetConfirmLimit); 0 when unknown.
+	ConfirmLimit uint64
 }
 
 // RecordPipeline stores the slot and publication names, and whether
@@ -170,12 +173,12 @@ SET slot = excluded.slot, publication = excluded.publication,
 // (including when the walcast schema itself does not exist yet).
 func (s *Store) LoadPipeline(ctx context.Context) (p Pipeline, ok bool, err error) {
 	var oid int64
-	var created string
+	var created, limit string
 	err = s.db.QueryRow(ctx, `
 SELECT slot, publication, created_publication, coalesce(system_identifier, ''), coalesce(database_oid, 0),
-       coalesce(slot_created_lsn::text, '0/0')
+       coalesce(slot_created_lsn::text, '0/0'), coalesce(confirm_limit::text, '0/0')
 FROM walcast.pipelines WHERE pipeline = $1`,
-		s.pipeline).Scan(&p.Slot, &p.Publication, &p.CreatedPublication, &p.Identity.SystemIdentifier, &oid, &created)
+		s.pipeline).Scan(&p.Slot, &p.Publication, &p.CreatedPublication, &p.Identity.SystemIdentifier, &oid, &created, &limit)
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -188,6 +191,9 @@ FROM walcast.pipelines WHERE pipeline = $1`,
 	p.Identity.DatabaseOID = uint32(oid)
 	if p.Identity.SlotCreatedLSN, err = cdc.ParseLSN(created); err != nil {
 		return Pipeline{}, false, fmt.Errorf("load pipeline %s: slot position: %w", s.pipeline, err)
+	}
+	if p.ConfirmLimit, err = cdc.ParseLSN(limit); err != nil {
+		return Pipeline{}, false, fmt.Errorf("load pipeline %s: confirm limit: %w", s.pipeline, err)
 	}
 	return p, true, nil
 }

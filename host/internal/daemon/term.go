@@ -220,6 +220,9 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 		log.Info("sink ready", "sink", r.cfg.ID, "type", r.cfg.Type, "durable", r.cfg.Durable, "resume_after", skip[i].String())
 	}
 	t.fan = fanout.New(t.tracker, queues)
+	// Every confirmation is recorded first, through the fenced store, so
+	// that the next start can tell a slot someone else moved.
+	t.ccfg.Confirm, t.ccfg.ConfirmLimit = t.marksStore, prep.ConfirmLimit
 	t.capt = capture.New(t.ccfg, t.fan)
 	isolateSinks(t.runs, resume, slots, t.fan, t.tracker, prep.ConfirmedFlush, t.capt, t.ccfg, newSched, log)
 	sinkIDs := make([]string, len(p.Sinks))

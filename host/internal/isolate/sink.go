@@ -350,6 +350,8 @@ func (s *Sink) startCatchup(ctx context.Context, slot string, confirmed uint64, 
 	ccfg := s.cfg.Capture
 	ccfg.Slot = slot
 	ccfg.ApplicationName += "-catchup"
+	// The confirm limit guards the pipeline's slot, not this copy.
+	ccfg.Confirm, ccfg.ConfirmLimit = nil, 0
 	cu.capt = capture.New(ccfg, bounded{Fanout: fanout.New(tr, []*fanout.Queue{q}), c: cu})
 	s.mu.Lock()
 	if retired != nil {
