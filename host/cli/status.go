@@ -210,7 +210,7 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 		// every couple of seconds. An old report says nothing of now.
 		backlog := "-"
 		var bl *statusBacklog
-		if b, ok := backlogs[s.ID]; ok && streamed && dbNow.Sub(b.Updated) < backlogFresh {
+		if b, ok := backlogs[s.ID]; ok && streamed && b.FreshAt(dbNow) {
 			bl = &statusBacklog{Events: b.Events, Bytes: b.Bytes}
 			backlog = fmt.Sprintf("%d (%s)", b.Events, units.Bytes(b.Bytes))
 			if !b.Oldest.IsZero() {
@@ -320,7 +320,3 @@ type statusBacklog struct {
 	// OldestSeconds is the age of the oldest of them when reported.
 	OldestSeconds float64 `json:"oldest_seconds"`
 }
-
-// backlogFresh is how old a daemon's backlog report may be and still be
-// shown: it reports every couple of seconds while it leads.
-const backlogFresh = 15 * time.Second

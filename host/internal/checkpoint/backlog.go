@@ -36,6 +36,15 @@ type Backlog struct {
 	Updated time.Time
 }
 
+// backlogFresh is how old a report may be and still be shown: the daemon
+// reports every couple of seconds while it leads, so an older one is from
+// a daemon that stopped or lost the lead.
+const backlogFresh = 15 * time.Second
+
+// FreshAt reports whether the report still says something at now (the
+// database's clock, which wrote Updated).
+func (b Backlog) FreshAt(now time.Time) bool { return now.Sub(b.Updated) < backlogFresh }
+
 // ReportBacklogs records the backlog of every sink in one statement.
 func (s *Store) ReportBacklogs(ctx context.Context, backlogs map[string]Backlog) error {
 	if len(backlogs) == 0 {

@@ -165,7 +165,7 @@ func load(ctx context.Context, p *Pipeline, now time.Time) (pipelineView, error)
 		sv := sinkView{Sink: s, Behind: -1, Undelivered: -1, Checkpoint: "-"}
 		// Reported every couple of seconds by the daemon that streams; an
 		// older report says nothing of now.
-		if b, ok := backlogs[s.ID]; ok && state.Active && dbNow.Sub(b.Updated) < 15*time.Second {
+		if b, ok := backlogs[s.ID]; ok && state.Active && b.FreshAt(dbNow) {
 			sv.Undelivered = b.Events
 		}
 		sv.PausedSince, sv.Paused = pauses.Paused(s.ID)
