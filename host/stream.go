@@ -131,6 +131,7 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 	ccfg.StatusInterval = min(10*time.Second, prep.WalSenderTimeout/4)
 	ccfg.KeylessPublication = prep.KeylessPublication
 	ccfg.Confirm, ccfg.ConfirmLimit = store, prep.ConfirmLimit
+	ccfg.Watch = capture.PublicationWatch(pool, ccfg, prep.Published)
 	if err := backfill.Init(ctx, pool); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open walcast stream: %w", err)

@@ -546,3 +546,90 @@ func TestSlotRecreatedOrAdvancedByHandRefuses(t *testing.T) {
 		})
 	}
 }
+
+// TestTableRemovedFromPublicationRefuses: a table is removed from the
+// pipeline's publication by hand (and, in one case, added back) while
+// walcast is stopped, or while it runs. PostgreSQL decodes each change
+// with the publication as it was then, so the changes committed meanwhile
+// are gone from the stream: walcast must stop and say so, not re-add the
+// table and go on.
+func TestTableRemovedFromPublicationRefuses(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		running bool
+		readd   bool
+		want    string
+	}{
+		{"stopped", false, false, "no longer published by publication walcast_pubstopped"},
+		{"readded", false, true, "published differently since walcast last checked it"},
+		{"running", true, false, "no longer published by publication walcast_pubrunning (removed by hand while walcast ran"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			name := "pub" + c.name
+			dsn := cluster.Database(t)
+			db := connect(t, dsn)
+			exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
+			exec1(t, db, `CREATE TABLE other (id int PRIMARY KEY)`)
+			truthSlot(t, db, "truth_"+name)
+			t.Cleanup(func() { dropSlot(dsn, "truth_"+name) })
+			rcv := newReceiver(t)
+			p := writePipeline(t, name, dsn, []string{"public.items", "public.other"}, sinkSpec{ID: "hook", URL: rcv.URL})
+			streamItems(t, db, p, "walcast_"+name, rcv, 1, 10)
+
+			var out string
+			if c.running {
+				w := startWalcast(t, p, "--slot-check-interval", "200ms")
+				w.waitLog(t, "streaming from slot")
+				exec1(t, db, `ALTER PUBLICATION walcast_`+name+` DROP TABLE items`)
+				insertItems(t, db, 11, 5) // never decoded
+				select {
+				case err := <-w.done:
+					w.done <- err
+					var exitErr *exec.ExitError
+					if !errors.As(err, &exitErr) || exitErr.ExitCode() != 1 {
+						t.Fatalf("walcast exited with %v, want exit 1", err)
+					}
+				case <-time.After(time.Minute):
+					t.Fatalf("walcast still runs a minute after a table was removed from its publication")
+				}
+				out = w.logText()
+			} else {
+				exec1(t, db, `ALTER PUBLICATION walcast_`+name+` DROP TABLE items`)
+				insertItems(t, db, 11, 5) // never decoded
+				if c.readd {
+					exec1(t, db, `ALTER PUBLICATION walcast_`+name+` ADD TABLE items`)
+				}
+				stdout, stderr, code := walcastTimed(t, time.Minute, nil, "run", p, "--plugin-dir", binDir)
+				out = stdout + stderr
+				if code != 1 {
+					t.Fatalf("walcast run after items was removed from its publication: exit %d (-1: still running after a minute), want 1; output:\n%s", code, out)
+				}
+			}
+			t.Logf("refusal:\n%s", out)
+			wantAll(t, out, "table public.items is "+c.want, "publishing it again does not bring them back", "--accept-gap")
+			if rcv.distinct() != 10 {
+				t.Fatalf("the receiver got %d rows, want the 10 streamed before", rcv.distinct())
+			}
+			// Every later start refuses too (walcast does not quietly put
+			// the table back), and status says why.
+			stdout, stderr, code := walcastTimed(t, time.Minute, nil, "run", p, "--plugin-dir", binDir)
+			if code != 1 || !strings.Contains(stdout+stderr, "table public.items is ") {
+				t.Fatalf("second start: exit %d, want the same refusal; output:\n%s", code, stdout+stderr)
+			}
+			status, _ := walcastOut(t, "status", p)
+			wantAll(t, status, "walcast run refuses to start (publication changed)")
+
+			// Accepting the gap keeps the slot and publishes items again:
+			// exactly the five changes made while it was unpublished are
+			// missing, as test_decoding says, and later ones arrive.
+			streamItems(t, db, p, "walcast_"+name, rcv, 16, 5, "--accept-gap")
+			status, _ = walcastOut(t, "status", p)
+			wantAll(t, status, "gap accepted", "(publication changed: public.items): sink hook missed the changes after")
+			want := truth(t, db, "truth_"+name, map[string]bool{"public.items": true})
+			if got, wantMissing := missingKeys(want, rcv.events()), itemKeys(11, 5); strings.Join(got, " ") != strings.Join(wantMissing, " ") {
+				t.Fatalf("changes never delivered: %v, want exactly the unpublished %v", got, wantMissing)
+			}
+			streamItems(t, db, p, "walcast_"+name, rcv, 21, 3)
+		})
+	}
+}

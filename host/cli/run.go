@@ -23,7 +23,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	metrics := fs.String("metrics-listen", "", "serve Prometheus /metrics and /healthz on this address, e.g. 127.0.0.1:9187")
 	acceptGap := fs.Bool("accept-gap", false, "when the slot was lost, invalidated or belongs to another cluster, or its publication was dropped: create a new slot and record the gap instead of refusing to start")
 	warnWAL := fs.Int64("warn-retained-wal-mb", 1024, "warn (log and walcast_slot_wal_at_risk) when the slot retains more WAL than this many MiB; wal_status unreserved always warns")
-	slotCheck := fs.Duration("slot-check-interval", 10*time.Second, "how often the slot's retained WAL is checked")
+	slotCheck := fs.Duration("slot-check-interval", 10*time.Second, "how often the slot's retained WAL and the publication's tables are checked")
 	maxPipelines := fs.Int("max-pipelines", 0, "lead at most this many pipelines at once and stand by for the rest (0: no cap; instances started with the same set still share the pipelines evenly)")
 	paths, code, ok := parseAll(fs, args, stdout, stderr)
 	if !ok {

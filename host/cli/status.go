@@ -101,7 +101,7 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 		}
 		fmt.Fprintln(text)
 	}
-	ccfg := capture.Config{DSN: p.Source.DSN, Slot: p.Source.Slot, Publication: p.Source.Publication}
+	ccfg := capture.Config{DSN: p.Source.DSN, Slot: p.Source.Slot, Publication: p.Source.Publication, Tables: p.Source.Tables}
 	gap, err := capture.Diagnose(ctx, pool, store, ccfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "walcast status:", err)

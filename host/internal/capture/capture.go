@@ -66,6 +66,11 @@ type Config struct {
 	// already recorded (Prepared.ConfirmLimit).
 	Confirm      ConfirmRecorder
 	ConfirmLimit uint64
+	// Watch, when set, is called every WatchEvery (default 10 s) while
+	// Run streams; an error it returns ends Run with that error (see
+	// PublicationWatch: a table removed from the publication by hand).
+	Watch      func(context.Context) error
+	WatchEvery time.Duration
 }
 
 // ConfirmRecorder durably records the furthest position that may be
@@ -123,9 +128,10 @@ type Capture struct {
 	// goroutine that records it.
 	allowed, wanted atomic.Uint64
 	raise           chan struct{}
-	// idleMove: the last move of the flush position was an idle advance
-	// over WAL without changes, not a transaction.
-	idleMove atomic.Bool
+	// commitEnd is the end of the last transaction the stream delivered:
+	// a flush position not past it with the recorded limit moved only by
+	// idle advances, over WAL without changes.
+	commitEnd atomic.Uint64
 }
 
 // New returns a capture for cfg feeding consumer.
@@ -173,19 +179,22 @@ const feedbackDelay = 100 * time.Millisecond
 // publication was dropped). The connection stays open after Run returns so
 // that Close can confirm the final position.
 func (c *Capture) Run(ctx context.Context) error {
+	var guard sync.WaitGroup
+	defer guard.Wait()
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
 	if c.cfg.Confirm != nil {
-		guardCtx, stop := context.WithCancel(ctx)
-		var guard sync.WaitGroup
-		guard.Go(func() { c.recordConfirms(guardCtx) })
-		defer guard.Wait()
-		defer stop()
+		guard.Go(func() { c.recordConfirms(ctx) })
+	}
+	if c.cfg.Watch != nil {
+		guard.Go(func() { c.watch(ctx, stop) })
 	}
 	backoff := 100 * time.Millisecond
 	for {
 		started := time.Now()
 		err := c.stream(ctx)
 		if ctx.Err() != nil {
-			return nil
+			return watchErr(ctx)
 		}
 		if isFatal(err) {
 			return err
@@ -197,10 +206,47 @@ func (c *Capture) Run(ctx context.Context) error {
 		c.closeConn(ctx)
 		select {
 		case <-ctx.Done():
-			return nil
+			return watchErr(ctx)
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 10*time.Second)
+	}
+}
+
+// watchError carries Config.Watch's error through the stream's context.
+type watchError struct{ err error }
+
+func (w watchError) Error() string { return w.err.Error() }
+
+// watchErr is what Run returns once ctx ended: Config.Watch's error when
+// that is what stopped it, else nil (the caller stopped it).
+func watchErr(ctx context.Context) error {
+	var w watchError
+	if errors.As(context.Cause(ctx), &w) {
+		return w.err
+	}
+	return nil
+}
+
+// watch runs Config.Watch until ctx ends or it reports an error, which
+// stops the stream.
+func (c *Capture) watch(ctx context.Context, stop context.CancelCauseFunc) {
+	every := c.cfg.WatchEvery
+	if every <= 0 {
+		every = watchEvery
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := c.cfg.Watch(ctx); err != nil && ctx.Err() == nil {
+			stop(watchError{err})
+			return
+		}
 	}
 }
 
@@ -382,9 +428,7 @@ func (c *Capture) handleCopyData(ctx context.Context, data []byte, idle func()) 
 		// before this keepalive. With no transaction open and nothing in
 		// flight there is nothing below it left to protect.
 		if !c.dec.InTransaction() {
-			if c.consumer.AdvanceIdle(uint64(ka.ServerWALEnd)) {
-				c.idleMove.Store(true)
-			}
+			c.consumer.AdvanceIdle(uint64(ka.ServerWALEnd))
 		}
 		if ka.ReplyRequested {
 			return c.sendStatus(false)
@@ -406,7 +450,7 @@ func (c *Capture) handleCopyData(ctx context.Context, data []byte, idle func()) 
 			if end := uint64(commit.TransactionEndLSN); end > c.lastEnd {
 				c.lastEnd = end
 				c.consumer.Commit(uint64(commit.CommitLSN), end)
-				c.idleMove.Store(false)
+				c.commitEnd.Store(end)
 			}
 			return nil
 		}
@@ -490,8 +534,9 @@ func (c *Capture) flushPosition() uint64 {
 // transactions are being confirmed. Each write is WAL too, which an idle
 // stream then confirms (an idle advance), records and confirms again:
 // positions reached only by idle advances are recorded at most every
-// idleRecordEvery, so that this costs one small write per 10 s, not a
-// write loop.
+// idleRecordEvery, so that an idle pipeline costs one small write every
+// 10 s, not a write loop, and the slot still reaches any position within
+// about that time.
 const (
 	confirmRecordEvery = 200 * time.Millisecond
 	idleRecordEvery    = 10 * time.Second
@@ -512,12 +557,12 @@ func (c *Capture) recordConfirms(ctx context.Context) {
 		case <-c.raise:
 		case <-retry.C:
 		}
-		w := c.wanted.Load()
-		if w <= c.allowed.Load() {
+		w, a := c.wanted.Load(), c.allowed.Load()
+		if w <= a {
 			continue
 		}
 		every := confirmRecordEvery
-		if c.idleMove.Load() {
+		if c.commitEnd.Load() <= a {
 			every = idleRecordEvery
 		}
 		if wait := every - time.Since(last); wait > 0 {

@@ -47,6 +47,9 @@ type Prepared struct {
 	// ConfirmLimit is the furthest position recorded as confirmable to
 	// the slot (Config.ConfirmLimit of the capture that streams it).
 	ConfirmLimit uint64
+	// Published is how the publications publish each table, as recorded
+	// (see Membership, PublicationWatch).
+	Published map[string]string
 }
 
 // Prepare checks that the source can be captured and creates the
@@ -89,7 +92,7 @@ func Prepare(ctx context.Context, db Querier, store *checkpoint.Store, cfg Confi
 		if !cfg.AcceptGap {
 			return p, gap
 		}
-		if slot.exists {
+		if slot.exists && gap.Kind != "publication changed" {
 			if slot.active {
 				return p, fmt.Errorf("replace replication slot %s: it is in use by another process; stop it first", cfg.Slot)
 			}
@@ -107,6 +110,14 @@ func Prepare(ctx context.Context, db Querier, store *checkpoint.Store, cfg Confi
 	}
 	p.CreatedPublication = created
 	p.KeylessPublication = kpub
+	// Recorded at once: from here on a change of membership was not
+	// made by this walcast.
+	if p.Published, err = Membership(ctx, db, cfg); err != nil {
+		return p, err
+	}
+	if err := store.RecordPublished(ctx, p.Published); err != nil {
+		return p, err
+	}
 	if p.Unlisted, err = unlistedTables(ctx, db, cfg); err != nil {
 		return p, err
 	}
@@ -150,12 +161,27 @@ func Prepare(ctx context.Context, db Querier, store *checkpoint.Store, cfg Confi
 		id.SlotCreatedLSN = p.ConfirmedFlush
 	}
 	switch {
+	case gap != nil && gap.Kind == "publication changed":
+		// The slot stays; the tables are published again from here on.
+		var here string
+		if err := db.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&here); err != nil {
+			return p, fmt.Errorf("read the current WAL position to record the gap: %w", err)
+		}
+		to, err := cdc.ParseLSN(here)
+		if err != nil {
+			return p, err
+		}
+		if err := store.RecordTableGap(ctx, gap.Reason(), cfg.Sinks, to); err != nil {
+			return p, err
+		}
+		p.AcceptedGap = gap
 	case gap != nil:
 		if err := store.AcceptGap(ctx, gap.Reason(), cfg.Sinks, p.ConfirmedFlush, id); err != nil {
 			return p, err
 		}
 		p.AcceptedGap = gap
-	case id != rec.Identity:
+	}
+	if id != rec.Identity && (gap == nil || gap.Kind == "publication changed") {
 		if err := store.SetIdentity(ctx, id); err != nil {
 			return p, err
 		}
@@ -193,6 +219,21 @@ func inspect(ctx context.Context, db Querier, store *checkpoint.Store, cfg Confi
 		return st, fmt.Errorf("look up publication %s: %w", cfg.Publication, err)
 	}
 	st.gap = checkHistory(cfg, store.Pipeline(), st.rec, st.known, st.here, st.slot, marks, pubExists)
+	if st.gap == nil && st.slot.exists && pubExists {
+		// Checked before Prepare brings a walcast-made publication back
+		// in step with the table list, which would hide a removal.
+		recorded, err := store.Published(ctx)
+		if err != nil {
+			return st, err
+		}
+		if len(recorded) > 0 {
+			now, err := Membership(ctx, db, cfg)
+			if err != nil {
+				return st, err
+			}
+			st.gap = checkPublished(cfg, store.Pipeline(), recorded, now, checkpointList(marks), false)
+		}
+	}
 	return st, nil
 }
 
@@ -210,20 +251,28 @@ func Diagnose(ctx context.Context, db Querier, store *checkpoint.Store, cfg Conf
 type GapError struct {
 	Slot, Publication string
 	// Kind is "slot lost", "foreign checkpoints", "slot invalidated",
-	// "slot moved" or "publication dropped".
+	// "slot moved", "publication dropped" or "publication changed".
 	Kind string
+	// Tables are the tables whose changes were lost, for "publication
+	// changed" (the slot is fine: accepting the gap keeps it).
+	Tables []string
 	// What explains the case; Checkpoints lists the sinks' last
 	// checkpoints; Restore is the way out other than accepting the gap.
 	What, Checkpoints, Restore, Replace string
 }
 
 func (e *GapError) Error() string {
-	return fmt.Sprintf("%s; last checkpoints: %s. walcast does not continue silently over lost changes. Either %s, or accept the gap: run walcast run PIPELINE.hcl --accept-gap once (library: StreamConfig.AcceptGap), which %s and records the gap from each sink's checkpoint to the new slot's start in walcast.gaps (shown by walcast status)",
+	return fmt.Sprintf("%s; last checkpoints: %s. walcast does not continue silently over lost changes. Either %s, or accept the gap: run walcast run PIPELINE.hcl --accept-gap once (library: StreamConfig.AcceptGap), which %s and records the gap from each sink's checkpoint to where streaming resumes in walcast.gaps (shown by walcast status)",
 		e.What, e.Checkpoints, e.Restore, e.Replace)
 }
 
 // Reason is the short reason stored with an accepted gap.
-func (e *GapError) Reason() string { return e.Kind }
+func (e *GapError) Reason() string {
+	if len(e.Tables) > 0 {
+		return e.Kind + ": " + strings.Join(e.Tables, ", ")
+	}
+	return e.Kind
+}
 
 // checkHistory compares what the walcast schema remembers of the pipeline
 // with the slot as it is now, and returns why streaming would hide lost
@@ -235,20 +284,7 @@ func checkHistory(cfg Config, pipeline string, rec checkpoint.Pipeline, known bo
 	if !streamed {
 		return nil
 	}
-	cps := "none"
-	if len(marks) > 0 {
-		names := make([]string, 0, len(marks))
-		for s := range marks {
-			names = append(names, s)
-		}
-		sort.Strings(names)
-		parts := make([]string, len(names))
-		for i, s := range names {
-			parts[i] = s + " " + marks[s].String()
-		}
-		cps = strings.Join(parts, ", ")
-	}
-	e := &GapError{Slot: cfg.Slot, Publication: cfg.Publication, Checkpoints: cps}
+	e := &GapError{Slot: cfg.Slot, Publication: cfg.Publication, Checkpoints: checkpointList(marks)}
 	was := rec.Identity
 	switch {
 	case was.SystemIdentifier != "" && (was.SystemIdentifier != here.SystemIdentifier || was.DatabaseOID != here.DatabaseOID):
@@ -282,6 +318,23 @@ func checkHistory(cfg Config, pipeline string, rec checkpoint.Pipeline, known bo
 		return nil
 	}
 	return e
+}
+
+// checkpointList is the sinks' checkpoints for a GapError.
+func checkpointList(marks map[string]cdc.EventID) string {
+	if len(marks) == 0 {
+		return "none"
+	}
+	names := make([]string, 0, len(marks))
+	for s := range marks {
+		names = append(names, s)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, s := range names {
+		parts[i] = s + " " + marks[s].String()
+	}
+	return strings.Join(parts, ", ")
 }
 
 // slotInfo is a replication slot as pg_replication_slots shows it.

@@ -69,8 +69,8 @@ type Options struct {
 	// a warning is logged and walcast_slot_wal_at_risk is set. Default
 	// 1 GiB; negative: only wal_status unreserved/lost warns.
 	WarnRetainedWAL int64
-	// SlotCheckInterval is how often the slot's WAL is checked. Default
-	// 10s.
+	// SlotCheckInterval is how often the slot's WAL and the publication's
+	// tables are checked. Default 10s.
 	SlotCheckInterval time.Duration
 }
 

@@ -223,6 +223,10 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 	// Every confirmation is recorded first, through the fenced store, so
 	// that the next start can tell a slot someone else moved.
 	t.ccfg.Confirm, t.ccfg.ConfirmLimit = t.marksStore, prep.ConfirmLimit
+	// A table removed from the publication by hand stops the pipeline,
+	// rather than its changes silently ceasing.
+	t.ccfg.Watch = capture.PublicationWatch(t.pool, t.ccfg, prep.Published)
+	t.ccfg.WatchEvery = opts.SlotCheckInterval
 	t.capt = capture.New(t.ccfg, t.fan)
 	isolateSinks(t.runs, resume, slots, t.fan, t.tracker, prep.ConfirmedFlush, t.capt, t.ccfg, newSched, log)
 	sinkIDs := make([]string, len(p.Sinks))

@@ -352,6 +352,7 @@ func (s *Sink) startCatchup(ctx context.Context, slot string, confirmed uint64, 
 	ccfg.ApplicationName += "-catchup"
 	// The confirm limit guards the pipeline's slot, not this copy.
 	ccfg.Confirm, ccfg.ConfirmLimit = nil, 0
+	ccfg.Watch = nil // the pipeline's capture watches the publication
 	cu.capt = capture.New(ccfg, bounded{Fanout: fanout.New(tr, []*fanout.Queue{q}), c: cu})
 	s.mu.Lock()
 	if retired != nil {

@@ -1,0 +1,155 @@
+package capture
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Membership says, for each configured table, how the pipeline's
+// publications publish it: per publication its oid, the operations it
+// publishes, and the catalog row that makes the table a member (its
+// pg_publication_rel row, its schema's pg_publication_namespace row, or
+// FOR ALL TABLES). A table missing from the map is not published. The
+// catalog rows get new oids when a table is removed and added again, so a
+// change of membership also shows a removal that was undone since.
+func Membership(ctx context.Context, db Querier, cfg Config) (map[string]string, error) {
+	pubs := []string{cfg.Publication, KeylessPublication(cfg.Publication)}
+	rows, err := db.Query(ctx, `
+SELECT pt.schemaname || '.' || pt.tablename, p.pubname, p.oid::bigint,
+       p.pubinsert, p.pubupdate, p.pubdelete, p.pubtruncate, p.puballtables,
+       coalesce(pr.oid, 0)::bigint, coalesce(pn.oid, 0)::bigint
+FROM pg_publication p
+JOIN pg_publication_tables pt ON pt.pubname = p.pubname
+JOIN pg_namespace n ON n.nspname = pt.schemaname
+JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
+LEFT JOIN pg_publication_rel pr ON pr.prpubid = p.oid AND pr.prrelid = c.oid
+LEFT JOIN pg_publication_namespace pn ON pn.pnpubid = p.oid AND pn.pnnspid = n.oid
+WHERE p.pubname = ANY($1)`, pubs)
+	if err != nil {
+		return nil, fmt.Errorf("read membership of publication %s: %w", cfg.Publication, err)
+	}
+	want := map[string]bool{}
+	for _, t := range cfg.Tables {
+		want[canonical(t)] = true
+	}
+	parts := map[string][]string{}
+	var table, pub string
+	var pubOID, relOID, nspOID int64
+	var ins, upd, del, trunc, all bool
+	_, err = pgx.ForEachRow(rows, []any{&table, &pub, &pubOID, &ins, &upd, &del, &trunc, &all, &relOID, &nspOID}, func() error {
+		if !want[table] {
+			return nil
+		}
+		ops := ""
+		for _, op := range []struct {
+			on bool
+			c  string
+		}{{ins, "i"}, {upd, "u"}, {del, "d"}, {trunc, "t"}} {
+			if op.on {
+				ops += op.c
+			}
+		}
+		via := "partition" // published through a partitioned ancestor
+		switch {
+		case all:
+			via = "all"
+		case relOID != 0:
+			via = fmt.Sprintf("rel%d", relOID)
+		case nspOID != 0:
+			via = fmt.Sprintf("schema%d", nspOID)
+		}
+		parts[table] = append(parts[table], fmt.Sprintf("%s#%d:%s:%s", pub, pubOID, ops, via))
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read membership of publication %s: %w", cfg.Publication, err)
+	}
+	out := make(map[string]string, len(parts))
+	for t, ps := range parts {
+		sort.Strings(ps)
+		out[t] = strings.Join(ps, ",")
+	}
+	return out, nil
+}
+
+// checkPublished compares the membership recorded when walcast last
+// checked with the membership now, for the tables the pipeline still
+// lists, and returns the gap that a removal by hand left, or nil.
+func checkPublished(cfg Config, pipeline string, recorded, now map[string]string, cps string, running bool) *GapError {
+	var changed []string
+	for _, t := range cfg.Tables {
+		t = canonical(t)
+		was, ok := recorded[t]
+		if !ok || was == now[t] {
+			continue
+		}
+		changed = append(changed, t)
+	}
+	if len(changed) == 0 {
+		return nil
+	}
+	slices.Sort(changed)
+	changed = slices.Compact(changed)
+	var gone, other []string
+	for _, t := range changed {
+		if now[t] == "" {
+			gone = append(gone, t)
+		} else {
+			other = append(other, t)
+		}
+	}
+	when := "since walcast last checked it"
+	if running {
+		when = "while walcast ran"
+	}
+	var what []string
+	if len(gone) > 0 {
+		what = append(what, fmt.Sprintf("no longer published by publication %s (removed by hand %s: ALTER PUBLICATION … DROP TABLE or SET TABLE)", cfg.Publication, when))
+	}
+	if len(other) > 0 {
+		what = append(what, fmt.Sprintf("published differently %s: removed from publication %s and added again, or its published operations changed (ALTER PUBLICATION … SET (publish = …))", when, cfg.Publication))
+	}
+	desc := ""
+	switch {
+	case len(gone) > 0 && len(other) > 0:
+		desc = fmt.Sprintf("table %s is %s, and table %s is %s", strings.Join(gone, ", "), what[0], strings.Join(other, ", "), what[1])
+	case len(gone) > 0:
+		desc = fmt.Sprintf("table %s is %s", strings.Join(gone, ", "), what[0])
+	default:
+		desc = fmt.Sprintf("table %s is %s", strings.Join(other, ", "), what[0])
+	}
+	return &GapError{
+		Slot: cfg.Slot, Publication: cfg.Publication, Checkpoints: cps,
+		Kind:   "publication changed",
+		Tables: changed,
+		What: desc + fmt.Sprintf(". PostgreSQL decodes every change with the publication as it was at that change, so changes of %s committed while it was not published are not in replication slot %s and publishing it again does not bring them back",
+			strings.Join(changed, ", "), cfg.Slot),
+		Restore: "restore the database from a backup taken before the publication was changed",
+		Replace: "keeps the slot, publishes the tables as the pipeline lists them again",
+	}
+}
+
+// PublicationWatch returns the check Capture.Run makes while it streams
+// (Config.Watch): the membership must stay as Prepare recorded it
+// (Prepared.Published).
+func PublicationWatch(db Querier, cfg Config, recorded map[string]string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		now, err := Membership(ctx, db, cfg)
+		if err != nil {
+			return nil // the database may be restarting; the stream reports that
+		}
+		if gap := checkPublished(cfg, cfg.Pipeline, recorded, now, "see walcast status", true); gap != nil {
+			return gap
+		}
+		return nil
+	}
+}
+
+// watchEvery is how often a streaming capture runs Config.Watch.
+const watchEvery = 10 * time.Second

@@ -1,0 +1,102 @@
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/walcast/walcast/pluginkit/cdc"
+)
+
+// publishedDDL records how each of a pipeline's tables was published when
+// walcast last checked (package capture, Membership). PostgreSQL decodes a
+// change with the publications as they were at that change, so a table
+// removed from the publication by hand (ALTER PUBLICATION … DROP TABLE),
+// even if added back later, has changes no sink will ever receive; the
+// record is how the next start, or the running daemon, tells.
+const publishedDDL = `
+CREATE TABLE IF NOT EXISTS walcast.published_tables (
+	pipeline    text NOT NULL,
+	table_name  text NOT NULL,
+	membership  text NOT NULL,
+	recorded_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (pipeline, table_name)
+);
+`
+
+// Published returns the recorded membership of each table (empty when
+// none was recorded, or by a walcast that did not record it).
+func (s *Store) Published(ctx context.Context) (map[string]string, error) {
+	rows, err := s.db.Query(ctx, `SELECT table_name, membership FROM walcast.published_tables WHERE pipeline = $1`, s.pipeline)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {
+		return map[string]string{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load published tables of pipeline %s: %w", s.pipeline, err)
+	}
+	out := map[string]string{}
+	var table, m string
+	if _, err := pgx.ForEachRow(rows, []any{&table, &m}, func() error {
+		out[table] = m
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("load published tables of pipeline %s: %w", s.pipeline, err)
+	}
+	return out, nil
+}
+
+// RecordPublished replaces the recorded membership with m.
+func (s *Store) RecordPublished(ctx context.Context, m map[string]string) error {
+	tables := make([]string, 0, len(m))
+	ms := make([]string, 0, len(m))
+	for t, v := range m {
+		tables, ms = append(tables, t), append(ms, v)
+	}
+	_, err := s.db.Exec(ctx, `
+WITH gone AS (DELETE FROM walcast.published_tables WHERE pipeline = $1 AND NOT (table_name = ANY($2::text[])))
+INSERT INTO walcast.published_tables (pipeline, table_name, membership)
+SELECT $1, u.t, u.m FROM unnest($2::text[], $3::text[]) AS u(t, m)
+ON CONFLICT (pipeline, table_name) DO UPDATE SET membership = excluded.membership, recorded_at = now()
+WHERE walcast.published_tables.membership IS DISTINCT FROM excluded.membership`, s.pipeline, tables, ms)
+	if err != nil {
+		return fmt.Errorf("record published tables of pipeline %s: %w", s.pipeline, err)
+	}
+	return nil
+}
+
+// RecordTableGap records, for every sink, a gap from its checkpoint to
+// to, without touching the checkpoints: the slot stays, only some tables'
+// changes before to were lost (reason names them).
+func (s *Store) RecordTableGap(ctx context.Context, reason string, sinks []string, to uint64) error {
+	marks, err := s.Load(ctx)
+	if err != nil {
+		return err
+	}
+	all := map[string]bool{}
+	for _, sink := range sinks {
+		all[sink] = true
+	}
+	for sink := range marks {
+		all[sink] = true
+	}
+	names := make([]string, 0, len(all))
+	froms := make([]string, 0, len(all))
+	for sink := range all {
+		from := "-"
+		if m, ok := marks[sink]; ok {
+			from = m.String()
+		}
+		names, froms = append(names, sink), append(froms, from)
+	}
+	_, err = s.db.Exec(ctx, `INSERT INTO walcast.gaps (pipeline, sink, from_event, to_lsn, reason)
+SELECT $1, u.sink, u.from_event, $4::pg_lsn, $5 FROM unnest($2::text[], $3::text[]) AS u(sink, from_event)`,
+		s.pipeline, names, froms, cdc.FormatLSN(to), reason)
+	if err != nil {
+		return fmt.Errorf("record gap of pipeline %s: %w", s.pipeline, err)
+	}
+	return nil
+}
