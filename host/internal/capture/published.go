@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,10 +19,18 @@ import (
 // FOR ALL TABLES). A table missing from the map is not published. The
 // catalog rows get new oids when a table is removed and added again, so a
 // change of membership also shows a removal that was undone since.
+//
+// membership also maps the oid of every table the publications publish to
+// its name now, for telling a renamed table from a removed one.
 func Membership(ctx context.Context, db Querier, cfg Config) (map[string]string, error) {
+	m, _, err := membership(ctx, db, cfg)
+	return m, err
+}
+
+func membership(ctx context.Context, db Querier, cfg Config) (map[string]string, map[int64]string, error) {
 	pubs := []string{cfg.Publication, KeylessPublication(cfg.Publication)}
 	rows, err := db.Query(ctx, `
-SELECT pt.schemaname || '.' || pt.tablename, p.pubname, p.oid::bigint,
+SELECT pt.schemaname || '.' || pt.tablename, c.oid::bigint, p.pubname, p.oid::bigint,
        p.pubinsert, p.pubupdate, p.pubdelete, p.pubtruncate, p.puballtables,
        coalesce(pr.oid, 0)::bigint, coalesce(pn.oid, 0)::bigint
 FROM pg_publication p
@@ -32,7 +41,7 @@ LEFT JOIN pg_publication_rel pr ON pr.prpubid = p.oid AND pr.prrelid = c.oid
 LEFT JOIN pg_publication_namespace pn ON pn.pnpubid = p.oid AND pn.pnnspid = n.oid
 WHERE p.pubname = ANY($1)`, pubs)
 	if err != nil {
-		return nil, fmt.Errorf("read membership of publication %s: %w", cfg.Publication, err)
+		return nil, nil, fmt.Errorf("read membership of publication %s: %w", cfg.Publication, err)
 	}
 	want := map[string]bool{}
 	for _, t := range cfg.Tables {
@@ -40,9 +49,11 @@ WHERE p.pubname = ANY($1)`, pubs)
 	}
 	parts := map[string][]string{}
 	var table, pub string
-	var pubOID, relOID, nspOID int64
+	var tableOID, pubOID, relOID, nspOID int64
 	var ins, upd, del, trunc, all bool
-	_, err = pgx.ForEachRow(rows, []any{&table, &pub, &pubOID, &ins, &upd, &del, &trunc, &all, &relOID, &nspOID}, func() error {
+	names := map[int64]string{}
+	_, err = pgx.ForEachRow(rows, []any{&table, &tableOID, &pub, &pubOID, &ins, &upd, &del, &trunc, &all, &relOID, &nspOID}, func() error {
+		names[tableOID] = table
 		if !want[table] {
 			return nil
 		}
@@ -64,24 +75,39 @@ WHERE p.pubname = ANY($1)`, pubs)
 		case nspOID != 0:
 			via = fmt.Sprintf("schema%d", nspOID)
 		}
-		parts[table] = append(parts[table], fmt.Sprintf("%s#%d:%s:%s", pub, pubOID, ops, via))
+		parts[table] = append(parts[table], fmt.Sprintf("%s#%d:%s:%s@%d", pub, pubOID, ops, via, tableOID))
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read membership of publication %s: %w", cfg.Publication, err)
+		return nil, nil, fmt.Errorf("read membership of publication %s: %w", cfg.Publication, err)
 	}
 	out := make(map[string]string, len(parts))
 	for t, ps := range parts {
 		sort.Strings(ps)
 		out[t] = strings.Join(ps, ",")
 	}
-	return out, nil
+	return out, names, nil
+}
+
+// renamedTo is the name the table recorded as was carries now, if the
+// publications still publish it under another name.
+func renamedTo(was string, names map[int64]string) string {
+	_, oid, ok := strings.Cut(was, "@")
+	if !ok {
+		return ""
+	}
+	oid, _, _ = strings.Cut(oid, ",")
+	n, err := strconv.ParseInt(oid, 10, 64)
+	if err != nil {
+		return ""
+	}
+	return names[n]
 }
 
 // checkPublished compares the membership recorded when walcast last
 // checked with the membership now, for the tables the pipeline still
 // lists, and returns the gap that a removal by hand left, or nil.
-func checkPublished(cfg Config, pipeline string, recorded, now map[string]string, cps string, running bool) *GapError {
+func checkPublished(cfg Config, recorded, now map[string]string, names map[int64]string, cps string, running bool) *GapError {
 	var changed []string
 	for _, t := range cfg.Tables {
 		t = canonical(t)
@@ -96,34 +122,35 @@ func checkPublished(cfg Config, pipeline string, recorded, now map[string]string
 	}
 	slices.Sort(changed)
 	changed = slices.Compact(changed)
-	var gone, other []string
+	var gone, other, renamed []string
 	for _, t := range changed {
-		if now[t] == "" {
-			gone = append(gone, t)
-		} else {
+		switch {
+		case now[t] != "":
 			other = append(other, t)
+		case renamedTo(recorded[t], names) != "":
+			renamed = append(renamed, t+" (renamed to "+renamedTo(recorded[t], names)+")")
+		default:
+			gone = append(gone, t)
 		}
 	}
 	when := "since walcast last checked it"
 	if running {
 		when = "while walcast ran"
 	}
-	var what []string
+	var descs []string
 	if len(gone) > 0 {
-		what = append(what, fmt.Sprintf("no longer published by publication %s (removed by hand %s: ALTER PUBLICATION … DROP TABLE or SET TABLE)", cfg.Publication, when))
+		descs = append(descs, fmt.Sprintf("table %s is no longer published by publication %s (removed by hand %s: ALTER PUBLICATION … DROP TABLE or SET TABLE)",
+			strings.Join(gone, ", "), cfg.Publication, when))
 	}
 	if len(other) > 0 {
-		what = append(what, fmt.Sprintf("published differently %s: removed from publication %s and added again, or its published operations changed (ALTER PUBLICATION … SET (publish = …))", when, cfg.Publication))
+		descs = append(descs, fmt.Sprintf("table %s is published differently %s: removed from publication %s and added again, or its published operations changed (ALTER PUBLICATION … SET (publish = …))",
+			strings.Join(other, ", "), when, cfg.Publication))
 	}
-	desc := ""
-	switch {
-	case len(gone) > 0 && len(other) > 0:
-		desc = fmt.Sprintf("table %s is %s, and table %s is %s", strings.Join(gone, ", "), what[0], strings.Join(other, ", "), what[1])
-	case len(gone) > 0:
-		desc = fmt.Sprintf("table %s is %s", strings.Join(gone, ", "), what[0])
-	default:
-		desc = fmt.Sprintf("table %s is %s", strings.Join(other, ", "), what[0])
+	if len(renamed) > 0 {
+		descs = append(descs, fmt.Sprintf("table %s is no longer published by publication %s under the name the pipeline lists (ALTER TABLE … RENAME %s): list the new name in the pipeline's tables and backfill it (walcast backfill), its changes since the rename were not delivered",
+			strings.Join(renamed, ", "), cfg.Publication, when))
 	}
+	desc := strings.Join(descs, ", and ")
 	return &GapError{
 		Slot: cfg.Slot, Publication: cfg.Publication, Checkpoints: cps,
 		Kind:   "publication changed",
@@ -140,11 +167,11 @@ func checkPublished(cfg Config, pipeline string, recorded, now map[string]string
 // (Prepared.Published).
 func PublicationWatch(db Querier, cfg Config, recorded map[string]string) func(context.Context) error {
 	return func(ctx context.Context) error {
-		now, err := Membership(ctx, db, cfg)
+		now, names, err := membership(ctx, db, cfg)
 		if err != nil {
 			return nil // the database may be restarting; the stream reports that
 		}
-		if gap := checkPublished(cfg, cfg.Pipeline, recorded, now, "see walcast status", true); gap != nil {
+		if gap := checkPublished(cfg, recorded, now, names, "see walcast status", true); gap != nil {
 			return gap
 		}
 		return nil

@@ -227,11 +227,11 @@ func inspect(ctx context.Context, db Querier, store *checkpoint.Store, cfg Confi
 			return st, err
 		}
 		if len(recorded) > 0 {
-			now, err := Membership(ctx, db, cfg)
+			now, names, err := membership(ctx, db, cfg)
 			if err != nil {
 				return st, err
 			}
-			st.gap = checkPublished(cfg, store.Pipeline(), recorded, now, checkpointList(marks), false)
+			st.gap = checkPublished(cfg, recorded, now, names, checkpointList(marks), false)
 		}
 	}
 	return st, nil
