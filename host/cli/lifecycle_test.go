@@ -89,6 +89,13 @@ func streamItems(t *testing.T, db *pgx.Conn, pipeline, slot string, rcv *receive
 	insertItems(t, db, from, n)
 	waitFor(t, "deliveries", time.Minute, func() bool { return rcv.distinct() >= before+n })
 	w.stop()
+	// The walsender lets go of the slot a moment after walcast exits;
+	// what a test does to the slot next must not race it.
+	waitFor(t, "slot "+slot+" released", time.Minute, func() bool {
+		var active bool
+		err := db.QueryRow(context.Background(), `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active)
+		return err != nil || !active
+	})
 }
 
 var checkpointRe = regexp.MustCompile(`hook [0-9A-F]+/[0-9A-F]+:\d+`)

@@ -246,17 +246,23 @@ func TestRateLimit(t *testing.T) {
 }
 
 // TestRowOrderingLanes: with 8 lanes and a receiver of random latency no
-// row is ever in two requests at once or out of order, and throughput
-// beats ordering = "strict" on the same workload.
+// row is ever in two requests at once or out of order, while requests do
+// overlap (ordering = "strict" never has two in flight). How much faster
+// the lanes are is logged, not asserted: on a loaded machine that is a
+// benchmark's job.
 func TestRowOrderingLanes(t *testing.T) {
-	measure := func(ordering string) time.Duration {
+	measure := func(ordering string) (time.Duration, int64) {
 		dsn := cluster.Database(t)
 		db := connect(t, dsn)
 		exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 		exec1(t, db, `INSERT INTO items SELECT g, 0, 'x' FROM generate_series(1, 100) g`)
 		rcv := newReceiver(t)
-		var n atomic.Int64
+		var n, inFlight, most atomic.Int64
 		rcv.setRespond(func(http.Header, []byte, []received) (int, http.Header) {
+			now := inFlight.Add(1)
+			defer inFlight.Add(-1)
+			for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
+			}
 			// 2–10 ms, deterministic per request.
 			time.Sleep(time.Duration(2+n.Add(1)*7%9) * time.Millisecond)
 			return 0, nil
@@ -294,13 +300,17 @@ func TestRowOrderingLanes(t *testing.T) {
 		if ordering == "strict" && backwards > 0 {
 			t.Fatalf("strict: %d adjacent events went backwards in id", backwards)
 		}
-		return took
+		return took, most.Load()
 	}
-	row, strict := measure("row"), measure("strict")
-	factor := float64(strict) / float64(row)
-	t.Logf("2000 events, batch 10, receiver latency 2-10 ms: row lanes %s, strict %s (%.1fx)", row, strict, factor)
-	if factor < 2 {
-		t.Fatalf("row lanes only %.1fx faster than strict ordering, want at least 2x", factor)
+	row, rowMost := measure("row")
+	strict, strictMost := measure("strict")
+	t.Logf("2000 events, batch 10, receiver latency 2-10 ms: row lanes %s (up to %d requests at once), strict %s (up to %d) (%.1fx)",
+		row, rowMost, strict, strictMost, float64(strict)/float64(row))
+	if strictMost != 1 {
+		t.Fatalf("strict ordering had %d requests in flight at once, want 1", strictMost)
+	}
+	if rowMost < 3 {
+		t.Fatalf("row lanes had at most %d requests in flight at once, want several of the 8", rowMost)
 	}
 }
 
