@@ -171,7 +171,7 @@ func Prepare(ctx context.Context, db Querier, store *checkpoint.Store, cfg Confi
 		if err != nil {
 			return p, err
 		}
-		if err := store.RecordTableGap(ctx, gap.Reason(), cfg.Sinks, to); err != nil {
+		if err := store.RecordGap(ctx, gap.Reason(), cfg.Sinks, to); err != nil {
 			return p, err
 		}
 		p.AcceptedGap = gap

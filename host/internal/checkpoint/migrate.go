@@ -30,6 +30,7 @@ var migrations = []migration{
 	{7, "each sink's backlog as the leading daemon last reported it", backlogDDL},
 	{8, "the furthest position walcast may have confirmed to each pipeline's slot", confirmLimitDDL},
 	{9, "how each pipeline's tables were published when walcast last checked", publishedDDL},
+	{10, "whether each catch-up slot was copied (and not yet given up at a rejoin)", catchupCopiedDDL},
 }
 
 // SchemaVersion is the newest walcast schema this binary knows.
@@ -134,6 +135,15 @@ CREATE TABLE IF NOT EXISTS walcast.backfill_tables (
 	table_name text NOT NULL,
 	PRIMARY KEY (pipeline, table_name)
 );
+`
+
+// catchupCopiedDDL marks a catch-up slot that exists and holds what its
+// sink needs: set once the copy succeeded, cleared before a rejoin drops
+// it. A record so marked whose slot is gone was dropped by someone else,
+// with changes the pipeline's slot no longer holds. NULL: recorded by a
+// walcast that did not mark it.
+const catchupCopiedDDL = `
+ALTER TABLE walcast.catchup_slots ADD COLUMN IF NOT EXISTS copied boolean;
 `
 
 // catchupDDL records the catch-up slot of each detached sink

@@ -68,33 +68,24 @@ WHERE walcast.published_tables.membership IS DISTINCT FROM excluded.membership`,
 	return nil
 }
 
-// RecordTableGap records, for every sink, a gap from its checkpoint to
-// to, without touching the checkpoints: the slot stays, only some tables'
-// changes before to were lost (reason names them).
-func (s *Store) RecordTableGap(ctx context.Context, reason string, sinks []string, to uint64) error {
+// RecordGap records, for each of sinks, a gap from its checkpoint to to,
+// without touching the checkpoints: the slot stays, and only some changes
+// before to were lost (reason says which).
+func (s *Store) RecordGap(ctx context.Context, reason string, sinks []string, to uint64) error {
 	marks, err := s.Load(ctx)
 	if err != nil {
 		return err
 	}
-	all := map[string]bool{}
-	for _, sink := range sinks {
-		all[sink] = true
-	}
-	for sink := range marks {
-		all[sink] = true
-	}
-	names := make([]string, 0, len(all))
-	froms := make([]string, 0, len(all))
-	for sink := range all {
-		from := "-"
+	froms := make([]string, len(sinks))
+	for i, sink := range sinks {
+		froms[i] = "-"
 		if m, ok := marks[sink]; ok {
-			from = m.String()
+			froms[i] = m.String()
 		}
-		names, froms = append(names, sink), append(froms, from)
 	}
 	_, err = s.db.Exec(ctx, `INSERT INTO walcast.gaps (pipeline, sink, from_event, to_lsn, reason)
 SELECT $1, u.sink, u.from_event, $4::pg_lsn, $5 FROM unnest($2::text[], $3::text[]) AS u(sink, from_event)`,
-		s.pipeline, names, froms, cdc.FormatLSN(to), reason)
+		s.pipeline, sinks, froms, cdc.FormatLSN(to), reason)
 	if err != nil {
 		return fmt.Errorf("record gap of pipeline %s: %w", s.pipeline, err)
 	}

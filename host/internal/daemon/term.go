@@ -165,9 +165,16 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 			durable = append(durable, s.ID)
 		}
 	}
-	resume, err := slots.Recover(ctx, durable)
+	// A sink whose catch-up slot someone dropped resumes from the
+	// pipeline's slot only with --accept-gap, its gap recorded up to
+	// where that slot starts.
+	resume, err := slots.Recover(ctx, durable, opts.AcceptGap, func(ctx context.Context, reason, sink string) error {
+		log.Warn("accepted a gap: the sink's catch-up slot was dropped; it resumes from the pipeline's slot and misses the changes in between (recorded in walcast.gaps)",
+			"sink", sink, "resumes_at", pluginkit.FormatLSN(prep.ConfirmedFlush))
+		return t.store.RecordGap(ctx, reason, []string{sink}, prep.ConfirmedFlush)
+	})
 	if err != nil {
-		return t, fmt.Errorf("recover catch-up slots: %w", err)
+		return t, err
 	}
 	for i := range t.runs {
 		// The destination's own checkpoint counts only when it is ahead.

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/walcast/walcast/host/internal/capture"
 	"github.com/walcast/walcast/host/internal/checkpoint"
 )
 
@@ -68,12 +69,17 @@ func (s *Slots) Init(ctx context.Context) error {
 // slot, forgets records whose slot is gone (the sink never left the
 // pipeline's slot, or had rejoined it), and drops catch-up slots of the
 // pipeline that no record or known sink accounts for.
-func (s *Slots) Recover(ctx context.Context, sinks []string) (map[string]string, error) {
+//
+// A record whose slot was copied and is gone is a slot someone dropped
+// while its sink depended on it: Recover refuses with a *capture.GapError
+// (kind "catch-up slot lost"), unless accept is set, when gap records the
+// sink's gap up to the pipeline's slot and the sink resumes from there.
+func (s *Slots) Recover(ctx context.Context, sinks []string, accept bool, gap func(ctx context.Context, reason, sink string) error) (map[string]string, error) {
 	known := map[string]bool{}
 	for _, id := range sinks {
 		known[id] = true
 	}
-	recorded, err := s.load(ctx)
+	recorded, copied, err := s.load(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -84,6 +90,23 @@ func (s *Slots) Recover(ctx context.Context, sinks []string) (map[string]string,
 	resume := map[string]string{}
 	for sink, slot := range recorded {
 		switch {
+		case !existing[slot] && copied[sink] && known[sink]:
+			lost := &capture.GapError{
+				Slot: s.main, Kind: "catch-up slot lost", Checkpoints: "see walcast status",
+				What: fmt.Sprintf("catch-up slot %s of sink %s does not exist, but the sink was catching up from it (it fell behind and was detached from the pipeline's slot %s): the slot was dropped while walcast did not stream from it, and the changes %s had not received are in no other slot, since %s moved on with the other sinks",
+					slot, sink, s.main, sink, s.main),
+				Restore: "restore the database from a backup taken before the slot was dropped",
+				Replace: "forgets the catch-up slot and resumes sink " + sink + " from the pipeline's slot",
+			}
+			if !accept {
+				return nil, lost
+			}
+			if err := gap(ctx, lost.Kind+": "+sink, sink); err != nil {
+				return nil, err
+			}
+			if err := s.Forget(ctx, sink); err != nil {
+				return nil, err
+			}
 		case !existing[slot]:
 			if err := s.Forget(ctx, sink); err != nil {
 				return nil, err
@@ -106,18 +129,19 @@ func (s *Slots) Recover(ctx context.Context, sinks []string) (map[string]string,
 	return resume, nil
 }
 
-func (s *Slots) load(ctx context.Context) (map[string]string, error) {
-	rows, err := s.db.Query(ctx, `SELECT sink, slot FROM walcast.catchup_slots WHERE pipeline = $1`, s.pipeline)
+func (s *Slots) load(ctx context.Context) (slots map[string]string, copied map[string]bool, err error) {
+	rows, err := s.db.Query(ctx, `SELECT sink, slot, coalesce(copied, false) FROM walcast.catchup_slots WHERE pipeline = $1`, s.pipeline)
 	if err != nil {
-		return nil, fmt.Errorf("read walcast.catchup_slots: %w", err)
+		return nil, nil, fmt.Errorf("read walcast.catchup_slots: %w", err)
 	}
-	out := map[string]string{}
+	slots, copied = map[string]string{}, map[string]bool{}
 	var sink, slot string
-	_, err = pgx.ForEachRow(rows, []any{&sink, &slot}, func() error { out[sink] = slot; return nil })
+	var c bool
+	_, err = pgx.ForEachRow(rows, []any{&sink, &slot, &c}, func() error { slots[sink], copied[sink] = slot, c; return nil })
 	if err != nil {
-		return nil, fmt.Errorf("read walcast.catchup_slots: %w", err)
+		return nil, nil, fmt.Errorf("read walcast.catchup_slots: %w", err)
 	}
-	return out, nil
+	return slots, copied, nil
 }
 
 // existing returns the catch-up slots of the pipeline that exist.
@@ -147,7 +171,7 @@ func (s *Slots) existing(ctx context.Context) (map[string]bool, error) {
 func (s *Slots) Create(ctx context.Context, sink string) (slot string, confirmed uint64, err error) {
 	slot = SlotName(s.main, sink)
 	_, err = s.db.Exec(ctx, `
-INSERT INTO walcast.catchup_slots (pipeline, sink, slot) VALUES ($1, $2, $3)
+INSERT INTO walcast.catchup_slots (pipeline, sink, slot, copied) VALUES ($1, $2, $3, false)
 ON CONFLICT (pipeline, sink) DO UPDATE SET slot = excluded.slot, mode = 'catching_up', since = now()`, s.pipeline, sink, slot)
 	if err != nil {
 		return "", 0, fmt.Errorf("record catch-up slot %s: %w", slot, err)
@@ -159,6 +183,11 @@ ON CONFLICT (pipeline, sink) DO UPDATE SET slot = excluded.slot, mode = 'catchin
 	}
 	if err != nil {
 		return "", 0, fmt.Errorf("copy slot %s into catch-up slot %s: %w", s.main, slot, err)
+	}
+	// From here on the sink may leave the pipeline's slot, and this one
+	// alone holds what it needs.
+	if _, err := s.db.Exec(ctx, `UPDATE walcast.catchup_slots SET copied = true WHERE pipeline = $1 AND sink = $2`, s.pipeline, sink); err != nil {
+		return "", 0, fmt.Errorf("record catch-up slot %s as copied: %w", slot, err)
 	}
 	confirmed, err = Confirmed(ctx, s.db, slot)
 	return slot, confirmed, err
@@ -186,6 +215,11 @@ func (s *Slots) SetMode(ctx context.Context, sink string, m Mode) error {
 // Drop drops sink's catch-up slot, then forgets it. The walsender that
 // streamed it may take a moment to let go: Drop waits up to 10 s for that.
 func (s *Slots) Drop(ctx context.Context, sink, slot string) error {
+	// Given up first: a slot found gone with its record still marked was
+	// dropped by someone else.
+	if _, err := s.db.Exec(ctx, `UPDATE walcast.catchup_slots SET copied = false WHERE pipeline = $1 AND sink = $2`, s.pipeline, sink); err != nil {
+		return fmt.Errorf("release catch-up slot %s: %w", slot, err)
+	}
 	if err := dropSlot(ctx, s.db, slot); err != nil {
 		return err
 	}

@@ -2,12 +2,15 @@ package isolate
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/walcast/walcast/host/internal/capture"
 	"github.com/walcast/walcast/host/pgtest"
 )
 
@@ -78,9 +81,43 @@ func TestRecoverAfterKills(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	resume, err := s.Recover(ctx, []string{"resume", "forget", "other"})
+	// rejoined: copied, then given up and dropped at a rejoin (killed
+	// before the record went).
+	rejoined, _, err := s.Create(ctx, "rejoined")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE walcast.catchup_slots SET copied = false WHERE sink = 'rejoined'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, rejoined); err != nil {
+		t.Fatal(err)
+	}
+	// dropped: copied, then dropped by hand while its sink needed it.
+	dropped, _, err := s.Create(ctx, "dropped")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, dropped); err != nil {
+		t.Fatal(err)
+	}
+	var gaps []string
+	gap := func(_ context.Context, reason, sink string) error { gaps = append(gaps, sink+": "+reason); return nil }
+	sinks := []string{"resume", "forget", "other", "rejoined", "dropped"}
+	_, err = s.Recover(ctx, sinks, false, gap)
+	var lost *capture.GapError
+	if !errors.As(err, &lost) || lost.Kind != "catch-up slot lost" || !strings.Contains(err.Error(), "catch-up slot "+dropped+" of sink dropped does not exist") {
+		t.Fatalf("Recover with a catch-up slot dropped by hand = %v, want the catch-up slot lost refusal", err)
+	}
+	if len(gaps) != 0 {
+		t.Fatalf("Recover refused but recorded gaps %v", gaps)
+	}
+	resume, err := s.Recover(ctx, sinks, true, gap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(gaps) != 1 || gaps[0] != "dropped: catch-up slot lost: dropped" {
+		t.Fatalf("accepted gaps = %v, want one for sink dropped", gaps)
 	}
 	if len(resume) != 1 || resume["resume"] != slot {
 		t.Fatalf("Recover = %v, want only resume → %s", resume, slot)
