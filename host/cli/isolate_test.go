@@ -354,3 +354,61 @@ func TestTwoStalledSinksAndTeardown(t *testing.T) {
 		t.Fatalf("catch-up slots left after teardown: %v", got)
 	}
 }
+
+// TestCatchupSlotDroppedByHand: a stalled sink is detached onto its
+// catch-up slot and walcast stops; someone drops that slot. The changes
+// the sink had not received are in no slot any more (the pipeline's slot
+// followed the fast sink): walcast refuses to start until the gap is
+// accepted, then the sink resumes from the pipeline's slot, missing
+// exactly those changes, and receives everything after.
+func TestCatchupSlotDroppedByHand(t *testing.T) {
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
+	truthSlot(t, db, "truth_cudrop")
+	t.Cleanup(func() { dropSlot(dsn, "truth_cudrop") })
+	fast, slow := newReceiver(t), newReceiver(t)
+	slow.setMode(modeHang)
+	pipeline := writePipeline(t, "cudrop", dsn, []string{"public.items"},
+		sinkSpec{ID: "fast", URL: fast.URL}, sinkSpec{ID: "slow", URL: slow.URL})
+	cuSlot := isolate.SlotName("walcast_cudrop", "slow")
+	proc := startWalcast(t, pipeline)
+	waitSlot(t, db, "walcast_cudrop")
+	insertItems(t, db, 1, 3000)
+	waitFor(t, "the fast sink to receive every insert", time.Minute, func() bool { return fast.distinct() >= 3000 })
+	proc.waitLog(t, "detaching it to catch up")
+	proc.kill()
+	waitFor(t, "catch-up slot released", time.Minute, func() bool {
+		var active bool
+		return db.QueryRow(context.Background(), `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, cuSlot).Scan(&active) == nil && !active
+	})
+	exec1(t, db, `SELECT pg_drop_replication_slot($1)`, cuSlot)
+	slow.setMode(modeOK)
+
+	stdout, stderr, code := walcastTimed(t, time.Minute, nil, "run", pipeline, "--plugin-dir", binDir)
+	out := stdout + stderr
+	if code != 1 {
+		t.Fatalf("walcast run with the catch-up slot dropped: exit %d (-1: still running after a minute), want 1; output:\n%s", code, out)
+	}
+	wantAll(t, out, "catch-up slot "+cuSlot+" of sink slow does not exist", "--accept-gap")
+	if n := slow.distinct(); n >= 3000 {
+		t.Fatalf("the slow sink got %d rows although its changes are gone", n)
+	}
+
+	proc = startWalcast(t, pipeline, "--accept-gap")
+	proc.waitLog(t, "the sink's catch-up slot was dropped")
+	insertItems(t, db, 3001, 5)
+	waitFor(t, "both sinks to receive the inserts after the gap", time.Minute, func() bool {
+		return fast.distinct() >= 3005 && slow.distinct() >= 5
+	})
+	proc.stop()
+	status, _ := walcastOut(t, "status", pipeline)
+	wantAll(t, status, "(catch-up slot lost: slow): sink slow missed the changes after")
+	want := truth(t, db, "truth_cudrop", map[string]bool{"public.items": true})
+	verify(t, want, fast.events())
+	for _, k := range itemKeys(3001, 5) {
+		if !keysOf(slow.events(), func(r received) string { return r.Key })[k] {
+			t.Fatalf("the slow sink lacks %s, committed after the gap was accepted", k)
+		}
+	}
+}
