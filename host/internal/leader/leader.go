@@ -407,13 +407,24 @@ func (l *Lease) Err() error {
 
 // Exec runs a statement on the lock session: it cannot succeed once the
 // session that holds the lock is gone. Checkpoints go through it.
+//
+// The caller's cancellation does not reach the statement once it is sent:
+// pgx closes a connection whose query is cancelled, and closing this one
+// would give up the leadership (a graceful stop cancels its writers while
+// one of them may be writing). The statement is bounded by the session's
+// own check instead.
 func (l *Lease) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	if err := l.Err(); err != nil {
 		return pgconn.CommandTag{}, err
 	}
+	if err := ctx.Err(); err != nil {
+		return pgconn.CommandTag{}, err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	tag, err := l.conn.Exec(ctx, sql, args...)
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*l.cfg.CheckInterval)
+	defer cancel()
+	tag, err := l.conn.Exec(ectx, sql, args...)
 	if err != nil && l.conn.IsClosed() {
 		l.markLost(err)
 	}

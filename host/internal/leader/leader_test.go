@@ -126,3 +126,29 @@ func TestPipelinesDoNotShareALock(t *testing.T) {
 	}
 	b.Release(ctx)
 }
+
+// TestCancelledWriteKeepsTheLease: a write through the lease whose caller
+// gives up while it runs (a graceful stop cancelling its writers) must not
+// close the lock session: pgx closes a connection whose query is
+// cancelled, which would hand the pipeline to a standby mid-shutdown.
+func TestCancelledWriteKeepsTheLease(t *testing.T) {
+	ctx := context.Background()
+	dsn := cluster.Database(t)
+	l, err := Acquire(ctx, fast(dsn, "walcast a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	l.Exec(wctx, `SELECT pg_sleep(0.15)`) // longer than wctx, within the session's own bound (2 × CheckInterval)
+	if err := l.Err(); err != nil {
+		t.Fatalf("the lease was lost by a cancelled write: %v", err)
+	}
+	if _, err := l.Exec(ctx, `SELECT 1`); err != nil {
+		t.Fatalf("the lock session does not work after a cancelled write: %v", err)
+	}
+	if _, err := l.Exec(wctx, `SELECT 1`); err == nil {
+		t.Fatal("a write with an ended context ran")
+	}
+}
