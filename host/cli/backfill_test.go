@@ -684,8 +684,10 @@ func TestBackfillRowFilter(t *testing.T) {
 }
 
 // TestBackfillRowFilterAddedByHand adds a row filter by hand to the
-// publication walcast created for a running pipeline: the backfill
-// honours it like the live stream does.
+// publication walcast created for a running pipeline: it survives a
+// restart of walcast (which keeps the publication in step with the
+// pipeline's tables), and the backfill honours it like the live stream
+// does.
 func TestBackfillRowFilterAddedByHand(t *testing.T) {
 	dsn := cluster.Database(t)
 	db := connect(t, dsn)
@@ -698,6 +700,21 @@ func TestBackfillRowFilterAddedByHand(t *testing.T) {
 	waitSlot(t, db, "walcast_bfrfh")
 	exec1(t, db, `ALTER PUBLICATION walcast_bfrfh SET TABLE public.rfh WHERE `+filter)
 	exec1(t, db, `UPDATE rfh SET v = 'live' WHERE id IN (4, 6)`)
+	proc.stop()
+	proc = startWalcast(t, pipeline)
+	waitFor(t, "walcast to stream again", time.Minute, func() bool {
+		var active bool
+		db.QueryRow(context.Background(), `SELECT active FROM pg_replication_slots WHERE slot_name = 'walcast_bfrfh'`).Scan(&active)
+		return active
+	})
+	var kept *string
+	if err := db.QueryRow(context.Background(), `SELECT rowfilter FROM pg_publication_tables WHERE pubname = 'walcast_bfrfh' AND tablename = 'rfh'`).Scan(&kept); err != nil {
+		t.Fatal(err)
+	}
+	if kept == nil {
+		t.Fatal("restarting walcast dropped the row filter added by hand to its publication")
+	}
+	exec1(t, db, `UPDATE rfh SET v = 'restarted' WHERE id IN (10, 12)`)
 	id := requestBackfill(t, db, pipeline, "--table", "public.rfh", "--wait")
 	exec1(t, db, `DELETE FROM rfh WHERE id IN (7, 9)`)
 	exec1(t, db, `INSERT INTO rfh VALUES (3001, 'after'), (3003, 'after')`)
