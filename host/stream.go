@@ -147,7 +147,7 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 	s := &Stream{events: events, acks: a, capt: capt, pool: pool, stop: stop, drain: drain, slot: cfg.Slot, done: make(chan struct{}),
 		pipeline: ccfg.Pipeline, tables: cfg.Tables, fillDone: make(chan struct{})}
 	s.filler = backfill.NewRunner(backfill.Config{
-		DSN: cfg.DSN, Pipeline: ccfg.Pipeline, Publication: ccfg.Publication, Tables: cfg.Tables, Flushed: a.position, Logger: cfg.Logger,
+		DSN: cfg.DSN, Pipeline: ccfg.Pipeline, Publication: ccfg.Publication, KeylessPublication: ccfg.KeylessPublication, Tables: cfg.Tables, Flushed: a.position, Logger: cfg.Logger,
 	})
 	go func() {
 		defer close(s.fillDone)

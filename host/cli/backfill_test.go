@@ -84,7 +84,18 @@ func mirrorRows(t testing.TB, evs []received, keyCols []string) map[string]map[s
 // tableRowsByKey reads a table as JSON objects keyed like mirror's rows.
 func tableRowsByKey(t testing.TB, db *pgx.Conn, table string, keyCols []string) map[string]map[string]any {
 	t.Helper()
-	rows, err := db.Query(context.Background(), `SELECT to_json(t)::text FROM `+table+` t`)
+	return tableRowsWhere(t, db, table, "", keyCols)
+}
+
+// tableRowsWhere reads the rows of table that where keeps (all when
+// empty) as JSON objects keyed like mirror's rows.
+func tableRowsWhere(t testing.TB, db *pgx.Conn, table, where string, keyCols []string) map[string]map[string]any {
+	t.Helper()
+	sql := `SELECT to_json(t)::text FROM ` + table + ` t`
+	if where != "" {
+		sql += " WHERE " + where
+	}
+	rows, err := db.Query(context.Background(), sql)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,28 +121,43 @@ func tableRowsByKey(t testing.TB, db *pgx.Conn, table string, keyCols []string) 
 // checkRowMirror fails unless applying evs leaves a mirror equal to table.
 func checkRowMirror(t testing.TB, db *pgx.Conn, table string, keyCols []string, evs []received) {
 	t.Helper()
+	checkRowMirrorWhere(t, db, table, "", keyCols, evs)
+}
+
+// checkRowMirrorWhere fails unless applying evs leaves a mirror equal to
+// the rows of table that where keeps.
+func checkRowMirrorWhere(t testing.TB, db *pgx.Conn, table, where string, keyCols []string, evs []received) {
+	t.Helper()
+	diffs, want := mirrorDiff(t, db, table, where, keyCols, evs)
+	for i, d := range diffs {
+		if i == 5 {
+			break
+		}
+		t.Error(d)
+	}
+	if len(diffs) > 0 {
+		t.Fatalf("mirror of %s differs from the table in %d rows (%d rows in the table)", table, len(diffs), want)
+	}
+}
+
+// mirrorDiff applies evs to a mirror and describes each row in which it
+// differs from the rows of table that where keeps; want is how many rows
+// those are.
+func mirrorDiff(t testing.TB, db *pgx.Conn, table, where string, keyCols []string, evs []received) (diffs []string, want int) {
+	t.Helper()
 	got := mirrorRows(t, evs, keyCols)
-	want := tableRowsByKey(t, db, table, keyCols)
-	bad := 0
-	for k, w := range want {
+	rows := tableRowsWhere(t, db, table, where, keyCols)
+	for k, w := range rows {
 		if g, ok := got[k]; !ok || !reflect.DeepEqual(g, w) {
-			if bad < 5 {
-				t.Errorf("row %s: mirror has %v, table has %v", k, g, w)
-			}
-			bad++
+			diffs = append(diffs, fmt.Sprintf("row %s: mirror has %v, table has %v", k, g, w))
 		}
 	}
 	for k, g := range got {
-		if _, ok := want[k]; !ok {
-			if bad < 5 {
-				t.Errorf("row %s: mirror has %v, the table has no such row", k, g)
-			}
-			bad++
+		if _, ok := rows[k]; !ok {
+			diffs = append(diffs, fmt.Sprintf("row %s: mirror has %v, the table has no such row", k, g))
 		}
 	}
-	if bad > 0 {
-		t.Fatalf("mirror of %s differs from the table in %d rows (%d rows in the table)", table, bad, len(want))
-	}
+	return diffs, len(rows)
 }
 
 // sameContent fails when an id arrived twice with different bytes and
@@ -557,4 +583,165 @@ func TestBackfillColumnList(t *testing.T) {
 			t.Fatalf("%s event %s carries columns the publication does not publish as listed: %s", e.Op, e.ID, e.Raw)
 		}
 	}
+}
+
+// rfFilter is TestBackfillRowFilter's publication row filter, and
+// rfKeeps the same in Go. It leaves out every third id, the odd values of
+// v (which the writers flip), and the whole range 3001..6000, so that
+// some chunks find no row to read and must still move on.
+const rfFilter = `(id % 3 <> 0 AND v % 2 = 0 AND (id <= 3000 OR id > 6000))`
+
+func rfKeeps(row map[string]any) bool {
+	id, _ := row["id"].(float64)
+	v, _ := row["v"].(float64)
+	return int(id)%3 != 0 && int(v)%2 == 0 && (id <= 3000 || id > 6000)
+}
+
+// TestBackfillRowFilter backfills a table that a publication walcast did
+// not create publishes with a row filter (PostgreSQL 15), while writers
+// move rows in and out of the filter: no read event carries a row the
+// filter leaves out, and a consumer applying the sink's events in order
+// ends with exactly the rows the filter keeps, which is what the live
+// stream alone delivers for rows written after the slot.
+func TestBackfillRowFilter(t *testing.T) {
+	ctx := context.Background()
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	const existing = 20000
+	// REPLICA IDENTITY FULL: a filter on v needs v in the replica
+	// identity for the publication to publish updates and deletes.
+	exec1(t, db, `CREATE TABLE rf (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	exec1(t, db, `ALTER TABLE rf REPLICA IDENTITY FULL`)
+	exec1(t, db, fmt.Sprintf(`INSERT INTO rf SELECT g, g %% 5, 'p' || g FROM generate_series(1, %d) g`, existing))
+	exec1(t, db, `CREATE PUBLICATION rfpub FOR TABLE rf WHERE `+rfFilter)
+	rcv := newReceiver(t)
+	pipeline := writePipeline(t, "bfrf", dsn, []string{"public.rf"}, sinkSpec{ID: "hook", URL: rcv.URL})
+	b, err := os.ReadFile(pipeline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := strings.Replace(string(b), "  tables = [\"public.rf\"]\n", "  tables = [\"public.rf\"]\n  publication = \"rfpub\"\n", 1)
+	if err := os.WriteFile(pipeline, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	proc := startWalcast(t, pipeline)
+	waitSlot(t, db, "walcast_bfrf")
+
+	// Writers flip v (in and out of the filter), delete and insert from
+	// before the backfill until after it.
+	wdb := connect(t, dsn)
+	wctx, stopWriters := context.WithCancel(ctx)
+	var writes atomic.Int64
+	writerDone := make(chan error, 1)
+	go func() {
+		r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 5))
+		next := existing + 1
+		tick := time.NewTicker(2 * time.Millisecond) // pace: the sink must keep up
+		defer tick.Stop()
+		for wctx.Err() == nil {
+			var sql string
+			switch op := r.IntN(10); {
+			case op < 6:
+				lo := 1 + r.IntN(next)
+				sql = fmt.Sprintf(`UPDATE rf SET v = v + 1 WHERE id BETWEEN %d AND %d`, lo, lo+r.IntN(30))
+			case op < 8:
+				sql = fmt.Sprintf(`DELETE FROM rf WHERE id = %d`, 1+r.IntN(next))
+			default:
+				sql = fmt.Sprintf(`INSERT INTO rf VALUES (%d, %d, 'new')`, next, r.IntN(4))
+				next++
+			}
+			if _, err := wdb.Exec(ctx, sql); err != nil {
+				writerDone <- err
+				return
+			}
+			writes.Add(1)
+			select {
+			case <-wctx.Done():
+			case <-tick.C:
+			}
+		}
+		writerDone <- nil
+	}()
+	waitFor(t, "writers to start", 30*time.Second, func() bool { return writes.Load() > 50 })
+	before := writes.Load()
+	id := requestBackfill(t, db, pipeline, "--table", "public.rf")
+	waitFor(t, "backfill to finish", 3*time.Minute, func() bool { s, _, _ := backfillState(t, db, id); return s == "done" })
+	during := writes.Load() - before
+	stopWriters()
+	if err := <-writerDone; err != nil {
+		t.Fatal(err)
+	}
+	_, rowsDone, chunks := backfillState(t, db, id)
+	waitFor(t, fmt.Sprintf("the %d read events", rowsDone), time.Minute, func() bool { return int64(rcv.countOp("read")) >= rowsDone })
+	for _, r := range rcv.events() {
+		if e := parseFull(t, r); r.Op == "read" && !rfKeeps(e.New) {
+			t.Fatalf("read event %s carries a row the publication's row filter leaves out: %v", r.ID, e.New)
+		}
+	}
+	waitMirrorWhere(t, db, "rf", rfFilter, []string{"id"}, rcv, 2*time.Minute)
+	proc.stop()
+	t.Logf("%d existing rows, %d writes during the backfill, %d rows read in %d chunks", existing, during, rowsDone, chunks)
+}
+
+// TestBackfillRowFilterAddedByHand adds a row filter by hand to the
+// publication walcast created for a running pipeline: it survives a
+// restart of walcast (which keeps the publication in step with the
+// pipeline's tables), and the backfill honours it like the live stream
+// does.
+func TestBackfillRowFilterAddedByHand(t *testing.T) {
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	const filter = `(id % 3 <> 0)`
+	exec1(t, db, `CREATE TABLE rfh (id int PRIMARY KEY, v text)`)
+	exec1(t, db, `INSERT INTO rfh SELECT g, 'v' || g FROM generate_series(1, 3000) g`)
+	rcv := newReceiver(t)
+	pipeline := writePipeline(t, "bfrfh", dsn, []string{"public.rfh"}, sinkSpec{ID: "hook", URL: rcv.URL})
+	proc := startWalcast(t, pipeline)
+	waitSlot(t, db, "walcast_bfrfh")
+	exec1(t, db, `ALTER PUBLICATION walcast_bfrfh SET TABLE public.rfh WHERE `+filter)
+	exec1(t, db, `UPDATE rfh SET v = 'live' WHERE id IN (4, 6)`)
+	proc.stop()
+	proc = startWalcast(t, pipeline)
+	waitFor(t, "walcast to stream again", time.Minute, func() bool {
+		var active bool
+		db.QueryRow(context.Background(), `SELECT active FROM pg_replication_slots WHERE slot_name = 'walcast_bfrfh'`).Scan(&active)
+		return active
+	})
+	var kept *string
+	if err := db.QueryRow(context.Background(), `SELECT rowfilter FROM pg_publication_tables WHERE pubname = 'walcast_bfrfh' AND tablename = 'rfh'`).Scan(&kept); err != nil {
+		t.Fatal(err)
+	}
+	if kept == nil {
+		t.Fatal("restarting walcast dropped the row filter added by hand to its publication")
+	}
+	exec1(t, db, `UPDATE rfh SET v = 'restarted' WHERE id IN (10, 12)`)
+	id := requestBackfill(t, db, pipeline, "--table", "public.rfh", "--wait")
+	exec1(t, db, `DELETE FROM rfh WHERE id IN (7, 9)`)
+	exec1(t, db, `INSERT INTO rfh VALUES (3001, 'after'), (3003, 'after')`)
+	if s, rows, _ := backfillState(t, db, id); s != "done" || rows != 2000 {
+		t.Fatalf("backfill %s with %d rows, want done with the 2000 rows the filter keeps", s, rows)
+	}
+	waitFor(t, "the 2000 read events", time.Minute, func() bool { return rcv.countOp("read") >= 2000 })
+	for _, r := range rcv.events() {
+		if e := parseFull(t, r); r.Op == "read" && int(e.New["id"].(float64))%3 == 0 {
+			t.Fatalf("read event %s carries a row the publication's row filter leaves out: %v", r.ID, e.New)
+		}
+	}
+	waitMirrorWhere(t, db, "rfh", filter, []string{"id"}, rcv, time.Minute)
+	proc.stop()
+}
+
+// waitMirrorWhere waits until applying rcv's events leaves a mirror equal
+// to the rows of table that where keeps, and fails naming the rows that
+// differ when that does not happen within d.
+func waitMirrorWhere(t testing.TB, db *pgx.Conn, table, where string, keyCols []string, rcv *receiver, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if diffs, _ := mirrorDiff(t, db, table, where, keyCols, rcv.events()); len(diffs) == 0 {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	checkRowMirrorWhere(t, db, table, where, keyCols, rcv.events())
 }

@@ -8,8 +8,11 @@
 //  1. locks the backfill's row in walcast.backfills (FOR UPDATE) and reads
 //     its state and the last key done;
 //  2. reads the next rows after that key FOR SHARE, in key order, up to the
-//     chunk's row and byte limits, only the columns the pipeline's
-//     publication publishes (Table.Restrict);
+//     chunk's bound (the limit-th key, counting every row), only the
+//     columns the pipeline's publication publishes and only the rows its
+//     publications' row filters keep, read from the catalog in the same
+//     transaction (Table.Restrict); a chunk the filter leaves empty still
+//     advances to its bound;
 //  3. writes them into the WAL as one transactional logical decoding
 //     message (decode.BackfillPrefix), which the decoder turns into read
 //     events with ids <commit_lsn>:<index> like every other event;

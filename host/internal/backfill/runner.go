@@ -25,8 +25,12 @@ type Config struct {
 	DSN      string
 	Pipeline string
 	// Publication is the pipeline's publication: a backfill reads only
-	// the columns it publishes (Table.Restrict).
+	// the columns it publishes and the rows its row filter keeps
+	// (Table.Restrict).
 	Publication string
+	// KeylessPublication is the publication the slot streams with
+	// Publication, if any: its row filters count too.
+	KeylessPublication string
 	// Tables are the pipeline's captured tables ("schema.table") and
 	// Sinks its sink ids: a backfill of anything else fails.
 	Tables []string
@@ -212,7 +216,7 @@ WHERE pipeline = $1 AND state IN ('queued', 'running') ORDER BY id LIMIT 1`, r.c
 	}
 	t, err := Inspect(ctx, conn, name)
 	if err == nil {
-		err = t.Restrict(ctx, conn, r.cfg.Publication)
+		err = t.Restrict(ctx, conn, r.cfg.Publication, r.cfg.KeylessPublication)
 	}
 	if err != nil {
 		var pgErr *pgconn.PgError
@@ -263,7 +267,15 @@ func (r *Runner) start(ctx context.Context, conn *pgx.Conn, id int64, t Table) e
 		return fmt.Errorf("estimate rows of %s: %w", t, err)
 	}
 	if pages < 2000 || est == 0 {
-		if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{t.Schema, t.Name}.Sanitize()).Scan(&est); err != nil {
+		filter, err := t.readRowFilter(ctx, conn)
+		if err != nil {
+			return err
+		}
+		where := ""
+		if filter != "" {
+			where = " WHERE " + filter
+		}
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{t.Schema, t.Name}.Sanitize()+where).Scan(&est); err != nil {
 			return fmt.Errorf("count rows of %s: %w", t, err)
 		}
 	}
@@ -402,8 +414,19 @@ func (r *Runner) chunk(ctx context.Context, conn *pgx.Conn, id int64, t Table, s
 	b.Queue(`SELECT state, last_key, chunks_done FROM walcast.backfills WHERE id = $1 FOR UPDATE`, id).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&res.state, &last, &chunks)
 	})
+	// The row filters as they are now, in the same round trip: pgoutput
+	// applies to a change the filters in force where it is in the WAL, so
+	// a filter changed during a backfill applies from the next chunk on.
+	var pubs []pubFilter
+	if len(t.publications) > 0 {
+		b.Queue(rowFilterSQL, t.publications, t.Schema, t.Name).Query(func(rows pgx.Rows) error {
+			var err error
+			pubs, err = pgx.CollectRows(rows, pgx.RowToStructByPos[pubFilter])
+			return err
+		})
+	}
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return res, fmt.Errorf("backfill %d: read progress: %w", id, err)
+		return res, fmt.Errorf("backfill %d: read progress and row filters: %w", id, err)
 	}
 	if res.state != StateRunning {
 		_, err := conn.Exec(ctx, "COMMIT")
@@ -412,13 +435,18 @@ func (r *Runner) chunk(ctx context.Context, conn *pgx.Conn, id int64, t Table, s
 	}
 	// The chunk's upper bound: the limit-th key after the last one. Read
 	// before locking, so that rows whose key an UPDATE moves while the
-	// chunk waits for its lock cannot stretch the chunk past it.
+	// chunk waits for its lock cannot stretch the chunk past it. The bound
+	// counts every row, published or not: the publications' row filter
+	// applies to the locking read only, so a chunk's work stays bounded
+	// by its limit whatever the filter keeps, and a chunk whose rows the
+	// filter all leaves out still advances to its bound (only a chunk
+	// without a bound is the last).
 	bound, err := t.boundary(ctx, conn, last, limit)
 	if err != nil {
 		return res, fmt.Errorf("backfill %d of %s: find chunk bound: %w", id, t, err)
 	}
 	lockStart := time.Now()
-	sql, args := t.readQuery(last, bound)
+	sql, args := t.readQuery(last, bound, rowFilter(pubs))
 	rows, err := conn.Query(ctx, sql, args...)
 	if err != nil {
 		return res, fmt.Errorf("backfill %d of %s: read chunk: %w", id, t, err)
@@ -520,8 +548,12 @@ func (t Table) boundary(ctx context.Context, db checkpoint.Querier, last []strin
 	return row, nil
 }
 
-// readQuery is the locking read of the rows in (last, bound].
-func (t Table) readQuery(last, bound []string) (string, []any) {
+// readQuery is the locking read of the rows in (last, bound] that filter
+// (a boolean SQL expression from rowFilter, or "") keeps. READ COMMITTED
+// row locking evaluates the filter again on the newest version of a row
+// it waited for, so a read never carries a row the filter no longer
+// keeps.
+func (t Table) readQuery(last, bound []string, filter string) (string, []any) {
 	var b strings.Builder
 	b.WriteString("SELECT ")
 	for i, c := range t.Columns {
@@ -541,6 +573,9 @@ func (t Table) readQuery(last, bound []string) (string, []any) {
 	}
 	if bound != nil {
 		conds = append(conds, t.compare("<=", bound, &args))
+	}
+	if filter != "" {
+		conds = append(conds, filter)
 	}
 	if len(conds) > 0 {
 		b.WriteString(" WHERE ")

@@ -28,6 +28,10 @@ type Table struct {
 	// PageKey are the same columns in the order of the index that serves
 	// the keyset pagination.
 	PageKey []int
+	// publications are the pipeline's publications whose row filters
+	// (PostgreSQL 15) decide which rows a chunk reads; none before
+	// PostgreSQL 15 (Restrict sets them).
+	publications []string
 }
 
 func (t Table) String() string { return t.Schema + "." + t.Name }
@@ -119,22 +123,36 @@ WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped AND attgenerated = '' OR
 	return t, nil
 }
 
-// Restrict narrows the table to the columns publication publishes of it
-// (PostgreSQL 15 column lists, CREATE PUBLICATION p FOR TABLE t (a, b)):
-// pgoutput sends only those for live changes, and a read event must carry
-// no column the publication hides. Before PostgreSQL 15, or when the
-// table is not in the publication, every column stays. A list that hides
-// a key column is refused: read events carry the key.
-func (t *Table) Restrict(ctx context.Context, db checkpoint.Querier, publication string) error {
-	if publication == "" {
+// Restrict narrows the table to what the pipeline's publications publish
+// of it (PostgreSQL 15), the first being the pipeline's main publication
+// and the others those the slot streams with it (the keyless one):
+//
+//   - the columns the main publication publishes (column lists, CREATE
+//     PUBLICATION p FOR TABLE t (a, b)): pgoutput sends only those for
+//     live changes, and a read event must carry no column the publication
+//     hides. When the table is not in the publication every column stays.
+//     A list that hides a key column is refused: read events carry the
+//     key.
+//   - the rows: every chunk applies the publications' row filters (FOR
+//     TABLE t WHERE (...)) as they are when the chunk runs (rowFilterSQL).
+//
+// Before PostgreSQL 15 neither exists and the table stays whole.
+func (t *Table) Restrict(ctx context.Context, db checkpoint.Querier, publications ...string) error {
+	if len(publications) == 0 || publications[0] == "" {
 		return nil
 	}
+	publication := publications[0]
 	var version int
 	if err := db.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
 		return fmt.Errorf("read server version: %w", err)
 	}
 	if version < 150000 {
 		return nil
+	}
+	for _, p := range publications {
+		if p != "" {
+			t.publications = append(t.publications, p)
+		}
 	}
 	var names []string
 	err := db.QueryRow(ctx, `SELECT attnames::text[] FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3`,
@@ -176,4 +194,68 @@ func (t *Table) Restrict(ctx context.Context, db checkpoint.Querier, publication
 	}
 	t.Columns, t.types, t.EventKey, t.PageKey = cols, types, eventKey, pageKey
 	return nil
+}
+
+// rowFilterSQL reads, for the table's schema ($2) and name ($3), each
+// publication among $1 that publishes it: whether it publishes inserts,
+// and its row filter as PostgreSQL deparses it (pg_get_expr of the
+// catalog's expression, NULL for none).
+const rowFilterSQL = `SELECT p.pubinsert, pt.rowfilter FROM pg_publication_tables pt JOIN pg_publication p ON p.pubname = pt.pubname
+WHERE pt.pubname = ANY($1) AND pt.schemaname = $2 AND pt.tablename = $3`
+
+// pubFilter is one row of rowFilterSQL.
+type pubFilter struct {
+	Insert bool
+	Filter *string
+}
+
+// rowFilter combines the publications' row filters the way pgoutput
+// applies them to an INSERT, which is what a read is: a row is published
+// when any publication that publishes the table's inserts has no filter or
+// one the row satisfies. The result is a boolean SQL expression, or ""
+// for every row. When no publication publishes the table's inserts, those
+// that publish it at all decide (a read stands for the row's current
+// state); when none publishes it, every row is read, as before row
+// filters. The expressions are PostgreSQL's own deparsed catalog text,
+// never built from anything else, and name the table's columns
+// unqualified, which resolve to the table in the chunk's query.
+func rowFilter(pubs []pubFilter) string {
+	use := slices.DeleteFunc(slices.Clone(pubs), func(p pubFilter) bool { return !p.Insert })
+	if len(use) == 0 {
+		use = pubs
+	}
+	var parts []string
+	for _, p := range use {
+		if p.Filter == nil || strings.TrimSpace(*p.Filter) == "" {
+			return ""
+		}
+		f := "(" + *p.Filter + ")"
+		if !slices.Contains(parts, f) {
+			parts = append(parts, f)
+		}
+	}
+	switch len(parts) {
+	case 0:
+		return ""
+	case 1:
+		return parts[0]
+	}
+	return "(" + strings.Join(parts, " OR ") + ")"
+}
+
+// readRowFilter reads the rows filter (rowFilter) the publications apply
+// now.
+func (t Table) readRowFilter(ctx context.Context, db checkpoint.Querier) (string, error) {
+	if len(t.publications) == 0 {
+		return "", nil
+	}
+	rows, err := db.Query(ctx, rowFilterSQL, t.publications, t.Schema, t.Name)
+	if err != nil {
+		return "", fmt.Errorf("read the row filters of %s: %w", t, err)
+	}
+	pubs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[pubFilter])
+	if err != nil {
+		return "", fmt.Errorf("read the row filters of %s: %w", t, err)
+	}
+	return rowFilter(pubs), nil
 }

@@ -608,19 +608,17 @@ func createPublication(ctx context.Context, db Querier, name string, tables []st
 	return nil
 }
 
-// setPublicationTables makes tables (possibly none) the tables of a
-// publication.
+// setPublicationTables makes tables (possibly none, each spelled by
+// qualified) the tables of a publication. It adds and drops only the
+// difference rather than SET TABLE, which would also drop a row filter or
+// column list someone added by hand to a table that stays (ALTER
+// PUBLICATION … SET TABLE t WHERE (…)): the live stream and backfills
+// honour those, and a restart must not silently undo them.
 func setPublicationTables(ctx context.Context, db Querier, name string, tables []string) error {
 	pub := pgx.Identifier{name}.Sanitize()
-	if len(tables) > 0 {
-		if _, err := db.Exec(ctx, "ALTER PUBLICATION "+pub+" SET TABLE "+strings.Join(tables, ", ")); err != nil {
-			return fmt.Errorf("update tables of publication %s: %w", name, err)
-		}
-		return nil
-	}
-	// SET TABLE needs at least one table: drop the members one by one.
+	// Members spelled the way qualified spells them (pgx.Identifier).
 	rows, err := db.Query(ctx, `
-SELECT format('%I.%I', n.nspname, c.relname)
+SELECT '"' || replace(n.nspname, '"', '""') || '"."' || replace(c.relname, '"', '""') || '"'
 FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
 JOIN pg_class c ON c.oid = pr.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE p.pubname = $1`, name)
@@ -631,8 +629,24 @@ WHERE p.pubname = $1`, name)
 	if err != nil {
 		return fmt.Errorf("list tables of publication %s: %w", name, err)
 	}
+	var add, drop []string
+	for _, t := range tables {
+		if !slices.Contains(members, t) && !slices.Contains(add, t) {
+			add = append(add, t)
+		}
+	}
 	for _, m := range members {
-		if _, err := db.Exec(ctx, "ALTER PUBLICATION "+pub+" DROP TABLE "+m); err != nil {
+		if !slices.Contains(tables, m) {
+			drop = append(drop, m)
+		}
+	}
+	if len(drop) > 0 {
+		if _, err := db.Exec(ctx, "ALTER PUBLICATION "+pub+" DROP TABLE "+strings.Join(drop, ", ")); err != nil {
+			return fmt.Errorf("update tables of publication %s: %w", name, err)
+		}
+	}
+	if len(add) > 0 {
+		if _, err := db.Exec(ctx, "ALTER PUBLICATION "+pub+" ADD TABLE "+strings.Join(add, ", ")); err != nil {
 			return fmt.Errorf("update tables of publication %s: %w", name, err)
 		}
 	}

@@ -241,7 +241,7 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 		sinkIDs[i] = p.Sinks[i].ID
 	}
 	t.filler = backfill.NewRunner(backfill.Config{
-		DSN: p.Source.DSN, Pipeline: p.Name, Publication: p.Source.Publication, Tables: p.Source.Tables, Sinks: sinkIDs,
+		DSN: p.Source.DSN, Pipeline: p.Name, Publication: p.Source.Publication, KeylessPublication: prep.KeylessPublication, Tables: p.Source.Tables, Sinks: sinkIDs,
 		Flushed: t.tracker.Flush, Logger: log,
 	})
 	t.ctl = &control{store: t.store, runs: t.runs, log: log, backfill: t.filler}
