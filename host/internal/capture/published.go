@@ -32,7 +32,8 @@ func membership(ctx context.Context, db Querier, cfg Config) (map[string]string,
 	rows, err := db.Query(ctx, `
 SELECT pt.schemaname || '.' || pt.tablename, c.oid::bigint, p.pubname, p.oid::bigint,
        p.pubinsert, p.pubupdate, p.pubdelete, p.pubtruncate, p.puballtables,
-       coalesce(pr.oid, 0)::bigint, coalesce(pn.oid, 0)::bigint
+       coalesce(pr.oid, 0)::bigint, coalesce(pn.oid, 0)::bigint,
+       md5(coalesce(pg_get_expr(pr.prqual, pr.prrelid), '') || '/' || coalesce(pr.prattrs::text, ''))
 FROM pg_publication p
 JOIN pg_publication_tables pt ON pt.pubname = p.pubname
 JOIN pg_namespace n ON n.nspname = pt.schemaname
@@ -48,11 +49,11 @@ WHERE p.pubname = ANY($1)`, pubs)
 		want[canonical(t)] = true
 	}
 	parts := map[string][]string{}
-	var table, pub string
+	var table, pub, def string
 	var tableOID, pubOID, relOID, nspOID int64
 	var ins, upd, del, trunc, all bool
 	names := map[int64]string{}
-	_, err = pgx.ForEachRow(rows, []any{&table, &tableOID, &pub, &pubOID, &ins, &upd, &del, &trunc, &all, &relOID, &nspOID}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&table, &tableOID, &pub, &pubOID, &ins, &upd, &del, &trunc, &all, &relOID, &nspOID, &def}, func() error {
 		names[tableOID] = table
 		if !want[table] {
 			return nil
@@ -75,7 +76,7 @@ WHERE p.pubname = ANY($1)`, pubs)
 		case nspOID != 0:
 			via = fmt.Sprintf("schema%d", nspOID)
 		}
-		parts[table] = append(parts[table], fmt.Sprintf("%s#%d:%s:%s@%d", pub, pubOID, ops, via, tableOID))
+		parts[table] = append(parts[table], pubPart{pub: pub, pubOID: pubOID, ops: ops, via: via, table: tableOID, def: def}.String())
 		return nil
 	})
 	if err != nil {
@@ -84,24 +85,89 @@ WHERE p.pubname = ANY($1)`, pubs)
 	out := make(map[string]string, len(parts))
 	for t, ps := range parts {
 		sort.Strings(ps)
-		out[t] = strings.Join(ps, ",")
+		out[t] = strings.Join(ps, partSep)
 	}
 	return out, names, nil
+}
+
+// pubPart is how one publication publishes a table: the publication's
+// oid and operations, the catalog row that makes the table a member, the
+// table's oid, and a digest of its row filter and column list.
+type pubPart struct {
+	pub      string
+	pubOID   int64
+	ops, via string
+	table    int64
+	def      string
+}
+
+// Separators no name in a token can hold.
+const (
+	fieldSep = "\x1f"
+	partSep  = "\x1e"
+)
+
+func (p pubPart) String() string {
+	return strings.Join([]string{p.pub, strconv.FormatInt(p.pubOID, 10), p.ops, p.via, strconv.FormatInt(p.table, 10), p.def}, fieldSep)
+}
+
+// parseParts reads a membership token back, by publication name.
+func parseParts(token string) map[string]pubPart {
+	out := map[string]pubPart{}
+	if token == "" {
+		return out
+	}
+	for _, s := range strings.Split(token, partSep) {
+		f := strings.Split(s, fieldSep)
+		if len(f) != 6 {
+			continue
+		}
+		pubOID, _ := strconv.ParseInt(f[1], 10, 64)
+		table, _ := strconv.ParseInt(f[4], 10, 64)
+		out[f[0]] = pubPart{pub: f[0], pubOID: pubOID, ops: f[2], via: f[3], table: table, def: f[5]}
+	}
+	return out
+}
+
+// compareMembership says whether a table published as was (a token) and
+// now as now lost changes in between ("lost"), was redefined by hand in a
+// way that loses nothing ("redefined": its row filter or column list
+// replaced, which PostgreSQL does in one statement, or more operations
+// published), or is unchanged ("").
+func compareMembership(was, now string) string {
+	if was == now {
+		return ""
+	}
+	w, n := parseParts(was), parseParts(now)
+	verdict := ""
+	for pub, wp := range w {
+		np, ok := n[pub]
+		switch {
+		case !ok, np.pubOID != wp.pubOID, np.table != wp.table:
+			return "lost"
+		case strings.ContainsFunc(wp.ops, func(op rune) bool { return !strings.ContainsRune(np.ops, op) }):
+			return "lost" // an operation no longer published
+		case np.via != wp.via && np.def == wp.def:
+			return "lost" // removed and added again, as it was
+		case np != wp:
+			verdict = "redefined"
+		}
+	}
+	if len(n) > len(w) {
+		verdict = "redefined" // published by one more publication
+	}
+	return verdict
 }
 
 // renamedTo is the name the table recorded as was carries now, if the
 // publications still publish it under another name.
 func renamedTo(was string, names map[int64]string) string {
-	_, oid, ok := strings.Cut(was, "@")
-	if !ok {
-		return ""
+	for _, p := range parseParts(was) {
+		if n, ok := names[p.table]; ok {
+			return n
+		}
 	}
-	oid, _, _ = strings.Cut(oid, ",")
-	n, err := strconv.ParseInt(oid, 10, 64)
-	if err != nil {
-		return ""
-	}
-	return names[n]
+	return ""
 }
 
 // checkPublished compares the membership recorded when walcast last
@@ -112,10 +178,19 @@ func checkPublished(cfg Config, recorded, now map[string]string, names map[int64
 	for _, t := range cfg.Tables {
 		t = canonical(t)
 		was, ok := recorded[t]
-		if !ok || was == now[t] {
+		if !ok {
 			continue
 		}
-		changed = append(changed, t)
+		switch compareMembership(was, now[t]) {
+		case "lost":
+			changed = append(changed, t)
+		case "redefined":
+			if cfg.Logger != nil {
+				cfg.Logger.Warn("the publication of a captured table was redefined by hand (its row filter, column list or operations); if it was removed and added again in separate statements, its changes in between were not published",
+					"table", t, "publication", cfg.Publication)
+			}
+			recorded[t] = now[t] // said once
+		}
 	}
 	if len(changed) == 0 {
 		return nil
