@@ -29,6 +29,7 @@ var migrations = []migration{
 	{6, "catch-up slots of sinks that fell behind", catchupDDL},
 	{7, "each sink's backlog as the leading daemon last reported it", backlogDDL},
 	{8, "the furthest position walcast may have confirmed to each pipeline's slot", confirmLimitDDL},
+	{9, "how each pipeline's last leadership term ended: released, or not", leadershipDDL},
 }
 
 // SchemaVersion is the newest walcast schema this binary knows.
