@@ -149,6 +149,9 @@ type Lease struct {
 	released bool
 }
 
+// writeTimeout bounds a statement on the lock session (see Lease.Exec).
+const writeTimeout = 5 * time.Second
+
 // ErrLost is wrapped by what a lease's methods return once its session is
 // gone: another process may lead by now.
 var ErrLost = errors.New("leadership lost")
@@ -460,13 +463,29 @@ func (l *Lease) Err() error {
 
 // Exec runs a statement on the lock session: it cannot succeed once the
 // session that holds the lock is gone. Checkpoints go through it.
+//
+// A statement already sent is not cancelled with ctx: pgx closes a
+// connection whose query is cancelled, and this one holds the lock, so a
+// checkpoint write cut short by a graceful stop would give up the
+// leadership (and the final checkpoints, and the released mark) on the
+// way out. It runs to completion instead, within writeTimeout (or ctx's
+// deadline when sooner): a session that slow is taken for lost.
 func (l *Lease) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	if err := l.Err(); err != nil {
 		return pgconn.CommandTag{}, err
 	}
+	if err := ctx.Err(); err != nil {
+		return pgconn.CommandTag{}, err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	tag, err := l.conn.Exec(ctx, sql, args...)
+	deadline := time.Now().Add(writeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	ectx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	defer cancel()
+	tag, err := l.conn.Exec(ectx, sql, args...)
 	if err != nil && l.conn.IsClosed() {
 		l.markLost(err)
 	}

@@ -217,3 +217,36 @@ func TestSuccessorWaitsOnlyForAVanishedLeader(t *testing.T) {
 	b.Release(ctx)
 	c.Release(ctx)
 }
+
+// A write cancelled by its caller mid-statement (a graceful stop cancels
+// the checkpoint loop) completes instead of closing the lock session: the
+// leadership, the final checkpoints and the released mark survive it.
+func TestCancelledWriteKeepsTheLease(t *testing.T) {
+	dsn := cluster.Database(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// Pings time out after two check intervals, and wait for the write.
+	cfg := fast(dsn, "walcast a")
+	cfg.CheckInterval = time.Second
+	a, err := Acquire(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release(ctx)
+	wctx, stop := context.WithCancel(ctx)
+	time.AfterFunc(100*time.Millisecond, stop)
+	if _, err := a.Exec(wctx, `SELECT pg_sleep(0.5)`); err != nil {
+		t.Errorf("a write cancelled mid-statement failed: %v", err)
+	}
+	if _, err := a.Exec(wctx, `SELECT 1`); !errors.Is(err, context.Canceled) {
+		t.Errorf("a write with a cancelled context returned %v, want context.Canceled", err)
+	}
+	// The watcher would have seen a closed session by its next ping.
+	time.Sleep(1500 * time.Millisecond)
+	if err := a.Err(); err != nil {
+		t.Fatalf("the lease was lost by a cancelled write: %v", err)
+	}
+	if _, err := a.Exec(ctx, `SELECT 1`); err != nil {
+		t.Fatalf("the leader cannot write after a cancelled write: %v", err)
+	}
+}
