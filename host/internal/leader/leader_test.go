@@ -250,3 +250,65 @@ func TestCancelledWriteKeepsTheLease(t *testing.T) {
 		t.Fatalf("the leader cannot write after a cancelled write: %v", err)
 	}
 }
+
+// A leader frozen with a fresh lease (here: its session's mutex held, so
+// its watcher cannot ping and learn it lost) whose session is then ended
+// must have a stale lease by the time its successor may stream: its
+// deliveries and confirmations pass only while the lease is fresh, so the
+// two never deliver at once.
+func TestFrozenLeaderIsStaleBeforeItsSuccessorStreams(t *testing.T) {
+	dsn := cluster.Database(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(context.Background())
+	if err := checkpoint.Migrate(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	cfg := func(holder string) Config {
+		c := fast(dsn, holder)
+		c.CheckInterval = time.Second
+		return c
+	}
+	a, err := Acquire(ctx, cfg("walcast a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *Lease, 1)
+	go func() {
+		b, err := Acquire(ctx, cfg("walcast b"))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- b
+	}()
+	time.Sleep(300 * time.Millisecond) // b stands by for a
+	h, _, err := Current(ctx, db, "shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait for a fresh ping, then freeze a and cut its session.
+	for !a.Fresh() || time.Since(a.base)-time.Duration(a.confirmed.Load()) > 200*time.Millisecond {
+		time.Sleep(10 * time.Millisecond)
+	}
+	a.mu.Lock()
+	if _, err := db.Exec(ctx, `SELECT pg_terminate_backend($1)`, h.PID); err != nil {
+		t.Fatal(err)
+	}
+	b := <-got
+	if b == nil {
+		t.FailNow()
+	}
+	if err := b.WaitOutPredecessor(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a.Fresh() {
+		t.Error("the successor may stream while the frozen old leader's lease is still fresh: both could deliver")
+	}
+	a.mu.Unlock()
+	a.Release(ctx)
+	b.Release(ctx)
+}
