@@ -149,9 +149,6 @@ type Lease struct {
 	released bool
 }
 
-// writeTimeout bounds a statement on the lock session (see Lease.Exec).
-const writeTimeout = 5 * time.Second
-
 // ErrLost is wrapped by what a lease's methods return once its session is
 // gone: another process may lead by now.
 var ErrLost = errors.New("leadership lost")
@@ -464,12 +461,11 @@ func (l *Lease) Err() error {
 // Exec runs a statement on the lock session: it cannot succeed once the
 // session that holds the lock is gone. Checkpoints go through it.
 //
-// A statement already sent is not cancelled with ctx: pgx closes a
-// connection whose query is cancelled, and this one holds the lock, so a
-// checkpoint write cut short by a graceful stop would give up the
-// leadership (and the final checkpoints, and the released mark) on the
-// way out. It runs to completion instead, within writeTimeout (or ctx's
-// deadline when sooner): a session that slow is taken for lost.
+// The caller's cancellation does not reach the statement once it is sent:
+// pgx closes a connection whose query is cancelled, and closing this one
+// would give up the leadership (a graceful stop cancels its writers while
+// one of them may be writing). The statement is bounded by the session's
+// own check instead.
 func (l *Lease) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	if err := l.Err(); err != nil {
 		return pgconn.CommandTag{}, err
@@ -479,11 +475,7 @@ func (l *Lease) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comma
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	deadline := time.Now().Add(writeTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	ectx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*l.cfg.CheckInterval)
 	defer cancel()
 	tag, err := l.conn.Exec(ectx, sql, args...)
 	if err != nil && l.conn.IsClosed() {
