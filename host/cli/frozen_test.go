@@ -40,6 +40,11 @@ func TestFrozenLeaderIsFenced(t *testing.T) {
 	stopped := time.Now()
 	second.waitLog(t, "streaming from slot")
 	t.Logf("takeover from a frozen leader: %s", time.Since(stopped).Round(time.Millisecond))
+	// The frozen leader released nothing: its lease may still have been
+	// fresh when it froze, so the successor waits it out before streaming.
+	if !strings.Contains(second.logText(), leaseWait) {
+		t.Error("the standby streamed without waiting out the lease of a leader that vanished without releasing the pipeline")
+	}
 	rcv.setMode(modeOK)
 	want := truth(t, db, "truth_frozen", map[string]bool{"public.items": true})
 	waitFor(t, "the new leader to deliver everything", time.Minute, func() bool { return rcv.distinct() >= len(want) })

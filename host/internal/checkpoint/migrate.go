@@ -31,6 +31,7 @@ var migrations = []migration{
 	{8, "the furthest position walcast may have confirmed to each pipeline's slot", confirmLimitDDL},
 	{9, "how each pipeline's tables were published when walcast last checked", publishedDDL},
 	{10, "whether each catch-up slot was copied (and not yet given up at a rejoin)", catchupCopiedDDL},
+	{11, "how each pipeline's last leadership term ended: released, or not", leadershipDDL},
 }
 
 // SchemaVersion is the newest walcast schema this binary knows.

@@ -10,6 +10,13 @@
 //	   ▲                          │
 //	   └────────── Release ◀──────┘ (graceful stop: the lock goes with the session)
 //
+// How a term ended is recorded in walcast.leaderships, through the lock
+// session: a new leader clears released_at when it takes the lock, and
+// Release sets it just before closing the session. A successor that finds
+// it set knows the previous leader stopped on purpose and starts at once;
+// one that finds it clear (the previous leader was killed, frozen or cut
+// off) waits out that leader's lease first.
+//
 // Invariants:
 //
 //   - At most one session holds the lock: PostgreSQL guarantees it.
@@ -20,6 +27,11 @@
 //     a paused old leader that wakes up after a standby took over cannot
 //     move a checkpoint. Slot confirmations are fenced by PostgreSQL itself:
 //     a slot streams to one walsender at a time (its active_pid).
+//   - A successor that stood by for another leader streams only once that
+//     leader can no longer deliver: it released the lock after its term
+//     ended (the released mark, written on its own session, cannot be
+//     written by a leader that lost that session), or its lease's
+//     freshness window has passed since the successor took the lock.
 //   - The server notices a dead client through TCP keepalives set on the
 //     lock session (KeepaliveIdle + KeepaliveInterval × KeepaliveCount),
 //     which bounds how long a crashed machine keeps the lock; a process
@@ -133,6 +145,8 @@ type Lease struct {
 	confirmed atomic.Int64
 	// predecessor: another process led while this one stood by.
 	predecessor bool
+	// released: the previous term ended with Release (walcast.leaderships).
+	released bool
 }
 
 // ErrLost is wrapped by what a lease's methods return once its session is
@@ -191,6 +205,14 @@ func Acquire(ctx context.Context, cfg Config) (*Lease, error) {
 				err = fmt.Errorf("try the leadership lock of pipeline %s: %w", cfg.Pipeline, err)
 			}
 		}
+		var released bool
+		if err == nil && got {
+			if released, err = claim(ctx, conn, cfg); err != nil {
+				// Closing the session gives the lock back.
+				conn.Close(context.WithoutCancel(ctx))
+				got = false
+			}
+		}
 		if err != nil || !got {
 			release()
 		}
@@ -213,6 +235,7 @@ func Acquire(ctx context.Context, cfg Config) (*Lease, error) {
 		if got {
 			l := start(cfg, conn)
 			l.predecessor = standingBy != (Holder{})
+			l.released = released
 			return l, nil
 		}
 		h, err := current(ctx, conn, cfg.Pipeline)
@@ -224,6 +247,33 @@ func Acquire(ctx context.Context, cfg Config) (*Lease, error) {
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// claim records, on the lock session just taken, that this process leads,
+// and returns whether the previous term was released on purpose. The mark
+// is cleared before anything streams, so that it never outlives the term
+// that wrote it: a successor of this term sees it only if this term's
+// Release sets it again. Before the walcast schema exists there is no
+// mark (no leader wrote one): false, nil.
+func claim(ctx context.Context, conn *pgx.Conn, cfg Config) (released bool, err error) {
+	err = conn.QueryRow(ctx, `
+WITH prev AS (SELECT released_at FROM walcast.leaderships WHERE pipeline = $1)
+INSERT INTO walcast.leaderships AS l (pipeline, holder, taken_at) VALUES ($1, $2, now())
+ON CONFLICT (pipeline) DO UPDATE SET holder = EXCLUDED.holder, taken_at = EXCLUDED.taken_at, released_at = NULL
+RETURNING coalesce((SELECT released_at IS NOT NULL FROM prev), false)`, cfg.Pipeline, cfg.Holder).Scan(&released)
+	if noSchema(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("record the leadership of pipeline %s: %w", cfg.Pipeline, err)
+	}
+	return released, nil
+}
+
+// noSchema reports an error saying the walcast schema or table is missing.
+func noSchema(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000")
 }
 
 // standBy logs whom this process stands by for, once per leader.
@@ -336,15 +386,18 @@ func (l *Lease) freshFor() time.Duration { return 3 * l.cfg.CheckInterval }
 // stops delivering at most its freshness window after its session
 // ended, so a successor that saw one waits out that window (counted from
 // its own acquisition, which came after that session ended) before
-// delivering. A process that saw no other leader starts at once.
+// delivering. A predecessor that released the lock had ended its term
+// first, and a process that saw no other leader: both start at once.
 func (l *Lease) WaitOutPredecessor(ctx context.Context) error {
-	if !l.predecessor {
+	if !l.predecessor || l.released {
 		return nil
 	}
 	wait := l.freshFor() - time.Since(l.base)
 	if wait <= 0 {
 		return nil
 	}
+	l.cfg.Logger.Info("the previous leader stopped without releasing the pipeline (killed, frozen or cut off): waiting out its lease before streaming",
+		"wait", wait.Round(time.Millisecond))
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
@@ -432,11 +485,28 @@ func (l *Lease) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comma
 }
 
 // Release gives the lock up by closing its session; a standby takes over
-// within its poll interval. It waits for the watcher to end.
+// within its poll interval. It waits for the watcher to end. Call it only
+// once nothing is delivered or confirmed under the lease any more: it
+// marks the term released (walcast.leaderships) on the lock session before
+// closing it, and the successor then streams without waiting out this
+// lease. A lease already lost cannot write the mark.
 func (l *Lease) Release(ctx context.Context) error {
 	l.stop()
 	<-l.done
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.Err() == nil {
+		// An upsert: the term may have taken the lock before the walcast
+		// schema existed.
+		mctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := l.conn.Exec(mctx, `
+INSERT INTO walcast.leaderships (pipeline, holder, taken_at, released_at) VALUES ($1, $2, now(), now())
+ON CONFLICT (pipeline) DO UPDATE SET released_at = now()`, l.cfg.Pipeline, l.cfg.Holder)
+		cancel()
+		if err != nil && !noSchema(err) {
+			// The successor waits out this lease instead: slower, not wrong.
+			l.cfg.Logger.Warn("cannot mark the leadership released; a standby waits a few seconds longer to take over", "err", err)
+		}
+	}
 	return l.conn.Close(ctx)
 }
