@@ -490,3 +490,35 @@ func TestOpenRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestTableUnpublishedEndsTheStream: a table removed from the stream's
+// publication by hand while it streams ends Next with the reason (its
+// changes since are gone from the slot), and the next Open refuses until
+// AcceptGap.
+func TestTableUnpublishedEndsTheStream(t *testing.T) {
+	dsn, db := setup(t)
+	slot := slotName("unpub")
+	s := open(t, dsn, slot)
+	execT(t, db, `INSERT INTO items VALUES (1, 'a')`)
+	ack(t, s, next(t, s).ID)
+	execT(t, db, `ALTER PUBLICATION `+slot+` DROP TABLE items`)
+	execT(t, db, `INSERT INTO items VALUES (2, 'lost')`)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ev, err := s.Next(ctx)
+	if err == nil || !strings.Contains(err.Error(), "table public.items is no longer published by publication "+slot) {
+		t.Fatalf("Next after the table left the publication = %+v, %v; want the stream to end saying so", ev, err)
+	}
+	s.Close(context.Background())
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel2()
+	if s2, err := host.Open(ctx2, host.StreamConfig{DSN: dsn, Tables: []string{"public.items"}, Slot: slot}); err == nil {
+		s2.Close(context.Background())
+		t.Fatal("Open after the table left the publication succeeded, want a refusal")
+	}
+	s3 := openConfig(t, host.StreamConfig{DSN: dsn, Tables: []string{"public.items"}, Slot: slot, AcceptGap: true})
+	execT(t, db, `INSERT INTO items VALUES (3, 'after')`)
+	if ev := next(t, s3); !strings.Contains(string(ev.JSON()), `"id":3`) {
+		t.Fatalf("first event after accepting the gap: %s, want row 3", ev.JSON())
+	}
+}
