@@ -8,11 +8,11 @@ import (
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
-// consumer is the stream's capture.Consumer: it hands events to Next over
-// a bounded channel and reports the position acks have released. All its
+// consumer is the stream's capture.Consumer: it hands events to Next
+// through a bounded handoff and reports the position acks have released. All its
 // methods run on the capture goroutine.
 type consumer struct {
-	events chan<- cdc.Event
+	events *handoff
 	acks   *acks
 	// drain ends when Close begins: from then on events are no longer
 	// handed over (Next would refuse them) but capture keeps reading, so
@@ -25,12 +25,12 @@ type consumer struct {
 
 var _ capture.Consumer = (*consumer)(nil)
 
-// Event blocks while the channel is full — the consumer is behind, and
+// Event blocks while the handoff is full — the consumer is behind, and
 // the changes wait in the slot instead of in memory. One consumer reads
 // the stream, so the host-only routing facts (sinks, old key) are dropped.
 func (c *consumer) Event(ctx context.Context, ev change.Event, idle func()) error {
 	if c.drain.Err() == nil {
-		if err := capture.Send(c.drain, c.events, ev.Event, idle); err != nil && (ctx.Err() != nil || c.drain.Err() == nil) {
+		if err := c.events.put(c.drain, ev.Event, idle); err != nil && (ctx.Err() != nil || c.drain.Err() == nil) {
 			return err
 		}
 	}
@@ -41,7 +41,11 @@ func (c *consumer) Event(ctx context.Context, ev change.Event, idle func()) erro
 }
 
 // Commit implements capture.Consumer.
-func (c *consumer) Commit(commitLSN, endLSN uint64) { c.acks.commit(c.last, endLSN) }
+// A waiting Next gets the transaction's events now.
+func (c *consumer) Commit(commitLSN, endLSN uint64) {
+	c.acks.commit(c.last, endLSN)
+	c.events.flush()
+}
 
 // Flush implements capture.Consumer.
 func (c *consumer) Flush() uint64 { return c.acks.position() }

@@ -55,10 +55,15 @@ type StreamConfig struct {
 // be called from one goroutine at a time; Ack and Close may be called from
 // any goroutine.
 type Stream struct {
-	events <-chan cdc.Event
-	acks   *acks
-	capt   *capture.Capture
-	pool   *pgxpool.Pool
+	events *handoff
+	// taken holds the events Next took from the handoff at once; next is
+	// the first not yet returned. Only Next uses them.
+	taken []cdc.Event
+	next  int
+	times commitTimes
+	acks  *acks
+	capt  *capture.Capture
+	pool  *pgxpool.Pool
 
 	stop    context.CancelFunc
 	drain   context.CancelFunc // stops handing events over (Close)
@@ -137,7 +142,7 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 		return nil, fmt.Errorf("open walcast stream: %w", err)
 	}
 
-	events := make(chan cdc.Event, cfg.Buffer)
+	events := newHandoff(cfg.Buffer)
 	a := newAcks(prep.ConfirmedFlush)
 	// The capture goroutine must outlive ctx (which ends with Open) but
 	// keep its values.
@@ -155,10 +160,10 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 	}()
 	go func() {
 		defer close(s.done)
-		// capture calls Event only from here, so closing after Run is
+		// capture calls Event only from here, so ending after Run is
 		// safe; Next then drains what is buffered before reporting why
 		// the stream ended.
-		defer close(events)
+		defer events.end()
 		s.runErr = capt.Run(runCtx)
 	}()
 	return s, nil
@@ -192,27 +197,29 @@ func (s *Stream) Next(ctx context.Context) (Event, error) {
 	if s.isClosed() {
 		return Event{}, ErrClosed
 	}
-	var pe cdc.Event
-	var ok bool
-	select {
-	case pe, ok = <-s.events:
-	case <-ctx.Done():
-		return Event{}, ctx.Err()
+	if s.next == len(s.taken) {
+		taken, err := s.events.take(ctx, s.taken)
+		if err != nil {
+			return Event{}, err
+		}
+		s.taken, s.next = taken, 0
 	}
 	if s.isClosed() {
 		// Events still buffered when Close was called are not handed
 		// out: their acks could no longer reach PostgreSQL.
 		return Event{}, ErrClosed
 	}
-	if !ok {
+	if len(s.taken) == 0 {
 		<-s.done
 		if s.runErr != nil {
 			return Event{}, fmt.Errorf("walcast stream from slot: %w", s.runErr)
 		}
 		return Event{}, ErrClosed
 	}
+	pe := s.taken[s.next]
+	s.next++
 	s.acks.deliver(pe.ID)
-	return newEvent(pe)
+	return s.times.newEvent(pe)
 }
 
 // Ack acknowledges every event at or below id. Once the acknowledged

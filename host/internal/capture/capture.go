@@ -533,10 +533,13 @@ func (c *Capture) flushPosition() uint64 {
 // confirmRecordEvery bounds how often the confirm limit is written while
 // transactions are being confirmed. Each write is WAL too, which an idle
 // stream then confirms (an idle advance), records and confirms again:
-// positions reached only by idle advances are recorded at most every
-// idleRecordEvery, so that an idle pipeline costs one small write every
-// 10 s, not a write loop, and the slot still reaches any position within
-// about that time.
+// after one idle advance has been recorded, the next ones are recorded at
+// most every idleRecordEvery, so that an idle pipeline costs one small
+// write every 10 s, not a write loop, and the slot still reaches any
+// position within about that time. The first idle advance after confirmed
+// transactions is recorded as promptly as they are: it is how the end of
+// a burst (the WAL past its last commit) gets confirmed, and making it
+// wait 10 s held the slot behind for that long after every drain.
 const (
 	confirmRecordEvery = 200 * time.Millisecond
 	idleRecordEvery    = 10 * time.Second
@@ -548,6 +551,7 @@ const (
 func (c *Capture) recordConfirms(ctx context.Context) {
 	warned := false
 	var last time.Time
+	lastIdle := false // the last recorded position came from an idle advance
 	retry := time.NewTimer(time.Hour)
 	defer retry.Stop()
 	for {
@@ -561,8 +565,11 @@ func (c *Capture) recordConfirms(ctx context.Context) {
 		if w <= a {
 			continue
 		}
+		// Only idle advances since the recorded position: no transaction
+		// ended past it.
+		idle := c.commitEnd.Load() <= a
 		every := confirmRecordEvery
-		if c.commitEnd.Load() <= a {
+		if idle && lastIdle {
 			every = idleRecordEvery
 		}
 		if wait := every - time.Since(last); wait > 0 {
@@ -578,6 +585,7 @@ func (c *Capture) recordConfirms(ctx context.Context) {
 			continue
 		}
 		c.allowed.Store(w)
+		lastIdle = idle
 		warned = false
 	}
 }

@@ -149,6 +149,19 @@ func TestStreamsAndConfirms(t *testing.T) {
 		t.Fatal(err)
 	}
 	endLSN, _ := pluginkit.ParseLSN(end)
+	// The end of the burst (the WAL past its last commit, reached by an
+	// idle advance) is confirmed promptly, not after the 10 s that
+	// idle-only records wait for each other.
+	start := time.Now()
+	waitFor(t, "slot to reach the end of the burst", 30*time.Second, func() bool { return confirmed() >= endLSN })
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("the end of the burst was confirmed %s after its last event was delivered, want well under idleRecordEvery", took.Round(time.Millisecond))
+	}
+	var end2 string
+	if err := db.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&end2); err != nil {
+		t.Fatal(err)
+	}
+	endLSN, _ = pluginkit.ParseLSN(end2)
 	// Idle captured table, writes elsewhere: keepalives advance the slot.
 	if _, err := db.Exec(ctx, `INSERT INTO other SELECT generate_series(1, 100)`); err != nil {
 		t.Fatal(err)

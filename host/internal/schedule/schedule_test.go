@@ -784,3 +784,42 @@ func TestReplayParkedBatchesAndLimits(t *testing.T) {
 		}
 	}
 }
+
+// A sink with large batches and many lanes holds at most maxLookAhead
+// events (pending plus in flight), still with several batches in flight: (lanes+1) × 1000 events was most of the webhook sink's memory.
+func TestLookAheadIsBoundedForLargeBatches(t *testing.T) {
+	release := make(chan struct{})
+	sink := &fakeSink{t: t, inFlight: map[string]bool{}, behave: func(ctx context.Context, _ int, _ []pluginkit.Event) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}}
+	h := start(t, Config{BatchSize: 1000, MaxInFlight: 8}, sink)
+	rows := make([]int, 12000)
+	for i := range rows {
+		rows[i] = i
+	}
+	h.push(rows...)
+	deadline := time.Now().Add(30 * time.Second)
+	for h.sched.Stats.InFlight.Load() < 3 || h.sched.Stats.Held.Load() < maxLookAhead-1000 {
+		if time.Now().After(deadline) {
+			t.Fatalf("scheduler holds %d events, %d batches in flight: want several full batches", h.sched.Stats.Held.Load(), h.sched.Stats.InFlight.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // it must not take more meanwhile
+	if held := h.sched.Stats.Held.Load(); held > maxLookAhead {
+		t.Fatalf("scheduler holds %d events, want at most %d", held, maxLookAhead)
+	}
+	close(release)
+	h.waitResolved(30 * time.Second)
+	if got := lookAhead(8, 100); got != 1024 {
+		t.Errorf("lookAhead(8 lanes, 100) = %d, want 1024 as before", got)
+	}
+	if got := lookAhead(1, 10000); got != 20000 {
+		t.Errorf("lookAhead(1 lane, 10000) = %d, want two full batches", got)
+	}
+}
