@@ -30,7 +30,7 @@ var _ capture.Consumer = (*consumer)(nil)
 // the stream, so the host-only routing facts (sinks, old key) are dropped.
 func (c *consumer) Event(ctx context.Context, ev change.Event, idle func()) error {
 	if c.drain.Err() == nil {
-		if err := c.events.put(c.drain, ev.Event, idle); err != nil && (ctx.Err() != nil || c.drain.Err() == nil) {
+		if err := c.events.put(c.drain, ev, idle); err != nil && (ctx.Err() != nil || c.drain.Err() == nil) {
 			return err
 		}
 	}

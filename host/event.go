@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/walcast/walcast/host/internal/change"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
@@ -88,13 +89,30 @@ func (c *commitTimes) parse(value []byte) (time.Time, error) {
 // commitTimes.newEvent).
 func newEvent(pe cdc.Event) (Event, error) {
 	var c commitTimes
-	return c.newEvent(pe)
+	return c.newEvent(change.Event{Event: pe})
 }
 
-// newEvent fills an Event from the host's encoded event. The envelope is
-// scanned once, without reflection; values are sub-slices of the payload.
-func (c *commitTimes) newEvent(pe cdc.Event) (Event, error) {
+// newEvent fills an Event from the host's encoded event: from where the
+// decoder says the parts are when it says so (change.Layout), else by
+// scanning the envelope once, without reflection. Values are sub-slices
+// of the payload either way.
+func (c *commitTimes) newEvent(ce change.Event) (Event, error) {
+	pe := ce.Event
 	ev := Event{ID: pe.ID, Schema: pe.Schema, Table: pe.Table, Op: pe.Op, payload: pe.Payload}
+	if l := ce.Layout; l.Set {
+		p := pe.Payload
+		ev.XID, ev.CommitTime = l.XID, l.CommitTime
+		ev.Key = nullToNil(pe.Key)
+		ev.New = nullToNil(p[l.New[0]:l.New[1]])
+		ev.Old = nullToNil(p[l.Old[0]:l.Old[1]])
+		ev.Cascade, ev.RestartIdentity = l.Cascade, l.RestartIdentity
+		if l.Unchanged[1] > 0 {
+			if err := json.Unmarshal(p[l.Unchanged[0]:l.Unchanged[1]], &ev.Unchanged); err != nil {
+				return Event{}, fmt.Errorf("read envelope of event %s: unchanged: %w", pe.ID, err)
+			}
+		}
+		return ev, nil
+	}
 	err := eachMember(pe.Payload, func(name, value []byte) error {
 		switch string(name) {
 		case "xid":

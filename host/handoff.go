@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/host/internal/capture"
-	"github.com/walcast/walcast/pluginkit/cdc"
+	"github.com/walcast/walcast/host/internal/change"
 )
 
 // wakeBatch is how many events wait before a Next that is waiting is woken
@@ -23,7 +23,7 @@ const wakeBatch = 64
 type handoff struct {
 	mu sync.Mutex
 	// buf holds the events handed over and not yet taken; at most limit.
-	buf   []cdc.Event
+	buf   []change.Event
 	limit int
 	// waiting: Next found buf empty and waits on ready.
 	waiting bool
@@ -41,7 +41,7 @@ type handoff struct {
 func newHandoff(buffer int) *handoff {
 	limit := max(buffer/2, 1)
 	return &handoff{
-		buf:   make([]cdc.Event, 0, limit),
+		buf:   make([]change.Event, 0, limit),
 		limit: limit,
 		ready: make(chan struct{}, 1),
 		space: make(chan struct{}, 1),
@@ -59,7 +59,7 @@ func notify(c chan struct{}) {
 // behind, and the changes wait in the slot instead of in memory — and
 // calling idle every capture.IdleEvery meanwhile so that the capture loop
 // keeps answering the server. It returns ctx's error if ctx ends first.
-func (h *handoff) put(ctx context.Context, ev cdc.Event, idle func()) error {
+func (h *handoff) put(ctx context.Context, ev change.Event, idle func()) error {
 	var tick *time.Ticker
 	defer func() {
 		if tick != nil {
@@ -126,11 +126,11 @@ func (h *handoff) end() {
 // (emptied by the caller) becomes the next buffer. It returns no events
 // once capture ended and everything was taken, and ctx's error if ctx
 // ends first.
-func (h *handoff) take(ctx context.Context, spare []cdc.Event) ([]cdc.Event, error) {
+func (h *handoff) take(ctx context.Context, spare []change.Event) ([]change.Event, error) {
 	clear(spare)
 	spare = spare[:0]
 	if cap(spare) < h.limit {
-		spare = make([]cdc.Event, 0, h.limit)
+		spare = make([]change.Event, 0, h.limit)
 	}
 	for {
 		h.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walcast/walcast/host/internal/change"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
@@ -12,7 +13,7 @@ import (
 // events wait, and gets them all, in order.
 func TestHandoffCommitWakesNext(t *testing.T) {
 	h := newHandoff(1024)
-	got := make(chan []cdc.Event)
+	got := make(chan []change.Event)
 	go func() {
 		evs, err := h.take(context.Background(), nil)
 		if err != nil {
@@ -22,7 +23,7 @@ func TestHandoffCommitWakesNext(t *testing.T) {
 	}()
 	waitUntil(t, func() bool { h.mu.Lock(); defer h.mu.Unlock(); return h.waiting })
 	for i := range uint64(3) {
-		if err := h.put(context.Background(), cdc.Event{ID: id(100, i)}, func() {}); err != nil {
+		if err := h.put(context.Background(), change.Event{Event: cdc.Event{ID: id(100, i)}}, func() {}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -48,13 +49,13 @@ func TestHandoffFullBlocksCapture(t *testing.T) {
 	h := newHandoff(4) // two events per side
 	ctx := context.Background()
 	for i := range uint64(2) {
-		if err := h.put(ctx, cdc.Event{ID: id(100, i)}, func() {}); err != nil {
+		if err := h.put(ctx, change.Event{Event: cdc.Event{ID: id(100, i)}}, func() {}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	idled := make(chan struct{}, 1)
 	put := make(chan error)
-	go func() { put <- h.put(ctx, cdc.Event{ID: id(100, 2)}, func() { notify(idled) }) }()
+	go func() { put <- h.put(ctx, change.Event{Event: cdc.Event{ID: id(100, 2)}}, func() { notify(idled) }) }()
 	select {
 	case <-idled:
 	case err := <-put:

@@ -12,6 +12,7 @@ import (
 
 	"github.com/walcast/walcast/host/internal/backfill"
 	"github.com/walcast/walcast/host/internal/capture"
+	"github.com/walcast/walcast/host/internal/change"
 	"github.com/walcast/walcast/host/internal/checkpoint"
 	"github.com/walcast/walcast/host/internal/names"
 	"github.com/walcast/walcast/pluginkit/cdc"
@@ -58,7 +59,7 @@ type Stream struct {
 	events *handoff
 	// taken holds the events Next took from the handoff at once; next is
 	// the first not yet returned. Only Next uses them.
-	taken []cdc.Event
+	taken []change.Event
 	next  int
 	times commitTimes
 	acks  *acks

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 
@@ -46,6 +47,9 @@ type Decoder struct {
 	inTx      bool
 	commitLSN uint64
 	index     uint64
+	// xid and commitTime are the open transaction's, for change.Layout.
+	xid        uint32
+	commitTime time.Time
 	// txHead is the pre-encoded `"commit_lsn":…,"xid":…,"commit_time":…,`
 	// part shared by every event of the transaction.
 	txHead []byte
@@ -176,6 +180,8 @@ func (d *Decoder) begin(m *pglogrepl.BeginMessage) {
 	d.inTx = true
 	d.commitLSN = uint64(m.FinalLSN)
 	d.index = 0
+	// As the envelope says it: UTC, to the microsecond.
+	d.xid, d.commitTime = m.Xid, m.CommitTime.UTC().Truncate(time.Microsecond)
 	b := append(d.txHead[:0], `"commit_lsn":"`...)
 	b = cdc.AppendLSN(b, d.commitLSN)
 	b = append(b, `","xid":`...)
@@ -290,7 +296,7 @@ func (d *Decoder) truncate(m *pglogrepl.TruncateMessage, emit func(change.Event)
 
 // emit hands the envelope in d.buf to the caller as an event that owns a
 // copy of it; key is the span of the key JSON inside the envelope.
-func (d *Decoder) emit(rel *relation, op cdc.Op, keyStart, keyEnd int, oldKey []byte, emit func(change.Event) error) error {
+func (d *Decoder) emit(rel *relation, op cdc.Op, keyStart, keyEnd int, oldKey []byte, lay change.Layout, emit func(change.Event) error) error {
 	if emit == nil {
 		return fmt.Errorf("decode %s on %s.%s: nil emit function", op, rel.schema, rel.table)
 	}
@@ -314,6 +320,8 @@ func (d *Decoder) emit(rel *relation, op cdc.Op, keyStart, keyEnd int, oldKey []
 		Key:     payload[keyStart:keyEnd:keyEnd],
 		Payload: payload,
 	}, Sinks: d.sinks}
+	lay.Set, lay.XID, lay.CommitTime = true, d.xid, d.commitTime
+	ev.Layout = lay
 	if oldKey != nil {
 		ev.OldKey = bytes.Clone(oldKey)
 	}

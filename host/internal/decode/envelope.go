@@ -52,15 +52,19 @@ func (d *Decoder) change(rel *relation, op cdc.Op, newTuple, oldTuple []*pglogre
 		}
 	}
 
+	var lay change.Layout
 	b = append(b, `,"new":`...)
+	lay.New[0] = len(b)
 	d.unchanged = d.unchanged[:0]
 	if newTuple != nil {
 		b = d.appendRow(b, rel, newTuple, rowNew)
 	} else {
 		b = append(b, "null"...)
 	}
+	lay.New[1] = len(b)
 
 	b = append(b, `,"old":`...)
+	lay.Old[0] = len(b)
 	switch {
 	case oldTuple == nil:
 		b = append(b, "null"...)
@@ -69,14 +73,18 @@ func (d *Decoder) change(rel *relation, op cdc.Op, newTuple, oldTuple []*pglogre
 	default:
 		b = d.appendRow(b, rel, oldTuple, rowOldFull)
 	}
+	lay.Old[1] = len(b)
 
 	if len(d.unchanged) > 0 {
-		b = append(b, `,"unchanged":[`...)
+		b = append(b, `,"unchanged":`...)
+		lay.Unchanged[0] = len(b)
+		b = append(b, '[')
 		b = append(b, d.unchanged...)
 		b = append(b, ']')
+		lay.Unchanged[1] = len(b)
 	}
 	d.buf = append(b, '}')
-	return d.emit(rel, op, keyStart, keyEnd, oldKey, emit)
+	return d.emit(rel, op, keyStart, keyEnd, oldKey, lay, emit)
 }
 
 // tupleBytes is the size of a tuple's values as received.
@@ -95,12 +103,17 @@ func (d *Decoder) truncateEvent(rel *relation, cascade, restartIdentity bool, em
 	keyStart := len(b)
 	b = append(b, "null"...)
 	keyEnd := len(b)
-	b = append(b, `,"new":null,"old":null,"cascade":`...)
+	lay := change.Layout{Cascade: cascade, RestartIdentity: restartIdentity}
+	b = append(b, `,"new":`...)
+	lay.New = [2]int{len(b), len(b) + 4}
+	b = append(b, `null,"old":`...)
+	lay.Old = [2]int{len(b), len(b) + 4}
+	b = append(b, `null,"cascade":`...)
 	b = strconv.AppendBool(b, cascade)
 	b = append(b, `,"restart_identity":`...)
 	b = strconv.AppendBool(b, restartIdentity)
 	d.buf = append(b, '}')
-	return d.emit(rel, cdc.OpTruncate, keyStart, keyEnd, nil, emit)
+	return d.emit(rel, cdc.OpTruncate, keyStart, keyEnd, nil, lay, emit)
 }
 
 // appendHead appends everything up to and including `"op":"…",`.
