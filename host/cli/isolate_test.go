@@ -391,6 +391,8 @@ func TestCatchupSlotDroppedByHand(t *testing.T) {
 		t.Fatalf("walcast run with the catch-up slot dropped: exit %d (-1: still running after a minute), want 1; output:\n%s", code, out)
 	}
 	wantAll(t, out, "catch-up slot "+cuSlot+" of sink slow does not exist", "--accept-gap")
+	status, _ := walcastOut(t, "status", pipeline)
+	wantAll(t, status, "walcast run refuses to start (catch-up slot lost): catch-up slot "+cuSlot+" of sink slow does not exist")
 	if n := slow.distinct(); n >= 3000 {
 		t.Fatalf("the slow sink got %d rows although its changes are gone", n)
 	}
@@ -402,8 +404,11 @@ func TestCatchupSlotDroppedByHand(t *testing.T) {
 		return fast.distinct() >= 3005 && slow.distinct() >= 5
 	})
 	proc.stop()
-	status, _ := walcastOut(t, "status", pipeline)
+	status, _ = walcastOut(t, "status", pipeline)
 	wantAll(t, status, "(catch-up slot lost: slow): sink slow missed the changes after")
+	if strings.Contains(status, "refuses to start") {
+		t.Fatalf("walcast status still reports a refusal after the gap was accepted:\n%s", status)
+	}
 	want := truth(t, db, "truth_cudrop", map[string]bool{"public.items": true})
 	verify(t, want, fast.events())
 	for _, k := range itemKeys(3001, 5) {

@@ -241,6 +241,14 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 				sk.CatchupSince, sk.CatchupRetainedWALBytes, sk.CatchupBehindBytes = &since, c.RetainedWAL, c.BehindBytes
 			}
 		}
+		if c.Lost {
+			what := fmt.Sprintf("catch-up slot %s of sink %s does not exist, but the sink was catching up from it: the changes it had not received are in no other slot; run walcast run PIPELINE.hcl --accept-gap once to resume it from the pipeline's slot with the gap recorded", c.Slot, c.Sink)
+			if rep.Refusal == "" {
+				rep.Refusal = what
+			}
+			fmt.Fprintf(text, "walcast run refuses to start (catch-up slot lost): %s\n", what)
+			continue
+		}
 		fmt.Fprintf(text, "sink %s: %s on its own slot %s since %s, retaining %s of WAL, %s behind the pipeline's slot (it fell behind; it rejoins the live stream once it has caught up)\n",
 			c.Sink, strings.ReplaceAll(c.Mode, "_", " "), c.Slot, c.Since.UTC().Format(time.RFC3339), units.Bytes(c.RetainedWAL), units.Bytes(c.BehindBytes))
 	}

@@ -288,6 +288,9 @@ type SlotState struct {
 	// is behind the pipeline's slot's: the sink's lag as the database
 	// sees it (0 when either is gone).
 	BehindBytes int64
+	// Lost: the slot was copied and is gone without a rejoin giving it
+	// up, so the next start refuses (see Recover).
+	Lost bool
 }
 
 // States returns the recorded catch-up slots of pipeline.
@@ -295,7 +298,8 @@ func States(ctx context.Context, db checkpoint.Querier, pipeline string) ([]Slot
 	rows, err := db.Query(ctx, `
 SELECT c.sink, c.slot, c.mode, c.since,
        coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn), 0)::bigint,
-       greatest(coalesce(pg_wal_lsn_diff(m.confirmed_flush_lsn, s.confirmed_flush_lsn), 0), 0)::bigint
+       greatest(coalesce(pg_wal_lsn_diff(m.confirmed_flush_lsn, s.confirmed_flush_lsn), 0), 0)::bigint,
+       coalesce(c.copied, false) AND s.slot_name IS NULL
 FROM walcast.catchup_slots c
 LEFT JOIN pg_replication_slots s ON s.slot_name = c.slot
 LEFT JOIN walcast.pipelines p ON p.pipeline = c.pipeline
@@ -310,7 +314,7 @@ WHERE c.pipeline = $1 ORDER BY c.sink`, pipeline)
 	}
 	var out []SlotState
 	var st SlotState
-	_, err = pgx.ForEachRow(rows, []any{&st.Sink, &st.Slot, &st.Mode, &st.Since, &st.RetainedWAL, &st.BehindBytes}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&st.Sink, &st.Slot, &st.Mode, &st.Since, &st.RetainedWAL, &st.BehindBytes, &st.Lost}, func() error {
 		out = append(out, st)
 		return nil
 	})
