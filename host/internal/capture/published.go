@@ -12,21 +12,16 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Membership says, for each configured table, how the pipeline's
-// publications publish it: per publication its oid, the operations it
-// publishes, and the catalog row that makes the table a member (its
-// pg_publication_rel row, its schema's pg_publication_namespace row, or
-// FOR ALL TABLES). A table missing from the map is not published. The
-// catalog rows get new oids when a table is removed and added again, so a
-// change of membership also shows a removal that was undone since.
-//
-// membership also maps the oid of every table the publications publish to
-// its name now, for telling a renamed table from a removed one.
-func Membership(ctx context.Context, db Querier, cfg Config) (map[string]string, error) {
-	m, _, err := membership(ctx, db, cfg)
-	return m, err
-}
-
+// membership says, for each configured table, how the pipeline's
+// publications publish it (a token of pubParts): per publication its oid,
+// the operations it publishes, the catalog row that makes the table a
+// member (its pg_publication_rel row, its schema's
+// pg_publication_namespace row, or FOR ALL TABLES), the table's oid and a
+// digest of its row filter and column list. A table missing from the map
+// is not published. The catalog rows get new oids when a table is removed
+// and added again, so a change of membership also shows a removal that
+// was undone since. names maps the oid of every table the publications
+// publish to its name now, for telling a renamed table from a removed one.
 func membership(ctx context.Context, db Querier, cfg Config) (map[string]string, map[int64]string, error) {
 	pubs := []string{cfg.Publication, KeylessPublication(cfg.Publication)}
 	rows, err := db.Query(ctx, `

@@ -48,7 +48,7 @@ type Prepared struct {
 	// the slot (Config.ConfirmLimit of the capture that streams it).
 	ConfirmLimit uint64
 	// Published is how the publications publish each table, as recorded
-	// (see Membership, PublicationWatch).
+	// (see membership, PublicationWatch).
 	Published map[string]string
 }
 
@@ -112,7 +112,7 @@ func Prepare(ctx context.Context, db Querier, store *checkpoint.Store, cfg Confi
 	p.KeylessPublication = kpub
 	// Recorded at once: from here on a change of membership was not
 	// made by this walcast.
-	if p.Published, err = Membership(ctx, db, cfg); err != nil {
+	if p.Published, _, err = membership(ctx, db, cfg); err != nil {
 		return p, err
 	}
 	if err := store.RecordPublished(ctx, p.Published); err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -100,29 +102,15 @@ func (s *Store) AcceptGap(ctx context.Context, reason string, sinks []string, to
 		return fmt.Errorf("record gap of pipeline %s: %w", s.pipeline, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	seen := map[string]bool{}
-	add := func(sink string) error {
-		if seen[sink] {
-			return nil
+	// Every configured sink, and every sink that has a checkpoint, once.
+	var all []string
+	for _, sink := range append(slices.Clone(sinks), slices.Collect(maps.Keys(marks))...) {
+		if !slices.Contains(all, sink) {
+			all = append(all, sink)
 		}
-		seen[sink] = true
-		from := "-"
-		if m, ok := marks[sink]; ok {
-			from = m.String()
-		}
-		_, err := tx.Exec(ctx, `INSERT INTO walcast.gaps (pipeline, sink, from_event, to_lsn, reason) VALUES ($1, $2, $3, $4::pg_lsn, $5)`,
-			s.pipeline, sink, from, cdc.FormatLSN(to), reason)
+	}
+	if err := s.insertGaps(ctx, tx, reason, all, marks, to); err != nil {
 		return err
-	}
-	for _, sink := range sinks {
-		if err := add(sink); err != nil {
-			return fmt.Errorf("record gap of pipeline %s: %w", s.pipeline, err)
-		}
-	}
-	for sink := range marks {
-		if err := add(sink); err != nil {
-			return fmt.Errorf("record gap of pipeline %s: %w", s.pipeline, err)
-		}
 	}
 	if _, err := tx.Exec(ctx, `DELETE FROM walcast.checkpoints WHERE pipeline = $1`, s.pipeline); err != nil {
 		return fmt.Errorf("delete checkpoints of the old slot of pipeline %s: %w", s.pipeline, err)
@@ -134,6 +122,36 @@ WHERE pipeline = $1`, s.pipeline, id.SystemIdentifier, int64(id.DatabaseOID), cd
 		return fmt.Errorf("record cluster identity of pipeline %s: %w", s.pipeline, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("record gap of pipeline %s: %w", s.pipeline, err)
+	}
+	return nil
+}
+
+// RecordGap records, for each of sinks, a gap from its checkpoint to to,
+// without touching the checkpoints: the slot stays, and only some changes
+// before to were lost (reason says which).
+func (s *Store) RecordGap(ctx context.Context, reason string, sinks []string, to uint64) error {
+	marks, err := s.Load(ctx)
+	if err != nil {
+		return err
+	}
+	return s.insertGaps(ctx, s.db, reason, sinks, marks, to)
+}
+
+// insertGaps inserts one gap per sink, from its checkpoint in marks ("-"
+// when it has none) to to.
+func (s *Store) insertGaps(ctx context.Context, db Querier, reason string, sinks []string, marks map[string]cdc.EventID, to uint64) error {
+	froms := make([]string, len(sinks))
+	for i, sink := range sinks {
+		froms[i] = "-"
+		if m, ok := marks[sink]; ok {
+			froms[i] = m.String()
+		}
+	}
+	_, err := db.Exec(ctx, `INSERT INTO walcast.gaps (pipeline, sink, from_event, to_lsn, reason)
+SELECT $1, u.sink, u.from_event, $4::pg_lsn, $5 FROM unnest($2::text[], $3::text[]) AS u(sink, from_event)`,
+		s.pipeline, sinks, froms, cdc.FormatLSN(to), reason)
+	if err != nil {
 		return fmt.Errorf("record gap of pipeline %s: %w", s.pipeline, err)
 	}
 	return nil

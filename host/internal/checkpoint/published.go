@@ -7,12 +7,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // publishedDDL records how each of a pipeline's tables was published when
-// walcast last checked (package capture, Membership). PostgreSQL decodes a
+// walcast last checked (package capture, membership). PostgreSQL decodes a
 // change with the publications as they were at that change, so a table
 // removed from the publication by hand (ALTER PUBLICATION … DROP TABLE),
 // even if added back later, has changes no sink will ever receive; the
@@ -64,30 +62,6 @@ ON CONFLICT (pipeline, table_name) DO UPDATE SET membership = excluded.membershi
 WHERE walcast.published_tables.membership IS DISTINCT FROM excluded.membership`, s.pipeline, tables, ms)
 	if err != nil {
 		return fmt.Errorf("record published tables of pipeline %s: %w", s.pipeline, err)
-	}
-	return nil
-}
-
-// RecordGap records, for each of sinks, a gap from its checkpoint to to,
-// without touching the checkpoints: the slot stays, and only some changes
-// before to were lost (reason says which).
-func (s *Store) RecordGap(ctx context.Context, reason string, sinks []string, to uint64) error {
-	marks, err := s.Load(ctx)
-	if err != nil {
-		return err
-	}
-	froms := make([]string, len(sinks))
-	for i, sink := range sinks {
-		froms[i] = "-"
-		if m, ok := marks[sink]; ok {
-			froms[i] = m.String()
-		}
-	}
-	_, err = s.db.Exec(ctx, `INSERT INTO walcast.gaps (pipeline, sink, from_event, to_lsn, reason)
-SELECT $1, u.sink, u.from_event, $4::pg_lsn, $5 FROM unnest($2::text[], $3::text[]) AS u(sink, from_event)`,
-		s.pipeline, sinks, froms, cdc.FormatLSN(to), reason)
-	if err != nil {
-		return fmt.Errorf("record gap of pipeline %s: %w", s.pipeline, err)
 	}
 	return nil
 }

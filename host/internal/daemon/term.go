@@ -168,11 +168,15 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 	// A sink whose catch-up slot someone dropped resumes from the
 	// pipeline's slot only with --accept-gap, its gap recorded up to
 	// where that slot starts.
-	resume, err := slots.Recover(ctx, durable, opts.AcceptGap, func(ctx context.Context, reason, sink string) error {
-		log.Warn("accepted a gap: the sink's catch-up slot was dropped; it resumes from the pipeline's slot and misses the changes in between (recorded in walcast.gaps)",
-			"sink", sink, "resumes_at", pluginkit.FormatLSN(prep.ConfirmedFlush))
-		return t.store.RecordGap(ctx, reason, []string{sink}, prep.ConfirmedFlush)
-	})
+	var acceptGap func(ctx context.Context, reason, sink string) error
+	if opts.AcceptGap {
+		acceptGap = func(ctx context.Context, reason, sink string) error {
+			log.Warn("accepted a gap: the sink's catch-up slot was dropped; it resumes from the pipeline's slot and misses the changes in between (recorded in walcast.gaps)",
+				"sink", sink, "resumes_at", pluginkit.FormatLSN(prep.ConfirmedFlush))
+			return t.store.RecordGap(ctx, reason, []string{sink}, prep.ConfirmedFlush)
+		}
+	}
+	resume, err := slots.Recover(ctx, durable, acceptGap)
 	if err != nil {
 		return t, err
 	}

@@ -72,9 +72,9 @@ func (s *Slots) Init(ctx context.Context) error {
 //
 // A record whose slot was copied and is gone is a slot someone dropped
 // while its sink depended on it: Recover refuses with a *capture.GapError
-// (kind "catch-up slot lost"), unless accept is set, when gap records the
-// sink's gap up to the pipeline's slot and the sink resumes from there.
-func (s *Slots) Recover(ctx context.Context, sinks []string, accept bool, gap func(ctx context.Context, reason, sink string) error) (map[string]string, error) {
+// (kind "catch-up slot lost"), unless acceptGap is set: it records the
+// sink's gap up to the pipeline's slot, and the sink resumes from there.
+func (s *Slots) Recover(ctx context.Context, sinks []string, acceptGap func(ctx context.Context, reason, sink string) error) (map[string]string, error) {
 	known := map[string]bool{}
 	for _, id := range sinks {
 		known[id] = true
@@ -98,10 +98,10 @@ func (s *Slots) Recover(ctx context.Context, sinks []string, accept bool, gap fu
 				Restore: "restore the database from a backup taken before the slot was dropped",
 				Replace: "forgets the catch-up slot and resumes sink " + sink + " from the pipeline's slot",
 			}
-			if !accept {
+			if acceptGap == nil {
 				return nil, lost
 			}
-			if err := gap(ctx, lost.Kind+": "+sink, sink); err != nil {
+			if err := acceptGap(ctx, lost.Kind+": "+sink, sink); err != nil {
 				return nil, err
 			}
 			if err := s.Forget(ctx, sink); err != nil {

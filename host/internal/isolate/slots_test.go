@@ -104,7 +104,7 @@ func TestRecoverAfterKills(t *testing.T) {
 	var gaps []string
 	gap := func(_ context.Context, reason, sink string) error { gaps = append(gaps, sink+": "+reason); return nil }
 	sinks := []string{"resume", "forget", "other", "rejoined", "dropped"}
-	_, err = s.Recover(ctx, sinks, false, gap)
+	_, err = s.Recover(ctx, sinks, nil)
 	var lost *capture.GapError
 	if !errors.As(err, &lost) || lost.Kind != "catch-up slot lost" || !strings.Contains(err.Error(), "catch-up slot "+dropped+" of sink dropped does not exist") {
 		t.Fatalf("Recover with a catch-up slot dropped by hand = %v, want the catch-up slot lost refusal", err)
@@ -112,7 +112,7 @@ func TestRecoverAfterKills(t *testing.T) {
 	if len(gaps) != 0 {
 		t.Fatalf("Recover refused but recorded gaps %v", gaps)
 	}
-	resume, err := s.Recover(ctx, sinks, true, gap)
+	resume, err := s.Recover(ctx, sinks, gap)
 	if err != nil {
 		t.Fatal(err)
 	}
