@@ -1,9 +1,7 @@
 package cli
 
 import (
-	"errors"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -28,17 +26,7 @@ func TestFatalRunErrorPrintedOnce(t *testing.T) {
 	second := startWalcast(t, writePipeline(t, "fatal_b", dsn, []string{"public.items"}, sinkSpec{ID: "kafka", SinkType: "kafka", Config: cfg}))
 	second.waitLog(t, "streaming from slot")
 	exec1(t, db, `INSERT INTO items VALUES (2, 0, 'b')`)
-	var err error
-	select {
-	case err = <-first.done:
-		first.done <- err
-	case <-time.After(2 * time.Minute):
-		t.Fatal("the fenced walcast did not stop")
-	}
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-		t.Fatalf("fenced walcast exited with %v, want exit status 1", err)
-	}
+	first.waitExit1(t, 2*time.Minute, "its Kafka producer was fenced")
 	b, _ := os.ReadFile(first.log)
 	out := string(b)
 	var lines []string

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -319,6 +320,23 @@ func (p *walcastProc) stop() {
 		}
 	case <-time.After(60 * time.Second):
 		p.t.Fatal("walcast did not exit within 60s of SIGTERM")
+	}
+}
+
+// waitExit1 waits up to within for walcast to exit with status 1, the way
+// it stops on an error it cannot go on from; after says what should have
+// stopped it, for the failure message.
+func (p *walcastProc) waitExit1(t testing.TB, within time.Duration, after string) {
+	t.Helper()
+	select {
+	case err := <-p.done:
+		p.done <- err
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("walcast exited with %v after %s, want exit status 1", err, after)
+		}
+	case <-time.After(within):
+		t.Fatalf("walcast still runs %s after %s", within, after)
 	}
 }
 
@@ -653,6 +671,18 @@ func countLines(s, substr string) int {
 
 // waitSlot waits until walcast has created its slot: changes committed
 // before that are not captured, by design.
+// waitSlotReleased waits until no walsender holds slot (or it is gone):
+// the walsender lets go a moment after walcast exits, and dropping or
+// advancing the slot before then fails with "is active for PID".
+func waitSlotReleased(t testing.TB, db *pgx.Conn, slot string) {
+	t.Helper()
+	waitFor(t, "slot "+slot+" released", time.Minute, func() bool {
+		var active bool
+		err := db.QueryRow(context.Background(), `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active)
+		return err != nil || !active
+	})
+}
+
 func waitSlot(t testing.TB, db *pgx.Conn, slot string) {
 	t.Helper()
 	waitFor(t, "slot "+slot, 60*time.Second, func() bool {

@@ -378,10 +378,7 @@ func TestCatchupSlotDroppedByHand(t *testing.T) {
 	waitFor(t, "the fast sink to receive every insert", time.Minute, func() bool { return fast.distinct() >= 3000 })
 	proc.waitLog(t, "detaching it to catch up")
 	proc.kill()
-	waitFor(t, "catch-up slot released", time.Minute, func() bool {
-		var active bool
-		return db.QueryRow(context.Background(), `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, cuSlot).Scan(&active) == nil && !active
-	})
+	waitSlotReleased(t, db, cuSlot)
 	exec1(t, db, `SELECT pg_drop_replication_slot($1)`, cuSlot)
 	slow.setMode(modeOK)
 

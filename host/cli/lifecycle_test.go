@@ -2,10 +2,8 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -89,13 +87,8 @@ func streamItems(t *testing.T, db *pgx.Conn, pipeline, slot string, rcv *receive
 	insertItems(t, db, from, n)
 	waitFor(t, "deliveries", time.Minute, func() bool { return rcv.distinct() >= before+n })
 	w.stop()
-	// The walsender lets go of the slot a moment after walcast exits;
-	// what a test does to the slot next must not race it.
-	waitFor(t, "slot "+slot+" released", time.Minute, func() bool {
-		var active bool
-		err := db.QueryRow(context.Background(), `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active)
-		return err != nil || !active
-	})
+	// What a test does to the slot next must not race its walsender.
+	waitSlotReleased(t, db, slot)
 }
 
 var checkpointRe = regexp.MustCompile(`hook [0-9A-F]+/[0-9A-F]+:\d+`)
@@ -173,16 +166,7 @@ func TestSlotDroppedWhileRunningStopsAndRestartRefuses(t *testing.T) {
 		_, err := db.Exec(context.Background(), `SELECT pg_drop_replication_slot('walcast_droprun')`)
 		return err == nil
 	})
-	select {
-	case err := <-w.done:
-		w.done <- err
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-			t.Fatalf("walcast exited with %v, want exit status 1", err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("walcast did not stop after its slot was dropped")
-	}
+	w.waitExit1(t, time.Minute, "its slot was dropped")
 	t.Logf("log:\n%s", tail(w.logText(), 3))
 	wantAll(t, w.logText(), "the slot was dropped while walcast ran", "the next walcast run refuses to start")
 	out, code := walcastOut(t, "run", p, "--plugin-dir", binDir)
@@ -272,16 +256,7 @@ func TestPublicationDroppedWhileRunning(t *testing.T) {
 	waitFor(t, "deliveries", time.Minute, func() bool { return rcv.distinct() >= 3 })
 	exec1(t, db, `DROP PUBLICATION walcast_pubdrop`)
 	insertItems(t, db, 4, 2)
-	select {
-	case err := <-w.done:
-		w.done <- err
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-			t.Fatalf("walcast exited with %v, want exit status 1", err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("walcast did not stop after its publication was dropped")
-	}
+	w.waitExit1(t, time.Minute, "its publication was dropped")
 	t.Logf("log:\n%s", tail(w.logText(), 3))
 	wantAll(t, w.logText(), `publication \"walcast_pubdrop\" does not exist`, "publication walcast_pubdrop was dropped while walcast ran",
 		"creating it again does not help")
@@ -378,16 +353,7 @@ func TestInvalidatedSlotIsFatalAndExplained(t *testing.T) {
 		db.QueryRow(context.Background(), `SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = 'walcast_lostwal'`).Scan(&status)
 		return status == "lost"
 	})
-	select {
-	case err := <-w.done:
-		w.done <- err
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-			t.Fatalf("walcast exited with %v, want exit status 1", err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("walcast kept retrying on an invalidated slot")
-	}
+	w.waitExit1(t, time.Minute, "its slot was invalidated (retrying on it)")
 	log := w.logText()
 	t.Logf("log:\n%s", tail(log, 3))
 	wantAll(t, log, "replication slot walcast_lostwal is invalidated: PostgreSQL says", "This slot has been invalidated because it exceeded the maximum reserved size", "SQLSTATE 55000")
@@ -589,16 +555,7 @@ func TestTableRemovedFromPublicationRefuses(t *testing.T) {
 				w.waitLog(t, "streaming from slot")
 				exec1(t, db, `ALTER PUBLICATION walcast_`+name+` DROP TABLE items`)
 				insertItems(t, db, 11, 5) // never decoded
-				select {
-				case err := <-w.done:
-					w.done <- err
-					var exitErr *exec.ExitError
-					if !errors.As(err, &exitErr) || exitErr.ExitCode() != 1 {
-						t.Fatalf("walcast exited with %v, want exit 1", err)
-					}
-				case <-time.After(time.Minute):
-					t.Fatalf("walcast still runs a minute after a table was removed from its publication")
-				}
+				w.waitExit1(t, time.Minute, "a table was removed from its publication")
 				out = w.logText()
 			} else {
 				exec1(t, db, `ALTER PUBLICATION walcast_`+name+` DROP TABLE items`)
