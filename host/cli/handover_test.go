@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"context"
-	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,47 +19,11 @@ const leaseWait = "waiting out its lease before streaming"
 // it must after a crash. Every committed change arrives, first deliveries
 // in commit order, and a mirror of what the sink received equals the table.
 func TestGracefulHandoverIsQuick(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
-	truthSlot(t, db, "truth_handover")
-	rcv := newReceiver(t)
-	pipeline := writePipeline(t, "handover", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 20})
-	procs := [2]*walcastProc{startWalcast(t, pipeline)}
-	procs[0].waitLog(t, "streaming from slot")
-	procs[1] = startWalcast(t, pipeline)
-	procs[1].waitLog(t, "standing by")
-
-	wdb := connect(t, dsn)
-	stop, done := make(chan struct{}), make(chan error, 1)
-	go func() {
-		for i := 1; ; i++ {
-			select {
-			case <-stop:
-				done <- nil
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-			_, err := wdb.Exec(context.Background(), `INSERT INTO items VALUES ($1, 0)`, i)
-			if err == nil {
-				_, err = wdb.Exec(context.Background(), `UPDATE items SET v = v + 1 WHERE id > $1 - 5`, i)
-			}
-			if err != nil {
-				done <- err
-				return
-			}
-		}
-	}()
-	var took []string
-	for round := range 3 {
-		lead, next := procs[round%2], procs[1-round%2]
-		n := rcv.count()
-		waitFor(t, "the leader to deliver under load", time.Minute, func() bool { return rcv.count() > n+20 })
+	took := takeoverRounds(t, "handover", 3, func(round int, lead, next *walcastProc) time.Duration {
 		lead.cmd.Process.Signal(syscall.SIGTERM)
 		stopped := time.Now()
 		next.waitLog(t, "streaming from slot")
 		d := time.Since(stopped)
-		took = append(took, d.Round(time.Millisecond).String())
 		// The standby polls the lock every 2 s; the old leader's drain and
 		// the new leader's start come on top. 4 s leaves room for a
 		// loaded machine while failing a successor that waits out the
@@ -73,19 +35,7 @@ func TestGracefulHandoverIsQuick(t *testing.T) {
 			t.Errorf("round %d: the standby waited out the lease of a leader that released the pipeline", round)
 		}
 		lead.stop() // exits 0
-		procs[round%2] = startWalcast(t, pipeline)
-		procs[round%2].waitLog(t, "standing by")
-	}
+		return d
+	})
 	t.Logf("takeover times after SIGTERM: %s", strings.Join(took, ", "))
-	close(stop)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	want := truth(t, db, "truth_handover", map[string]bool{"public.items": true})
-	waitFor(t, fmt.Sprintf("all %d changes", len(want)), time.Minute, func() bool { return rcv.distinct() >= len(want) })
-	dups := verify(t, want, rcv.events())
-	t.Logf("%d changes, %d redelivered", len(want), dups)
-	checkMirror(t, db, applyStream(t, rcv.events()), "items")
-	procs[0].stop()
-	procs[1].stop()
 }

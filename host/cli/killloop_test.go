@@ -14,19 +14,41 @@ import (
 // arrived, the first deliveries of each row in commit order, and a mirror
 // of what the sink received equals the table.
 func TestStandbyKillLoop(t *testing.T) {
+	took := takeoverRounds(t, "killloop", 5, func(round int, lead, next *walcastProc) time.Duration {
+		lead.kill()
+		killed := time.Now()
+		next.waitLog(t, "streaming from slot")
+		d := time.Since(killed)
+		if d > 15*time.Second {
+			t.Errorf("round %d: the standby took %s to stream, want under 15s", round, d)
+		}
+		return d
+	})
+	t.Logf("takeover times after SIGKILL: %s", strings.Join(took, ", "))
+}
+
+// takeoverRounds runs two instances of pipeline name under a steady write
+// load (a transaction every few milliseconds, inserting a row or updating
+// one of the last ones) for the given rounds: in each, once the leader
+// delivers, handOver ends its leadership and waits for the standby to
+// stream, returning how long that took; the old leader is then started
+// again as the next standby.
+// Afterwards every committed change must have arrived (test_decoding is
+// the truth), first deliveries in row order, and a mirror of what the sink
+// received must equal the table. It returns the handover times.
+func takeoverRounds(t *testing.T, name string, rounds int, handOver func(round int, lead, next *walcastProc) time.Duration) []string {
+	t.Helper()
 	dsn := cluster.Database(t)
 	db := connect(t, dsn)
 	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
-	truthSlot(t, db, "truth_killloop")
+	truthSlot(t, db, "truth_"+name)
 	rcv := newReceiver(t)
-	pipeline := writePipeline(t, "killloop", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 20})
+	pipeline := writePipeline(t, name, dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 20})
 	procs := [2]*walcastProc{startWalcast(t, pipeline)}
 	procs[0].waitLog(t, "streaming from slot")
 	procs[1] = startWalcast(t, pipeline)
 	procs[1].waitLog(t, "standing by")
 
-	// Steady writes: a transaction every few milliseconds, inserting a row
-	// or updating one of the last ones.
 	wdb := connect(t, dsn)
 	stop, done := make(chan struct{}), make(chan error, 1)
 	go func() {
@@ -48,29 +70,24 @@ func TestStandbyKillLoop(t *testing.T) {
 		}
 	}()
 	var took []string
-	for round := range 5 {
+	for round := range rounds {
 		lead, next := procs[round%2], procs[1-round%2]
 		n := rcv.count()
 		waitFor(t, "the leader to deliver under load", time.Minute, func() bool { return rcv.count() > n+20 })
-		lead.kill()
-		killed := time.Now()
-		next.waitLog(t, "streaming from slot")
-		d := time.Since(killed)
-		took = append(took, d.Round(time.Millisecond).String())
-		if d > 15*time.Second {
-			t.Errorf("round %d: the standby took %s to stream, want under 15s", round, d)
-		}
+		took = append(took, handOver(round, lead, next).Round(time.Millisecond).String())
 		procs[round%2] = startWalcast(t, pipeline)
 		procs[round%2].waitLog(t, "standing by")
 	}
-	t.Logf("takeover times after SIGKILL: %s", strings.Join(took, ", "))
 	close(stop)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	want := truth(t, db, "truth_killloop", map[string]bool{"public.items": true})
+	want := truth(t, db, "truth_"+name, map[string]bool{"public.items": true})
 	waitFor(t, fmt.Sprintf("all %d changes", len(want)), time.Minute, func() bool { return rcv.distinct() >= len(want) })
 	dups := verify(t, want, rcv.events())
 	t.Logf("%d changes, %d redelivered", len(want), dups)
 	checkMirror(t, db, applyStream(t, rcv.events()), "items")
+	procs[0].stop()
+	procs[1].stop()
+	return took
 }
