@@ -15,24 +15,9 @@ import (
 // (killed, frozen, cut off): that leader may still deliver until its lease
 // goes stale.
 func TestSuccessorWaitsOnlyForAVanishedLeader(t *testing.T) {
-	dsn := cluster.Database(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close(context.Background())
-	if err := checkpoint.Migrate(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	// A lease is fresh for three check intervals: 3s here, long enough to
-	// tell a wait from none on a loaded machine.
-	cfg := func(holder string) Config {
-		c := fast(dsn, holder)
-		c.CheckInterval = time.Second
-		return c
-	}
+	db, cfg := slowLeases(ctx, t)
 	// successor stands by for lead until stop hands over, and returns how
 	// long WaitOutPredecessor took once it leads.
 	successor := func(holder string, stop func()) (*Lease, time.Duration) {
@@ -106,22 +91,9 @@ func TestSuccessorWaitsOnlyForAVanishedLeader(t *testing.T) {
 // deliveries and confirmations pass only while the lease is fresh, so the
 // two never deliver at once.
 func TestFrozenLeaderIsStaleBeforeItsSuccessorStreams(t *testing.T) {
-	dsn := cluster.Database(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close(context.Background())
-	if err := checkpoint.Migrate(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	cfg := func(holder string) Config {
-		c := fast(dsn, holder)
-		c.CheckInterval = time.Second
-		return c
-	}
+	db, cfg := slowLeases(ctx, t)
 	a, err := Acquire(ctx, cfg("walcast a"))
 	if err != nil {
 		t.Fatal(err)
@@ -160,4 +132,26 @@ func TestFrozenLeaderIsStaleBeforeItsSuccessorStreams(t *testing.T) {
 	a.mu.Unlock()
 	a.Release(ctx)
 	b.Release(ctx)
+}
+
+// slowLeases prepares a database with the walcast schema (where a term's
+// release is recorded) and returns a connection to it and configs whose
+// leases are fresh for three 1 s check intervals: long enough to tell a
+// wait from none on a loaded machine.
+func slowLeases(ctx context.Context, t *testing.T) (*pgx.Conn, func(holder string) Config) {
+	t.Helper()
+	dsn := cluster.Database(t)
+	db, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close(context.Background()) })
+	if err := checkpoint.Migrate(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	return db, func(holder string) Config {
+		c := fast(dsn, holder)
+		c.CheckInterval = time.Second
+		return c
+	}
 }
