@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -21,21 +20,10 @@ func TestPipelinesSpreadAndMove(t *testing.T) {
 	db := connect(t, dsn)
 	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	rcv := newReceiver(t)
-	dir := t.TempDir()
-	var names, files []string
-	for i := range 6 {
-		name := fmt.Sprintf("spread%d", i)
-		src := writePipeline(t, name, dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
-		b, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dst := filepath.Join(dir, name+".hcl")
-		if err := os.WriteFile(dst, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		names = append(names, name)
-		files = append(files, dst)
+	dir, files := pipelineDir(t, dsn, "spread", []*receiver{rcv, rcv, rcv, rcv, rcv, rcv})
+	var names []string
+	for i := range files {
+		names = append(names, fmt.Sprintf("spread%d", i))
 	}
 	procs := []*walcastProc{
 		startWalcast(t, dir),
