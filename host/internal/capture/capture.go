@@ -305,6 +305,7 @@ func (c *Capture) connect(ctx context.Context) error {
 	if pcfg.ConnectTimeout == 0 {
 		pcfg.ConnectTimeout = 10 * time.Second
 	}
+	pcfg.DialFunc = dialBatched(pcfg.DialFunc)
 	conn, err := pgconn.ConnectConfig(ctx, pcfg)
 	if err != nil {
 		var pgErr *pgconn.PgError
