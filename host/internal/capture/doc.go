@@ -18,4 +18,9 @@
 // resends everything after the slot's confirmed position, and capture skips
 // every event and commit it already handed over, so a Consumer sees each
 // exactly once per process.
+//
+// Over TCP on Linux the replication socket is read in batches while a
+// backlog streams (batchread.go): the walsender then pays for one wake-up
+// of this process per 64 KiB instead of one per change, and a change that
+// arrives alone is still read at once.
 package capture
