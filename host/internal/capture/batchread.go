@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -39,16 +40,18 @@ const (
 
 // batchedConn is the replication connection's TCP socket, read in large
 // chunks with a low-water mark that follows the stream's pace. Only the
-// capture loop reads it, so it needs no lock. The caller's read deadline
-// (set by pgconn or the capture loop) is kept and honoured: a wait for a
-// batch ends at that deadline at the latest.
+// capture loop reads it; deadlines may also be set by pgconn's context
+// watcher from another goroutine, so the mode and the caller's deadline
+// are under mu. The caller's read deadline is honoured: a wait for a batch
+// ends at that deadline at the latest.
 type batchedConn struct {
 	net.Conn
 	raw syscall.RawConn
 
-	buf    []byte
+	buf    []byte // read by Read only
 	rp, wp int
 
+	mu       sync.Mutex
 	batching bool
 	deadline time.Time // the caller's read deadline
 }
@@ -90,33 +93,53 @@ func (c *batchedConn) Read(p []byte) (int, error) {
 func (c *batchedConn) fill() error {
 	c.rp, c.wp = 0, 0
 	for {
+		c.mu.Lock()
 		if c.batching {
-			wait := time.Now().Add(batchWait)
-			if !c.deadline.IsZero() && c.deadline.Before(wait) {
-				wait = c.deadline
-			}
-			c.Conn.SetReadDeadline(wait)
+			c.Conn.SetReadDeadline(c.batchDeadline())
 		}
+		c.mu.Unlock()
 		n, err := c.Conn.Read(c.buf)
 		if n > 0 {
 			c.wp = n
-			if !c.batching && n >= batchEnter {
-				c.setBatching(true)
+			if n >= batchEnter {
+				c.mu.Lock()
+				if !c.batching {
+					c.setBatching(true)
+				}
+				c.mu.Unlock()
 			}
 			return nil
 		}
-		if c.batching && errors.Is(err, os.ErrDeadlineExceeded) && (c.deadline.IsZero() || time.Now().Before(c.deadline)) {
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			return err
+		}
+		c.mu.Lock()
+		over := c.batching && (c.deadline.IsZero() || time.Now().Before(c.deadline))
+		if over {
 			// Less than a batch came within batchWait: the burst is
 			// over. Wake on every byte again and read what is there.
 			c.setBatching(false)
-			continue
 		}
-		return err
+		c.mu.Unlock()
+		if !over {
+			return err
+		}
 	}
+}
+
+// batchDeadline is the socket's deadline while batching: batchWait from
+// now, or the caller's deadline if that comes first. Callers hold mu.
+func (c *batchedConn) batchDeadline() time.Time {
+	wait := time.Now().Add(batchWait)
+	if !c.deadline.IsZero() && c.deadline.Before(wait) {
+		return c.deadline
+	}
+	return wait
 }
 
 // setBatching sets the socket's low-water mark for the mode. If the
 // option cannot be set the socket stays as it is and so does the mode.
+// Callers hold mu.
 func (c *batchedConn) setBatching(on bool) {
 	mark := 1
 	if on {
@@ -135,9 +158,13 @@ func (c *batchedConn) setBatching(on bool) {
 }
 
 func (c *batchedConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.deadline = t
 	if c.batching {
-		return nil // fill sets the socket's deadline before each wait
+		// A read waiting for a batch must still end at t if t comes
+		// first (pgconn cancels a read by setting a past deadline).
+		return c.Conn.SetReadDeadline(c.batchDeadline())
 	}
 	return c.Conn.SetReadDeadline(t)
 }

@@ -103,7 +103,7 @@ func TestBatchedConn(t *testing.T) {
 			t.Fatalf("read after %d of %d bytes: %v", n, len(got), err)
 		}
 		n += copy(got[n:], buf[:m])
-		if c.batching {
+		if c.isBatching() {
 			sawBatching = true
 			if mark := lowWaterMark(t, c); mark != batchBytes {
 				t.Fatalf("batching with SO_RCVLOWAT %d, want %d", mark, batchBytes)
@@ -134,13 +134,15 @@ func TestBatchedConn(t *testing.T) {
 	if took := time.Since(start); took > 2*time.Second || string(lone) != "alone" {
 		t.Fatalf("lone message %q read after %v; it should come within a few batch waits (%v)", lone, took, batchWait)
 	}
-	if c.batching || lowWaterMark(t, c) != 1 {
+	if c.isBatching() || lowWaterMark(t, c) != 1 {
 		t.Fatalf("still batching after a quiet spell (SO_RCVLOWAT %d)", lowWaterMark(t, c))
 	}
 
 	// The caller's deadline ends a wait in either mode.
 	for _, batching := range []bool{false, true} {
+		c.mu.Lock()
 		c.setBatching(batching)
+		c.mu.Unlock()
 		c.SetReadDeadline(time.Now().Add(time.Millisecond))
 		start := time.Now()
 		_, err := c.Read(buf)
@@ -151,4 +153,29 @@ func TestBatchedConn(t *testing.T) {
 			t.Fatalf("batching=%v: deadline 1 ms away ended the read after %v", batching, took)
 		}
 	}
+
+	// pgconn cancels a blocked read from another goroutine by setting a
+	// past deadline: a read waiting for a batch must end at once, not
+	// after the wait it started with.
+	c.mu.Lock()
+	c.setBatching(true)
+	c.mu.Unlock()
+	c.SetReadDeadline(time.Time{})
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		c.SetDeadline(time.Unix(1, 0))
+	}()
+	start = time.Now()
+	if _, err := c.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read cancelled by a past deadline returned %v, want a timeout", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("cancelled read returned after %v", took)
+	}
+}
+
+func (c *batchedConn) isBatching() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.batching
 }
