@@ -183,7 +183,7 @@ func (s *Scheduler) loadReplay(ps []checkpoint.Parked) int {
 // what was parked meanwhile, or, with nothing left, lets the row flow
 // again.
 func (s *Scheduler) continueReplay(ctx context.Context, row string) error {
-	if !s.replaying[row] || s.pend.hasReplay(row) || s.pend.inFlight[row] > 0 {
+	if !s.replaying[row] || s.pend.hasReplay(row) || s.pend.inFlight[s.pend.id(row)] > 0 {
 		return nil // still going, or stopped by a failure (parked again)
 	}
 	var left []checkpoint.Parked
