@@ -67,8 +67,11 @@ type Config struct {
 	Confirm      ConfirmRecorder
 	ConfirmLimit uint64
 	// Watch, when set, is called every WatchEvery (default 10 s) while
-	// Run streams; an error it returns ends Run with that error (see
+	// Run streams (reconnects included), from one goroutine, one call at
+	// a time; an error it returns ends Run with that error (see
 	// PublicationWatch: a table removed from the publication by hand).
+	// Whoever needs more than one periodic check of the source composes
+	// them into this one function (the daemon adds its slot WAL watch).
 	Watch      func(context.Context) error
 	WatchEvery time.Duration
 }

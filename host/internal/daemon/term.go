@@ -31,9 +31,10 @@ import (
 //	openTerm  plugins launched and opened, slot and publication prepared,
 //	          checkpoints loaded; nothing runs yet. On error it undoes
 //	          what it did (plugins closed, a slot it created dropped).
-//	run       starts every goroutine of the term (capture, backfill, one
-//	          scheduler per sink, the checkpoint loop, the control listener,
-//	          the slot watch) and returns only once all of them have ended.
+//	run       starts every goroutine of the term (capture with its watch of
+//	          the slots and the publication, backfill, one scheduler per
+//	          sink, the checkpoint loop, the control listener) and returns
+//	          only once all of them have ended.
 //	close     writes the final checkpoints and slot position unless the
 //	          leadership was lost, closes the plugins and the pool.
 type term struct {
@@ -234,9 +235,18 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 	// Every confirmation is recorded first, through the fenced store, so
 	// that the next start can tell a slot someone else moved.
 	t.ccfg.Confirm, t.ccfg.ConfirmLimit = t.marksStore, prep.ConfirmLimit
-	// A table removed from the publication by hand stops the pipeline,
-	// rather than its changes silently ceasing.
-	t.ccfg.Watch = capture.PublicationWatch(t.pool, t.ccfg, prep.Published)
+	// What is watched while the pipeline streams, every SlotCheckInterval,
+	// on the capture's one watch loop, in this order: the WAL the slots
+	// retain (a warning and a metric before PostgreSQL invalidates one;
+	// never stops the stream), then the publication's tables (one removed
+	// by hand stops the pipeline, rather than its changes silently
+	// ceasing).
+	t.watch = newSlotWatch(t.pool, p.Name, t.ccfg.Slot, opts.WarnRetainedWAL, log)
+	published := capture.PublicationWatch(t.pool, t.ccfg, prep.Published)
+	t.ccfg.Watch = func(ctx context.Context) error {
+		t.watch.check(ctx)
+		return published(ctx)
+	}
 	t.ccfg.WatchEvery = opts.SlotCheckInterval
 	t.capt = capture.New(t.ccfg, t.fan)
 	isolateSinks(t.runs, resume, slots, t.fan, t.tracker, prep.ConfirmedFlush, t.capt, t.ccfg, newSched, log)
@@ -253,7 +263,6 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 	if err := t.ctl.applyPauses(ctx); err != nil {
 		return t, err
 	}
-	t.watch = newSlotWatch(t.pool, p.Name, t.ccfg.Slot, opts.WarnRetainedWAL, opts.SlotCheckInterval, log)
 	coll := newPipelineCollector(t.runs, t.tracker, t.fan, t.capt, slotRetainedWAL(t.pool, p.Source.Slot))
 	coll.catchupRetained = catchupRetained(t.pool, p.Name)
 	t.reg = newRegistry(p.Name, coll, deliverSeconds, t.watch.collectors()...)
@@ -349,7 +358,6 @@ func (t *term) run(ctx context.Context) (err error) {
 		saveLoop(hard, t.marksStore, t.tracker, t.runs, opts.CheckpointInterval, log)
 	})
 	wg.Go(func() { t.ctl.listen(ctx, opts.Pipeline.Source.DSN, 5*time.Second) })
-	wg.Go(func() { t.watch.run(ctx) })
 
 	captureErr := make(chan error, 1)
 	captureCtx, cancelCapture := context.WithCancel(ctx)

@@ -1,6 +1,9 @@
 package schedule
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // bucket is a token bucket: rate tokens per second, holding at most one
 // second's worth (at least one batch's worth is never needed: batches are
@@ -13,8 +16,8 @@ type bucket struct {
 	last   time.Time
 }
 
-func newBucket(rate float64) *bucket {
-	return &bucket{rate: rate, burst: max(1, rate), last: time.Now()}
+func newBucket(rate float64, now time.Time) *bucket {
+	return &bucket{rate: rate, burst: max(1, rate), last: now}
 }
 
 func (b *bucket) refill(now time.Time) {
@@ -25,13 +28,15 @@ func (b *bucket) refill(now time.Time) {
 }
 
 // available returns how many whole events may go now and, when none, when
-// the next one may.
+// the next one may. That moment is rounded up to the nanosecond: truncated,
+// a bucket a hair short of one token answered "now", and the scheduler
+// woke again at once to find it still short.
 func (b *bucket) available(now time.Time) (int, time.Time) {
 	b.refill(now)
 	if b.tokens >= 1 {
 		return int(b.tokens), time.Time{}
 	}
-	return 0, now.Add(time.Duration((1 - b.tokens) / b.rate * float64(time.Second)))
+	return 0, now.Add(time.Duration(math.Ceil((1 - b.tokens) / b.rate * float64(time.Second))))
 }
 
 func (b *bucket) take(n int) { b.tokens -= float64(n) }

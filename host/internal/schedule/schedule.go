@@ -192,7 +192,7 @@ func New(cfg Config, queue *fanout.Queue, tracker *ack.Tracker, sink Deliverer) 
 		results:      make(chan result, cfg.MaxInFlight),
 	}
 	if cfg.RateLimit > 0 {
-		s.bucket = newBucket(cfg.RateLimit)
+		s.bucket = newBucket(cfg.RateLimit, time.Now())
 	}
 	return s
 }
