@@ -72,3 +72,37 @@ func redeliveredNext(t *testing.T, round int, log string) int {
 	}
 	return n
 }
+
+// TestStopAtShutdownTimeoutCounts stops walcast while its sink hangs: once
+// --shutdown-timeout runs out it says how many batches it abandoned, and the
+// sink's stopped line how many events it leaves undelivered, and it still
+// exits 0 with every event delivered by the next run.
+func TestStopAtShutdownTimeoutCounts(t *testing.T) {
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	rcv := newReceiver(t)
+	pipeline := writePipeline(t, "stuckstop", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 5})
+	proc := startWalcast(t, pipeline, "--shutdown-timeout", "1s")
+	proc.waitLog(t, "streaming from slot")
+	rcv.setMode(modeHang)
+	exec1(t, db, `INSERT INTO items SELECT generate_series(1, 20), 0`)
+	waitFor(t, "a delivery to hang", time.Minute, func() bool {
+		rcv.mu.Lock()
+		defer rcv.mu.Unlock()
+		return rcv.reqs > 0
+	})
+	proc.stop() // exits 0
+	log := proc.logText()
+	if !regexp.MustCompile(`deliveries still in flight at shutdown timeout.* batches_in_flight=[1-9]`).MatchString(log) {
+		t.Errorf("walcast did not say how many batches it abandoned at the shutdown timeout")
+	}
+	// All 20 unless walcast had not read them all from the slot yet.
+	if !regexp.MustCompile(`msg="sink stopped" .*unresolved=[1-9]`).MatchString(log) {
+		t.Errorf("the sink stopped line does not count the undelivered events")
+	}
+	rcv.setMode(modeOK)
+	next := startWalcast(t, pipeline)
+	waitFor(t, "all 20 events from the next run", time.Minute, func() bool { return rcv.distinct() == 20 })
+	next.stop()
+}

@@ -401,7 +401,13 @@ func (t *term) run(ctx context.Context) (err error) {
 	select {
 	case <-schedsDone:
 	case <-time.After(opts.ShutdownTimeout):
-		log.Warn("deliveries still in flight at shutdown timeout; they will be replayed on restart")
+		var batches int64
+		for _, r := range t.runs {
+			batches += r.stats().InFlight.Load()
+		}
+		// The sink stopped lines below count, per sink, what is left
+		// undelivered and what the next run delivers again.
+		log.Warn("deliveries still in flight at shutdown timeout; they will be replayed on restart", "batches_in_flight", batches)
 		cancelHard()
 		<-schedsDone
 	}
