@@ -14,7 +14,7 @@ import (
 // arrived, the first deliveries of each row in commit order, and a mirror
 // of what the sink received equals the table.
 func TestStandbyKillLoop(t *testing.T) {
-	took := takeoverRounds(t, "killloop", 5, func(round int, lead, next *walcastProc) time.Duration {
+	took, _ := takeoverRounds(t, "killloop", 5, func(round int, lead, next *walcastProc) time.Duration {
 		lead.kill()
 		killed := time.Now()
 		next.waitLog(t, "streaming from slot")
@@ -35,8 +35,9 @@ func TestStandbyKillLoop(t *testing.T) {
 // again as the next standby.
 // Afterwards every committed change must have arrived (test_decoding is
 // the truth), first deliveries in row order, and a mirror of what the sink
-// received must equal the table. It returns the handover times.
-func takeoverRounds(t *testing.T, name string, rounds int, handOver func(round int, lead, next *walcastProc) time.Duration) []string {
+// received must equal the table. It returns the handover times and how
+// many events arrived more than once.
+func takeoverRounds(t *testing.T, name string, rounds int, handOver func(round int, lead, next *walcastProc) time.Duration) (took []string, dups int) {
 	t.Helper()
 	dsn := cluster.Database(t)
 	db := connect(t, dsn)
@@ -69,7 +70,6 @@ func takeoverRounds(t *testing.T, name string, rounds int, handOver func(round i
 			}
 		}
 	}()
-	var took []string
 	for round := range rounds {
 		lead, next := procs[round%2], procs[1-round%2]
 		n := rcv.count()
@@ -84,10 +84,10 @@ func takeoverRounds(t *testing.T, name string, rounds int, handOver func(round i
 	}
 	want := truth(t, db, "truth_"+name, map[string]bool{"public.items": true})
 	waitFor(t, fmt.Sprintf("all %d changes", len(want)), time.Minute, func() bool { return rcv.distinct() >= len(want) })
-	dups := verify(t, want, rcv.events())
+	dups = verify(t, want, rcv.events())
 	t.Logf("%d changes, %d redelivered", len(want), dups)
 	checkMirror(t, db, applyStream(t, rcv.events()), "items")
 	procs[0].stop()
 	procs[1].stop()
-	return took
+	return took, dups
 }

@@ -58,6 +58,12 @@ func buildBinaries(dir string) error {
 		targets["walcast-sink-"+filepath.Base(p)] = "./plugins/" + filepath.Base(p)
 	}
 	args := []string{"build", "-o", dir + string(filepath.Separator)}
+	// WALCAST_TEST_RACE=1 builds the binaries under test with the race
+	// detector, to see how the host behaves when everything is several
+	// times slower.
+	if os.Getenv("WALCAST_TEST_RACE") == "1" {
+		args = append(args, "-race")
+	}
 	for _, pkg := range targets {
 		args = append(args, pkg)
 	}

@@ -216,6 +216,17 @@ func (t *Tracker) Pending(i int) int {
 	return int(t.next - t.sinks[i].low)
 }
 
+// Ahead returns how many events sink i resolved above its watermark: out
+// of order, behind an earlier event it has not resolved. A checkpoint is
+// one position per sink, so these are delivered again by whoever streams
+// next if the pipeline stops before the gap closes.
+func (t *Tracker) Ahead(i int) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.sinks[i]
+	return int(t.next-s.low) - s.open
+}
+
 // Backlog describes sink i's backlog: the events added and not resolved yet
 // (delivered, filtered, skipped, parked or dropped), their payload bytes,
 // and when the oldest of them was added (zero when there is none, or it

@@ -272,3 +272,33 @@ func TestDetachForgetsUnresolvedEvents(t *testing.T) {
 		t.Fatalf("flush = %d, want 3100", got)
 	}
 }
+
+// Ahead counts the events a sink resolved past an unresolved one: what a
+// stop at that moment leaves beyond the sink's watermark.
+func TestAhead(t *testing.T) {
+	tr := New([]SinkSpec{{ID: "a", Durable: true}}, 0)
+	var seqs []Seq
+	for i := range 5 {
+		s, err := tr.Add(id(100, uint64(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, s)
+	}
+	check := func(want int, wm cdc.EventID) {
+		t.Helper()
+		if got := tr.Ahead(0); got != want {
+			t.Errorf("ahead = %d, want %d", got, want)
+		}
+		if got := tr.Peek()[0]; got != wm {
+			t.Errorf("watermark = %s, want %s", got, wm)
+		}
+	}
+	check(0, cdc.EventID{})
+	tr.Resolve(0, seqs[0], seqs[2], seqs[3]) // 1 is still out
+	check(2, id(100, 0))
+	tr.Resolve(0, seqs[1])
+	check(0, id(100, 3))
+	tr.Resolve(0, seqs[4])
+	check(0, id(100, 4))
+}

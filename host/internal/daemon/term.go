@@ -409,7 +409,13 @@ func (t *term) run(ctx context.Context) (err error) {
 	select {
 	case <-schedsDone:
 	case <-time.After(opts.ShutdownTimeout):
-		log.Warn("deliveries still in flight at shutdown timeout; they will be replayed on restart")
+		var batches int64
+		for _, r := range t.runs {
+			batches += r.stats().InFlight.Load()
+		}
+		// The sink stopped lines below count, per sink, what is left
+		// undelivered and what the next run delivers again.
+		log.Warn("deliveries still in flight at shutdown timeout; they will be replayed on restart", "batches_in_flight", batches)
 		cancelHard()
 		<-schedsDone
 	}
@@ -443,11 +449,33 @@ func (t *term) close(ctx context.Context) {
 			}
 		}
 		cancel()
-		for _, r := range t.runs {
+		marks := t.tracker.Peek()
+		for i, r := range t.runs {
 			st := r.stats()
+			// unresolved: read from the slot and not delivered (queued,
+			// held behind an earlier event of their row, backing off, or
+			// abandoned at the shutdown timeout). ahead: delivered after
+			// such an event; the checkpoint is one position per sink and
+			// cannot cover them, so whoever streams next delivers both
+			// again (at-least-once).
+			unresolved, _, _ := t.tracker.Backlog(i)
+			ahead := t.tracker.Ahead(i)
+			mark := marks[i]
+			if r.iso != nil {
+				// A detached sink's position is its catch-up stream's
+				// (counted there, not here).
+				if id, ok := r.iso.Watermark(); ok {
+					mark = id
+				}
+			}
 			log.Info("sink stopped", "sink", r.cfg.ID, "delivered", st.Delivered.Load(), "skipped", st.Skipped.Load(),
 				"filtered", st.Filtered.Load(), "failed_attempts", st.Failures.Load(), "throttled", st.Throttles.Load(),
-				"parked", st.Parked.Load(), "replayed", st.Replayed.Load(), "duplicates", st.Duplicates.Load(), "dropped", r.queue.Dropped())
+				"parked", st.Parked.Load(), "replayed", st.Replayed.Load(), "duplicates", st.Duplicates.Load(), "dropped", r.queue.Dropped(),
+				"checkpoint", mark.String(), "unresolved", unresolved, "redelivered_next", ahead)
+			if ahead > 0 && !t.lost {
+				log.Info("sink stopped with deliveries past an undelivered event; the next run delivers them again",
+					"sink", r.cfg.ID, "checkpoint", mark.String(), "unresolved", unresolved, "redelivered_next", ahead)
+			}
 		}
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
