@@ -20,9 +20,27 @@ type Sink struct {
 
 	mu   sync.Mutex // serialises batches so lines never interleave
 	path string     // empty: stdout
-	file *os.File   // open while path is set and the sink is open
+	file outputFile // open while path is set and the sink is open
 	sync bool       // file is a regular file, fsynced after each batch
 	w    *bufio.Writer
+
+	// openFile opens path for appending and stdout returns the output
+	// without a path: the real ones but in tests, which inject faults.
+	openFile func(path string) (outputFile, error)
+	stdout   func() io.Writer
+}
+
+// outputFile is what the sink needs of the file it appends to (*os.File).
+type outputFile interface {
+	io.Writer
+	Sync() error
+	Truncate(size int64) error
+	Stat() (os.FileInfo, error)
+	Close() error
+}
+
+func openAppend(path string) (outputFile, error) {
+	return os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 }
 
 // Interface guards.
@@ -31,7 +49,9 @@ var _ pluginkit.Sink = (*Sink)(nil)
 // New returns a stdout sink that logs through pluginkit.NewLogger.
 func New() *Sink { return newSink(pluginkit.NewLogger()) }
 
-func newSink(log *slog.Logger) *Sink { return &Sink{log: log} }
+func newSink(log *slog.Logger) *Sink {
+	return &Sink{log: log, openFile: openAppend, stdout: func() io.Writer { return os.Stdout }}
+}
 
 // Info describes the sink.
 func (s *Sink) Info() pluginkit.Info {
@@ -75,9 +95,9 @@ func (s *Sink) Configure(_ context.Context, raw json.RawMessage) error {
 func (s *Sink) Open(context.Context) (pluginkit.OpenResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out io.Writer = os.Stdout
+	out := s.stdout()
 	if s.path != "" {
-		f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		f, err := s.openFile(s.path)
 		if err != nil {
 			return pluginkit.OpenResult{}, fmt.Errorf("open output file: %w", err)
 		}
@@ -128,7 +148,7 @@ func (s *Sink) out() io.Writer {
 	if s.file != nil {
 		return s.file
 	}
-	return os.Stdout
+	return s.stdout()
 }
 
 // Close flushes what is buffered and closes the file.
