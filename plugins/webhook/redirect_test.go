@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -106,5 +108,28 @@ func TestRedirectIsAFailedAttempt(t *testing.T) {
 				t.Errorf("the redirect was followed: the landing server got %q", got)
 			}
 		})
+	}
+}
+
+// TestRedirectErrorAsDocumented keeps the example error in docs/sinks.md
+// what the sink says.
+func TestRedirectErrorAsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/sinks.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var documented string
+	for _, l := range strings.Split(string(doc), "\n") {
+		if strings.HasPrefix(l, "POST https://old.example: 308") {
+			documented = l
+		}
+	}
+	if documented == "" {
+		t.Fatal("docs/sinks.md has no example redirect error")
+	}
+	target, _ := url.Parse("https://old.example/hooks/orders?token=x")
+	resp := &http.Response{StatusCode: 308, Status: "308 Permanent Redirect", Header: http.Header{"Location": {"https://new.example/hooks/orders?token=x"}}}
+	if got := redirectError(target, resp).Error(); got != documented {
+		t.Errorf("the sink says\n%s\ndocs/sinks.md says\n%s", got, documented)
 	}
 }
