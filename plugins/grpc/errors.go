@@ -36,7 +36,9 @@ const defaultRetryAfter = 30 * time.Second
 //     receiver refusing the caller is fixed by an operator, and the events
 //     must stay queued meanwhile.
 //   - Anything else, including errors that carry no status at all (the
-//     connection broke) and our own deadline: retryable.
+//     connection broke) and our own deadline: retryable. A 3xx from
+//     something in front of the receiver (UNKNOWN) says so: gRPC follows
+//     no redirect, so it is a failed attempt like any other.
 func classify(what string, err error) error {
 	wrapped := fmt.Errorf("%s: %w", what, err)
 	st, _ := status.FromError(err) // no status: Unknown, retryable
@@ -53,10 +55,21 @@ func classify(what string, err error) error {
 		return pluginkit.Permanent(wrapped)
 	case codes.Unimplemented:
 		return pluginkit.Fatal(fmt.Errorf("%w (is the address a walcast.receiver.v1.Receiver?)", wrapped))
-	default:
-		return pluginkit.Retryable(wrapped)
+	case codes.Unknown:
+		if isRedirect(st.Message()) {
+			return pluginkit.Retryable(fmt.Errorf("%w (a proxy or load balancer at the address answers with a redirect, which gRPC never follows: nothing was delivered; set address to the receiver itself)", wrapped))
+		}
 	}
+	return pluginkit.Retryable(wrapped)
 }
+
+// redirectStatus is how grpc-go reports an HTTP answer that is not gRPC's
+// 200, e.g. "unexpected HTTP status code received from server: 307
+// (Temporary Redirect); malformed header: missing HTTP content-type". It
+// follows no redirect and does not expose the Location header.
+const redirectStatus = "unexpected HTTP status code received from server: 3"
+
+func isRedirect(msg string) bool { return strings.Contains(msg, redirectStatus) }
 
 // retryDelay returns the delay of the status's RetryInfo detail, if it has
 // one. A negative delay is no pause.

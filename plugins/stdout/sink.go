@@ -8,21 +8,39 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"sync"
 
 	"github.com/walcast/walcast/pluginkit"
 )
 
-// Sink writes JSON lines, one envelope per line, flushed once per batch.
+// Sink writes JSON lines, one envelope per line, written (and with a file
+// fsynced) once per batch. A batch that fails is never left behind half
+// written where that can be helped, see Deliver.
 type Sink struct {
 	log *slog.Logger
 
-	mu   sync.Mutex // serialises batches so lines never interleave
-	path string     // empty: stdout
-	file *os.File   // open while path is set and the sink is open
-	sync bool       // file is a regular file, fsynced after each batch
-	w    *bufio.Writer
+	mu     sync.Mutex // serialises batches so lines never interleave
+	path   string     // empty: walcast's stdout
+	opened bool       // between Open and Close
+
+	// file is path's file; nil after a failed batch until the next
+	// Deliver opens it again. regular is false for a FIFO or a device,
+	// which can be neither truncated nor fsynced.
+	file    outputFile
+	regular bool
+	// cut, when not -1, is the size the file must be cut back to before
+	// anything is written to it: a failed batch that could not be taken
+	// back out at once.
+	cut int64
+	// torn says a stream (stdout, a FIFO, a device) ends in part of a
+	// line a failed write put out; the next batch starts with a newline.
+	torn bool
+	w    *bufio.Writer // reused by every batch, Reset onto the output
+
+	// openFile opens path for appending and stdout returns the output
+	// without a path: the real ones but in tests, which inject faults.
+	openFile func(path string) (outputFile, error)
+	stdout   func() io.Writer
 }
 
 // Interface guards.
@@ -31,7 +49,9 @@ var _ pluginkit.Sink = (*Sink)(nil)
 // New returns a stdout sink that logs through pluginkit.NewLogger.
 func New() *Sink { return newSink(pluginkit.NewLogger()) }
 
-func newSink(log *slog.Logger) *Sink { return &Sink{log: log} }
+func newSink(log *slog.Logger) *Sink {
+	return &Sink{log: log, cut: -1, openFile: openAppend, stdout: walcastStdout}
+}
 
 // Info describes the sink.
 func (s *Sink) Info() pluginkit.Info {
@@ -69,83 +89,84 @@ func (s *Sink) Configure(_ context.Context, raw json.RawMessage) error {
 	return nil
 }
 
-// Open opens the file, or picks up stdout. os.Stdout is looked up here, not
-// earlier: once pluginkit.Serve runs it is go-plugin's stream to the host's
-// stdout, while before that it is the handshake channel.
+// Open opens the file, cutting back an incomplete last line (see
+// openPath). Without a path nothing is opened: walcast's stdout is looked
+// up at the first write (walcastStdout).
 func (s *Sink) Open(context.Context) (pluginkit.OpenResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out io.Writer = os.Stdout
-	if s.path != "" {
-		f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-		if err != nil {
-			return pluginkit.OpenResult{}, fmt.Errorf("open output file: %w", err)
+	if s.path != "" && s.file == nil {
+		if err := s.openPath(); err != nil {
+			return pluginkit.OpenResult{}, err
 		}
-		s.file, out = f, f
-		// Only a regular file can be synced: fsync on a character device
-		// or a pipe (path = "/dev/null", a FIFO) fails with EINVAL, and
-		// there is nothing to make durable there.
-		st, err := f.Stat()
-		if err != nil {
-			f.Close()
-			s.file = nil
-			return pluginkit.OpenResult{}, fmt.Errorf("open output file: %w", err)
-		}
-		s.sync = st.Mode().IsRegular()
 	}
-	s.w = bufio.NewWriterSize(out, 64<<10)
+	if s.w == nil {
+		s.w = bufio.NewWriterSize(io.Discard, 64<<10)
+	}
+	s.opened = true
 	s.log.Debug("stdout sink open", "path", s.path)
 	return pluginkit.OpenResult{}, nil
 }
 
-// Deliver writes the batch and flushes it; with a file it also fsyncs, so
-// that a successful Deliver means the lines are on disk.
+// Deliver writes the batch; with a regular file it also fsyncs, so that a
+// successful Deliver means the lines are on disk. A batch that fails is
+// not acknowledged, and:
+//   - in a regular file it is taken back out (the file is truncated to
+//     where it ended before the batch) and the descriptor is closed, so
+//     the file never holds half an envelope for the next batch to be
+//     glued to, and a failed fsync is never retried on the descriptor
+//     that reported it;
+//   - in a stream (walcast's stdout, a FIFO, a device), which cannot take
+//     back what it put out, a partial line is ended with a newline before
+//     the next batch, so that no event is written inside it.
 func (s *Sink) Deliver(_ context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.w == nil {
+	if !s.opened {
 		return pluginkit.DeliverResult{}, pluginkit.Permanent(errors.New("deliver before open"))
 	}
+	if s.path != "" && s.file == nil {
+		if err := s.openPath(); err != nil {
+			return pluginkit.DeliverResult{}, pluginkit.Retryable(fmt.Errorf("reopen after a failed batch: %w", err))
+		}
+	}
+	var err error
+	if s.file != nil && s.regular {
+		err = s.appendFile(events)
+	} else {
+		err = s.writeStream(events)
+	}
+	if err != nil {
+		return pluginkit.DeliverResult{}, pluginkit.Retryable(err)
+	}
+	return pluginkit.DeliverResult{}, nil
+}
+
+// writeBatch writes the events as lines to out through s.w.
+func (s *Sink) writeBatch(out io.Writer, events []pluginkit.Event) error {
+	s.w.Reset(out)
 	for _, e := range events {
 		s.w.Write(e.Payload)
 		s.w.WriteByte('\n')
 	}
 	// bufio.Writer keeps its first error and Flush reports it.
-	if err := s.w.Flush(); err != nil {
-		s.w.Reset(s.out())
-		return pluginkit.DeliverResult{}, fmt.Errorf("write batch: %w", err)
-	}
-	if s.file != nil && s.sync {
-		if err := s.file.Sync(); err != nil {
-			return pluginkit.DeliverResult{}, fmt.Errorf("fsync %s: %w", s.path, err)
-		}
-	}
-	return pluginkit.DeliverResult{}, nil
+	err := s.w.Flush()
+	s.w.Reset(io.Discard) // drops what a failed Flush still holds
+	return err
 }
 
-// out is the writer under s.w; callers hold s.mu.
-func (s *Sink) out() io.Writer {
-	if s.file != nil {
-		return s.file
-	}
-	return os.Stdout
-}
-
-// Close flushes what is buffered and closes the file.
+// Close closes the file. Nothing is buffered between batches.
 func (s *Sink) Close(context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var err error
-	if s.w != nil {
-		err = s.w.Flush()
-		s.w = nil
+	s.opened = false
+	if s.file == nil {
+		return nil
 	}
-	if s.file != nil {
-		err = errors.Join(err, s.file.Close())
-		s.file = nil
-	}
+	err := s.file.Close()
+	s.file = nil
 	if err != nil {
-		return fmt.Errorf("close stdout sink: %w", err)
+		return fmt.Errorf("close %s: %w", s.path, err)
 	}
 	return nil
 }

@@ -94,7 +94,7 @@ func (s *Sink) Configure(_ context.Context, raw json.RawMessage) error {
 	s.mu.Lock()
 	s.cfg = st
 	s.mu.Unlock()
-	s.log.Info("webhook configured", "url", st.url.Redacted(), "timeout", st.timeout.String(), "signed", st.key != nil)
+	s.log.Info("webhook configured", "url", safeURL(st.url), "timeout", st.timeout.String(), "signed", st.key != nil)
 	return nil
 }
 
@@ -105,7 +105,8 @@ func parseConfig(c config) (settings, error) {
 	}
 	u, err := url.Parse(c.URL)
 	if err != nil {
-		return st, &pluginkit.ConfigError{Field: "url", Msg: fmt.Sprintf("not a URL: %v", err)}
+		// Not err itself: a *url.Error repeats the whole URL, token and all.
+		return st, &pluginkit.ConfigError{Field: "url", Msg: fmt.Sprintf("not a URL: %v", withoutURL(err))}
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return st, &pluginkit.ConfigError{Field: "url", Msg: fmt.Sprintf("scheme must be http or https, not %q", u.Scheme)}
@@ -167,7 +168,15 @@ func (s *Sink) Open(context.Context) (pluginkit.OpenResult, error) {
 	if s.cfg.url == nil {
 		return pluginkit.OpenResult{}, pluginkit.Permanent(errors.New("open before configure"))
 	}
-	s.client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	s.client = &http.Client{
+		Transport: http.DefaultTransport.(*http.Transport).Clone(),
+		// Never follow a redirect: Go's client re-sends a 301, 302 or 303
+		// as a GET without the body, and the 200 of that GET would count
+		// as delivered; it re-sends a 307 or 308 with the body, the
+		// signature and the configured headers to whatever host Location
+		// names. The 3xx itself comes back and fails the attempt.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 	return pluginkit.OpenResult{}, nil
 }
 
@@ -213,7 +222,7 @@ func (s *Sink) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit
 
 	resp, err := client.Do(req)
 	if err != nil {
-		return pluginkit.DeliverResult{}, pluginkit.Retryable(fmt.Errorf("POST %s: %w", cfg.url.Redacted(), err))
+		return pluginkit.DeliverResult{}, pluginkit.Retryable(fmt.Errorf("POST %s: %w", safeURL(cfg.url), withoutURL(err)))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
@@ -223,9 +232,51 @@ func (s *Sink) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit
 
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, errorBodyBytes))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainBytes))
-	err = fmt.Errorf("POST %s: %s: %q", cfg.url.Redacted(), resp.Status, snippet)
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		return pluginkit.DeliverResult{}, pluginkit.Retryable(redirectError(cfg.url, resp))
+	}
+	err = fmt.Errorf("POST %s: %s: %q", safeURL(cfg.url), resp.Status, snippet)
 	return pluginkit.DeliverResult{}, s.classify(resp, err, size)
 }
+
+// redirectError describes a 3xx answer, which never delivers: the batch
+// was not taken where url points, and it is not sent on to Location
+// either (see Open). It names the status and where Location points, as
+// scheme and host only, like every URL this sink shows.
+func redirectError(target *url.URL, resp *http.Response) error {
+	where := "no Location header"
+	if loc := resp.Header.Get("Location"); loc != "" {
+		where = "an unreadable Location header"
+		if u, err := target.Parse(loc); err == nil && u.Host != "" {
+			where = "Location " + safeURL(u)
+			if u.Scheme == target.Scheme && u.Host == target.Host {
+				if u.RequestURI() == target.RequestURI() {
+					where += " (the same URL)"
+				} else {
+					where += " (the same host, another path or query)"
+				}
+			}
+		}
+	}
+	return fmt.Errorf("POST %s: %s with %s: walcast never follows a redirect, so nothing was delivered; set url to the address that answers the POST itself with 2xx",
+		safeURL(target), resp.Status, where)
+}
+
+// withoutURL returns the cause a *url.Error wraps, so that the URL it
+// repeats in full (net/http's and url.Parse's errors are *url.Errors) never
+// reaches an error text; any other error is returned as it is.
+func withoutURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// safeURL is how this sink shows a URL anywhere (logs, errors): scheme and
+// host only. The path and the query often hold the credential (Slack-style
+// hook paths, ?token=), and user:password@ certainly does.
+func safeURL(u *url.URL) string { return u.Scheme + "://" + u.Host }
 
 // classify maps a non-2xx answer to an error kind, following the Standard
 // Webhooks operational advice:

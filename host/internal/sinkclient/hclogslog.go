@@ -65,13 +65,18 @@ func (n *exitNote) get() string {
 // clock and its executable name (the record carries sink=<id>).
 var droppedKeys = map[string]bool{"timestamp": true, "@module": true}
 
+// Log re-emits one record. URLs in the message and in attribute values
+// are cut to scheme and host (redactURLs): a plugin's lines, and the
+// errors go-plugin logs about it, must not carry a sink URL's credentials
+// into walcast's log.
 func (l *hclogSlog) Log(level hclog.Level, msg string, args ...any) {
+	msg = redactURLs(msg)
 	lvl := slogLevel(level)
 	if msg == msgProcessExited && l.name == "" {
 		lvl = slog.LevelDebug
 		for i := 0; i+1 < len(args); i += 2 {
 			if k, _ := args[i].(string); k == "error" {
-				l.exit.set(fmt.Sprint(args[i+1]))
+				l.exit.set(redactURLs(fmt.Sprint(args[i+1])))
 			}
 		}
 	}
@@ -84,10 +89,10 @@ func (l *hclogSlog) Log(level hclog.Level, msg string, args ...any) {
 		if k, ok := args[i].(string); ok && droppedKeys[k] {
 			continue
 		}
-		attrs = append(attrs, args[i], args[i+1])
+		attrs = append(attrs, args[i], redactValue(args[i+1]))
 	}
 	if len(args)%2 == 1 {
-		attrs = append(attrs, "EXTRA_VALUE", args[len(args)-1])
+		attrs = append(attrs, "EXTRA_VALUE", redactValue(args[len(args)-1]))
 	}
 	l.log.Log(ctx, lvl, msg, attrs...)
 }

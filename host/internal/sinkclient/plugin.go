@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -44,9 +45,10 @@ type Config struct {
 	// the lock file of `walcast plugin install`); Launch refuses to start a
 	// binary that does not match.
 	SHA256 string
-	// Stdout receives what the plugin writes to its stdout, which is how
-	// the stdout sink's output reaches walcast's stdout. Nil means
-	// os.Stdout.
+	// Stdout is walcast's stdout, where the stdout sink writes. Nil means
+	// os.Stdout. An *os.File is also passed to the plugin as a descriptor
+	// of its own (see stdoutFDEnv); anything else receives what the
+	// plugin writes to its stdout through go-plugin's stdio stream.
 	Stdout io.Writer
 	// StartTimeout bounds the launch and handshake when the context has no
 	// earlier deadline. Zero means one minute.
@@ -66,6 +68,14 @@ var allowedEnv = []string{
 
 // envPrefix marks walcast's own plugin variables, which plugins inherit.
 const envPrefix = "WALCAST_PLUGIN_"
+
+// stdoutFDEnv tells a plugin which descriptor is walcast's stdout
+// (plugins/stdout reads it; the names must match). go-plugin's stdio
+// stream copies a plugin's stdout to the host after the fact: a write
+// that fails there (a full disk under `walcast run > file`, a closed pipe)
+// is only logged, after the batch was acknowledged. Written through the
+// descriptor itself, it fails the Deliver.
+const stdoutFDEnv = envPrefix + "STDOUT_FD"
 
 // AllowedEnv returns the part of environ (os.Environ's form) a plugin
 // process inherits: PATH, HOME, TMPDIR, TZ, SSL_CERT_FILE, SSL_CERT_DIR,
@@ -142,6 +152,10 @@ func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
 	cmd.Env = []string{protocol.EnvLogLevel + "=" + hlog.GetLevel().String()}
 	cmd.Env = append(cmd.Env, AllowedEnv(os.Environ())...)
 	cmd.Env = append(cmd.Env, cfg.Env...)
+	if f, ok := stdout.(*os.File); ok && runtime.GOOS != "windows" {
+		cmd.ExtraFiles = []*os.File{f} // descriptor 3 in the plugin
+		cmd.Env = append(cmd.Env, stdoutFDEnv+"=3")
+	}
 	cmd.SysProcAttr = sysProcAttr()
 
 	client := plugin.NewClient(&plugin.ClientConfig{

@@ -12,9 +12,10 @@ import (
 
 // fromStatus converts the error of a call to a sink plugin into a pluginkit
 // error that KindOf classifies and errors.As can unpack into a
-// *pluginkit.ConfigError. Its text is the plugin's message, verbatim. It is
-// the host side's one conversion from the protocol's faults (pluginkit's
-// server has the other direction). A nil err gives nil.
+// *pluginkit.ConfigError. Its text is the plugin's message, verbatim but
+// for URLs, which are cut to scheme and host (redactURLs). It is the host
+// side's one conversion from the protocol's faults (pluginkit's server has
+// the other direction). A nil err gives nil.
 func fromStatus(err error) error {
 	if err == nil {
 		return nil
@@ -25,11 +26,12 @@ func fromStatus(err error) error {
 		return pluginkit.Retryable(err)
 	}
 	f := protocol.FaultOf(err)
+	f.Msg = redactURLs(f.Msg)
 	switch f.Kind {
 	case protocol.FaultConfig:
 		errs := make([]error, len(f.Violations))
 		for i, v := range f.Violations {
-			errs[i] = &pluginkit.ConfigError{Field: v.Field, Msg: v.Msg, Table: v.Table}
+			errs[i] = &pluginkit.ConfigError{Field: v.Field, Msg: redactURLs(v.Msg), Table: v.Table}
 		}
 		if len(errs) == 1 {
 			return &remoteError{msg: f.Msg, err: errs[0]}
