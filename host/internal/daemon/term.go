@@ -351,6 +351,7 @@ func (t *term) run(ctx context.Context) (err error) {
 		saveLoop(hard, t.marksStore, t.tracker, t.runs, opts.CheckpointInterval, log)
 	})
 	wg.Go(func() { t.ctl.listen(ctx, opts.Pipeline.Source.DSN, 5*time.Second) })
+	wg.Go(func() { t.reportStreams(ctx) })
 
 	captureErr := make(chan error, 1)
 	captureCtx, cancelCapture := context.WithCancel(ctx)
