@@ -163,6 +163,19 @@ func watchHealth(base string, stop <-chan struct{}) <-chan string {
 	return out
 }
 
+// waitArrived waits up to two minutes for got() to reach want, and says
+// how far it got if it does not.
+func waitArrived(t *testing.T, what string, got func() int64, want int64) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for got() < want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s only %d arrived within 2m", what, got())
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
 // TestProxySilentReplicationStream silences walcast's replication
 // connection (only that one: the control pool and the leadership lock go
 // through the same proxy and keep working) under a steady write load,
@@ -207,8 +220,8 @@ func TestProxySilentReplicationStream(t *testing.T) {
 		// Rows committed while the connection is silent.
 		during := w.written.Load() + 100
 		waitFor(t, "rows committed during the silence", time.Minute, func() bool { return w.written.Load() >= during })
-		waitFor(t, fmt.Sprintf("round %d: the %d changes committed so far, the last %d while the replication connection was silent, to arrive", round, during, during-before),
-			2*time.Minute, func() bool { return int64(rcv.distinct()) >= during })
+		waitArrived(t, fmt.Sprintf("round %d: of the %d changes committed so far, the last %d while the replication connection was silent,", round, during, during-before),
+			func() int64 { return int64(rcv.distinct()) }, during)
 		took := time.Since(silenced)
 		close(stopHealth)
 		if body := <-health; body != "" && seen503 == "" {
@@ -354,13 +367,14 @@ func TestProxySilentCatchupStream(t *testing.T) {
 	}
 	exec1(t, db, `INSERT INTO items SELECT g, 1 FROM generate_series(100001, 100200) g`)
 	slow.setMode(modeOK)
-	waitFor(t, "the catch-up stream to be ended for silence", 2*time.Minute, func() bool {
-		return regexp.MustCompile(silentLine + `.* slot=` + cuSlot + ` silent_for=`).MatchString(proc.logText())
-	})
 	want := truth(t, db, "truth_silent_cu", map[string]bool{"public.items": true})
-	waitFor(t, "both sinks to receive every change", 3*time.Minute, func() bool {
-		return fast.distinct() >= len(want) && slow.distinct() >= len(want)
-	})
+	waitArrived(t, fmt.Sprintf("of the %d committed changes (the last 200 while the connections were silent), the fast sink", len(want)),
+		func() int64 { return int64(fast.distinct()) }, int64(len(want)))
+	waitArrived(t, fmt.Sprintf("of the %d committed changes (the last 200 while the connections were silent), the detached sink", len(want)),
+		func() int64 { return int64(slow.distinct()) }, int64(len(want)))
+	if !regexp.MustCompile(silentLine + `.* slot=` + cuSlot + ` silent_for=`).MatchString(proc.logText()) {
+		t.Errorf("no warning that the catch-up stream of slot %s was ended for silence", cuSlot)
+	}
 	mf := scrape(t, base)
 	if got := value(t, mf, "walcast_sink_catchup_receive_timeouts_total", map[string]string{"pipeline": "silent_cu", "sink": "slow"}); got < 1 {
 		t.Errorf("walcast_sink_catchup_receive_timeouts_total{sink=slow} = %v, want at least 1", got)

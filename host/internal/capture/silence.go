@@ -64,7 +64,7 @@ type ReceiveTimeoutError struct {
 }
 
 func (e ReceiveTimeoutError) Error() string {
-	return fmt.Sprintf("nothing received on the replication stream of slot %s for %s (receive_timeout %s), not even the keepalive requested after %s: the connection is presumed dead (a NAT or firewall dropped it, or the server vanished without a reset); reconnecting. If the server is merely slow to answer, raise receive_timeout in the source block",
+	return fmt.Sprintf("nothing received on the replication stream of slot %s for %s (receive_timeout %s), not even the keepalive requested after %s: the connection is presumed dead (a NAT or firewall dropped it, or the server vanished without a reset); reconnecting. If the server is merely slow to answer, raise the receive timeout (receive_timeout in the source block; StreamConfig.ReceiveTimeout in library mode)",
 		e.Slot, e.Silent.Round(time.Millisecond), e.Timeout, e.Timeout/2)
 }
 
