@@ -190,7 +190,8 @@ func TestSilentLibraryStreamIdleIsNotCut(t *testing.T) {
 
 // TestReceiveTimeoutDefault: without StreamConfig.ReceiveTimeout the
 // stream ends a silent connection after twice the server's
-// wal_sender_timeout, or after 2 minutes when that is 0 (off).
+// wal_sender_timeout, or after 2 minutes when that is 0 (off); one set
+// below wal_sender_timeout is warned about; one below 1s is refused.
 func TestReceiveTimeoutDefault(t *testing.T) {
 	direct, _ := setup(t)
 	for sender, want := range map[string]string{"3s": "6s", "0": "2m0s"} {
@@ -203,6 +204,15 @@ func TestReceiveTimeoutDefault(t *testing.T) {
 		}
 		s.Close(context.Background())
 	}
+	// A receive timeout below wal_sender_timeout is kept, with a warning.
+	var log logBuffer
+	s := openConfig(t, host.StreamConfig{DSN: withSessionOptions(t, direct, "-c wal_sender_timeout=3s"),
+		Tables: []string{"public.items"}, Slot: slotName("timeout_short"), Logger: log.logger(), ReceiveTimeout: 2 * time.Second})
+	waitFor(t, "the stream to start", time.Minute, func() bool { return strings.Contains(log.String(), "streaming from slot") })
+	if !strings.Contains(log.String(), "receive_timeout=2s") || !strings.Contains(log.String(), "receive_timeout is shorter than the server's wal_sender_timeout") {
+		t.Errorf("ReceiveTimeout 2s with wal_sender_timeout 3s: want it used, with a warning:\n%s", log.String())
+	}
+	s.Close(context.Background())
 	_, err := host.Open(context.Background(), host.StreamConfig{DSN: direct, Tables: []string{"public.items"}, Slot: "x", ReceiveTimeout: 500 * time.Millisecond})
 	if err == nil || !strings.Contains(err.Error(), "ReceiveTimeout is 500ms; set at least 1s") {
 		t.Errorf("Open with ReceiveTimeout 500ms: %v", err)

@@ -225,7 +225,7 @@ func (c *Capture) Run(ctx context.Context) error {
 		if isFatal(err) {
 			return err
 		}
-		var silent ReceiveTimeoutError
+		var silent receiveTimeoutError
 		if time.Since(started) > 30*time.Second || errors.As(err, &silent) {
 			// A stream that went silent had been working: reconnect
 			// promptly.

@@ -56,14 +56,14 @@ func (r *ReceiveTimeouts) add(at time.Time) {
 	r.n.Add(1)
 }
 
-// ReceiveTimeoutError ends a stream on which nothing arrived for the
+// receiveTimeoutError ends a stream on which nothing arrived for the
 // receive timeout; Run reconnects after it.
-type ReceiveTimeoutError struct {
+type receiveTimeoutError struct {
 	Slot            string
 	Silent, Timeout time.Duration
 }
 
-func (e ReceiveTimeoutError) Error() string {
+func (e receiveTimeoutError) Error() string {
 	return fmt.Sprintf("nothing received on the replication stream of slot %s for %s (receive_timeout %s), not even the keepalive requested after %s: the connection is presumed dead (a NAT or firewall dropped it, or the server vanished without a reset); reconnecting. If the server is merely slow to answer, raise the receive timeout (receive_timeout in the source block; StreamConfig.ReceiveTimeout in library mode)",
 		e.Slot, e.Silent.Round(time.Millisecond), e.Timeout, e.Timeout/2)
 }
@@ -105,7 +105,7 @@ func (c *Capture) checkSilence(now time.Time, w *silenceWatch) error {
 	silent := now.Sub(w.last)
 	switch {
 	case silent >= w.timeout:
-		return ReceiveTimeoutError{Slot: c.cfg.Slot, Silent: silent, Timeout: w.timeout}
+		return receiveTimeoutError{Slot: c.cfg.Slot, Silent: silent, Timeout: w.timeout}
 	case silent >= w.timeout/2 && !w.pinged:
 		if err := c.ping(); err != nil {
 			return err
@@ -149,7 +149,7 @@ func (c *Capture) receiveTimeout(ctx context.Context) time.Duration {
 			// wal_sender_timeout/2, so a keepalive requested at half
 			// this timeout may come too late.
 			c.warnedShort = true
-			c.log.Warn("receive_timeout is shorter than the server's wal_sender_timeout: a server busy decoding a large transaction may answer too late and the stream be ended for nothing; set receive_timeout to at least twice wal_sender_timeout",
+			c.log.Warn("receive_timeout is shorter than the server's wal_sender_timeout: a server busy decoding a large transaction may answer too late and the stream be ended for nothing; set receive_timeout to at least wal_sender_timeout (the default is twice it)",
 				"receive_timeout", t, "wal_sender_timeout", sender)
 		}
 		return t
