@@ -49,6 +49,14 @@ type StreamConfig struct {
 	// explaining it; set AcceptGap to create a new slot instead and record
 	// the gap in the walcast schema (walcast status shows it).
 	AcceptGap bool
+	// ReceiveTimeout ends the replication connection when nothing has
+	// arrived on it for this long, not even the keepalive the stream asks
+	// for at half of it (a NAT or firewall dropped the connection, or the
+	// server vanished without a reset), and reconnects; Logger gets a
+	// warning each time and ReceiveTimeouts counts them. Default: twice
+	// the server's wal_sender_timeout, or 2 minutes when that is 0. At
+	// least 1 second; keep it at least wal_sender_timeout.
+	ReceiveTimeout time.Duration
 }
 
 // Stream delivers the committed changes of the captured tables in commit
@@ -127,6 +135,7 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 		Pipeline:        "library:" + cfg.Slot,
 		Logger:          cfg.Logger,
 		AcceptGap:       cfg.AcceptGap,
+		ReceiveTimeout:  cfg.ReceiveTimeout,
 	}
 	store := checkpoint.New(pool, ccfg.Pipeline)
 	prep, err := capture.Prepare(ctx, pool, store, ccfg)
@@ -176,6 +185,8 @@ func (cfg *StreamConfig) check() error {
 		return errors.New("open walcast stream: StreamConfig.DSN is empty")
 	case len(cfg.Tables) == 0:
 		return errors.New("open walcast stream: StreamConfig.Tables is empty; name at least one table as \"schema.table\"")
+	case cfg.ReceiveTimeout != 0 && cfg.ReceiveTimeout < time.Second:
+		return fmt.Errorf("open walcast stream: StreamConfig.ReceiveTimeout is %s; set at least 1s (a keepalive is asked for at half of it), or 0 for the default", cfg.ReceiveTimeout)
 	}
 	for _, n := range []struct{ what, name string }{{"Slot", cfg.Slot}, {"Publication", cfg.Publication}} {
 		if problem := names.SlotProblem(n.name); problem != "" {
@@ -222,6 +233,11 @@ func (s *Stream) Next(ctx context.Context) (Event, error) {
 	s.acks.deliver(pe.ID)
 	return s.times.newEvent(pe)
 }
+
+// ReceiveTimeouts is how many times the stream ended a replication
+// connection on which nothing arrived within StreamConfig.ReceiveTimeout,
+// and reconnected. Safe to call from any goroutine.
+func (s *Stream) ReceiveTimeouts() uint64 { return s.capt.ReceiveTimeouts().Count() }
 
 // Ack acknowledges every event at or below id. Once the acknowledged
 // events include the last event of a transaction, that transaction is

@@ -430,12 +430,14 @@ func TestReconnectSkipsResent(t *testing.T) {
 }
 
 // A consumer that stops reading must not get the replication connection
-// cut: while the buffer is full, capture keeps answering the server. The
-// test cluster's wal_sender_timeout is 5s; the consumer stalls for 7s.
+// cut: while the buffer is full, capture keeps answering the server, and
+// the time it waits for the consumer is not silence. The test cluster's
+// wal_sender_timeout is 5s, the receive timeout 2s; the consumer stalls
+// for 7s.
 func TestStalledConsumerKeepsConnection(t *testing.T) {
 	dsn, db := setup(t)
 	slot := slotName("stalled")
-	s := openConfig(t, host.StreamConfig{DSN: dsn, Tables: []string{"public.items"}, Slot: slot, Buffer: 2})
+	s := openConfig(t, host.StreamConfig{DSN: dsn, Tables: []string{"public.items"}, Slot: slot, Buffer: 2, ReceiveTimeout: 2 * time.Second})
 	execT(t, db, `INSERT INTO items SELECT g, 'x' FROM generate_series(1, 100) g`)
 	walsender := func() (pid int) {
 		db.QueryRow(context.Background(), `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1 AND active`, slot).Scan(&pid)
@@ -459,6 +461,9 @@ func TestStalledConsumerKeepsConnection(t *testing.T) {
 	}
 	if got := walsender(); got != pid {
 		t.Fatalf("walsender changed from %d to %d: the connection was cut", pid, got)
+	}
+	if n := s.ReceiveTimeouts(); n != 0 {
+		t.Fatalf("the stream was ended %d times for silence while the consumer stalled", n)
 	}
 }
 

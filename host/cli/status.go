@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walcast/walcast/host/internal/capture"
+	"github.com/walcast/walcast/host/internal/checkpoint"
 	"github.com/walcast/walcast/host/internal/isolate"
 	"github.com/walcast/walcast/host/internal/leader"
 	"github.com/walcast/walcast/host/internal/units"
@@ -100,6 +103,10 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 			fmt.Fprint(text, ", wal_status unreserved (past max_wal_size: PostgreSQL invalidates it at the next checkpoint unless it catches up)")
 		}
 		fmt.Fprintln(text)
+	}
+	if rep.Streams, err = printStreams(ctx, store, p.Source.Slot, streamed, text); err != nil {
+		fmt.Fprintln(stderr, "walcast status:", err)
+		return 1
 	}
 	ccfg := capture.Config{DSN: p.Source.DSN, Slot: p.Source.Slot, Publication: p.Source.Publication, Tables: p.Source.Tables}
 	gap, err := capture.Diagnose(ctx, pool, store, ccfg)
@@ -286,9 +293,76 @@ type statusReport struct {
 		RetainedWALBytes  int64  `json:"retained_wal_bytes"`
 		WALStatus         string `json:"wal_status,omitempty"`
 	} `json:"slot"`
+	// Streams are the leader's replication streams as it last reported
+	// them: the pipeline's first, then the catch-up stream of each
+	// detached sink. Empty without a leader or a fresh report.
+	Streams []statusStream `json:"streams"`
 	// Refusal is why walcast run would refuse to start, if it would.
 	Refusal string       `json:"refusal,omitempty"`
 	Sinks   []statusSink `json:"sinks"`
+}
+
+// statusStream is one replication stream of the leader.
+type statusStream struct {
+	Slot      string `json:"slot"`
+	Streaming bool   `json:"streaming"` // false: reconnecting
+	// ReceiveTimeoutSeconds is the silence after which the stream is
+	// ended and reconnected; ReceiveTimeouts counts the streams the leader
+	// ended that way since it took the lead, the last at
+	// LastReceiveTimeout.
+	ReceiveTimeoutSeconds float64    `json:"receive_timeout_seconds"`
+	ReceiveTimeouts       int64      `json:"receive_timeouts"`
+	LastReceiveTimeout    *time.Time `json:"last_receive_timeout"`
+}
+
+// printStreams prints the leader's last report of its replication streams
+// (the pipeline's slot first) and returns them for --json. Without a
+// leader there is nothing to say; a leader that has not reported for a
+// while is named as such.
+func printStreams(ctx context.Context, store *checkpoint.Store, slot string, streamed bool, text io.Writer) ([]statusStream, error) {
+	out := []statusStream{}
+	if !streamed {
+		return out, nil
+	}
+	reports, now, err := store.LoadStreams(ctx)
+	if err != nil {
+		return nil, err
+	}
+	slots := slices.Sorted(maps.Keys(reports))
+	if i := slices.Index(slots, slot); i > 0 {
+		slots = append(append([]string{slot}, slots[:i]...), slots[i+1:]...)
+	}
+	for _, s := range slots {
+		st := reports[s]
+		if !st.FreshAt(now) {
+			continue
+		}
+		ss := statusStream{Slot: s, Streaming: st.Streaming, ReceiveTimeoutSeconds: st.ReceiveTimeout.Seconds(), ReceiveTimeouts: st.ReceiveTimeouts}
+		what := "replication stream"
+		if s != slot {
+			what = "catch-up stream"
+		}
+		state := "streaming"
+		if !st.Streaming {
+			state = "reconnecting"
+		}
+		fmt.Fprintf(text, "%s of slot %s: %s", what, s, state)
+		if st.ReceiveTimeout > 0 {
+			fmt.Fprintf(text, ", receive_timeout %s", st.ReceiveTimeout)
+		}
+		if st.ReceiveTimeouts > 0 {
+			last := st.LastReceiveTimeout.UTC()
+			ss.LastReceiveTimeout = &last
+			fmt.Fprintf(text, "; the leader ended %d silent stream(s) and reconnected, the last at %s (nothing arrived within the receive timeout: a dropped connection or a vanished server)",
+				st.ReceiveTimeouts, last.Format(time.RFC3339))
+		}
+		fmt.Fprintln(text)
+		out = append(out, ss)
+	}
+	if _, ok := reports[slot]; !ok || !reports[slot].FreshAt(now) {
+		fmt.Fprintf(text, "replication stream of slot %s: no report from the leader in the last 15 s\n", slot)
+	}
+	return out, nil
 }
 
 type statusLeader struct {

@@ -179,3 +179,35 @@ func (c *batchedConn) isBatching() bool {
 	defer c.mu.Unlock()
 	return c.batching
 }
+
+// TestBatchedConnHearsSmallMessageWhileBatching: the receive timeout
+// (silence.go) counts on every byte that arrives being read within a
+// check or two, batching or not. A keepalive reply is far below the
+// batch's low-water mark: a read whose caller's deadline runs out first
+// returns a timeout and leaves it queued, and the next read (the capture
+// loop's next, with a fresh deadline) must return it after at most a
+// batch wait, not wait for a batch that never fills.
+func TestBatchedConnHearsSmallMessageWhileBatching(t *testing.T) {
+	c, server := batchedPair(t)
+	c.mu.Lock()
+	c.setBatching(true)
+	c.mu.Unlock()
+	if _, err := server.Write([]byte("keepalive")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond) // queued before the reader looks
+	buf := make([]byte, 64)
+	c.SetReadDeadline(time.Now().Add(time.Microsecond))
+	if n, err := c.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read with an expired deadline returned %q, %v; want a timeout", buf[:n], err)
+	}
+	start := time.Now()
+	c.SetReadDeadline(time.Now().Add(feedbackDelay))
+	n, err := c.Read(buf)
+	if err != nil || string(buf[:n]) != "keepalive" {
+		t.Fatalf("the next read returned %q, %v; want the queued keepalive", buf[:n], err)
+	}
+	if took := time.Since(start); took >= feedbackDelay {
+		t.Fatalf("the queued keepalive was read after %v, no sooner than the read's whole deadline", took)
+	}
+}

@@ -74,6 +74,15 @@ type Config struct {
 	// them into this one function (the daemon adds its slot WAL watch).
 	Watch      func(context.Context) error
 	WatchEvery time.Duration
+	// ReceiveTimeout ends a stream on which nothing arrived for this long
+	// (not even the keepalive requested at half of it) and reconnects
+	// (silence.go). 0: twice the server's wal_sender_timeout, read at each
+	// connection, or 2 minutes when that is 0 or cannot be read.
+	ReceiveTimeout time.Duration
+	// Timeouts, when set, counts the streams ended by ReceiveTimeout;
+	// captures that follow one another (a sink's catch-up streams) share
+	// one. New makes one when it is nil.
+	Timeouts *ReceiveTimeouts
 }
 
 // ConfirmRecorder durably records the furthest position that may be
@@ -135,6 +144,16 @@ type Capture struct {
 	// a flush position not past it with the recorded limit moved only by
 	// idle advances, over WAL without changes.
 	commitEnd atomic.Uint64
+
+	// The receive timeout (silence.go): the current stream's, in
+	// nanoseconds; when the loop last heard from the server (unix
+	// nanoseconds, as of its last check); when it asked for a keepalive
+	// that has not come yet (0: none outstanding). Read by other
+	// goroutines (Silence).
+	timeout, heardAt, pingedAt atomic.Int64
+	timeouts                   *ReceiveTimeouts
+	// Warnings about the setting, given once per capture.
+	warnedShort, warnedUnread bool
 }
 
 // New returns a capture for cfg feeding consumer.
@@ -145,11 +164,15 @@ func New(cfg Config, consumer Consumer) *Capture {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Timeouts == nil {
+		cfg.Timeouts = &ReceiveTimeouts{}
+	}
 	c := &Capture{
 		cfg:      cfg,
 		consumer: consumer,
 		log:      cfg.Logger,
 		raise:    make(chan struct{}, 1),
+		timeouts: cfg.Timeouts,
 	}
 	c.allowed.Store(cfg.ConfirmLimit)
 	var pk func(schema, table string) ([]string, error)
@@ -202,10 +225,20 @@ func (c *Capture) Run(ctx context.Context) error {
 		if isFatal(err) {
 			return err
 		}
-		if time.Since(started) > 30*time.Second {
+		var silent receiveTimeoutError
+		if time.Since(started) > 30*time.Second || errors.As(err, &silent) {
+			// A stream that went silent had been working: reconnect
+			// promptly.
 			backoff = 100 * time.Millisecond
 		}
-		c.log.Warn("replication stream interrupted; reconnecting", "err", err, "retry_in", backoff)
+		if errors.As(err, &silent) {
+			c.timeouts.add(time.Now())
+			c.log.Warn("replication stream silent for the receive timeout: ending it and reconnecting",
+				"slot", c.cfg.Slot, "silent_for", silent.Silent.Round(time.Millisecond), "receive_timeout", silent.Timeout,
+				"receive_timeouts", c.timeouts.Count(), "retry_in", backoff, "err", err)
+		} else {
+			c.log.Warn("replication stream interrupted; reconnecting", "err", err, "retry_in", backoff)
+		}
 		c.closeConn(ctx)
 		select {
 		case <-ctx.Done():
@@ -332,6 +365,24 @@ func (c *Capture) stream(ctx context.Context) error {
 		return err
 	}
 	c.dec.Reset()
+	timeout := c.receiveTimeout(ctx)
+	if err := c.startReplication(ctx); err != nil {
+		return err
+	}
+	c.timeout.Store(int64(timeout))
+	c.pingedAt.Store(0)
+	c.heardAt.Store(time.Now().UnixNano())
+	c.streaming.Store(true)
+	defer c.streaming.Store(false)
+	c.log.Info("streaming from slot", "slot", c.cfg.Slot, "publication", c.cfg.Publication, "confirmed", cdc.FormatLSN(c.consumer.Flush()),
+		"receive_timeout", timeout)
+	c.sentAt = time.Time{}
+	c.sentPos = 0
+	return c.receive(ctx, &silenceWatch{timeout: timeout, last: time.Now()})
+}
+
+// startReplication starts streaming the slot on the new connection.
+func (c *Capture) startReplication(ctx context.Context) error {
 	names := []string{c.cfg.Publication}
 	if c.cfg.KeylessPublication != "" {
 		names = append(names, c.cfg.KeylessPublication)
@@ -362,31 +413,37 @@ func (c *Capture) stream(ctx context.Context) error {
 		}
 		return fmt.Errorf("start replication from slot %s: %w", c.cfg.Slot, err)
 	}
-	c.streaming.Store(true)
-	defer c.streaming.Store(false)
-	c.log.Info("streaming from slot", "slot", c.cfg.Slot, "publication", c.cfg.Publication, "confirmed", cdc.FormatLSN(c.consumer.Flush()))
-	c.sentAt = time.Time{}
-	c.sentPos = 0
+	return nil
+}
+
+// receive reads the stream until it fails, ends, goes silent for the
+// receive timeout (w), or ctx ends.
+func (c *Capture) receive(ctx context.Context, w *silenceWatch) error {
 	idle := func() { c.maybeSendStatus() }
 
 	// A short read deadline instead of a context per message: the context
 	// watcher costs a goroutine hand-off per read, the deadline costs
-	// nothing, and the loop comes back often enough to confirm positions
-	// and notice shutdown. The clock is read, the status checked and the
-	// deadline moved only every checkEvery messages (and after every
-	// timeout): both cost a clock read, which on this project's VMs is a
-	// measurable part of a change's CPU. The deadline is absolute, so the
-	// loop still comes back within feedbackDelay of the last check.
+	// nothing, and the loop comes back often enough to confirm positions,
+	// watch for silence and notice shutdown. The clock is read, the status
+	// and the silence checked and the deadline moved only every checkEvery
+	// messages (and after every timeout): both cost a clock read, which on
+	// this project's VMs is a measurable part of a change's CPU. The
+	// deadline is absolute, so the loop still comes back within
+	// feedbackDelay of the last check.
 	received := 0
 	for {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		if received%checkEvery == 0 {
+			now := time.Now()
+			if err := c.checkSilence(now, w); err != nil {
+				return err
+			}
 			if err := c.maybeSendStatus(); err != nil {
 				return err
 			}
-			c.conn.Conn().SetReadDeadline(time.Now().Add(feedbackDelay))
+			c.conn.Conn().SetReadDeadline(now.Add(feedbackDelay))
 		}
 		received++
 		raw, err := c.conn.ReceiveMessage(context.Background())
@@ -398,6 +455,7 @@ func (c *Capture) stream(ctx context.Context) error {
 			}
 			return fmt.Errorf("receive from replication stream: %w", err)
 		}
+		c.arrived(w)
 		switch msg := raw.(type) {
 		case *pgproto3.CopyData:
 			if err := c.handleCopyData(ctx, msg.Data, idle); err != nil {

@@ -14,6 +14,13 @@
 // and the status update is sent from there, so a slow sink can never make
 // the walsender time out.
 //
+// A stream on which nothing arrives for the receive timeout (by default
+// twice the server's wal_sender_timeout) is ended and reconnected: a
+// connection a NAT or firewall dropped, or whose server vanished, would
+// otherwise stay open and silent for as long as the kernel keeps it.
+// Halfway through the timeout the stream asks the server for a keepalive,
+// so an idle but healthy stream is always heard from (silence.go).
+//
 // After a lost connection it reconnects with backoff; PostgreSQL then
 // resends everything after the slot's confirmed position, and capture skips
 // every event and commit it already handed over, so a Consumer sees each

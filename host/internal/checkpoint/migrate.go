@@ -32,6 +32,7 @@ var migrations = []migration{
 	{9, "how each pipeline's tables were published when walcast last checked", publishedDDL},
 	{10, "whether each catch-up slot was copied (and not yet given up at a rejoin)", catchupCopiedDDL},
 	{11, "how each pipeline's last leadership term ended: released, or not", leadershipDDL},
+	{12, "each replication stream as the leading daemon last reported it (receive timeouts)", streamsDDL},
 }
 
 // SchemaVersion is the newest walcast schema this binary knows.

@@ -200,9 +200,10 @@ FROM walcast.pipelines WHERE pipeline = $1`,
 
 // Forget deletes the pipeline's record, checkpoints, parked events, replay
 // requests, usage, pauses, sink failures, accepted gaps, backfills,
-// catch-up slots, reported backlogs, published tables and leadership record.
+// catch-up slots, reported backlogs and streams, published tables and
+// leadership record.
 func (s *Store) Forget(ctx context.Context) error {
-	for _, table := range []string{"checkpoints", "parked", "replay_requests", "usage", "pauses", "sink_failures", "gaps", "backfills", "backfill_tables", "catchup_slots", "sink_backlog", "published_tables", "leaderships", "pipelines"} {
+	for _, table := range []string{"checkpoints", "parked", "replay_requests", "usage", "pauses", "sink_failures", "gaps", "backfills", "backfill_tables", "catchup_slots", "sink_backlog", "streams", "published_tables", "leaderships", "pipelines"} {
 		if _, err := s.db.Exec(ctx, `DELETE FROM walcast.`+table+` WHERE pipeline = $1`, s.pipeline); err != nil {
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {

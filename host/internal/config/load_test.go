@@ -81,6 +81,9 @@ func TestParseGood(t *testing.T) {
 		src.Slot != wantSrc.Slot || src.Publication != wantSrc.Publication || src.AllowKeyless != wantSrc.AllowKeyless {
 		t.Errorf("Source = %+v\nwant %+v", src, wantSrc)
 	}
+	if src.ReceiveTimeout != 90*time.Second {
+		t.Errorf("ReceiveTimeout = %s, want 90s", src.ReceiveTimeout)
+	}
 	if got := rangeStrings(src.TableRanges); !reflect.DeepEqual(got, []string{"6:20", "6:37", "6:57"}) {
 		t.Errorf("TableRanges = %v", got)
 	}

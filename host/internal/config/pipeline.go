@@ -40,6 +40,10 @@ type Source struct {
 	// BackfillNewTables backfills a table the first time it appears in
 	// Tables, the pipeline's first start included.
 	BackfillNewTables bool
+	// ReceiveTimeout ends and reconnects a replication stream on which
+	// nothing arrived for this long; 0: twice the server's
+	// wal_sender_timeout (see capture.Config.ReceiveTimeout).
+	ReceiveTimeout time.Duration
 
 	DeclRange hcl.Range
 	DSNRange  hcl.Range

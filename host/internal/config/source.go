@@ -1,6 +1,8 @@
 package config
 
 import (
+	"time"
+
 	"github.com/hashicorp/hcl/v2"
 )
 
@@ -15,6 +17,7 @@ var sourceSchema = &hcl.BodySchema{
 		{Name: "publication"},
 		{Name: "allow_keyless"},
 		{Name: "backfill_new_tables"},
+		{Name: "receive_timeout"},
 	},
 }
 
@@ -68,7 +71,29 @@ func (d *decoder) decodeSource(block *hcl.Block, p *Pipeline) Source {
 	if attr, ok := attrs["backfill_new_tables"]; ok {
 		d.decodeAttr(attr, &src.BackfillNewTables)
 	}
+	if attr, ok := attrs["receive_timeout"]; ok {
+		d.decodeReceiveTimeout(attr, &src)
+	}
 	return src
+}
+
+// MinReceiveTimeout is the shortest receive_timeout: the stream asks for
+// a keepalive at half of it, and the answer must have time to come back.
+const MinReceiveTimeout = time.Second
+
+// decodeReceiveTimeout decodes source.receive_timeout.
+func (d *decoder) decodeReceiveTimeout(attr *hcl.Attribute, src *Source) {
+	v, ok := d.decodeDuration(attr)
+	if !ok {
+		return
+	}
+	if v < MinReceiveTimeout {
+		d.errorf(attr.Expr.Range(), "Invalid receive_timeout",
+			"receive_timeout must be at least %s, got %s: the stream asks the server for a keepalive at half of it and must leave time for the answer. Leave it out for the default, twice the server's wal_sender_timeout.",
+			MinReceiveTimeout, v)
+		return
+	}
+	src.ReceiveTimeout = v
 }
 
 // defaultIdent derives the default slot and publication name from the

@@ -32,7 +32,7 @@ type pipelineCollector struct {
 	capt    *capture.Capture
 
 	received, confirmed, streaming, captured *prometheus.Desc
-	unlisted                                 *prometheus.Desc
+	unlisted, receiveTimeouts                *prometheus.Desc
 	sinkCounters                             []sinkCounter
 	held, inFlight, queued, unresolved       *prometheus.Desc
 	paused, watermark, lastSuccess           *prometheus.Desc
@@ -45,8 +45,8 @@ type pipelineCollector struct {
 	// Sinks that fall behind (package isolate): each durable sink's mode,
 	// how far its catch-up stream is behind, and the WAL its catch-up
 	// slot retains (catchupWAL: by sink, read at scrape time).
-	mode, catchupBehind, catchupWAL *prometheus.Desc
-	catchupRetained                 func(ctx context.Context) (map[string]int64, error)
+	mode, catchupBehind, catchupWAL, catchupTimeouts *prometheus.Desc
+	catchupRetained                                  func(ctx context.Context) (map[string]int64, error)
 }
 
 // slotQueryTimeout bounds the PostgreSQL query a scrape makes; a scrape
@@ -75,6 +75,8 @@ func newPipelineCollector(runs []*sinkRun, tracker *ack.Tracker, fan *fanout.Fan
 		streaming: prometheus.NewDesc("walcast_streaming", "1 while the replication stream is up, 0 while reconnecting.", nil, nil),
 		captured:  prometheus.NewDesc("walcast_events_captured_total", "Change events read from the slot and fanned out to the sinks.", nil, nil),
 		unlisted:  prometheus.NewDesc("walcast_events_unlisted_total", "Changes of tables not in source.tables that the publication sent and walcast dropped.", nil, nil),
+		receiveTimeouts: prometheus.NewDesc("walcast_stream_receive_timeouts_total",
+			"Replication streams ended and reconnected because nothing, not even a keepalive asked for, arrived from PostgreSQL within the receive timeout.", nil, nil),
 		sinkCounters: []sinkCounter{
 			counter("events_delivered_total", "Events a Deliver call resolved successfully (not counting duplicates the sink recognised).",
 				func(r *sinkRun) float64 { return float64(r.stats().Delivered.Load()) }),
@@ -114,6 +116,8 @@ func newPipelineCollector(runs []*sinkRun, tracker *ack.Tracker, fan *fanout.Fan
 			[]string{"sink", "type", "mode"}, nil),
 		catchupBehind: sink("catchup_behind_bytes", "WAL bytes the sink's catch-up stream is behind the pipeline's stream; 0 when live."),
 		catchupWAL:    sink("catchup_slot_retained_wal_bytes", "WAL the sink's catch-up slot retains (pg_current_wal_lsn() - restart_lsn); 0 when it has none."),
+		catchupTimeouts: sink("catchup_receive_timeouts_total",
+			"The sink's catch-up streams ended and reconnected because nothing arrived from PostgreSQL within the receive timeout."),
 		oldestAge: sink("oldest_unresolved_age_seconds",
 			"Seconds since walcast read the sink's oldest unresolved event from the slot; 0 with an empty backlog."),
 	}
@@ -136,6 +140,7 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.streaming, streaming)
 	ch <- prometheus.MustNewConstMetric(c.captured, prometheus.CounterValue, float64(c.fan.Events()))
 	ch <- prometheus.MustNewConstMetric(c.unlisted, prometheus.CounterValue, float64(c.capt.Unlisted()))
+	ch <- prometheus.MustNewConstMetric(c.receiveTimeouts, prometheus.CounterValue, float64(c.capt.ReceiveTimeouts().Count()))
 	if c.slotWAL != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), slotQueryTimeout)
 		if n, err := c.slotWAL(ctx); err == nil {
@@ -186,6 +191,7 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 			behind, _ := r.iso.Lag()
 			gauge(c.catchupBehind, float64(behind), l...)
 			gauge(c.catchupWAL, float64(cuWAL[r.cfg.ID]), l...)
+			ch <- prometheus.MustNewConstMetric(c.catchupTimeouts, prometheus.CounterValue, float64(r.iso.ReceiveTimeouts().Count()), l...)
 		}
 		gauge(c.backlogEvents, float64(events), l...)
 		gauge(c.backlogBytes, float64(bytes), l...)
@@ -327,6 +333,52 @@ func (c roleCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// streamHealth is what /healthz says of a leader's replication streams:
+// "streaming", with how many silent streams were ended and reconnected
+// (the pipeline's, then each detached sink's catch-up stream); an error
+// while the pipeline's stream is down, or silent with the keepalive it
+// asked for unanswered for most of the receive timeout.
+func (t *term) streamHealth() (string, error) {
+	c := t.capt
+	if !c.Streaming() {
+		return "", errors.New("replication stream down: connecting or reconnecting to PostgreSQL")
+	}
+	silent, timeout := c.Silence()
+	if silent >= timeout*3/4 && silent > 0 {
+		return "", fmt.Errorf("replication stream silent for %s: nothing from PostgreSQL, not even the keepalive asked for; it is ended and reconnected at %s of silence (receive_timeout)",
+			silent.Round(time.Second), timeout)
+	}
+	var b strings.Builder
+	b.WriteString("streaming")
+	writeTimeouts(&b, "", c.ReceiveTimeouts(), timeout)
+	for _, r := range t.runs {
+		if r.iso == nil {
+			continue
+		}
+		_, _, cuTimeout := r.iso.CatchupStream()
+		writeTimeouts(&b, "catch-up stream of sink "+r.cfg.ID+": ", r.iso.ReceiveTimeouts(), cuTimeout)
+	}
+	return b.String(), nil
+}
+
+// writeTimeouts appends "; <what>N silent stream(s) ended and
+// reconnected, the last at T" when there were any.
+func writeTimeouts(b *strings.Builder, what string, rt *capture.ReceiveTimeouts, timeout time.Duration) {
+	n := rt.Count()
+	if n == 0 {
+		return
+	}
+	streams := "streams"
+	if n == 1 {
+		streams = "stream"
+	}
+	fmt.Fprintf(b, "; %s%d silent %s ended and reconnected", what, n, streams)
+	if timeout > 0 {
+		fmt.Fprintf(b, " (receive_timeout %s)", timeout)
+	}
+	fmt.Fprintf(b, ", the last at %s", rt.Last().UTC().Format(time.RFC3339))
+}
+
 // health is /healthz: "ok" and a line per pipeline (leader, streaming;
 // standby; ...) while every pipeline is a streaming leader or a standby;
 // 503 with the same lines when a pipeline failed or a leader's stream is
@@ -341,10 +393,10 @@ func (in *instance) health() (bool, string) {
 		case role == roleLeader && t == nil:
 			ok, line = false, "leader, starting"
 		case role == roleLeader:
-			if herr := t.healthy(); herr != nil {
+			if state, herr := t.streamHealth(); herr != nil {
 				ok, line = false, "leader, "+herr.Error()
 			} else {
-				line = "leader, streaming"
+				line = "leader, " + state
 			}
 		case role == roleFailed:
 			ok, line = false, "failed: "+err.Error()

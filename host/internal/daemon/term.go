@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -60,10 +59,9 @@ type term struct {
 	// lost: the leadership went during run; close writes nothing.
 	lost bool
 
-	// reg and healthy are what the process's /metrics and /healthz show
-	// for this pipeline while the term runs.
-	reg     *prometheus.Registry
-	healthy func() error
+	// reg is what the process's /metrics shows for this pipeline while
+	// the term runs (/healthz: streamHealth).
+	reg *prometheus.Registry
 }
 
 // openTerm prepares a term of the pipeline led through lease.
@@ -97,6 +95,7 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 		Pipeline:        p.Name,
 		Logger:          log,
 		AcceptGap:       opts.AcceptGap,
+		ReceiveTimeout:  p.Source.ReceiveTimeout,
 	}
 	if lease != nil {
 		// A process that was frozen past its lease confirms nothing until
@@ -266,12 +265,6 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 	coll := newPipelineCollector(t.runs, t.tracker, t.fan, t.capt, slotRetainedWAL(t.pool, p.Source.Slot))
 	coll.catchupRetained = catchupRetained(t.pool, p.Name)
 	t.reg = newRegistry(p.Name, coll, deliverSeconds, t.watch.collectors()...)
-	t.healthy = func() error {
-		if !t.capt.Streaming() {
-			return errors.New("replication stream down: connecting or reconnecting to PostgreSQL")
-		}
-		return nil
-	}
 	return t, nil
 }
 
@@ -358,6 +351,7 @@ func (t *term) run(ctx context.Context) (err error) {
 		saveLoop(hard, t.marksStore, t.tracker, t.runs, opts.CheckpointInterval, log)
 	})
 	wg.Go(func() { t.ctl.listen(ctx, opts.Pipeline.Source.DSN, 5*time.Second) })
+	wg.Go(func() { t.reportStreams(ctx) })
 
 	captureErr := make(chan error, 1)
 	captureCtx, cancelCapture := context.WithCancel(ctx)

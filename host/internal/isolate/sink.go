@@ -80,6 +80,9 @@ type Sink struct {
 	liveErr  error
 	// Detached counts detachments; Rejoined completed rejoins.
 	Detached, Rejoined atomic.Int64
+	// timeouts counts the catch-up streams ended for silence, over every
+	// catch-up stream the sink had.
+	timeouts capture.ReceiveTimeouts
 }
 
 // NewSink returns the sink; call Run.
@@ -169,6 +172,23 @@ func (s *Sink) Lag() (behindBytes int64, slot string) {
 		b = 0
 	}
 	return b, s.cu.slot
+}
+
+// ReceiveTimeouts counts the sink's catch-up streams that were ended
+// because nothing arrived within the receive timeout.
+func (s *Sink) ReceiveTimeouts() *capture.ReceiveTimeouts { return &s.timeouts }
+
+// CatchupStream describes the catch-up stream while the sink is detached:
+// its slot, whether it streams now (false while it reconnects), and its
+// receive timeout. slot is "" while the sink is live.
+func (s *Sink) CatchupStream() (slot string, streaming bool, timeout time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cu == nil {
+		return "", false, 0
+	}
+	_, timeout = s.cu.capt.Silence()
+	return s.cu.slot, s.cu.capt.Streaming(), timeout
 }
 
 // tick is how often Run looks at the sink: a small part of the default
@@ -353,6 +373,9 @@ func (s *Sink) startCatchup(ctx context.Context, slot string, confirmed uint64, 
 	// The confirm limit guards the pipeline's slot, not this copy.
 	ccfg.Confirm, ccfg.ConfirmLimit = nil, 0
 	ccfg.Watch = nil // the pipeline's capture watches the publication
+	// A silent catch-up stream is ended and reconnected like the
+	// pipeline's (same receive_timeout), and counted for the sink.
+	ccfg.Timeouts = &s.timeouts
 	cu.capt = capture.New(ccfg, bounded{Fanout: fanout.New(tr, []*fanout.Queue{q}), c: cu})
 	s.mu.Lock()
 	if retired != nil {

@@ -7,8 +7,8 @@ source "postgres" {
   slot          = "shop_slot"
   publication   = "shop_pub"
   allow_keyless = true
+  receive_timeout = "90s"
 }
-
 sink "webhook" "billing" {
   durable = false
   tables  = ["public.orders", "billing.invoices"]

@@ -1,0 +1,57 @@
+package daemon
+
+import (
+	"context"
+	"time"
+
+	"github.com/walcast/walcast/host/internal/checkpoint"
+)
+
+// streamReportEvery is how often the leader reports its replication
+// streams for `walcast status` (which trusts a report for 15 s).
+const streamReportEvery = 2 * time.Second
+
+// reportStreams reports the term's replication streams every
+// streamReportEvery until ctx ends: `walcast status` runs in another
+// process and cannot ask this one whether its stream went silent.
+func (t *term) reportStreams(ctx context.Context) {
+	tick := time.NewTicker(streamReportEvery)
+	defer tick.Stop()
+	warned := false
+	for {
+		if err := t.marksStore.ReportStreams(ctx, t.streamReports()); err != nil && ctx.Err() == nil && !warned {
+			// The database may be restarting; the next tick tries again.
+			t.log.Warn("report replication streams", "err", err)
+			warned = true
+		} else if err == nil {
+			warned = false
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// streamReports describes the pipeline's stream and the catch-up stream
+// of every detached sink.
+func (t *term) streamReports() []checkpoint.Stream {
+	_, timeout := t.capt.Silence()
+	rt := t.capt.ReceiveTimeouts()
+	out := []checkpoint.Stream{{Slot: t.ccfg.Slot, Streaming: t.capt.Streaming(), ReceiveTimeout: timeout,
+		ReceiveTimeouts: int64(rt.Count()), LastReceiveTimeout: rt.Last()}}
+	for _, r := range t.runs {
+		if r.iso == nil {
+			continue
+		}
+		slot, streaming, timeout := r.iso.CatchupStream()
+		if slot == "" {
+			continue
+		}
+		rt := r.iso.ReceiveTimeouts()
+		out = append(out, checkpoint.Stream{Slot: slot, Streaming: streaming, ReceiveTimeout: timeout,
+			ReceiveTimeouts: int64(rt.Count()), LastReceiveTimeout: rt.Last()})
+	}
+	return out
+}
