@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/walcast/walcast/host/internal/pgerr"
 )
 
 // migration is one step of the walcast schema. Steps are applied in order,
@@ -53,6 +55,15 @@ type beginner interface {
 // under an advisory lock, so that two walcast processes starting at once
 // apply each step once. It refuses a schema newer than this binary knows:
 // an older walcast could misread tables it does not know.
+//
+// A schema already at SchemaVersion is left alone, without a DDL
+// statement: a second role that was granted only the use of the walcast
+// tables (docs/operations.md, "Roles and grants") can start, whereas
+// CREATE … IF NOT EXISTS needs the right to create even when nothing is
+// created. A schema that needs a step is migrated only by a role that may
+// create tables in it and owns its tables (or a superuser): another role
+// is told which role can, rather than seeing a migration fail on the
+// first table it does not own.
 func Migrate(ctx context.Context, db Querier) error {
 	b, ok := db.(beginner)
 	if !ok {
@@ -66,6 +77,26 @@ func Migrate(ctx context.Context, db Querier) error {
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrateLock)); err != nil {
 		return fmt.Errorf("migrate walcast schema: take lock: %w", err)
 	}
+	current, owner, err := schemaState(ctx, tx)
+	if err != nil {
+		return err
+	}
+	if current > SchemaVersion() {
+		return fmt.Errorf("%w: the walcast schema of this database is at version %d, but this walcast knows versions up to %d: a newer walcast has used this database; run that version (or newer) instead",
+			ErrSchemaTooNew, current, SchemaVersion())
+	}
+	if current == SchemaVersion() {
+		return tx.Commit(ctx)
+	}
+	if owner != nil && !owner.mine {
+		return &pgerr.Error{
+			Role: owner.me,
+			Problem: fmt.Sprintf("the walcast schema of this database is at version %d and this walcast must migrate it to version %d, which only role %s (the owner of its tables) may do, not role %s",
+				current, SchemaVersion(), owner.name, owner.me),
+			Fix: fmt.Sprintf("start this walcast once as role %s (or a superuser), then grant role %s the new tables again (see \"Roles and grants\" in docs/operations.md)", owner.name, owner.me),
+			Err: errors.New("migrate walcast schema: not its owner"),
+		}
+	}
 	if _, err := tx.Exec(ctx, `
 CREATE SCHEMA IF NOT EXISTS walcast;
 CREATE TABLE IF NOT EXISTS walcast.schema_version (
@@ -74,17 +105,6 @@ CREATE TABLE IF NOT EXISTS walcast.schema_version (
 	applied_at timestamptz NOT NULL DEFAULT now()
 )`); err != nil {
 		return fmt.Errorf("migrate walcast schema: create version table: %w", err)
-	}
-	var current int
-	if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM walcast.schema_version`).Scan(&current); err != nil {
-		return fmt.Errorf("migrate walcast schema: read version: %w", err)
-	}
-	if current > SchemaVersion() {
-		return fmt.Errorf("%w: the walcast schema of this database is at version %d, but this walcast knows versions up to %d: a newer walcast has used this database; run that version (or newer) instead",
-			ErrSchemaTooNew, current, SchemaVersion())
-	}
-	if current == SchemaVersion() {
-		return tx.Commit(ctx)
 	}
 	for _, m := range migrations {
 		if m.version <= current {
@@ -101,6 +121,45 @@ CREATE TABLE IF NOT EXISTS walcast.schema_version (
 		return fmt.Errorf("migrate walcast schema: commit: %w", err)
 	}
 	return nil
+}
+
+// schemaOwner says whether the current role (me) may migrate an existing
+// walcast schema: create tables in it and alter each of its tables. name
+// is the role that can, when me cannot: the owner of a table me does not
+// own, else the schema's owner.
+type schemaOwner struct {
+	name, me string
+	mine     bool
+}
+
+// schemaState reads the walcast schema's version (0 when the schema or
+// its version table does not exist yet) and, when the schema exists,
+// whether this role may migrate it. The catalogs are read first, so that
+// a missing schema is not an error that would end the transaction.
+func schemaState(ctx context.Context, tx pgx.Tx) (version int, owner *schemaOwner, err error) {
+	var exists, versioned bool
+	var o schemaOwner
+	err = tx.QueryRow(ctx, `
+SELECT n.oid IS NOT NULL, current_user::text,
+       coalesce((SELECT c.relowner::regrole::text FROM pg_class c
+                 WHERE c.relnamespace = n.oid AND c.relkind IN ('r', 'p', 'S') AND NOT pg_has_role(c.relowner, 'USAGE')
+                 ORDER BY c.relname LIMIT 1), n.nspowner::regrole::text, ''),
+       n.oid IS NOT NULL AND has_schema_privilege(n.oid, 'CREATE')
+         AND NOT EXISTS (SELECT 1 FROM pg_class c WHERE c.relnamespace = n.oid AND c.relkind IN ('r', 'p', 'S') AND NOT pg_has_role(c.relowner, 'USAGE')),
+       EXISTS (SELECT 1 FROM pg_class c WHERE c.relnamespace = n.oid AND c.relname = 'schema_version')
+FROM (SELECT 1) one LEFT JOIN pg_namespace n ON n.nspname = $1`, Schema).Scan(&exists, &o.me, &o.name, &o.mine, &versioned)
+	if err != nil {
+		return 0, nil, fmt.Errorf("migrate walcast schema: look up schema %s: %w", Schema, err)
+	}
+	if !exists {
+		return 0, nil, nil
+	}
+	if versioned {
+		if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM walcast.schema_version`).Scan(&version); err != nil {
+			return 0, nil, fmt.Errorf("migrate walcast schema: read version: %w", err)
+		}
+	}
+	return version, &o, nil
 }
 
 // backfillDDL creates the backfill tables (host/internal/backfill).
