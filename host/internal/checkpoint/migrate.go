@@ -219,3 +219,131 @@ CREATE TABLE IF NOT EXISTS walcast.catchup_slots (
 	PRIMARY KEY (pipeline, sink)
 );
 `
+
+// Access is what the current role may do with the walcast schema, read
+// from the catalogs only, so that a start can tell every missing
+// privilege before it creates anything (capture.Preflight).
+type Access struct {
+	// Role is the current role; Database the current database.
+	Role, Database string
+	// Exists: the schema exists. CanCreate: the role may create it (the
+	// CREATE privilege on the database), which matters when it does not.
+	Exists, CanCreate bool
+	// Owner owns the schema ("" when it does not exist).
+	Owner string
+	// Denied lists the schema's objects the role may not use the way
+	// walcast does ("schema walcast", "table walcast.parked", "sequence
+	// walcast.gaps_id_seq"), in that order.
+	Denied []string
+	// Version is the schema's version; 0 when it is not versioned yet or
+	// the role may not read it.
+	Version int
+	// MigrateAs, when set, is the role that may apply the steps the
+	// schema needs, which this role may not.
+	MigrateAs string
+}
+
+// CheckAccess reads Access without changing anything.
+func CheckAccess(ctx context.Context, db Querier) (Access, error) {
+	var a Access
+	err := db.QueryRow(ctx, `
+SELECT current_user::text, current_database()::text, has_database_privilege(current_database(), 'CREATE'),
+       n.oid IS NOT NULL, coalesce(n.nspowner::regrole::text, '')
+FROM (SELECT 1) one LEFT JOIN pg_namespace n ON n.nspname = $1`, Schema).Scan(&a.Role, &a.Database, &a.CanCreate, &a.Exists, &a.Owner)
+	if err != nil {
+		return a, fmt.Errorf("check access to schema %s: %w", Schema, err)
+	}
+	if !a.Exists {
+		return a, nil
+	}
+	// Each privilege alone: has_table_privilege with a list is true when
+	// any one of them is held.
+	rows, err := db.Query(ctx, `
+SELECT 'schema ' || n.nspname FROM pg_namespace n WHERE n.nspname = $1 AND NOT has_schema_privilege(n.oid, 'USAGE')
+UNION ALL
+SELECT * FROM (
+  SELECT CASE c.relkind WHEN 'S' THEN 'sequence ' ELSE 'table ' END || n.nspname || '.' || c.relname
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+  WHERE n.nspname = $1 AND (
+    (c.relkind IN ('r', 'p') AND NOT (has_table_privilege(c.oid, 'SELECT') AND has_table_privilege(c.oid, 'INSERT')
+                                      AND has_table_privilege(c.oid, 'UPDATE') AND has_table_privilege(c.oid, 'DELETE')))
+    OR (c.relkind = 'S' AND NOT has_sequence_privilege(c.oid, 'USAGE')))
+  ORDER BY c.relkind DESC, c.relname) objects`, Schema)
+	if err != nil {
+		return a, fmt.Errorf("check access to schema %s: %w", Schema, err)
+	}
+	if a.Denied, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		return a, fmt.Errorf("check access to schema %s: %w", Schema, err)
+	}
+	if len(a.Denied) > 0 {
+		return a, nil
+	}
+	b, ok := db.(beginner)
+	if !ok {
+		return a, nil
+	}
+	// Read-only, in a transaction that is rolled back: schemaState's
+	// reads are Migrate's own.
+	tx, err := b.Begin(ctx)
+	if err != nil {
+		return a, fmt.Errorf("check access to schema %s: %w", Schema, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	version, owner, err := schemaState(ctx, tx)
+	if err != nil {
+		return a, err
+	}
+	a.Version = version
+	if version < SchemaVersion() && owner != nil && !owner.mine {
+		a.MigrateAs = owner.name
+	}
+	return a, nil
+}
+
+// DropUnused drops the walcast schema when none of its tables holds a row
+// of another pipeline than this one: a start of pipeline that created the
+// schema and then failed removes it. It runs under the migration lock, so
+// that it never drops a schema another start is migrating, and reports
+// whether it dropped it.
+func DropUnused(ctx context.Context, db Querier, pipeline string) (bool, error) {
+	b, ok := db.(beginner)
+	if !ok {
+		return false, fmt.Errorf("drop walcast schema: %T cannot begin a transaction", db)
+	}
+	tx, err := b.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("drop walcast schema: begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrateLock)); err != nil {
+		return false, fmt.Errorf("drop walcast schema: take lock: %w", err)
+	}
+	rows, err := tx.Query(ctx, `
+SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'pipeline' AND NOT a.attisdropped
+WHERE n.nspname = $1 AND c.relkind = 'r' ORDER BY 1`, Schema)
+	if err != nil {
+		return false, fmt.Errorf("drop walcast schema: list its tables: %w", err)
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return false, fmt.Errorf("drop walcast schema: list its tables: %w", err)
+	}
+	for _, t := range tables {
+		var used bool
+		q := `SELECT EXISTS (SELECT 1 FROM ` + pgx.Identifier{Schema, t}.Sanitize() + ` WHERE pipeline <> $1)`
+		if err := tx.QueryRow(ctx, q, pipeline).Scan(&used); err != nil {
+			return false, fmt.Errorf("drop walcast schema: read walcast.%s: %w", t, err)
+		}
+		if used {
+			return false, nil
+		}
+	}
+	if _, err := tx.Exec(ctx, `DROP SCHEMA IF EXISTS `+Schema+` CASCADE`); err != nil {
+		return false, fmt.Errorf("drop walcast schema: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, fmt.Errorf("drop walcast schema: commit: %w", err)
+	}
+	return true, nil
+}

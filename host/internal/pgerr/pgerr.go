@@ -113,9 +113,10 @@ func quoteIdent(name string) string {
 
 var plainIdent = regexp.MustCompile(`^[a-z_][a-z0-9_$]*$`)
 
-// grantsOnControlSchema is what a role needs on a walcast schema another
-// role created (docs/operations.md, "Roles and grants").
-func grantsOnControlSchema(role string) string {
+// GrantsOnControlSchema is what fixes a role's missing privileges on a
+// walcast schema another role created (docs/operations.md, "Roles and
+// grants"): the GRANTs, and who may run them.
+func GrantsOnControlSchema(role string) string {
 	return fmt.Sprintf("as the owner of schema %[1]s (the role that first ran walcast in this database) or a superuser, run GRANT USAGE ON SCHEMA %[1]s TO %[2]s; GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %[1]s TO %[2]s; GRANT USAGE ON ALL SEQUENCES IN SCHEMA %[1]s TO %[2]s (see \"Roles and grants\" in docs/operations.md)",
 		ControlSchema, role)
 }
@@ -185,11 +186,11 @@ func explainDenied(kind, name string, e *pgconn.PgError, who, role string) (prob
 	switch kind {
 	case "schema":
 		if name == ControlSchema {
-			return who + " may not use schema " + ControlSchema + ", which another role created", grantsOnControlSchema(role)
+			return who + " may not use schema " + ControlSchema + ", which another role created", GrantsOnControlSchema(role)
 		}
 		return who + " may not use schema " + name, "run GRANT USAGE ON SCHEMA " + quoteIdent(name) + " TO " + r
 	case "sequence":
-		return who + " may not use sequence " + name, grantsOnControlSchema(role)
+		return who + " may not use sequence " + name, GrantsOnControlSchema(role)
 	case "database":
 		if strings.Contains(e.Detail, "CONNECT") {
 			return who + " may not connect to database " + name, "run GRANT CONNECT ON DATABASE " + quoteIdent(name) + " TO " + r
@@ -197,7 +198,7 @@ func explainDenied(kind, name string, e *pgconn.PgError, who, role string) (prob
 		return who + " may not create schemas or publications in database " + name, "run GRANT CREATE ON DATABASE " + quoteIdent(name) + " TO " + r + " (walcast creates its schema and the pipeline's publication)"
 	}
 	if isControlTable(name) {
-		return who + " may not use table " + ControlSchema + "." + name + ", which another role created", grantsOnControlSchema(role)
+		return who + " may not use table " + ControlSchema + "." + name + ", which another role created", GrantsOnControlSchema(role)
 	}
 	return who + " may not read table " + name, "run GRANT SELECT ON " + name + " TO " + r + " (backfills read the table)"
 }
