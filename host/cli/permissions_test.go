@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/walcast/walcast/host/pgtest"
 )
 
 // Tests of what walcast run does with roles that lack a privilege: it
@@ -111,4 +113,114 @@ func TestSecondRoleWithoutGrantsStopsWithTheGrant(t *testing.T) {
 	if owner != a.Name || strings.Join(pipelines, ",") != "perm_a" {
 		t.Errorf("after the failed start the walcast schema is owned by %q with pipelines %v; want %s's, with perm_a only", owner, pipelines, a.Name)
 	}
+}
+
+// sourceObjects lists what walcast could create in a database: its
+// publications, its slots, the walcast schema with its tables, and the
+// pipelines recorded there, as one comparable string.
+func sourceObjects(t *testing.T, db *pgx.Conn) string {
+	t.Helper()
+	ctx := context.Background()
+	var list []string
+	collect := func(sql string) {
+		rows, err := db.Query(ctx, sql)
+		if err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		list = append(list, got...)
+	}
+	collect(`SELECT 'publication ' || pubname FROM pg_publication ORDER BY 1`)
+	collect(`SELECT 'slot ' || slot_name FROM pg_replication_slots WHERE database = current_database() ORDER BY 1`)
+	collect(`SELECT 'schema ' || nspname || ' owned by ' || nspowner::regrole::text FROM pg_namespace WHERE nspname = 'walcast'`)
+	collect(`SELECT 'table walcast.' || tablename FROM pg_tables WHERE schemaname = 'walcast' ORDER BY 1`)
+	var schema bool
+	db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = 'walcast')`).Scan(&schema)
+	if schema {
+		collect(`SELECT 'pipeline ' || pipeline FROM walcast.pipelines ORDER BY 1`)
+		collect(`SELECT 'published ' || pipeline || ' ' || table_name FROM walcast.published_tables ORDER BY 1`)
+		collect(`SELECT 'listed ' || pipeline || ' ' || table_name FROM walcast.backfill_tables ORDER BY 1`)
+	}
+	return strings.Join(list, "\n")
+}
+
+// TestFailedStartLeavesNothingBehind: roles and servers that cannot run a
+// pipeline (no REPLICATION, not the table's owner, no CREATE on the
+// database, wal_level = replica) make walcast run stop with exit 1 and
+// one line naming the role, the object and the fix; and afterwards the
+// source holds exactly what it held before: no publication, slot or
+// walcast schema object of the failed start, and what existed (another
+// pipeline's schema, slot, publication and rows) untouched.
+func TestFailedStartLeavesNothingBehind(t *testing.T) {
+	type setup struct {
+		attrs        string // the role's attributes
+		createOnDB   bool   // GRANT CREATE ON DATABASE
+		ownsTable    bool
+		otherRanHere bool // another pipeline (as postgres) created the walcast schema first
+	}
+	cases := []struct {
+		name string
+		setup
+		want []string // in the last line; %[1]s is the role, %[2]s the table, %[3]s the database
+	}{
+		{"role without REPLICATION", setup{attrs: "", createOnDB: true, ownsTable: true},
+			[]string{"role %[1]s lacks the REPLICATION attribute", "ALTER ROLE %[1]s REPLICATION"}},
+		{"role not owning the table", setup{attrs: "REPLICATION", createOnDB: true},
+			[]string{"role %[1]s does not own table public.%[2]s", "ALTER TABLE public.%[2]s OWNER TO %[1]s"}},
+		{"role without CREATE on the database", setup{attrs: "REPLICATION", ownsTable: true},
+			[]string{"role %[1]s may not create schema walcast", "GRANT CREATE ON DATABASE %[3]s TO %[1]s"}},
+		{"role without REPLICATION where another pipeline runs", setup{attrs: "", createOnDB: true, ownsTable: true, otherRanHere: true},
+			[]string{"role %[1]s lacks the REPLICATION attribute", "ALTER ROLE %[1]s REPLICATION"}},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dsn := cluster.Database(t)
+			admin := connect(t, dsn)
+			table := fmt.Sprintf("items_%d", i)
+			exec1(t, admin, `CREATE TABLE `+table+` (id int PRIMARY KEY, v text)`)
+			// Objects walcast did not make, which must stay as they are.
+			exec1(t, admin, `CREATE TABLE unrelated (id int PRIMARY KEY); CREATE PUBLICATION unrelated FOR TABLE unrelated`)
+			role := newRole(t, admin, dsn, "walcast_fail", c.attrs)
+			if c.createOnDB {
+				exec1(t, admin, fmt.Sprintf("GRANT CREATE ON DATABASE %s TO %s", pgx.Identifier{dbName(t, dsn)}.Sanitize(), role.Name))
+			}
+			if c.ownsTable {
+				exec1(t, admin, fmt.Sprintf("ALTER TABLE %s OWNER TO %s", table, role.Name))
+			}
+			if c.otherRanHere {
+				rcv := newReceiver(t)
+				other := startWalcast(t, writePipeline(t, fmt.Sprintf("other_%d", i), dsn, []string{"public.unrelated"}, sinkSpec{ID: "hook", URL: rcv.URL}))
+				other.waitLog(t, "streaming from slot")
+				other.stop()
+				exec1(t, admin, `GRANT USAGE ON SCHEMA walcast TO `+role.Name+`;
+GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA walcast TO `+role.Name+`;
+GRANT USAGE ON ALL SEQUENCES IN SCHEMA walcast TO `+role.Name)
+			}
+			before := sourceObjects(t, admin)
+			p := writePipeline(t, fmt.Sprintf("failing_%d", i), role.DSN, []string{"public." + table}, sinkSpec{ID: "hook", URL: "http://127.0.0.1:1/x"})
+			out := runOnce(t, p)
+			line := lastLine(out)
+			for _, w := range c.want {
+				wantAll(t, line, fmt.Sprintf(w, role.Name, table, dbName(t, dsn)))
+			}
+			if after := sourceObjects(t, admin); after != before {
+				t.Errorf("the failed start changed the source:\nbefore:\n%s\nafter:\n%s\noutput:\n%s", before, after, out)
+			}
+		})
+	}
+	t.Run("wal_level replica", func(t *testing.T) {
+		own := pgtest.New(t, pgtest.Options{Settings: []string{"wal_level = replica"}})
+		admin := connect(t, own.DSN("postgres"))
+		exec1(t, admin, `CREATE TABLE items (id int PRIMARY KEY)`)
+		before := sourceObjects(t, admin)
+		p := writePipeline(t, "replica_level", own.DSN("postgres"), []string{"public.items"}, sinkSpec{ID: "hook", URL: "http://127.0.0.1:1/x"})
+		out := runOnce(t, p)
+		wantAll(t, lastLine(out), `wal_level is "replica"`, "ALTER SYSTEM SET wal_level = logical", "restart PostgreSQL")
+		if after := sourceObjects(t, admin); after != before {
+			t.Errorf("the failed start changed the source:\nbefore:\n%s\nafter:\n%s\noutput:\n%s", before, after, out)
+		}
+	})
 }

@@ -114,11 +114,11 @@ func accessFindings(a checkpoint.Access) []Finding {
 	case !a.Exists && !a.CanCreate:
 		return []Finding{{Object: "database " + a.Database,
 			Problem: fmt.Sprintf("role %s may not create schema %s (walcast's state) in database %s", a.Role, checkpoint.Schema, a.Database),
-			Fix:     fmt.Sprintf("run GRANT CREATE ON DATABASE %s TO %s, or create the schema for it: CREATE SCHEMA %s AUTHORIZATION %s", pgx.Identifier{a.Database}.Sanitize(), pgx.Identifier{a.Role}.Sanitize(), checkpoint.Schema, pgx.Identifier{a.Role}.Sanitize())}}
+			Fix:     fmt.Sprintf("run GRANT CREATE ON DATABASE %s TO %s, or create the schema for it: CREATE SCHEMA %s AUTHORIZATION %s", pgerr.Ident(a.Database), pgerr.Ident(a.Role), checkpoint.Schema, pgerr.Ident(a.Role))}}
 	case len(a.Denied) > 0:
 		return []Finding{{Object: "schema " + checkpoint.Schema,
 			Problem: fmt.Sprintf("role %s may not use schema %s, which role %s created (no privilege on %s)", a.Role, checkpoint.Schema, a.Owner, strings.Join(a.Denied, ", ")),
-			Fix:     pgerr.GrantsOnControlSchema(pgx.Identifier{a.Role}.Sanitize())}}
+			Fix:     pgerr.GrantsOnControlSchema(pgerr.Ident(a.Role))}}
 	case a.MigrateAs != "":
 		return []Finding{{Object: "schema " + checkpoint.Schema,
 			Problem: fmt.Sprintf("the walcast schema is at version %d and this walcast must migrate it to version %d, which only role %s (the owner of its tables) may do, not role %s", a.Version, checkpoint.SchemaVersion(), a.MigrateAs, a.Role),
@@ -220,12 +220,12 @@ func publicationFindings(ctx context.Context, db Querier, cfg Config, access che
 	if !exists && !access.CanCreate {
 		out = append(out, Finding{Object: "database " + access.Database,
 			Problem: fmt.Sprintf("role %s may not create publication %s in database %s", role, cfg.Publication, access.Database),
-			Fix:     fmt.Sprintf("run GRANT CREATE ON DATABASE %s TO %s, or create the publication as the tables' owner and name it in the source block (publication = \"…\")", pgx.Identifier{access.Database}.Sanitize(), pgx.Identifier{role}.Sanitize())})
+			Fix:     fmt.Sprintf("run GRANT CREATE ON DATABASE %s TO %s, or create the publication as the tables' owner and name it in the source block (publication = \"…\")", pgerr.Ident(access.Database), pgerr.Ident(role))})
 	}
 	if exists && !mine {
 		out = append(out, Finding{Object: "publication " + cfg.Publication,
 			Problem: fmt.Sprintf("role %s does not own publication %s (role %s does), which walcast created and keeps in step with the tables", role, cfg.Publication, owner),
-			Fix:     fmt.Sprintf("run this pipeline as role %s, or ALTER PUBLICATION %s OWNER TO %s", owner, pgx.Identifier{cfg.Publication}.Sanitize(), pgx.Identifier{role}.Sanitize())})
+			Fix:     fmt.Sprintf("run this pipeline as role %s, or ALTER PUBLICATION %s OWNER TO %s", owner, pgerr.Ident(cfg.Publication), pgerr.Ident(role))})
 	}
 	for _, t := range tables {
 		if t.owned {
@@ -245,7 +245,7 @@ func publicationFindings(ctx context.Context, db Querier, cfg Config, access che
 		out = append(out, Finding{Object: "table " + t.name,
 			Problem: fmt.Sprintf("role %s does not own table %s (role %s does), and only a table's owner may add it to a publication", role, t.name, t.owner),
 			Fix: fmt.Sprintf("run ALTER TABLE %s OWNER TO %s, or as role %s run CREATE PUBLICATION %s FOR TABLE %s WITH (publish_via_partition_root = true) and name it in the source block (publication = %q)",
-				qualified(t.name), pgx.Identifier{role}.Sanitize(), t.owner, pgx.Identifier{cfg.Publication}.Sanitize(), qualified(t.name), cfg.Publication)})
+				pgerr.Ident(strings.Split(t.name, ".")...), pgerr.Ident(role), t.owner, pgerr.Ident(cfg.Publication), pgerr.Ident(strings.Split(t.name, ".")...), cfg.Publication)})
 	}
 	return out, nil
 }
@@ -274,7 +274,7 @@ func foreignPublication(ctx context.Context, db Querier, cfg Config, tables []ta
 	if err := db.QueryRow(ctx, `SELECT pubviaroot FROM pg_publication WHERE pubname = $1`, cfg.Publication).Scan(&viaRoot); err != nil {
 		return nil, fmt.Errorf("inspect publication %s: %w", cfg.Publication, err)
 	}
-	pub := pgx.Identifier{cfg.Publication}.Sanitize()
+	pub := pgerr.Ident(cfg.Publication)
 	var out []Finding
 	for _, t := range tables {
 		if t.partitioned && !viaRoot {
@@ -292,7 +292,7 @@ func foreignPublication(ctx context.Context, db Querier, cfg Config, tables []ta
 		if !in {
 			out = append(out, Finding{Object: "publication " + cfg.Publication,
 				Problem: fmt.Sprintf("publication %s exists but does not publish %s", cfg.Publication, t.name),
-				Fix:     fmt.Sprintf("run ALTER PUBLICATION %s ADD TABLE %s, or name another publication in the source block", pub, qualified(t.name))})
+				Fix:     fmt.Sprintf("run ALTER PUBLICATION %s ADD TABLE %s, or name another publication in the source block", pub, pgerr.Ident(strings.Split(t.name, ".")...))})
 		}
 	}
 	return out, nil

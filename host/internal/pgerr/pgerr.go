@@ -103,13 +103,22 @@ func Role(dsn string) string {
 	return cfg.User
 }
 
-// quoteIdent spells a name the way a GRANT needs it.
-func quoteIdent(name string) string {
-	if name == strings.ToLower(name) && plainIdent.MatchString(name) {
-		return name
+// Ident spells a possibly qualified name the way a statement an operator
+// copies needs it: each part as it is when that is how PostgreSQL reads
+// it, else quoted.
+func Ident(parts ...string) string {
+	out := make([]string, len(parts))
+	for i, p := range parts {
+		if plainIdent.MatchString(p) {
+			out[i] = p
+		} else {
+			out[i] = pgx.Identifier{p}.Sanitize()
+		}
 	}
-	return pgx.Identifier{name}.Sanitize()
+	return strings.Join(out, ".")
 }
+
+func quoteIdent(name string) string { return Ident(name) }
 
 var plainIdent = regexp.MustCompile(`^[a-z_][a-z0-9_$]*$`)
 
