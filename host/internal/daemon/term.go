@@ -346,12 +346,22 @@ func (t *term) run(ctx context.Context) (err error) {
 		scheds.Wait()
 		close(schedsDone)
 	})
+	// The control-plane loops (checkpoints, the control listener,
+	// backfills) end early only on an error retrying cannot fix (a
+	// privilege revoked): it stops the term like a failed sink.
+	planeErr := make(chan error, 3)
 	flushDone := make(chan struct{})
 	wg.Go(func() {
 		defer close(flushDone)
-		saveLoop(hard, t.marksStore, t.tracker, t.runs, opts.CheckpointInterval, log)
+		if err := saveLoop(hard, t.marksStore, t.tracker, t.runs, opts.CheckpointInterval, log); err != nil {
+			planeErr <- err
+		}
 	})
-	wg.Go(func() { t.ctl.listen(ctx, opts.Pipeline.Source.DSN, 5*time.Second) })
+	wg.Go(func() {
+		if err := t.ctl.listen(ctx, opts.Pipeline.Source.DSN, 5*time.Second); err != nil {
+			planeErr <- err
+		}
+	})
 
 	captureErr := make(chan error, 1)
 	captureCtx, cancelCapture := context.WithCancel(ctx)
@@ -363,7 +373,9 @@ func (t *term) run(ctx context.Context) (err error) {
 	fillDone := make(chan struct{})
 	wg.Go(func() {
 		defer close(fillDone)
-		t.filler.Run(captureCtx)
+		if err := t.filler.Run(captureCtx); err != nil {
+			planeErr <- err
+		}
 	})
 	if opts.Ready != nil {
 		opts.Ready()
@@ -391,6 +403,8 @@ func (t *term) run(ctx context.Context) (err error) {
 		// its queue fill and stall the stream silently. Run returns err
 		// and the caller reports it, once.
 		log.Info("stopping: a sink failed; waiting for deliveries in flight", "timeout", opts.ShutdownTimeout)
+	case err = <-planeErr:
+		log.Info("stopping: walcast's state in the source database cannot be read or written; waiting for deliveries in flight", "timeout", opts.ShutdownTimeout)
 	}
 	cancelCapture()
 	<-fillDone
