@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -223,4 +224,108 @@ GRANT USAGE ON ALL SEQUENCES IN SCHEMA walcast TO `+role.Name)
 			t.Errorf("the failed start changed the source:\nbefore:\n%s\nafter:\n%s\noutput:\n%s", before, after, out)
 		}
 	})
+}
+
+// docSQL returns the statements of the sql block of docs/operations.md
+// that contains marker.
+func docSQL(t *testing.T, marker string) []string {
+	t.Helper()
+	for _, b := range docBlocks(t) {
+		if b.file == "operations.md" && b.lang == "sql" && strings.Contains(b.text, marker) {
+			return sqlStatements(b.text)
+		}
+	}
+	t.Fatalf("docs/operations.md has no sql block with %q", marker)
+	return nil
+}
+
+// secondRole follows "Roles and grants" in docs/operations.md: the
+// one-role statements for walcast_shop, whose pipeline runs first and
+// creates the walcast schema, then the statements for a second role,
+// walcast_billing, run as they are (only the role and database names are
+// this test's). It returns the admin connection and billing's DSN.
+func secondRole(t *testing.T) (admin *pgx.Conn, billingDSN string) {
+	t.Helper()
+	dsn := cluster.Database(t)
+	admin = connect(t, dsn)
+	n := roleSeq.Add(1)
+	shop := fmt.Sprintf("walcast_shop_%d_%d", os.Getpid(), n)
+	billing := fmt.Sprintf("walcast_billing_%d_%d", os.Getpid(), n)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename IN ($1, $2)`, shop, billing)
+		admin.Exec(ctx, "DROP OWNED BY "+shop+", "+billing)
+		admin.Exec(ctx, "DROP ROLE "+billing)
+		admin.Exec(ctx, "DROP ROLE "+shop)
+	})
+	exec1(t, admin, `CREATE TABLE public.orders (id serial PRIMARY KEY, customer text); CREATE TABLE public.invoices (id serial PRIMARY KEY, total numeric)`)
+	run := func(stmts []string) {
+		for _, s := range stmts {
+			s = strings.ReplaceAll(s, "walcast_shop", shop)
+			s = strings.ReplaceAll(s, "walcast_billing", billing)
+			s = strings.ReplaceAll(s, "DATABASE shop", "DATABASE "+pgx.Identifier{dbName(t, dsn)}.Sanitize())
+			exec1(t, admin, s)
+		}
+	}
+	as := func(role string) string {
+		u, _ := url.Parse(dsn)
+		u.User = url.User(role)
+		return u.String()
+	}
+	run(docSQL(t, "CREATE ROLE walcast_shop"))
+	rcv := newReceiver(t)
+	first := startWalcast(t, writePipeline(t, "grants_shop", as(shop), []string{"public.orders"}, sinkSpec{ID: "hook", URL: rcv.URL}))
+	first.waitLog(t, "streaming from slot")
+	first.stop()
+	run(docSQL(t, "CREATE ROLE walcast_billing"))
+	return admin, as(billing)
+}
+
+// TestDocumentedGrantsLetASecondRoleRun: a second role with exactly the
+// grants docs/operations.md gives it runs a pipeline in a database whose
+// walcast schema another role created, and delivers its changes.
+func TestDocumentedGrantsLetASecondRoleRun(t *testing.T) {
+	admin, billing := secondRole(t)
+	rcv := newReceiver(t)
+	proc := startWalcast(t, writePipeline(t, "grants_billing", billing, []string{"public.invoices"}, sinkSpec{ID: "hook", URL: rcv.URL}))
+	proc.waitLog(t, "streaming from slot")
+	exec1(t, admin, `INSERT INTO public.invoices (total) VALUES (19.90)`)
+	waitFor(t, "the invoice at the receiver", time.Minute, func() bool { return rcv.count() == 1 })
+	if e := rcv.events()[0]; e.Table != "invoices" || e.Op != "insert" {
+		t.Fatalf("received %+v, want the insert into invoices", e)
+	}
+	proc.stop()
+}
+
+// TestRevokedGrantStopsTheRun: a privilege revoked while walcast runs
+// (INSERT on walcast.parked) makes the next park fail for good; walcast
+// run stops with exit 1 and one line naming the role, the table and the
+// GRANT, instead of retrying the write forever.
+func TestRevokedGrantStopsTheRun(t *testing.T) {
+	admin, billing := secondRole(t)
+	rcv := newReceiver(t)
+	// 413: permanent for the webhook sink, so the event is parked at once.
+	rcv.setRespond(func(http.Header, []byte, []received) (int, http.Header) { return http.StatusRequestEntityTooLarge, nil })
+	proc := startWalcast(t, writePipeline(t, "grants_billing", billing, []string{"public.invoices"}, sinkSpec{ID: "hook", URL: rcv.URL}))
+	proc.waitLog(t, "streaming from slot")
+	role := pgconnUser(t, billing)
+	exec1(t, admin, `REVOKE INSERT ON walcast.parked FROM `+role)
+	exec1(t, admin, `INSERT INTO public.invoices (total) VALUES (1)`)
+	proc.waitExit1(t, 90*time.Second, "INSERT on walcast.parked was revoked from the role that parks")
+	out := proc.logText()
+	t.Log(lastLine(out))
+	wantAll(t, lastLine(out), "walcast run:", "role "+role, "walcast.parked", "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA walcast TO "+role)
+	if n := countLines(out, "control-plane write failed; retrying"); n > 0 {
+		t.Errorf("the permission error was retried %d times", n)
+	}
+}
+
+func pgconnUser(t *testing.T, dsn string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.User.Username()
 }
