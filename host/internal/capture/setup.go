@@ -247,8 +247,9 @@ func (s *Setup) Prepare(ctx context.Context, store *checkpoint.Store) (Prepared,
 // and the walcast schema when the start created it and no other pipeline
 // has used it since; when the schema existed, the rows the start wrote
 // about a pipeline that had none. A start that accepted a gap keeps what
-// it made: the gap and the new slot are recorded. Every step is tried;
-// the errors are joined.
+// it made (the gap and the new slot are recorded), and so does one whose
+// slot another process streams by now. Every step is tried; the errors
+// are joined.
 func (s *Setup) Undo(ctx context.Context) error {
 	if s.acceptedGap {
 		return nil
@@ -260,6 +261,17 @@ func (s *Setup) Undo(ctx context.Context) error {
 	store := s.store
 	if store == nil {
 		store = checkpoint.New(s.db, s.cfg.Pipeline)
+	}
+	// A slot in use means another walcast streams the pipeline by now
+	// (this one lost its leadership while starting): what this start
+	// created is that walcast's too.
+	var inUse bool
+	if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 AND active)`, s.cfg.Slot).Scan(&inUse); err != nil {
+		return fmt.Errorf("look up replication slot %s before removing what the failed start created: %w", s.cfg.Slot, err)
+	}
+	if inUse {
+		log.Info("not removing what this failed start created: another process streams from the slot", "slot", s.cfg.Slot)
+		return nil
 	}
 	var errs []error
 	if s.createdSlot {

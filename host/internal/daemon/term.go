@@ -438,7 +438,9 @@ func (t *term) run(ctx context.Context) (err error) {
 // pool. It is safe on a term that openTerm gave up on.
 func (t *term) close(ctx context.Context) {
 	log := t.log
-	if t.setup != nil && !t.streaming {
+	// A term that lost its leadership leaves the source to whoever leads
+	// now, who may be using what this start created.
+	if t.setup != nil && !t.streaming && (t.lease == nil || t.lease.Err() == nil) {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		if err := t.setup.Undo(uctx); err != nil {
 			log.Warn("remove what this failed start created in the source", "err", err)
