@@ -139,7 +139,7 @@ func (s *Setup) Prepare(ctx context.Context, store *checkpoint.Store) (Prepared,
 	if err != nil {
 		return p, err
 	}
-	rec, known, here, slot := st.rec, st.known, st.here, st.slot
+	rec, known, slot := st.rec, st.known, st.slot
 	gap := st.gap
 	if gap != nil {
 		if !cfg.AcceptGap {
@@ -177,36 +177,55 @@ func (s *Setup) Prepare(ctx context.Context, store *checkpoint.Store) (Prepared,
 	if err := store.RecordPipeline(ctx, checkpoint.Pipeline{Slot: cfg.Slot, Publication: cfg.Publication, CreatedPublication: created || ours}); err != nil {
 		return p, err
 	}
+	if err := s.ensureSlot(ctx, &p, rec, slot); err != nil {
+		return p, err
+	}
+	if err := s.recordIdentity(ctx, &p, st, gap); err != nil {
+		return p, err
+	}
+	return p, nil
+}
+
+// ensureSlot adopts the pipeline's slot where it stands, or creates it,
+// and records the furthest position walcast may confirm to it.
+func (s *Setup) ensureSlot(ctx context.Context, p *Prepared, rec checkpoint.Pipeline, slot slotInfo) error {
+	store, name := s.store, s.cfg.Slot
 	if slot.exists {
-		if err := slot.usable(cfg.Slot); err != nil {
-			return p, err
+		if err := slot.usable(name); err != nil {
+			return err
 		}
 		p.ConfirmedFlush = slot.confirmed
 		p.ConfirmLimit = max(rec.ConfirmLimit, slot.confirmed)
 		if rec.ConfirmLimit == 0 {
 			// Set up by a walcast that did not record the limit, or a
 			// crash right after creating the slot: adopt the slot where
-			// it stands, as for the slot's incarnation below.
-			if err := store.SetConfirmLimit(ctx, slot.confirmed); err != nil {
-				return p, err
-			}
+			// it stands, as for the slot's incarnation (recordIdentity).
+			return store.SetConfirmLimit(ctx, slot.confirmed)
 		}
-	} else {
-		// Cleared first: a crash between creating the slot and recording
-		// its start must not look like a slot moved by someone else.
-		if err := store.SetConfirmLimit(ctx, 0); err != nil {
-			return p, err
-		}
-		if p.ConfirmedFlush, err = createSlot(ctx, db, cfg.Slot); err != nil {
-			return p, err
-		}
-		p.CreatedSlot, s.createdSlot = true, true
-		if err := store.SetConfirmLimit(ctx, p.ConfirmedFlush); err != nil {
-			return p, err
-		}
-		p.ConfirmLimit = p.ConfirmedFlush
+		return nil
 	}
-	id := here
+	// Cleared first: a crash between creating the slot and recording its
+	// start must not look like a slot moved by someone else.
+	if err := store.SetConfirmLimit(ctx, 0); err != nil {
+		return err
+	}
+	var err error
+	if p.ConfirmedFlush, err = createSlot(ctx, s.db, name); err != nil {
+		return err
+	}
+	p.CreatedSlot, s.createdSlot = true, true
+	if err := store.SetConfirmLimit(ctx, p.ConfirmedFlush); err != nil {
+		return err
+	}
+	p.ConfirmLimit = p.ConfirmedFlush
+	return nil
+}
+
+// recordIdentity records where the checkpoints belong (cluster, database,
+// slot incarnation) and the gap Prepare accepted, if any.
+func (s *Setup) recordIdentity(ctx context.Context, p *Prepared, st state, gap *GapError) error {
+	store, cfg, rec := s.store, s.cfg, st.rec
+	id := st.here
 	id.SlotCreatedLSN = rec.Identity.SlotCreatedLSN
 	if p.CreatedSlot || id.SlotCreatedLSN == 0 {
 		// A new incarnation, or (set up by an older walcast) the slot
@@ -217,29 +236,27 @@ func (s *Setup) Prepare(ctx context.Context, store *checkpoint.Store) (Prepared,
 	case gap != nil && gap.Kind == "publication changed":
 		// The slot stays; the tables are published again from here on.
 		var here string
-		if err := db.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&here); err != nil {
-			return p, fmt.Errorf("read the current WAL position to record the gap: %w", err)
+		if err := s.db.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&here); err != nil {
+			return fmt.Errorf("read the current WAL position to record the gap: %w", err)
 		}
 		to, err := cdc.ParseLSN(here)
 		if err != nil {
-			return p, err
+			return err
 		}
 		if err := store.RecordGap(ctx, gap.Reason(), cfg.Sinks, to); err != nil {
-			return p, err
+			return err
 		}
 		p.AcceptedGap, s.acceptedGap = gap, true
 	case gap != nil:
 		if err := store.AcceptGap(ctx, gap.Reason(), cfg.Sinks, p.ConfirmedFlush, id); err != nil {
-			return p, err
+			return err
 		}
 		p.AcceptedGap, s.acceptedGap = gap, true
 	}
 	if id != rec.Identity && (gap == nil || gap.Kind == "publication changed") {
-		if err := store.SetIdentity(ctx, id); err != nil {
-			return p, err
-		}
+		return store.SetIdentity(ctx, id)
 	}
-	return p, nil
+	return nil
 }
 
 // Undo removes what this start created, for a start that failed before
