@@ -274,13 +274,14 @@ func foreignPublication(ctx context.Context, db Querier, cfg Config, tables []ta
 	if err := db.QueryRow(ctx, `SELECT pubviaroot FROM pg_publication WHERE pubname = $1`, cfg.Publication).Scan(&viaRoot); err != nil {
 		return nil, fmt.Errorf("inspect publication %s: %w", cfg.Publication, err)
 	}
-	pub := pgerr.Ident(cfg.Publication)
+	pub := pgx.Identifier{cfg.Publication}.Sanitize()
 	var out []Finding
 	for _, t := range tables {
 		if t.partitioned && !viaRoot {
 			out = append(out, Finding{Object: "publication " + cfg.Publication,
 				Problem: fmt.Sprintf("publication %s publishes the partitioned table %s under the names of its partitions (publish_via_partition_root is off), so its events would not carry the name %s", cfg.Publication, t.name, t.name),
 				Fix:     fmt.Sprintf("run ALTER PUBLICATION %s SET (publish_via_partition_root = true), or leave the publication out of the source block so that walcast creates its own", pub)})
+			continue // it publishes the partitions, not the root
 		}
 		schema, name, _ := strings.Cut(t.name, ".")
 		var in bool
@@ -292,7 +293,7 @@ func foreignPublication(ctx context.Context, db Querier, cfg Config, tables []ta
 		if !in {
 			out = append(out, Finding{Object: "publication " + cfg.Publication,
 				Problem: fmt.Sprintf("publication %s exists but does not publish %s", cfg.Publication, t.name),
-				Fix:     fmt.Sprintf("run ALTER PUBLICATION %s ADD TABLE %s, or name another publication in the source block", pub, pgerr.Ident(strings.Split(t.name, ".")...))})
+				Fix:     fmt.Sprintf("run ALTER PUBLICATION %s ADD TABLE %s, or name another publication in the source block", pub, qualified(t.name))})
 		}
 	}
 	return out, nil
