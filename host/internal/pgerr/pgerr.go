@@ -209,7 +209,7 @@ func explainDenied(kind, name string, e *pgconn.PgError, who, role string) (prob
 	if isControlTable(name) {
 		return who + " may not use table " + ControlSchema + "." + name + ", which another role created", GrantsOnControlSchema(role)
 	}
-	return who + " may not read table " + name, "run GRANT SELECT ON " + name + " TO " + r + " (backfills read the table)"
+	return who + " may not read table " + name + " the way a backfill does", "run GRANT SELECT, UPDATE ON " + name + " TO " + r + " (a backfill reads the table and locks the rows it reads with FOR SHARE, which needs UPDATE; it changes nothing)"
 }
 
 // controlTables are the tables of the walcast schema (checkpoint's

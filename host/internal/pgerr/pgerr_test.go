@@ -89,7 +89,7 @@ func TestExplainRealRefusals(t *testing.T) {
 			return run(`SELECT * FROM walcast.checkpoints`)
 		}, []string{"role " + role, "table walcast.checkpoints", "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA walcast TO " + role}},
 		{"captured table", func() error { return run(`SELECT * FROM owned_by_admin`) },
-			[]string{"role " + role, "table owned_by_admin", "GRANT SELECT ON owned_by_admin TO " + role}},
+			[]string{"role " + role, "table owned_by_admin", "GRANT SELECT, UPDATE ON owned_by_admin TO " + role}},
 		{"create in database", func() error { return run(`CREATE SCHEMA nope`) },
 			[]string{"role " + role, "database " + db, "GRANT CREATE ON DATABASE " + db + " TO " + role}},
 		{"table owner", func() error {
