@@ -299,25 +299,43 @@ func TestDocumentedGrantsLetASecondRoleRun(t *testing.T) {
 }
 
 // TestRevokedGrantStopsTheRun: a privilege revoked while walcast runs
-// (INSERT on walcast.parked) makes the next park fail for good; walcast
-// run stops with exit 1 and one line naming the role, the table and the
-// GRANT, instead of retrying the write forever.
+// makes the next statement that needs it fail for good: parking an event
+// (INSERT on walcast.parked), writing a checkpoint (UPDATE on
+// walcast.checkpoints), the control listener's poll (SELECT on
+// walcast.pauses). walcast run stops with exit 1 and one line naming the
+// role, the table and the GRANT, instead of retrying forever.
 func TestRevokedGrantStopsTheRun(t *testing.T) {
-	admin, billing := secondRole(t)
-	rcv := newReceiver(t)
-	// 413: permanent for the webhook sink, so the event is parked at once.
-	rcv.setRespond(func(http.Header, []byte, []received) (int, http.Header) { return http.StatusRequestEntityTooLarge, nil })
-	proc := startWalcast(t, writePipeline(t, "grants_billing", billing, []string{"public.invoices"}, sinkSpec{ID: "hook", URL: rcv.URL}))
-	proc.waitLog(t, "streaming from slot")
-	role := pgconnUser(t, billing)
-	exec1(t, admin, `REVOKE INSERT ON walcast.parked FROM `+role)
-	exec1(t, admin, `INSERT INTO public.invoices (total) VALUES (1)`)
-	proc.waitExit1(t, 90*time.Second, "INSERT on walcast.parked was revoked from the role that parks")
-	out := proc.logText()
-	t.Log(lastLine(out))
-	wantAll(t, lastLine(out), "walcast run:", "role "+role, "walcast.parked", "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA walcast TO "+role)
-	if n := countLines(out, "control-plane write failed; retrying"); n > 0 {
-		t.Errorf("the permission error was retried %d times", n)
+	for _, c := range []struct {
+		name, revoke, table string
+		fail               bool // the receiver refuses every event for good (413), so it is parked
+	}{
+		{"park", "INSERT ON walcast.parked", "walcast.parked", true},
+		{"checkpoint", "INSERT, UPDATE ON walcast.checkpoints", "walcast.checkpoints", false},
+		{"control listener", "SELECT ON walcast.pauses", "walcast.pauses", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			admin, billing := secondRole(t)
+			rcv := newReceiver(t)
+			if c.fail {
+				// 413: permanent for the webhook sink, so the event is parked at once.
+				rcv.setRespond(func(http.Header, []byte, []received) (int, http.Header) { return http.StatusRequestEntityTooLarge, nil })
+			}
+			proc := startWalcast(t, writePipeline(t, "grants_billing", billing, []string{"public.invoices"}, sinkSpec{ID: "hook", URL: rcv.URL}))
+			proc.waitLog(t, "streaming from slot")
+			role := pgconnUser(t, billing)
+			exec1(t, admin, `REVOKE `+c.revoke+` FROM `+role)
+			exec1(t, admin, `INSERT INTO public.invoices (total) VALUES (1)`)
+			proc.waitExit1(t, 90*time.Second, c.revoke+" was revoked")
+			out := proc.logText()
+			wantAll(t, lastLine(out), "walcast run:", "role "+role, c.table, "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA walcast TO "+role)
+			for _, l := range strings.Split(out, "\n") {
+				// The final checkpoint at the stop is tried once more, and
+				// may say so; nothing else may warn about it and go on.
+				if strings.Contains(l, "level=WARN") && strings.Contains(l, "42501") && !strings.Contains(l, `msg="final checkpoint"`) {
+					t.Errorf("the permission error was logged as one to retry: %s", l)
+				}
+			}
+		})
 	}
 }
 
