@@ -225,3 +225,37 @@ GRANT USAGE ON ALL SEQUENCES IN SCHEMA walcast TO `+role); err != nil {
 		t.Fatalf("the owner migrates: %v", err)
 	}
 }
+
+// TestDropUnusedKeepsASchemaAnotherPipelineUses: the walcast schema a
+// failed start created is dropped when it holds only that pipeline's rows,
+// and kept as soon as another pipeline wrote anything in it.
+func TestDropUnusedKeepsASchemaAnotherPipelineUses(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, cluster.Database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	exists := func() (ok bool) {
+		pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = 'walcast')`).Scan(&ok)
+		return ok
+	}
+	if err := Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO walcast.backfill_tables VALUES ('mine', 'public.t')`); err != nil {
+		t.Fatal(err)
+	}
+	if dropped, err := DropUnused(ctx, pool, "mine"); err != nil || !dropped || exists() {
+		t.Fatalf("DropUnused of a schema holding only the pipeline's rows = %v, %v; schema left: %v", dropped, err, exists())
+	}
+	if err := Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if err := New(pool, "other").Save(ctx, map[string]cdc.EventID{"hook": cdc.MustParseEventID("0/1:0")}); err != nil {
+		t.Fatal(err)
+	}
+	if dropped, err := DropUnused(ctx, pool, "mine"); err != nil || dropped || !exists() {
+		t.Fatalf("DropUnused of a schema another pipeline wrote to = %v, %v; schema left: %v", dropped, err, exists())
+	}
+}
