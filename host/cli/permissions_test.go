@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -346,4 +347,41 @@ func pgconnUser(t *testing.T, dsn string) string {
 		t.Fatal(err)
 	}
 	return u.User.Username()
+}
+
+// TestLoginRefusalsSayWhatToDo: a wrong password (28P01) and a database
+// that does not exist (3D000) end walcast run with exit 1 and one line
+// that names what is wrong and what fixes it.
+func TestLoginRefusalsSayWhatToDo(t *testing.T) {
+	t.Run("wrong password", func(t *testing.T) {
+		own := pgtest.New(t, pgtest.Options{})
+		admin := connect(t, own.DSN("postgres"))
+		exec1(t, admin, `CREATE TABLE items (id int PRIMARY KEY)`)
+		exec1(t, admin, `SET password_encryption = 'scram-sha-256'; CREATE ROLE walcast_pw LOGIN REPLICATION PASSWORD 'right'`)
+		// Password authentication for that role over TCP, trust for the rest.
+		hba := filepath.Join(own.Data, "pg_hba.conf")
+		old, err := os.ReadFile(hba)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(hba, append([]byte("host all walcast_pw 127.0.0.1/32 scram-sha-256\n"), old...), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := own.Command(context.Background(), "pg_ctl", "-D", own.Data, "reload").CombinedOutput(); err != nil {
+			t.Fatalf("pg_ctl reload: %v\n%s", err, out)
+		}
+		dsn := fmt.Sprintf("postgres://walcast_pw:wrong@%s:%d/postgres?sslmode=disable", own.Host, own.Port)
+		p := writePipeline(t, "pw", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: "http://127.0.0.1:1/x"})
+		waitFor(t, "the reloaded pg_hba.conf to ask for a password", time.Minute, func() bool {
+			_, err := pgx.Connect(context.Background(), dsn)
+			return err != nil && strings.Contains(err.Error(), "28P01")
+		})
+		wantAll(t, lastLine(runOnce(t, p)), "role walcast_pw could not log in: wrong password", "correct the password in the dsn", "28P01")
+	})
+	t.Run("database missing", func(t *testing.T) {
+		u, _ := url.Parse(cluster.DSN("postgres"))
+		u.Path = "/no_such_db_for_walcast"
+		p := writePipeline(t, "nodb", u.String(), []string{"public.items"}, sinkSpec{ID: "hook", URL: "http://127.0.0.1:1/x"})
+		wantAll(t, lastLine(runOnce(t, p)), "database no_such_db_for_walcast does not exist", "create it or fix the database in the dsn")
+	})
 }
