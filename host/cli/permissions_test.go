@@ -308,7 +308,7 @@ func TestDocumentedGrantsLetASecondRoleRun(t *testing.T) {
 func TestRevokedGrantStopsTheRun(t *testing.T) {
 	for _, c := range []struct {
 		name, revoke, table string
-		fail               bool // the receiver refuses every event for good (413), so it is parked
+		fail                bool // the receiver refuses every event for good (413), so it is parked
 	}{
 		{"park", "INSERT ON walcast.parked", "walcast.parked", true},
 		{"checkpoint", "INSERT, UPDATE ON walcast.checkpoints", "walcast.checkpoints", false},

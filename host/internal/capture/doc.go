@@ -5,10 +5,10 @@
 // attribute and grants, the captured tables, an existing publication or
 // slot); Check refuses on any of them and remembers what exists; Prepare
 // creates the publication and the pgoutput slot when missing; Undo
-// removes what a start created when it fails before streaming. It streams
-// pgoutput
-// protocol version 1 from the slot, has each message decoded into events and
-// hands them, in stream order, to a Consumer. It never decides what is
+// removes what a start created when it fails before streaming.
+//
+// It streams pgoutput protocol version 1 from the slot, has each message
+// decoded into events and hands them, in stream order, to a Consumer. It never decides what is
 // durable: it confirms to PostgreSQL only the position the Consumer reports,
 // and with nothing in flight lets keepalives advance it so that an idle
 // captured table never pins WAL.
