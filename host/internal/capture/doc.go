@@ -8,10 +8,10 @@
 // removes what a start created when it fails before streaming.
 //
 // It streams pgoutput protocol version 1 from the slot, has each message
-// decoded into events and hands them, in stream order, to a Consumer. It never decides what is
-// durable: it confirms to PostgreSQL only the position the Consumer reports,
-// and with nothing in flight lets keepalives advance it so that an idle
-// captured table never pins WAL.
+// decoded into events and hands them, in stream order, to a Consumer. It
+// never decides what is durable: it confirms to PostgreSQL only the
+// position the Consumer reports, and with nothing in flight lets
+// keepalives advance it so that an idle captured table never pins WAL.
 //
 // The capture goroutine is the only user of the replication connection. It
 // answers the server even while the Consumer applies backpressure: the
