@@ -16,6 +16,7 @@ import (
 
 	"github.com/walcast/walcast/host/internal/checkpoint"
 	"github.com/walcast/walcast/host/internal/decode"
+	"github.com/walcast/walcast/host/internal/pgerr"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
@@ -138,7 +139,10 @@ func Connect(ctx context.Context, dsn string) (*pgx.Conn, error) {
 
 // Run works through the queue until ctx ends. Errors talking to the
 // database are logged and retried; a backfill that cannot go on (its table
-// was dropped, say) is marked failed with the reason.
+// was dropped, the role may not read it: pgerr.Permanent) is marked failed
+// with the reason. An error retrying cannot fix that is not one
+// backfill's (the role may not log in, or use walcast.backfills) ends Run
+// with that error.
 func (r *Runner) Run(ctx context.Context) error {
 	var conn *pgx.Conn
 	defer func() {
@@ -151,6 +155,9 @@ func (r *Runner) Run(ctx context.Context) error {
 		if conn == nil || conn.IsClosed() {
 			c, err := Connect(ctx, r.cfg.DSN)
 			if err != nil {
+				if pgerr.Permanent(err) && ctx.Err() == nil {
+					return err
+				}
 				if ctx.Err() == nil {
 					r.log.Warn("backfill: connect", "err", err, "retry_in", backoff)
 				}
@@ -164,6 +171,8 @@ func (r *Runner) Run(ctx context.Context) error {
 		switch {
 		case ctx.Err() != nil:
 			return nil
+		case pgerr.Permanent(err):
+			return fmt.Errorf("backfills stopped: %w", err)
 		case err != nil:
 			r.log.Warn("backfill interrupted; retrying", "err", err, "retry_in", backoff)
 			if conn != nil {
@@ -197,22 +206,33 @@ func (r *Runner) sleep(ctx context.Context, d time.Duration, wakeable bool) {
 }
 
 // next runs the oldest active backfill to its end and reports whether
-// there was one.
+// there was one. A backfill that meets an error retrying cannot fix is
+// marked failed with it, explained (the role, the table, the GRANT).
 func (r *Runner) next(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	id, err := r.nextOne(ctx, conn)
+	if id == 0 || err == nil || !pgerr.Permanent(err) || ctx.Err() != nil {
+		return id != 0, err
+	}
+	return true, r.fail(ctx, conn, id, pgerr.Explain(err, pgerr.Role(r.cfg.DSN)).Error())
+}
+
+// nextOne runs the oldest active backfill to its end and returns its id
+// (0: there was none).
+func (r *Runner) nextOne(ctx context.Context, conn *pgx.Conn) (int64, error) {
 	var id int64
 	var schema, table, state string
 	var sinks []string
 	err := conn.QueryRow(ctx, `SELECT id, schema_name, table_name, state, sinks FROM walcast.backfills
 WHERE pipeline = $1 AND state IN ('queued', 'running') ORDER BY id LIMIT 1`, r.cfg.Pipeline).Scan(&id, &schema, &table, &state, &sinks)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
+		return 0, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("read backfill queue: %w", err)
+		return 0, fmt.Errorf("read backfill queue: %w", err)
 	}
 	name := schema + "." + table
 	if reason := r.refuse(name, sinks); reason != "" {
-		return true, r.fail(ctx, conn, id, reason)
+		return id, r.fail(ctx, conn, id, reason)
 	}
 	t, err := Inspect(ctx, conn, name)
 	if err == nil {
@@ -221,16 +241,16 @@ WHERE pipeline = $1 AND state IN ('queued', 'running') ORDER BY id LIMIT 1`, r.c
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) || conn.IsClosed() {
-			return true, err
+			return id, err
 		}
-		return true, r.fail(ctx, conn, id, err.Error())
+		return id, r.fail(ctx, conn, id, err.Error())
 	}
 	if state == StateQueued {
 		if err := r.start(ctx, conn, id, t); err != nil {
-			return true, err
+			return id, err
 		}
 	}
-	return true, r.run(ctx, conn, id, t, sinks)
+	return id, r.run(ctx, conn, id, t, sinks)
 }
 
 // refuse says why a queued backfill cannot run in this pipeline, if so.

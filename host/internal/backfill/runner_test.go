@@ -141,3 +141,79 @@ func TestChunkHoldsRowsUntilCommit(t *testing.T) {
 	}
 	db.Exec(ctx, `SELECT pg_drop_replication_slot('truth')`)
 }
+
+// TestUnreadableTableFailsTheBackfillWithTheGrant: a backfill whose table
+// the role may not read (42501) cannot succeed by retrying: it is marked
+// failed with the role, the table and the GRANT, and the runner goes on
+// with the next backfill instead of retrying it forever.
+func TestUnreadableTableFailsTheBackfillWithTheGrant(t *testing.T) {
+	ctx := context.Background()
+	cluster := pgtest.New(t, pgtest.Options{})
+	dsn := cluster.Database(t)
+	db, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(ctx)
+	for _, sql := range []string{
+		`CREATE TABLE secret (id int PRIMARY KEY)`,
+		`CREATE TABLE open (id int PRIMARY KEY)`,
+		`INSERT INTO secret VALUES (1); INSERT INTO open VALUES (1)`,
+		`CREATE ROLE filler LOGIN`,
+		`GRANT SELECT, UPDATE ON open TO filler`,
+	} {
+		if _, err := db.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := Init(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(ctx, `GRANT USAGE ON SCHEMA walcast TO filler; GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA walcast TO filler; GRANT USAGE ON ALL SEQUENCES IN SCHEMA walcast TO filler`); err != nil {
+		t.Fatal(err)
+	}
+	var tables []Table
+	for _, name := range []string{"public.secret", "public.open"} {
+		tbl, err := Inspect(ctx, db, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tables = append(tables, tbl)
+	}
+	ids, err := Request(ctx, db, "p", tables, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	r := NewRunner(Config{DSN: strings.Replace(dsn, "postgres://postgres@", "postgres://filler@", 1), Pipeline: "p"})
+	done := make(chan error, 1)
+	go func() { done <- r.Run(runCtx) }()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		secret, err := Get(ctx, db, ids[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		open, err := Get(ctx, db, ids[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if secret.State == StateFailed && open.State == StateDone {
+			for _, want := range []string{"role filler", "table secret", "GRANT SELECT, UPDATE ON secret TO filler"} {
+				if !strings.Contains(secret.Reason, want) {
+					t.Errorf("reason %q lacks %q", secret.Reason, want)
+				}
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a minute: backfill of secret %s (%q), of open %s (%q)", secret.State, secret.Reason, open.State, open.Reason)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v, want nil after a stop", err)
+	}
+}

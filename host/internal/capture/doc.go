@@ -1,12 +1,17 @@
 // Package capture owns the one replication connection of a pipeline.
 //
-// It prepares the source (checks wal_level and the captured tables, creates
-// the publication and the pgoutput slot when missing), streams pgoutput
-// protocol version 1 from the slot, has each message decoded into events and
-// hands them, in stream order, to a Consumer. It never decides what is
-// durable: it confirms to PostgreSQL only the position the Consumer reports,
-// and with nothing in flight lets keepalives advance it so that an idle
-// captured table never pins WAL.
+// It prepares the source: Preflight lists, without changing anything,
+// every reason a start would fail (wal_level, the role's REPLICATION
+// attribute and grants, the captured tables, an existing publication or
+// slot); Check refuses on any of them and remembers what exists; Prepare
+// creates the publication and the pgoutput slot when missing; Undo
+// removes what a start created when it fails before streaming.
+//
+// It streams pgoutput protocol version 1 from the slot, has each message
+// decoded into events and hands them, in stream order, to a Consumer. It
+// never decides what is durable: it confirms to PostgreSQL only the
+// position the Consumer reports, and with nothing in flight lets
+// keepalives advance it so that an idle captured table never pins WAL.
 //
 // The capture goroutine is the only user of the replication connection. It
 // answers the server even while the Consumer applies backpressure: the

@@ -4,16 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walcast/walcast/host/internal/checkpoint"
+	"github.com/walcast/walcast/host/internal/leader"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
@@ -52,32 +53,84 @@ type Prepared struct {
 	Published map[string]string
 }
 
-// Prepare checks that the source can be captured and creates the
-// publication and the slot when they are missing. The publication is
-// created before the slot: a slot only decodes with publications that
-// existed at its starting point.
+// Setup is one start of a pipeline on its source: what Check found there
+// before the start created anything, and what the start created since, so
+// that a start that fails can remove it (Undo). Its methods are called
+// from one goroutine.
+type Setup struct {
+	db     Querier
+	cfg    Config
+	store  *checkpoint.Store // set by Prepare
+	tables []tableInfo
+
+	// What existed when Check ran.
+	hadSchema, hadPipeline bool
+	// What this start created, and whether it accepted a gap (recorded
+	// in the walcast schema, which then refers to the new slot).
+	createdSlot bool
+	createdPubs []string
+	acceptedGap bool
+}
+
+// Check looks at the source before a start creates anything: it refuses
+// with a *NotReadyError naming every problem Preflight finds, else it
+// records what exists, so that Undo removes only what the start adds.
+func Check(ctx context.Context, db Querier, cfg Config) (*Setup, error) {
+	findings, err := Preflight(ctx, db, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if len(findings) > 0 {
+		return nil, &NotReadyError{Findings: findings}
+	}
+	s := &Setup{db: db, cfg: cfg}
+	if s.tables, _, err = inspectTables(ctx, db, cfg); err != nil {
+		return nil, err
+	}
+	access, err := checkpoint.CheckAccess(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	s.hadSchema = access.Exists
+	if s.hadSchema {
+		if _, s.hadPipeline, err = checkpoint.New(db, cfg.Pipeline).LoadPipeline(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Prepare checks the source (Check), creates the publication and the slot
+// when they are missing, and removes what it created when it fails (Undo).
 func Prepare(ctx context.Context, db Querier, store *checkpoint.Store, cfg Config) (Prepared, error) {
+	s, err := Check(ctx, db, cfg)
+	if err != nil {
+		return Prepared{}, err
+	}
+	p, err := s.Prepare(ctx, store)
+	if err != nil {
+		if uerr := s.Undo(context.WithoutCancel(ctx)); uerr != nil {
+			return p, errors.Join(err, uerr)
+		}
+		return p, err
+	}
+	return p, nil
+}
+
+// Prepare creates the publication and the slot when they are missing,
+// and records the pipeline in the walcast schema (creating the schema when
+// missing). The publication is created before the slot: a slot only
+// decodes with publications that existed at its starting point.
+func (s *Setup) Prepare(ctx context.Context, store *checkpoint.Store) (Prepared, error) {
+	db, cfg := s.db, s.cfg
+	s.store = store
 	var p Prepared
-	var level string
-	if err := db.QueryRow(ctx, "SHOW wal_level").Scan(&level); err != nil {
-		return p, fmt.Errorf("read wal_level: %w", err)
-	}
-	if level != "logical" {
-		return p, fmt.Errorf("wal_level is %q but logical decoding needs \"logical\": run ALTER SYSTEM SET wal_level = logical (or set it in postgresql.conf) and restart PostgreSQL", level)
-	}
 	var timeoutMS int64
 	if err := db.QueryRow(ctx, "SELECT setting::bigint FROM pg_settings WHERE name = 'wal_sender_timeout'").Scan(&timeoutMS); err != nil {
 		return p, fmt.Errorf("read wal_sender_timeout: %w", err)
 	}
 	p.WalSenderTimeout = time.Duration(timeoutMS) * time.Millisecond
-	keyless, err := checkTables(ctx, db, cfg.Tables)
-	if err != nil {
-		return p, err
-	}
-	if len(keyless) > 0 && !cfg.AllowKeyless {
-		t := keyless[0]
-		return p, fmt.Errorf("table %s has no primary key and no replica identity, so its updates and deletes cannot be identified: add a primary key, or run ALTER TABLE %s REPLICA IDENTITY FULL (or set allow_keyless = true in the source block to deliver its changes with key null)", t, t)
-	}
+	keyless := keylessOf(s.tables)
 	p.Keyless = keyless
 	if err := store.Init(ctx); err != nil {
 		return p, err
@@ -86,7 +139,7 @@ func Prepare(ctx context.Context, db Querier, store *checkpoint.Store, cfg Confi
 	if err != nil {
 		return p, err
 	}
-	rec, known, here, slot := st.rec, st.known, st.here, st.slot
+	rec, known, slot := st.rec, st.known, st.slot
 	gap := st.gap
 	if gap != nil {
 		if !cfg.AcceptGap {
@@ -104,7 +157,7 @@ func Prepare(ctx context.Context, db Querier, store *checkpoint.Store, cfg Confi
 	}
 
 	ours := known && rec.CreatedPublication && rec.Publication == cfg.Publication
-	created, kpub, err := ensurePublication(ctx, db, cfg, ours, keyless)
+	created, kpub, err := s.ensurePublication(ctx, ours, keyless)
 	if err != nil {
 		return p, err
 	}
@@ -124,36 +177,55 @@ func Prepare(ctx context.Context, db Querier, store *checkpoint.Store, cfg Confi
 	if err := store.RecordPipeline(ctx, checkpoint.Pipeline{Slot: cfg.Slot, Publication: cfg.Publication, CreatedPublication: created || ours}); err != nil {
 		return p, err
 	}
+	if err := s.ensureSlot(ctx, &p, rec, slot); err != nil {
+		return p, err
+	}
+	if err := s.recordIdentity(ctx, &p, st, gap); err != nil {
+		return p, err
+	}
+	return p, nil
+}
+
+// ensureSlot adopts the pipeline's slot where it stands, or creates it,
+// and records the furthest position walcast may confirm to it.
+func (s *Setup) ensureSlot(ctx context.Context, p *Prepared, rec checkpoint.Pipeline, slot slotInfo) error {
+	store, name := s.store, s.cfg.Slot
 	if slot.exists {
-		if err := slot.usable(cfg.Slot); err != nil {
-			return p, err
+		if err := slot.usable(name); err != nil {
+			return err
 		}
 		p.ConfirmedFlush = slot.confirmed
 		p.ConfirmLimit = max(rec.ConfirmLimit, slot.confirmed)
 		if rec.ConfirmLimit == 0 {
 			// Set up by a walcast that did not record the limit, or a
 			// crash right after creating the slot: adopt the slot where
-			// it stands, as for the slot's incarnation below.
-			if err := store.SetConfirmLimit(ctx, slot.confirmed); err != nil {
-				return p, err
-			}
+			// it stands, as for the slot's incarnation (recordIdentity).
+			return store.SetConfirmLimit(ctx, slot.confirmed)
 		}
-	} else {
-		// Cleared first: a crash between creating the slot and recording
-		// its start must not look like a slot moved by someone else.
-		if err := store.SetConfirmLimit(ctx, 0); err != nil {
-			return p, err
-		}
-		if p.ConfirmedFlush, err = createSlot(ctx, db, cfg.Slot); err != nil {
-			return p, err
-		}
-		p.CreatedSlot = true
-		if err := store.SetConfirmLimit(ctx, p.ConfirmedFlush); err != nil {
-			return p, err
-		}
-		p.ConfirmLimit = p.ConfirmedFlush
+		return nil
 	}
-	id := here
+	// Cleared first: a crash between creating the slot and recording its
+	// start must not look like a slot moved by someone else.
+	if err := store.SetConfirmLimit(ctx, 0); err != nil {
+		return err
+	}
+	var err error
+	if p.ConfirmedFlush, err = createSlot(ctx, s.db, name); err != nil {
+		return err
+	}
+	p.CreatedSlot, s.createdSlot = true, true
+	if err := store.SetConfirmLimit(ctx, p.ConfirmedFlush); err != nil {
+		return err
+	}
+	p.ConfirmLimit = p.ConfirmedFlush
+	return nil
+}
+
+// recordIdentity records where the checkpoints belong (cluster, database,
+// slot incarnation) and the gap Prepare accepted, if any.
+func (s *Setup) recordIdentity(ctx context.Context, p *Prepared, st state, gap *GapError) error {
+	store, cfg, rec := s.store, s.cfg, st.rec
+	id := st.here
 	id.SlotCreatedLSN = rec.Identity.SlotCreatedLSN
 	if p.CreatedSlot || id.SlotCreatedLSN == 0 {
 		// A new incarnation, or (set up by an older walcast) the slot
@@ -164,29 +236,112 @@ func Prepare(ctx context.Context, db Querier, store *checkpoint.Store, cfg Confi
 	case gap != nil && gap.Kind == "publication changed":
 		// The slot stays; the tables are published again from here on.
 		var here string
-		if err := db.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&here); err != nil {
-			return p, fmt.Errorf("read the current WAL position to record the gap: %w", err)
+		if err := s.db.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&here); err != nil {
+			return fmt.Errorf("read the current WAL position to record the gap: %w", err)
 		}
 		to, err := cdc.ParseLSN(here)
 		if err != nil {
-			return p, err
+			return err
 		}
 		if err := store.RecordGap(ctx, gap.Reason(), cfg.Sinks, to); err != nil {
-			return p, err
+			return err
 		}
-		p.AcceptedGap = gap
+		p.AcceptedGap, s.acceptedGap = gap, true
 	case gap != nil:
 		if err := store.AcceptGap(ctx, gap.Reason(), cfg.Sinks, p.ConfirmedFlush, id); err != nil {
-			return p, err
+			return err
 		}
-		p.AcceptedGap = gap
+		p.AcceptedGap, s.acceptedGap = gap, true
 	}
 	if id != rec.Identity && (gap == nil || gap.Kind == "publication changed") {
-		if err := store.SetIdentity(ctx, id); err != nil {
-			return p, err
+		return store.SetIdentity(ctx, id)
+	}
+	return nil
+}
+
+// Undo removes what this start created, for a start that failed before
+// it streamed anything: the slot (unless it is in use), the publications,
+// and the walcast schema when the start created it and no other pipeline
+// has used it since; when the schema existed, the rows the start wrote
+// about a pipeline that had none. A start that accepted a gap keeps what
+// it made (the gap and the new slot are recorded), and so does one whose
+// slot another process streams by now. Every step is tried; the errors
+// are joined.
+func (s *Setup) Undo(ctx context.Context) error {
+	if s.acceptedGap {
+		return nil
+	}
+	log := s.cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	store := s.store
+	if store == nil {
+		store = checkpoint.New(s.db, s.cfg.Pipeline)
+	}
+	// A slot in use means another walcast streams the pipeline by now
+	// (this one lost its leadership while starting): what this start
+	// created is that walcast's too.
+	var inUse bool
+	if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 AND active)`, s.cfg.Slot).Scan(&inUse); err != nil {
+		return fmt.Errorf("look up replication slot %s before removing what the failed start created: %w", s.cfg.Slot, err)
+	}
+	if inUse {
+		log.Info("not removing what this failed start created: another process streams from the slot", "slot", s.cfg.Slot)
+		return nil
+	}
+	var errs []error
+	if s.createdSlot {
+		if _, err := s.db.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active`, s.cfg.Slot); err != nil {
+			errs = append(errs, fmt.Errorf("drop replication slot %s created by the failed start: %w", s.cfg.Slot, err))
+		} else {
+			log.Info("dropped the replication slot this failed start created", "slot", s.cfg.Slot)
 		}
 	}
-	return p, nil
+	for _, pub := range slices.Backward(s.createdPubs) {
+		if _, err := s.db.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{pub}.Sanitize()); err != nil {
+			errs = append(errs, fmt.Errorf("drop publication %s created by the failed start: %w", pub, err))
+		} else {
+			log.Info("dropped the publication this failed start created", "publication", pub)
+		}
+	}
+	switch {
+	case !s.hadSchema:
+		dropped, err := s.dropSchema(ctx)
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case dropped:
+			log.Info("dropped the walcast schema this failed start created", "schema", checkpoint.Schema)
+		}
+	case !s.hadPipeline:
+		errs = append(errs, store.ForgetSetup(ctx))
+	case s.createdSlot:
+		// Nothing was streamed from the slot: forget its incarnation.
+		errs = append(errs, store.ForgetSlot(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// dropSchema drops the walcast schema this start created, unless another
+// pipeline uses it by now: one leads in this database (its start may be
+// racing this one), or has rows in it. A standby writes nothing before it
+// leads, and the start that makes it lead creates the schema again.
+func (s *Setup) dropSchema(ctx context.Context) (bool, error) {
+	class, obj := leader.Keys(s.cfg.Pipeline)
+	var others bool
+	err := s.db.QueryRow(ctx, `
+SELECT EXISTS (SELECT 1 FROM pg_locks
+               WHERE locktype = 'advisory' AND granted AND classid::bigint = $1 AND objid::bigint <> $2
+                 AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))`,
+		int64(uint32(class)), int64(uint32(obj))).Scan(&others)
+	if err != nil {
+		return false, fmt.Errorf("look for other walcast pipelines before dropping schema %s: %w", checkpoint.Schema, err)
+	}
+	if others {
+		return false, nil
+	}
+	return checkpoint.DropUnused(ctx, s.db, s.cfg.Pipeline)
 }
 
 // state is what Prepare and Diagnose read before changing anything.
@@ -398,65 +553,6 @@ func clusterIdentity(ctx context.Context, db Querier, dsn string) (checkpoint.Id
 	return id, nil
 }
 
-func identifySystem(ctx context.Context, dsn string) (string, error) {
-	pcfg, err := pgconn.ParseConfig(dsn)
-	if err != nil {
-		return "", err
-	}
-	pcfg.RuntimeParams["replication"] = "database"
-	conn, err := pgconn.ConnectConfig(ctx, pcfg)
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	res, err := pglogrepl.IdentifySystem(ctx, conn)
-	if err != nil {
-		return "", err
-	}
-	return res.SystemID, nil
-}
-
-// DropCreatedSlot drops the slot a start created before it failed, so
-// that a failed start does not leave a slot retaining WAL, and forgets its
-// incarnation: nothing was streamed from it.
-func DropCreatedSlot(ctx context.Context, db Querier, store *checkpoint.Store, slot string) error {
-	if _, err := db.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active`, slot); err != nil {
-		return fmt.Errorf("drop replication slot %s created by the failed start: %w", slot, err)
-	}
-	return store.ForgetSlot(ctx)
-}
-
-// checkTables verifies each table exists and returns the ones without a
-// usable replica identity.
-func checkTables(ctx context.Context, db Querier, tables []string) (keyless []string, err error) {
-	for _, t := range tables {
-		schema, name, ok := strings.Cut(t, ".")
-		if !ok {
-			schema, name = "public", t
-		}
-		if schema == checkpoint.Schema {
-			return nil, fmt.Errorf("table %s is in the walcast schema, which is never captured", t)
-		}
-		var ident string
-		var hasPK bool
-		err := db.QueryRow(ctx, `
-SELECT c.relreplident::text,
-       EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
-FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`, schema, name).Scan(&ident, &hasPK)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, fmt.Errorf("table %s does not exist in the source database: create it or remove it from the source tables", t)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("inspect table %s: %w", t, err)
-		}
-		if ident == "n" || (ident == "d" && !hasPK) {
-			keyless = append(keyless, schema+"."+name)
-		}
-	}
-	return keyless, nil
-}
-
 func qualified(t string) string {
 	schema, name, ok := strings.Cut(t, ".")
 	if !ok {
@@ -491,7 +587,8 @@ const (
 
 // ensurePublication creates or updates the pipeline's publications and
 // returns the keyless publication to stream, if any.
-func ensurePublication(ctx context.Context, db Querier, cfg Config, ours bool, keyless []string) (created bool, keylessPub string, err error) {
+func (s *Setup) ensurePublication(ctx context.Context, ours bool, keyless []string) (created bool, keylessPub string, err error) {
+	db, cfg := s.db, s.cfg
 	var exists bool
 	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, cfg.Publication).Scan(&exists); err != nil {
 		return false, "", fmt.Errorf("look up publication %s: %w", cfg.Publication, err)
@@ -512,7 +609,7 @@ func ensurePublication(ctx context.Context, db Querier, cfg Config, ours bool, k
 		// when empty: PostgreSQL 15 decodes each change with the
 		// publications as of that change, and fails on a publication
 		// named in publication_names that did not exist yet then.
-		if err := createPublication(ctx, db, cfg.Publication, keyed, publicationOptions); err != nil {
+		if err := s.createPublication(ctx, cfg.Publication, keyed, publicationOptions); err != nil {
 			return false, "", err
 		}
 		// The keyless one may outlive a main publication someone dropped
@@ -524,7 +621,7 @@ func ensurePublication(ctx context.Context, db Querier, cfg Config, ours bool, k
 		if kexists {
 			return true, kpub, setPublicationTables(ctx, db, kpub, unkeyed)
 		}
-		if err := createPublication(ctx, db, kpub, unkeyed, keylessPublicationOptions); err != nil {
+		if err := s.createPublication(ctx, kpub, unkeyed, keylessPublicationOptions); err != nil {
 			return false, "", err
 		}
 		return true, kpub, nil
@@ -553,58 +650,32 @@ func ensurePublication(ctx context.Context, db Querier, cfg Config, ours bool, k
 			// The keyless tables must leave the main publication; the
 			// new publication only applies to changes written from now
 			// on (docs/operations.md, "A table without a key").
-			return false, kpub, createPublication(ctx, db, kpub, unkeyed, keylessPublicationOptions)
+			return false, kpub, s.createPublication(ctx, kpub, unkeyed, keylessPublicationOptions)
 		}
 	}
-	// Someone else's publication: use it as it is, but refuse to start
-	// when it does not publish a configured table (its changes would
-	// silently never arrive), or publishes a partitioned one under its
-	// partitions' names (a sink filtering on the listed name would get
-	// none of them).
-	var viaRoot bool
-	if err := db.QueryRow(ctx, `SELECT pubviaroot FROM pg_publication WHERE pubname = $1`, cfg.Publication).Scan(&viaRoot); err != nil {
-		return false, "", fmt.Errorf("inspect publication %s: %w", cfg.Publication, err)
+	// Someone else's publication: used as it is, as Preflight checked.
+	// Checked again: it may have changed since.
+	findings, err := foreignPublication(ctx, db, cfg, s.tables)
+	if err != nil {
+		return false, "", err
 	}
-	for _, t := range cfg.Tables {
-		schema, name, _ := strings.Cut(canonical(t), ".")
-		var partitioned bool
-		err := db.QueryRow(ctx, `SELECT c.relkind = 'p' FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`,
-			schema, name).Scan(&partitioned)
-		if err != nil {
-			return false, "", fmt.Errorf("inspect table %s: %w", t, err)
-		}
-		if partitioned && !viaRoot {
-			return false, "", fmt.Errorf("publication %s publishes the partitioned table %s under the names of its partitions (publish_via_partition_root is off), so its events would not carry the name %s: run ALTER PUBLICATION %s SET (publish_via_partition_root = true), or leave the publication out of the source block so that walcast creates its own",
-				cfg.Publication, t, t, pub)
-		}
-	}
-	for _, t := range cfg.Tables {
-		schema, name, ok := strings.Cut(t, ".")
-		if !ok {
-			schema, name = "public", t
-		}
-		var in bool
-		err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)`,
-			cfg.Publication, schema, name).Scan(&in)
-		if err != nil {
-			return false, "", fmt.Errorf("inspect publication %s: %w", cfg.Publication, err)
-		}
-		if !in {
-			return false, "", fmt.Errorf("publication %s exists but does not publish %s.%s: run ALTER PUBLICATION %s ADD TABLE %s, or name another publication in the source block", cfg.Publication, schema, name, pub, qualified(t))
-		}
+	if len(findings) > 0 {
+		return false, "", &NotReadyError{Findings: findings}
 	}
 	return false, "", nil
 }
 
-// createPublication creates a publication of tables (possibly none).
-func createPublication(ctx context.Context, db Querier, name string, tables []string, options string) error {
+// createPublication creates a publication of tables (possibly none), and
+// remembers it for Undo.
+func (s *Setup) createPublication(ctx context.Context, name string, tables []string, options string) error {
 	sql := "CREATE PUBLICATION " + pgx.Identifier{name}.Sanitize()
 	if len(tables) > 0 {
 		sql += " FOR TABLE " + strings.Join(tables, ", ")
 	}
-	if _, err := db.Exec(ctx, sql+options); err != nil {
+	if _, err := s.db.Exec(ctx, sql+options); err != nil {
 		return fmt.Errorf("create publication %s: %w", name, err)
 	}
+	s.createdPubs = append(s.createdPubs, name)
 	return nil
 }
 

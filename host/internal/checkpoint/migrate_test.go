@@ -3,12 +3,15 @@ package checkpoint
 import (
 	"context"
 	"errors"
+	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/walcast/walcast/host/internal/pgerr"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
@@ -156,5 +159,103 @@ func TestMigrateRefusesANewerSchema(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}
+	}
+}
+
+// TestMigrateWithTheGrantsOfASecondRole: a role granted only the use of
+// the walcast tables another role created (docs/operations.md, "Roles and
+// grants") passes Init when the schema is current, and writes its
+// checkpoints; when the schema needs a step, it is told which role can
+// migrate it, as a permanent error.
+func TestMigrateWithTheGrantsOfASecondRole(t *testing.T) {
+	ctx := context.Background()
+	dsn := cluster.Database(t)
+	admin, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	role := "migrate_second_" + strconv.Itoa(os.Getpid())
+	if _, err := admin.Exec(ctx, "DROP ROLE IF EXISTS "+role+"; CREATE ROLE "+role+" LOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		admin.Exec(ctx, "DROP OWNED BY "+role)
+		admin.Exec(ctx, "DROP ROLE "+role)
+	})
+	if err := New(admin, "first").Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, `
+GRANT USAGE ON SCHEMA walcast TO `+role+`;
+GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA walcast TO `+role+`;
+GRANT USAGE ON ALL SEQUENCES IN SCHEMA walcast TO `+role); err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(dsn)
+	u.User = url.User(role)
+	pool, err := pgxpool.New(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s := New(pool, "second")
+	if err := s.Init(ctx); err != nil {
+		t.Fatalf("Init as a role with the documented grants on a current schema: %v", err)
+	}
+	if err := s.Save(ctx, map[string]cdc.EventID{"hook": cdc.MustParseEventID("0/1A2B:3")}); err != nil {
+		t.Fatalf("save checkpoints as the second role: %v", err)
+	}
+
+	// One step behind: only the tables' owner may migrate.
+	if _, err := admin.Exec(ctx, `DELETE FROM walcast.schema_version WHERE version = $1`, SchemaVersion()); err != nil {
+		t.Fatal(err)
+	}
+	err = s.Init(ctx)
+	var perm *pgerr.Error
+	if !errors.As(err, &perm) || !pgerr.Permanent(err) {
+		t.Fatalf("Init as the second role on a schema one step behind = %v, want a permanent *pgerr.Error", err)
+	}
+	for _, want := range []string{"role postgres", "role " + role, "start this walcast once as role postgres"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if err := New(admin, "first").Init(ctx); err != nil {
+		t.Fatalf("the owner migrates: %v", err)
+	}
+}
+
+// TestDropUnusedKeepsASchemaAnotherPipelineUses: the walcast schema a
+// failed start created is dropped when it holds only that pipeline's rows,
+// and kept as soon as another pipeline wrote anything in it.
+func TestDropUnusedKeepsASchemaAnotherPipelineUses(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, cluster.Database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	exists := func() (ok bool) {
+		pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = 'walcast')`).Scan(&ok)
+		return ok
+	}
+	if err := Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO walcast.backfill_tables VALUES ('mine', 'public.t')`); err != nil {
+		t.Fatal(err)
+	}
+	if dropped, err := DropUnused(ctx, pool, "mine"); err != nil || !dropped || exists() {
+		t.Fatalf("DropUnused of a schema holding only the pipeline's rows = %v, %v; schema left: %v", dropped, err, exists())
+	}
+	if err := Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if err := New(pool, "other").Save(ctx, map[string]cdc.EventID{"hook": cdc.MustParseEventID("0/1:0")}); err != nil {
+		t.Fatal(err)
+	}
+	if dropped, err := DropUnused(ctx, pool, "mine"); err != nil || dropped || !exists() {
+		t.Fatalf("DropUnused of a schema another pipeline wrote to = %v, %v; schema left: %v", dropped, err, exists())
 	}
 }

@@ -229,3 +229,16 @@ func (s *Store) CountParked(ctx context.Context) (int, error) {
 	}
 	return n, nil
 }
+
+// ForgetSetup deletes what a start records about a pipeline before it
+// streams (its record and how its tables were published), after walcast
+// removed what that start created: the start failed, and the pipeline had
+// no record before it.
+func (s *Store) ForgetSetup(ctx context.Context) error {
+	for _, table := range []string{"published_tables", "pipelines"} {
+		if _, err := s.db.Exec(ctx, `DELETE FROM walcast.`+table+` WHERE pipeline = $1`, s.pipeline); err != nil {
+			return fmt.Errorf("delete walcast.%s rows of pipeline %s: %w", table, s.pipeline, err)
+		}
+	}
+	return nil
+}

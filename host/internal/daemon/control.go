@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walcast/walcast/host/internal/checkpoint"
+	"github.com/walcast/walcast/host/internal/pgerr"
 	"github.com/walcast/walcast/host/internal/schedule"
 )
 
@@ -47,23 +49,31 @@ func (c *control) applyPauses(ctx context.Context) error {
 }
 
 // serve handles what is pending: pauses first, so a replay asked for a
-// paused sink waits for resume like everything else.
-func (c *control) serve(ctx context.Context) {
+// paused sink waits for resume like everything else. A failed read is
+// tried again at the next notification or poll, unless retrying cannot
+// fix it (pgerr.Permanent): that error is returned.
+func (c *control) serve(ctx context.Context) error {
 	if c.backfill != nil {
 		c.backfill.Wake()
 	}
 	if err := c.applyPauses(ctx); err != nil {
+		if pgerr.Permanent(err) {
+			return err
+		}
 		if ctx.Err() == nil {
 			c.log.Warn("read pauses", "err", err)
 		}
-		return
+		return nil
 	}
 	reqs, err := c.store.ReplayRequests(ctx)
 	if err != nil {
+		if pgerr.Permanent(err) {
+			return err
+		}
 		if ctx.Err() == nil {
 			c.log.Warn("read replay requests", "err", err)
 		}
-		return
+		return nil
 	}
 	for _, req := range reqs {
 		var run *sinkRun
@@ -89,6 +99,7 @@ func (c *control) serve(ctx context.Context) {
 			c.replays.Go(func() { c.replay(ctx, run, req) })
 		}
 	}
+	return nil
 }
 
 // replay hands one request to the sink's scheduler and forgets it once
@@ -161,9 +172,10 @@ func (c *control) done(ctx context.Context, req checkpoint.ReplayRequest) {
 	}
 }
 
-// listen serves requests until ctx ends: on every notification and at
-// least every poll interval.
-func (c *control) listen(ctx context.Context, dsn string, poll time.Duration) {
+// listen serves requests until ctx ends (nil): on every notification and
+// at least every poll interval. An error retrying cannot fix (the role may
+// no longer log in, or read walcast's tables) ends it with that error.
+func (c *control) listen(ctx context.Context, dsn string, poll time.Duration) error {
 	defer c.replays.Wait()
 	backoff := time.Second
 	for ctx.Err() == nil {
@@ -175,29 +187,36 @@ func (c *control) listen(ctx context.Context, dsn string, poll time.Duration) {
 			if conn != nil {
 				conn.Close(context.Background())
 			}
+			if pgerr.Permanent(err) && ctx.Err() == nil {
+				return fmt.Errorf("control listener: %w", err)
+			}
 			if ctx.Err() == nil {
 				c.log.Debug("control listener: connect", "err", err)
 			}
 			select {
 			case <-ctx.Done():
-				return
+				return nil
 			case <-time.After(backoff):
 			}
 			backoff = min(2*backoff, 30*time.Second)
 			continue
 		}
 		backoff = time.Second
-		c.serve(ctx) // requests made while nobody listened
-		for ctx.Err() == nil {
+		err = c.serve(ctx) // requests made while nobody listened
+		for err == nil && ctx.Err() == nil {
 			wctx, cancel := context.WithTimeout(ctx, poll)
-			_, err := conn.WaitForNotification(wctx)
+			_, werr := conn.WaitForNotification(wctx)
 			polled := wctx.Err() != nil // read before cancel, which sets it
 			cancel()
-			if err != nil && ctx.Err() == nil && !polled {
+			if werr != nil && ctx.Err() == nil && !polled {
 				break // connection lost: reconnect
 			}
-			c.serve(ctx) // notified, or the periodic poll
+			err = c.serve(ctx) // notified, or the periodic poll
 		}
 		conn.Close(context.Background())
+		if err != nil {
+			return fmt.Errorf("control listener: %w", err)
+		}
 	}
+	return nil
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/walcast/walcast/host/internal/fanout"
 	"github.com/walcast/walcast/host/internal/isolate"
 	"github.com/walcast/walcast/host/internal/leader"
+	"github.com/walcast/walcast/host/internal/pgerr"
 	"github.com/walcast/walcast/host/internal/schedule"
 	"github.com/walcast/walcast/pluginkit"
 )
@@ -137,28 +138,42 @@ func startSink(ctx context.Context, launch Launcher, s *config.Sink) (Plugin, pl
 	return plugin, res.Checkpoint, nil
 }
 
-func saveLoop(ctx context.Context, store *checkpoint.Store, tracker *ack.Tracker, runs []*sinkRun, every time.Duration, log *slog.Logger) {
+// saveLoop writes checkpoints every interval, usage and backlogs every
+// couple of seconds, until ctx ends (nil). A failed write is tried again
+// at the next tick (the database may be restarting), unless retrying
+// cannot fix it (pgerr.Permanent: a privilege revoked): that error is
+// returned, and stops the term.
+func saveLoop(ctx context.Context, store *checkpoint.Store, tracker *ack.Tracker, runs []*sinkRun, every time.Duration, log *slog.Logger) error {
 	t := time.NewTicker(every)
 	defer t.Stop()
+	failed := func(what string, err error) error {
+		if err == nil || ctx.Err() != nil {
+			return nil
+		}
+		if pgerr.Permanent(err) {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		log.Warn(what, "err", err)
+		return nil
+	}
 	for tick := 1; ; tick++ {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-t.C:
 		}
 		clearRecovered(ctx, store, runs, log)
-		if err := saveMarks(ctx, store, tracker, runs, false); err != nil && ctx.Err() == nil {
-			// The database may be restarting; the next tick tries again.
-			log.Warn("write checkpoints", "err", err)
+		if err := failed("write checkpoints", saveMarks(ctx, store, tracker, runs, false)); err != nil {
+			return err
 		}
 		// Usage is for humans and bills: every couple of seconds is enough.
 		if time.Duration(tick)*every >= 2*time.Second {
 			tick = 0
-			if err := saveUsage(ctx, store, runs); err != nil && ctx.Err() == nil {
-				log.Warn("write usage", "err", err)
+			if err := failed("write usage", saveUsage(ctx, store, runs)); err != nil {
+				return err
 			}
-			if err := saveBacklogs(ctx, store, tracker, runs); err != nil && ctx.Err() == nil {
-				log.Warn("write sink backlogs", "err", err)
+			if err := failed("write sink backlogs", saveBacklogs(ctx, store, tracker, runs)); err != nil {
+				return err
 			}
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/walcast/walcast/host/internal/config"
 	"github.com/walcast/walcast/host/internal/leader"
+	"github.com/walcast/walcast/host/internal/pgerr"
 )
 
 // InstanceOptions configures RunInstance: one walcast process running
@@ -161,7 +162,9 @@ func RunInstance(ctx context.Context, opts InstanceOptions) error {
 	errs := make([]error, len(in.states))
 	for i, ps := range in.states {
 		pipes.Go(func() {
-			err := in.runPipeline(ctx, ps)
+			// An error retrying cannot fix says which role lacks what,
+			// and the GRANT or setting that fixes it.
+			err := pgerr.Explain(in.runPipeline(ctx, ps), pgerr.Role(ps.p.Source.DSN))
 			if err == nil {
 				ps.set(roleStopped, nil)
 				return

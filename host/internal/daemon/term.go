@@ -27,9 +27,10 @@ import (
 // the process leads it, run until a stop, a failure or the loss of the
 // leadership, then closed. Its lifecycle:
 //
-//	openTerm  plugins launched and opened, slot and publication prepared,
-//	          checkpoints loaded; nothing runs yet. On error it undoes
-//	          what it did (plugins closed, a slot it created dropped).
+//	openTerm  source checked, plugins launched and opened, slot and
+//	          publication prepared, checkpoints loaded; nothing runs yet.
+//	          On error it undoes what it did (plugins closed; the slot,
+//	          publications and walcast schema it created dropped).
 //	run       starts every goroutine of the term (capture with its watch of
 //	          the slots and the publication, backfill, one scheduler per
 //	          sink, the checkpoint loop, the control listener) and returns
@@ -52,9 +53,9 @@ type term struct {
 	filler     *backfill.Runner
 	ctl        *control
 	watch      *slotWatch
-	// dropSlot, when set, drops the slot this term created; called when
-	// the term ends before streaming anything.
-	dropSlot  func()
+	// setup undoes what this term's start created in the source when the
+	// term ends before streaming anything.
+	setup     *capture.Setup
 	streaming bool
 	// lost: the leadership went during run; close writes nothing.
 	lost bool
@@ -105,6 +106,12 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 	for _, sk := range p.Sinks {
 		t.ccfg.Sinks = append(t.ccfg.Sinks, sk.ID)
 	}
+	// Every privilege and setting the start needs is checked before it
+	// creates anything (the walcast schema included), and what it then
+	// creates is removed if it fails before streaming (close).
+	if t.setup, err = capture.Check(ctx, t.pool, t.ccfg); err != nil {
+		return t, fmt.Errorf("check source: %w", err)
+	}
 	if err := prepareBackfills(ctx, t.pool, p, log); err != nil {
 		return t, err
 	}
@@ -131,22 +138,9 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 		skip = append(skip, cp)
 	}
 
-	prep, err := capture.Prepare(ctx, t.pool, t.store, t.ccfg)
+	prep, err := t.setup.Prepare(ctx, t.store)
 	if err != nil {
 		return t, fmt.Errorf("prepare source: %w", err)
-	}
-	if prep.CreatedSlot && prep.AcceptedGap == nil {
-		// A start that fails from here on drops the slot it created: it
-		// would only retain WAL, and nothing was streamed from it.
-		t.dropSlot = func() {
-			dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if derr := capture.DropCreatedSlot(dctx, t.pool, t.store, t.ccfg.Slot); derr != nil {
-				log.Warn("drop the slot this failed start created", "slot", t.ccfg.Slot, "err", derr)
-			} else {
-				log.Info("dropped the replication slot this failed start created", "slot", t.ccfg.Slot)
-			}
-		}
 	}
 	t.logPrepared(prep)
 	t.ccfg.KeylessPublication = prep.KeylessPublication
@@ -345,12 +339,22 @@ func (t *term) run(ctx context.Context) (err error) {
 		scheds.Wait()
 		close(schedsDone)
 	})
+	// The control-plane loops (checkpoints, the control listener,
+	// backfills) end early only on an error retrying cannot fix (a
+	// privilege revoked): it stops the term like a failed sink.
+	planeErr := make(chan error, 3)
 	flushDone := make(chan struct{})
 	wg.Go(func() {
 		defer close(flushDone)
-		saveLoop(hard, t.marksStore, t.tracker, t.runs, opts.CheckpointInterval, log)
+		if err := saveLoop(hard, t.marksStore, t.tracker, t.runs, opts.CheckpointInterval, log); err != nil {
+			planeErr <- err
+		}
 	})
-	wg.Go(func() { t.ctl.listen(ctx, opts.Pipeline.Source.DSN, 5*time.Second) })
+	wg.Go(func() {
+		if err := t.ctl.listen(ctx, opts.Pipeline.Source.DSN, 5*time.Second); err != nil {
+			planeErr <- err
+		}
+	})
 	wg.Go(func() { t.reportStreams(ctx) })
 
 	captureErr := make(chan error, 1)
@@ -363,7 +367,9 @@ func (t *term) run(ctx context.Context) (err error) {
 	fillDone := make(chan struct{})
 	wg.Go(func() {
 		defer close(fillDone)
-		t.filler.Run(captureCtx)
+		if err := t.filler.Run(captureCtx); err != nil {
+			planeErr <- err
+		}
 	})
 	if opts.Ready != nil {
 		opts.Ready()
@@ -391,6 +397,8 @@ func (t *term) run(ctx context.Context) (err error) {
 		// its queue fill and stall the stream silently. Run returns err
 		// and the caller reports it, once.
 		log.Info("stopping: a sink failed; waiting for deliveries in flight", "timeout", opts.ShutdownTimeout)
+	case err = <-planeErr:
+		log.Info("stopping: walcast's state in the source database cannot be read or written; waiting for deliveries in flight", "timeout", opts.ShutdownTimeout)
 	}
 	cancelCapture()
 	<-fillDone
@@ -424,8 +432,14 @@ func (t *term) run(ctx context.Context) (err error) {
 // pool. It is safe on a term that openTerm gave up on.
 func (t *term) close(ctx context.Context) {
 	log := t.log
-	if t.dropSlot != nil && !t.streaming {
-		t.dropSlot()
+	// A term that lost its leadership leaves the source to whoever leads
+	// now, who may be using what this start created.
+	if t.setup != nil && !t.streaming && (t.lease == nil || t.lease.Err() == nil) {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		if err := t.setup.Undo(uctx); err != nil {
+			log.Warn("remove what this failed start created in the source", "err", err)
+		}
+		cancel()
 	}
 	if t.capt != nil && t.streaming {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)

@@ -52,6 +52,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/walcast/walcast/host/internal/pgerr"
 )
 
 // Config says which pipeline to lead and how quickly to notice changes.
@@ -155,7 +157,8 @@ var ErrLost = errors.New("leadership lost")
 
 // Acquire blocks until this process holds the pipeline's lock, or ctx ends.
 // While it waits it logs once whom it stands by for, and again only when
-// the leader changes.
+// the leader changes. An error that retrying cannot fix (pgerr.Permanent:
+// a missing privilege, a wrong password) ends it with that error.
 func Acquire(ctx context.Context, cfg Config) (*Lease, error) {
 	cfg.defaults()
 	class, obj := Keys(cfg.Pipeline)
@@ -217,11 +220,16 @@ func Acquire(ctx context.Context, cfg Config) (*Lease, error) {
 			release()
 		}
 		if err != nil {
-			// PostgreSQL restarting, the network: keep standing by, and
-			// say so once.
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
+			// A missing privilege, a wrong password: standing by would
+			// wait forever for what only an operator can fix.
+			if pgerr.Permanent(err) {
+				return nil, err
+			}
+			// PostgreSQL restarting, the network: keep standing by, and
+			// say so once.
 			if !warned {
 				cfg.Logger.Warn("cannot reach the source database to take the pipeline's leadership; retrying", "err", err)
 				warned = true

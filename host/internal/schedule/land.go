@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/host/internal/ack"
+	"github.com/walcast/walcast/host/internal/pgerr"
 	"github.com/walcast/walcast/pluginkit"
 )
 
@@ -201,14 +202,16 @@ func (s *Scheduler) backoff(attempts int) time.Duration {
 
 // retryStore retries a control-plane write (the database may be
 // restarting) until it succeeds or ctx ends: an event is only resolved once
-// its park record is durable.
+// its park record is durable. An error retrying cannot fix (a privilege
+// revoked, a table dropped: pgerr.Permanent) is returned at once, and
+// stops the sink.
 func retryStore(ctx context.Context, log *slog.Logger, f func(context.Context) error) error {
 	delay := 100 * time.Millisecond
 	for {
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		err := f(wctx)
 		cancel()
-		if err == nil || ctx.Err() != nil {
+		if err == nil || ctx.Err() != nil || pgerr.Permanent(err) {
 			return err
 		}
 		log.Warn("control-plane write failed; retrying", "retry_in", delay, "err", err)

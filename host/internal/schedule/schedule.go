@@ -25,6 +25,7 @@ package schedule
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -250,7 +251,10 @@ func (s *Scheduler) Run(ctx context.Context, stop <-chan struct{}) error {
 			return err
 		})
 		if err != nil {
-			return nil // ctx ended
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("load the rows with parked events: %w", err)
 		}
 		for _, r := range rows {
 			s.parkedRows[r] = true
