@@ -218,7 +218,7 @@ func explainDenied(kind, name string, e *pgconn.PgError, who, role string) (prob
 var controlTables = []string{
 	"schema_version", "pipelines", "checkpoints", "parked", "replay_requests", "usage", "pauses",
 	"gaps", "sink_failures", "backfills", "backfill_tables", "catchup_slots", "sink_backlog",
-	"published_tables", "leaderships",
+	"published_tables", "leaderships", "streams",
 }
 
 func isControlTable(name string) bool {
