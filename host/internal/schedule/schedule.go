@@ -49,6 +49,8 @@ type ParkStore interface {
 	Unpark(ctx context.Context, sink string, ids []pluginkit.EventID) error
 	ParkedRows(ctx context.Context, sink string) ([]string, error)
 	ListParked(ctx context.Context, sink, row string) ([]checkpoint.Parked, error)
+	// ListParkedTable returns the parked events of one table, in id order.
+	ListParkedTable(ctx context.Context, sink, schema, table string) ([]checkpoint.Parked, error)
 	ParkedRowOf(ctx context.Context, sink string, id pluginkit.EventID) (string, error)
 }
 
@@ -127,11 +129,10 @@ type Scheduler struct {
 	wake   chan struct{}
 
 	// Owned by the Run goroutine.
-	pend       *pending
-	parkedRows map[string]bool
-	// parkedTables: tables whose truncate is parked; every later event of
-	// the table is parked behind it (and its row then stays parked).
-	parkedTables map[string]bool
+	pend *pending
+	// parked: the rows with events in walcast.parked (a table's truncates
+	// under its truncate row), kept until a replay leaves none of them.
+	parked       parkedSet
 	replaying    map[string]bool            // parked rows whose events are being replayed
 	replayIDs    map[pluginkit.EventID]bool // replayed events pending or in flight
 	waiters      []*replayWaiter
@@ -184,8 +185,7 @@ func New(cfg Config, queue *fanout.Queue, tracker *ack.Tracker, sink Deliverer) 
 		exited:       make(chan struct{}),
 		wake:         make(chan struct{}, 1),
 		pend:         newPending(),
-		parkedRows:   map[string]bool{},
-		parkedTables: map[string]bool{},
+		parked:       newParkedSet(),
 		replaying:    map[string]bool{},
 		replayIDs:    map[pluginkit.EventID]bool{},
 		window:       lookAhead(cfg.MaxInFlight, cfg.BatchSize),
@@ -253,10 +253,7 @@ func (s *Scheduler) Run(ctx context.Context, stop <-chan struct{}) error {
 			return nil // ctx ended
 		}
 		for _, r := range rows {
-			s.parkedRows[r] = true
-			if t := tableOfRow(r); t != "" {
-				s.parkedTables[t] = true
-			}
+			s.parked.add(r)
 		}
 	}
 	timer := time.NewTimer(time.Hour)
@@ -397,17 +394,9 @@ func (s *Scheduler) accept(ctx context.Context, it fanout.Item) error {
 	}
 	e := newEntry(ev, it.OldKey)
 	e.seq, e.gapBefore, e.queued = it.Seq, gap, s.took
-	if s.parkedRows[e.row] || (e.oldRow != "" && s.parkedRows[e.oldRow]) {
+	if reason := s.parkedBehind(e); reason != "" {
 		s.gapCarry = gap
-		reason := "parked behind an earlier parked event of the same row"
-		if !s.parkedRows[e.row] {
-			reason = "parked behind an earlier parked event of the row whose key this update changed"
-		}
 		return s.park(ctx, []*entry{e}, reason, false)
-	}
-	if s.parkedTables[e.table] {
-		s.gapCarry = gap
-		return s.park(ctx, []*entry{e}, "parked behind a parked truncate of the same table", false)
 	}
 	s.pend.add(e)
 	return nil

@@ -125,6 +125,18 @@ func (m *memParked) ListParked(_ context.Context, _ string, row string) ([]check
 	slices.SortFunc(out, func(a, b checkpoint.Parked) int { return a.Event.ID.Compare(b.Event.ID) })
 	return out, nil
 }
+func (m *memParked) ListParkedTable(_ context.Context, _ string, schema, table string) ([]checkpoint.Parked, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []checkpoint.Parked
+	for _, p := range m.ps {
+		if p.Event.Schema == schema && p.Event.Table == table {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b checkpoint.Parked) int { return a.Event.ID.Compare(b.Event.ID) })
+	return out, nil
+}
 func (m *memParked) ParkedRowOf(_ context.Context, _ string, id pluginkit.EventID) (string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
