@@ -132,20 +132,20 @@ type Scheduler struct {
 	pend *pending
 	// parked: the rows with events in walcast.parked (a table's truncates
 	// under its truncate row), kept until a replay leaves none of them.
-	parked       parkedSet
-	replaying    map[string]bool            // parked rows whose events are being replayed
-	replayIDs    map[pluginkit.EventID]bool // replayed events pending or in flight
-	waiters      []*replayWaiter
-	window       int // events held: pending plus in flight
-	bucket       *bucket
-	pausedTill   time.Time
-	gapCarry     bool      // a gap flag whose event was filtered out: it goes to the next one
-	inFlight     int       // batches
-	idleSince    time.Time // when the last batch in flight landed
-	took         time.Time // when Run took the events it is accepting (one clock read per burst)
-	flying       int       // events in those batches
-	flyBytes     int       // payload bytes in those batches
-	results      chan result
+	parked     parkedSet
+	replaying  map[string]bool            // parked rows whose events are being replayed
+	replayIDs  map[pluginkit.EventID]bool // replayed events pending or in flight
+	waiters    []*replayWaiter
+	window     int // events held: pending plus in flight
+	bucket     *bucket
+	pausedTill time.Time
+	gapCarry   bool      // a gap flag whose event was filtered out: it goes to the next one
+	inFlight   int       // batches
+	idleSince  time.Time // when the last batch in flight landed
+	took       time.Time // when Run took the events it is accepting (one clock read per burst)
+	flying     int       // events in those batches
+	flyBytes   int       // payload bytes in those batches
+	results    chan result
 	// deliveries counts the delivery goroutines; Run waits for them
 	// before it returns, so no Deliver outlives the scheduler.
 	deliveries sync.WaitGroup
@@ -180,16 +180,16 @@ func New(cfg Config, queue *fanout.Queue, tracker *ack.Tracker, sink Deliverer) 
 	}
 	s := &Scheduler{
 		cfg: cfg, queue: queue, tracker: tracker, sink: sink,
-		log:          log.With("sink", cfg.SinkID),
-		replays:      make(chan replayReq),
-		exited:       make(chan struct{}),
-		wake:         make(chan struct{}, 1),
-		pend:         newPending(),
-		parked:       newParkedSet(),
-		replaying:    map[string]bool{},
-		replayIDs:    map[pluginkit.EventID]bool{},
-		window:       lookAhead(cfg.MaxInFlight, cfg.BatchSize),
-		results:      make(chan result, cfg.MaxInFlight),
+		log:       log.With("sink", cfg.SinkID),
+		replays:   make(chan replayReq),
+		exited:    make(chan struct{}),
+		wake:      make(chan struct{}, 1),
+		pend:      newPending(),
+		parked:    newParkedSet(),
+		replaying: map[string]bool{},
+		replayIDs: map[pluginkit.EventID]bool{},
+		window:    lookAhead(cfg.MaxInFlight, cfg.BatchSize),
+		results:   make(chan result, cfg.MaxInFlight),
 	}
 	if cfg.RateLimit > 0 {
 		s.bucket = newBucket(cfg.RateLimit, time.Now())

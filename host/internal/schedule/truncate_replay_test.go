@@ -172,13 +172,13 @@ func checkOrder(evs []pluginkit.Event) string {
 // some keys and the truncates of some tables (permanently: they park at
 // once when alone), and records what it accepted.
 type truncSink struct {
-	mu        sync.Mutex
-	badKeys   map[string]bool // "table/key"
-	badTrunc  map[string]bool // table
+	mu       sync.Mutex
+	badKeys  map[string]bool // "table/key"
+	badTrunc map[string]bool // table
 	// retryable makes the refusal of a key a retryable error: the event
 	// is retried up to max_attempts before it parks.
 	retryable bool
-	transient float64         // probability that a batch fails with a retryable error
+	transient float64 // probability that a batch fails with a retryable error
 	rnd       *rand.Rand
 	got       []pluginkit.Event
 }
