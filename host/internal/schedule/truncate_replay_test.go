@@ -56,11 +56,8 @@ func (m *model) apply(ev pluginkit.Event) bool {
 		m.tables[table] = rows
 	}
 	var c change
-	if len(ev.Payload) > 0 {
-		if err := json.Unmarshal(ev.Payload, &c); err != nil {
-			panic(fmt.Sprintf("test event %s has payload %q: %v", ev.ID, ev.Payload, err))
-		}
-	}
+	_ = json.Unmarshal(ev.Payload, &c) // every test event carries one
+
 	switch ev.Op {
 	case pluginkit.OpTruncate:
 		clear(rows)
@@ -169,34 +166,45 @@ func checkOrder(evs []pluginkit.Event) string {
 }
 
 // truncSink is an in-process sink that refuses, on demand, the events of
-// some keys and the truncates of some tables (permanently: they park at
-// once when alone), and records what it accepted.
+// some keys and the truncates of some tables (permanently, so they park
+// at once when alone), fails whole batches now and then, and records what
+// it accepted in the order it accepted it. It also checks the barrier as
+// a destination sees it: a truncate is never in flight with another event
+// of its table.
 type truncSink struct {
-	mu       sync.Mutex
-	badKeys  map[string]bool // "table/key"
-	badTrunc map[string]bool // table
+	mu        sync.Mutex
+	badKeys   map[string]bool // "table/key"
+	badTrunc  map[string]bool // table
+	transient float64         // probability that a batch fails with a retryable error
 	// retryable makes the refusal of a key a retryable error: the event
 	// is retried up to max_attempts before it parks.
 	retryable bool
-	transient float64 // probability that a batch fails with a retryable error
-	rnd       *rand.Rand
-	got       []pluginkit.Event
+	// latency, when set, is the most a delivery takes (random, from 0).
+	latency time.Duration
+	rnd     *rand.Rand
+	got     []pluginkit.Event
+	// flying counts the batches in flight per table, truncFlying the
+	// truncates; violation is the first barrier violation seen.
+	flying, truncFlying map[string]int
+	violation           string
 }
 
 func newTruncSink(seed uint64) *truncSink {
-	return &truncSink{badKeys: map[string]bool{}, badTrunc: map[string]bool{}, rnd: rand.New(rand.NewPCG(seed, seed^0x5eed))}
+	return &truncSink{badKeys: map[string]bool{}, badTrunc: map[string]bool{}, rnd: rand.New(rand.NewPCG(seed, seed^0x5eed)),
+		flying: map[string]int{}, truncFlying: map[string]int{}}
 }
 
 func (s *truncSink) Deliver(_ context.Context, evs []pluginkit.Event) (pluginkit.DeliverResult, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	for _, e := range evs {
 		if e.Op == pluginkit.OpTruncate && s.badTrunc[e.Table] {
+			s.mu.Unlock()
 			return pluginkit.DeliverResult{}, pluginkit.Permanent(fmt.Errorf("destination refuses truncate of %s", e.Table))
 		}
 		var c change
 		_ = json.Unmarshal(e.Payload, &c)
 		if s.badKeys[e.Table+"/"+string(e.Key)] || (c.OldKey != "" && s.badKeys[e.Table+"/"+c.OldKey]) {
+			s.mu.Unlock()
 			err := fmt.Errorf("destination refuses row %s of %s", e.Key, e.Table)
 			if s.retryable {
 				return pluginkit.DeliverResult{}, err
@@ -205,7 +213,40 @@ func (s *truncSink) Deliver(_ context.Context, evs []pluginkit.Event) (pluginkit
 		}
 	}
 	if s.transient > 0 && s.rnd.Float64() < s.transient {
+		s.mu.Unlock()
 		return pluginkit.DeliverResult{}, errors.New("destination briefly unavailable")
+	}
+	tables, truncs := map[string]int{}, map[string]bool{}
+	for _, e := range evs {
+		tables[e.Table]++
+		if e.Op == pluginkit.OpTruncate {
+			truncs[e.Table] = true
+		}
+	}
+	for tb, n := range tables {
+		if s.violation == "" && ((truncs[tb] && (n > 1 || s.flying[tb] > 0)) || s.truncFlying[tb] > 0) {
+			s.violation = fmt.Sprintf("a truncate of %s was in flight with another event of its table", tb)
+		}
+		s.flying[tb]++
+	}
+	for tb := range truncs {
+		s.truncFlying[tb]++
+	}
+	var d time.Duration
+	if s.latency > 0 {
+		d = time.Duration(s.rnd.Int64N(int64(s.latency)))
+	}
+	s.mu.Unlock()
+	if d > 0 {
+		time.Sleep(d)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for tb := range tables {
+		s.flying[tb]--
+	}
+	for tb := range truncs {
+		s.truncFlying[tb]--
 	}
 	s.got = append(s.got, evs...)
 	return pluginkit.DeliverResult{}, nil
