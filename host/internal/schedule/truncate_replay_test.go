@@ -204,9 +204,10 @@ func (s *truncSink) Deliver(_ context.Context, evs []pluginkit.Event) (pluginkit
 		var c change
 		_ = json.Unmarshal(e.Payload, &c)
 		if s.badKeys[e.Table+"/"+string(e.Key)] || (c.OldKey != "" && s.badKeys[e.Table+"/"+c.OldKey]) {
+			retryable := s.retryable
 			s.mu.Unlock()
 			err := fmt.Errorf("destination refuses row %s of %s", e.Key, e.Table)
-			if s.retryable {
+			if retryable {
 				return pluginkit.DeliverResult{}, err
 			}
 			return pluginkit.DeliverResult{}, pluginkit.Permanent(err)
