@@ -76,6 +76,11 @@ type Config struct {
 	MaxRetryDelay  time.Duration
 	MaxAttempts    int
 	DeliverTimeout time.Duration
+	// ThrottleMin and ThrottleMax bound the pause a throttled sink asks
+	// for (an HTTP Retry-After): a shorter one (0, or a date already
+	// past) is raised to ThrottleMin, doubled over consecutive throttles,
+	// and a longer one is cut to ThrottleMax. Defaults: 1 s and 10 min.
+	ThrottleMin, ThrottleMax time.Duration
 	// SkipThrough: events at or below it were delivered before (the sink's
 	// checkpoint); they are resolved without being delivered again.
 	SkipThrough pluginkit.EventID
@@ -139,13 +144,15 @@ type Scheduler struct {
 	window     int // events held: pending plus in flight
 	bucket     *bucket
 	pausedTill time.Time
-	gapCarry   bool      // a gap flag whose event was filtered out: it goes to the next one
-	inFlight   int       // batches
-	idleSince  time.Time // when the last batch in flight landed
-	took       time.Time // when Run took the events it is accepting (one clock read per burst)
-	flying     int       // events in those batches
-	flyBytes   int       // payload bytes in those batches
-	results    chan result
+	// throttle is the state of the sink's throttling (throttle.go).
+	throttle  throttleState
+	gapCarry  bool      // a gap flag whose event was filtered out: it goes to the next one
+	inFlight  int       // batches
+	idleSince time.Time // when the last batch in flight landed
+	took      time.Time // when Run took the events it is accepting (one clock read per burst)
+	flying    int       // events in those batches
+	flyBytes  int       // payload bytes in those batches
+	results   chan result
 	// deliveries counts the delivery goroutines; Run waits for them
 	// before it returns, so no Deliver outlives the scheduler.
 	deliveries sync.WaitGroup
@@ -174,6 +181,13 @@ func New(cfg Config, queue *fanout.Queue, tracker *ack.Tracker, sink Deliverer) 
 	if cfg.DeliverTimeout <= 0 {
 		cfg.DeliverTimeout = 2 * time.Minute
 	}
+	if cfg.ThrottleMin <= 0 {
+		cfg.ThrottleMin = time.Second
+	}
+	if cfg.ThrottleMax <= 0 {
+		cfg.ThrottleMax = 10 * time.Minute
+	}
+	cfg.ThrottleMax = max(cfg.ThrottleMax, cfg.ThrottleMin)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -447,7 +461,7 @@ func (s *Scheduler) dispatch(ctx context.Context) (time.Time, error) {
 	if s.paused.Load() {
 		return wake, nil
 	}
-	for s.inFlight < s.cfg.MaxInFlight && s.pend.len() > 0 {
+	for s.inFlight < s.throttle.lanes(s.cfg.MaxInFlight) && s.pend.len() > 0 {
 		now := time.Now()
 		if now.Before(s.pausedTill) {
 			return s.pausedTill, nil
@@ -478,7 +492,8 @@ func (s *Scheduler) dispatch(ctx context.Context) (time.Time, error) {
 		s.inFlight++
 		s.flying += len(batch)
 		s.flyBytes += size
-		s.deliveries.Go(func() { s.deliver(ctx, batch, size) })
+		gen := s.throttle.gen
+		s.deliveries.Go(func() { s.deliver(ctx, batch, size, gen) })
 	}
 	return wake, nil
 }

@@ -315,7 +315,8 @@ func TestThrottleIsNotAnAttempt(t *testing.T) {
 		return nil
 	}}
 	store := &memParked{}
-	h := start(t, Config{BatchSize: 10, MaxInFlight: 1, RetryBase: time.Hour, MaxAttempts: 1, Parked: store}, sink)
+	// A floor below the pause asked for, so that the pauses are the 150 ms.
+	h := start(t, Config{BatchSize: 10, MaxInFlight: 1, RetryBase: time.Hour, MaxAttempts: 1, Parked: store, ThrottleMin: 10 * time.Millisecond}, sink)
 	h.push(1)
 	h.waitResolved(10 * time.Second)
 	if store.len() != 0 {
@@ -800,7 +801,7 @@ func TestAttemptsNeverGoDown(t *testing.T) {
 		}
 		return nil
 	}}
-	h := start(t, Config{BatchSize: 10, MaxInFlight: 1}, sink)
+	h := start(t, Config{BatchSize: 10, MaxInFlight: 1, ThrottleMin: 10 * time.Millisecond}, sink)
 	h.push(1)
 	<-entered
 	during := h.sched.Stats.Attempts.Load()
