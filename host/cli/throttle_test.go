@@ -130,4 +130,3 @@ func TestThrottleRetryAfterEdges(t *testing.T) {
 		})
 	}
 }
-
