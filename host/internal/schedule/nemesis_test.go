@@ -415,9 +415,10 @@ func (n *nemesis) restart() error {
 	return nil
 }
 
-// finish heals the sink and replays until nothing is parked: through the
-// running scheduler, or, a third of the time, daemon-less with
-// ReplayParked (a replay by id first, then of all).
+// finish heals the sink and replays everything parked: through the
+// running scheduler, with changes still arriving during the first replay
+// of all, or, a third of the time, daemon-less with ReplayParked (a
+// replay by id first, half the time, then of all).
 func (n *nemesis) finish() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -426,12 +427,45 @@ func (n *nemesis) finish() error {
 	if err := n.quiesce(); err != nil {
 		return err
 	}
-	daemonless := n.rnd.IntN(3) == 0
-	if daemonless {
-		n.stats.daemonless++
-		if err := n.stopScheduler(); err != nil {
-			return err
+	if n.rnd.IntN(3) != 0 {
+		// Changes keep arriving during the first replay. What waits only
+		// for the replay joins it; anything else is left for the next.
+		for try := 0; ; try++ {
+			n.tracef("replay all, waiting")
+			done := n.sched.ReplayWait(ctx, checkpoint.ReplayRequest{Sink: "s"})
+			if try == 0 {
+				for range n.rnd.IntN(4) {
+					if err := n.commit(); err != nil {
+						return err
+					}
+				}
+			}
+			select {
+			case err := <-done:
+				if err != nil {
+					return fmt.Errorf("replay of all: %w", err)
+				}
+			case <-ctx.Done():
+				return errors.New("a replay of all did not end in time")
+			}
+			if err := n.quiesce(); err != nil {
+				return err
+			}
+			left, err := n.parkedWhenIdle()
+			if err != nil {
+				return err
+			}
+			if left == 0 {
+				return n.stopScheduler()
+			}
+			if try == 5 {
+				return fmt.Errorf("%d events still parked after 5 replays of all with the sink healed", left)
+			}
 		}
+	}
+	n.stats.daemonless++
+	if err := n.stopScheduler(); err != nil {
+		return err
 	}
 	for try := 0; ; try++ {
 		ps, err := n.store.ListParked(ctx, "s", "")
@@ -440,19 +474,10 @@ func (n *nemesis) finish() error {
 		}
 		n.stats.parkedMax = max(n.stats.parkedMax, len(ps))
 		if len(ps) == 0 {
-			break
+			return nil
 		}
-		if try == 10 {
-			return fmt.Errorf("%d events still parked after 10 replays of all with the sink healed", len(ps))
-		}
-		if !daemonless {
-			if err := n.replayAllWait(ctx); err != nil {
-				return err
-			}
-			if err := n.quiesce(); err != nil {
-				return err
-			}
-			continue
+		if try == 2 {
+			return fmt.Errorf("%d events still parked after a daemon-less replay of all with the sink healed", len(ps))
 		}
 		var id pluginkit.EventID
 		if try == 0 && n.rnd.IntN(2) == 0 {
@@ -463,23 +488,24 @@ func (n *nemesis) finish() error {
 			return fmt.Errorf("daemon-less replay %v: %w", id, err)
 		}
 	}
-	if !daemonless {
-		return n.stopScheduler()
-	}
-	return nil
-}
-
-func (n *nemesis) replayAllWait(ctx context.Context) error {
-	n.tracef("replay all, waiting")
-	select {
-	case err := <-n.sched.ReplayWait(ctx, checkpoint.ReplayRequest{Sink: "s"}):
-		return err
-	case <-ctx.Done():
-		return errors.New("a replay of all did not end in time")
-	}
 }
 
 // check compares what arrived with the source.
+// parkedWhenIdle returns how many events are parked once the scheduler
+// holds nothing pending or in flight (events that joined a replay that
+// already ended may still be on their way).
+func (n *nemesis) parkedWhenIdle() (int, error) {
+	deadline := time.Now().Add(time.Minute)
+	for n.sched.Stats.Held.Load() > 0 {
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("the scheduler still holds %d events after a minute", n.sched.Stats.Held.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ps, err := n.store.ListParked(context.Background(), "s", "")
+	return len(ps), err
+}
+
 func (n *nemesis) check() error {
 	got := n.sink.delivered()
 	arrived := map[pluginkit.EventID]bool{}

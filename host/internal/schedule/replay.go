@@ -265,12 +265,87 @@ func (s *Scheduler) continueReplay(ctx context.Context, row string) error {
 				return err
 			}
 			s.loadReplay(left)
+			var rows []string
+			for _, p := range left {
+				rows = append(rows, p.Row)
+				if p.OldRow != "" {
+					rows = append(rows, p.OldRow)
+				}
+			}
+			s.extendWaiters([]string{row}, rows)
 			return nil
 		}
 	}
 	s.endReplay(row)
 	s.parked.remove(row)
 	return nil
+}
+
+// replayHolding returns the rows being replayed that hold e back through
+// its table, when nothing else does: its table's truncate row, or, for a
+// truncate, the table's parked rows. nil when e waits for anything else,
+// or for its own rows (their replay picks it up: continueReplay).
+func (s *Scheduler) replayHolding(e *entry) []string {
+	if s.parked.has(e.row) || (e.oldRow != "" && s.parked.has(e.oldRow)) {
+		return nil
+	}
+	if s.parked.truncated(e.table) {
+		if tr := e.table + "\x1f" + tableKey; s.replaying[tr] {
+			return []string{tr}
+		}
+		return nil
+	}
+	if !e.barrier {
+		return nil
+	}
+	var rows []string
+	for r := range s.parked.rows {
+		if tableOf(r) == e.table {
+			if !s.replaying[r] {
+				return nil
+			}
+			rows = append(rows, r)
+		}
+	}
+	return rows
+}
+
+// joinReplay makes e, just parked on arrival behind the rows of a replay
+// (replayHolding), part of that replay, so that one replay leaves neither
+// its table held behind a replayed truncate nor a truncate that came while
+// it ran: without this they would wait for the next one. e is pending as a
+// replayed event: behind what it waits for (every parked event that must
+// go before it is pending or in flight, or is loaded by continueReplay
+// before those are resolved), and its replay's waiters wait for it too.
+func (s *Scheduler) joinReplay(e *entry, holding []string) {
+	e.replay = true
+	s.replayIDs[e.ev.ID] = true
+	rows := []string{e.row}
+	if e.oldRow != "" {
+		rows = append(rows, e.oldRow)
+	}
+	for _, r := range rows {
+		s.replaying[r] = true
+	}
+	s.pend.add(e)
+	s.extendWaiters(holding, rows)
+}
+
+// extendWaiters makes every waiter of a replay of one of from wait for
+// the rows being replayed among rows too: they carry on its replay.
+func (s *Scheduler) extendWaiters(from, rows []string) {
+	for _, w := range s.waiters {
+		for _, f := range from {
+			if w.rows[f] {
+				for _, r := range rows {
+					if s.replaying[r] {
+						w.rows[r] = true
+					}
+				}
+				break
+			}
+		}
+	}
 }
 
 // endReplay ends the replay of row: done, or stopped by a failure.

@@ -410,7 +410,14 @@ func (s *Scheduler) accept(ctx context.Context, it fanout.Item) error {
 	e.seq, e.gapBefore, e.queued = it.Seq, gap, s.took
 	if reason := s.parkedBehind(e); reason != "" {
 		s.gapCarry = gap
-		return s.park(ctx, []*entry{e}, reason, false)
+		join := s.replayHolding(e)
+		if err := s.park(ctx, []*entry{e}, reason, false); err != nil {
+			return err
+		}
+		if join != nil {
+			s.joinReplay(e, join)
+		}
+		return nil
 	}
 	s.pend.add(e)
 	return nil

@@ -181,6 +181,10 @@ type truncSink struct {
 	retryable bool
 	// latency, when set, is the most a delivery takes (random, from 0).
 	latency time.Duration
+	// hold, when set, holds a batch that hold says to hold: it signals
+	// held and waits for release.
+	hold          func(evs []pluginkit.Event) bool
+	held, release chan struct{}
 	rnd     *rand.Rand
 	got     []pluginkit.Event
 	// flying counts the batches in flight per table, truncFlying the
@@ -237,7 +241,15 @@ func (s *truncSink) Deliver(_ context.Context, evs []pluginkit.Event) (pluginkit
 	if s.latency > 0 {
 		d = time.Duration(s.rnd.Int64N(int64(s.latency)))
 	}
+	hold := s.hold != nil && s.hold(evs)
+	if hold {
+		s.hold = nil // once
+	}
 	s.mu.Unlock()
+	if hold {
+		s.held <- struct{}{}
+		<-s.release
+	}
 	if d > 0 {
 		time.Sleep(d)
 	}
@@ -412,4 +424,89 @@ func ids(evs []pluginkit.Event) []string {
 		}
 	}
 	return out
+}
+
+// One replay leaves nothing of what it holds back parked: events of a
+// table that arrive while the table's truncate is being replayed, and a
+// truncate that arrives while rows of its table are, park behind the
+// replay and are delivered by it, in order, instead of waiting for the
+// next replay (with the table held behind them meanwhile).
+func TestArrivalsBehindAReplayJoinIt(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// park makes the sink park something, returns what the held
+		// replay batch is, and what arrives while it is held.
+		refuse  func(s *truncSink)
+		held    func(evs []pluginkit.Event) bool
+		arrive  []pluginkit.Event
+		parked0 int
+	}{
+		{
+			name:    "events of a table whose truncate is replayed",
+			refuse:  func(s *truncSink) { s.badTrunc["t"] = true },
+			held:    func(evs []pluginkit.Event) bool { return evs[0].Op == pluginkit.OpTruncate },
+			arrive:  []pluginkit.Event{ins("t", 5, "e"), ins("t", 6, "f"), trunc("t"), ins("t", 7, "g")},
+			parked0: 2,
+		},
+		{
+			name:    "a truncate of a table whose row is replayed",
+			refuse:  func(s *truncSink) { s.badKeys[`t/{"id":1}`] = true },
+			held:    func(evs []pluginkit.Event) bool { return string(evs[0].Key) == `{"id":1}` },
+			arrive:  []pluginkit.Event{trunc("t"), ins("t", 7, "g")},
+			parked0: 1,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sink := newTruncSink(3)
+			tc.refuse(sink)
+			store := &memParked{}
+			h := start(t, Config{BatchSize: 4, MaxInFlight: 4, RetryBase: time.Millisecond, MaxAttempts: 1, Parked: store}, sink)
+			src := &source{h: h, src: newModel()}
+			src.commit(ins("t", 1, "a"))
+			if tc.parked0 == 2 {
+				src.commit(trunc("t"))
+				src.commit(ins("t", 2, "b"))
+			}
+			h.waitResolved(10 * time.Second)
+			waitParked(t, store, tc.parked0)
+
+			sink.heal()
+			sink.set(func(s *truncSink) {
+				s.hold, s.held, s.release = tc.held, make(chan struct{}), make(chan struct{})
+			})
+			done := h.sched.ReplayWait(context.Background(), checkpoint.ReplayRequest{Sink: "s"})
+			select {
+			case <-sink.held:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the replay never reached the sink")
+			}
+			for _, ev := range tc.arrive {
+				src.commit(ev)
+			}
+			h.waitResolved(10 * time.Second) // parked on arrival, behind the replay
+			close(sink.release)
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the replay did not end")
+			}
+			if n := store.len(); n != 0 {
+				ps, _ := store.ListParked(context.Background(), "s", "")
+				t.Fatalf("%d events still parked after one replay of all: %v", n, ps)
+			}
+			// The table flows again.
+			src.commit(ins("t", 9, "z"))
+			h.waitResolved(10 * time.Second)
+			got := sink.delivered()
+			if d := mirrorOf(got).diff(src.src); d != "" {
+				t.Fatalf("%s (arrival order %v)", d, ids(got))
+			}
+			if v := checkOrder(got); v != "" {
+				t.Fatal(v)
+			}
+		})
+	}
 }
