@@ -185,8 +185,8 @@ type truncSink struct {
 	// held and waits for release.
 	hold          func(evs []pluginkit.Event) bool
 	held, release chan struct{}
-	rnd     *rand.Rand
-	got     []pluginkit.Event
+	rnd           *rand.Rand
+	got           []pluginkit.Event
 	// flying counts the batches in flight per table, truncFlying the
 	// truncates; violation is the first barrier violation seen.
 	flying, truncFlying map[string]int
