@@ -168,7 +168,9 @@ func (m *mirrorReceiver) orderViolation() string {
 			Old json.RawMessage `json:"old"`
 		}
 		if json.Unmarshal(e.Raw, &env) == nil && len(env.Old) > 0 && string(env.Old) != "null" {
-			keys = append(keys, compactJSON(env.Old))
+			if k := compactJSON(env.Old); k != e.Key {
+				keys = append(keys, k)
+			}
 		}
 		for _, k := range keys {
 			if p, ok := last[k]; ok && e.ID.Compare(p) <= 0 {
