@@ -153,20 +153,14 @@ func replayParked(ctx context.Context, t replayTarget, req checkpoint.ReplayRequ
 	if sink == nil {
 		return fmt.Errorf("pipeline %q has no sink %q", p.Name, req.Sink)
 	}
-	row := ""
-	if !req.ID.IsZero() {
-		r, err := store.ParkedRowOf(ctx, req.Sink, req.ID)
-		if err != nil {
-			return err
-		}
-		if r == "" {
-			return fmt.Errorf("event %s is not parked for sink %s (see walcast parked)", req.ID, req.Sink)
-		}
-		row = r
-	}
-	before, err := store.ListParked(ctx, req.Sink, row)
+	// What the replay covers: with --id, the event's row and every parked
+	// event that must go before it (the scheduler loads the same set).
+	before, err := schedule.ReplaySet(ctx, store, req.Sink, req.ID)
 	if err != nil {
 		return err
+	}
+	if before == nil && !req.ID.IsZero() {
+		return fmt.Errorf("event %s is not parked for sink %s (see walcast parked)", req.ID, req.Sink)
 	}
 	if len(before) == 0 {
 		fmt.Fprintln(out, "nothing parked to replay")
@@ -177,7 +171,7 @@ func replayParked(ctx context.Context, t replayTarget, req checkpoint.ReplayRequ
 		return err
 	}
 	if !running {
-		return replayDirect(ctx, p, sink, store, req, row, before, wait, pluginDir, log, out, errOut)
+		return replayDirect(ctx, p, sink, store, req, before, wait, pluginDir, log, out, errOut)
 	}
 	// The daemon owns delivery: hand it the request, so the replayed
 	// events and the live ones of the same rows stay in order.
@@ -190,7 +184,7 @@ func replayParked(ctx context.Context, t replayTarget, req checkpoint.ReplayRequ
 	}
 	deadline := time.Now().Add(wait)
 	for {
-		left, err := store.ListParked(ctx, req.Sink, row)
+		left, err := store.ListParked(ctx, req.Sink, "")
 		if err != nil {
 			return err
 		}
@@ -228,7 +222,7 @@ func stillParked(asked, left []checkpoint.Parked) bool {
 // batching, rate limit, row order, retries and parking again all apply. It
 // stops after wait (0: when the replay ends); what is left stays parked.
 func replayDirect(ctx context.Context, p *config.Pipeline, sink *config.Sink, store *checkpoint.Store, req checkpoint.ReplayRequest,
-	row string, before []checkpoint.Parked, wait time.Duration, pluginDir string, log *slog.Logger, stdout, stderr io.Writer) error {
+	before []checkpoint.Parked, wait time.Duration, pluginDir string, log *slog.Logger, stdout, stderr io.Writer) error {
 	ps := newPluginSet(pluginDir, log, stdout)
 	ps.Pipeline = p.Name
 	ps.Source = &p.Source
@@ -250,7 +244,7 @@ func replayDirect(ctx context.Context, p *config.Pipeline, sink *config.Sink, st
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		fmt.Fprintln(stderr, "walcast replay:", err)
 	}
-	left, lerr := store.ListParked(ctx, req.Sink, row)
+	left, lerr := store.ListParked(ctx, req.Sink, "")
 	if lerr != nil {
 		return lerr
 	}

@@ -149,6 +149,22 @@ ORDER BY sink, commit_lsn, idx`, s.pipeline, sink, row)
 	return scanParked(rows)
 }
 
+// ListParkedTable returns the parked events of one table of sink, oldest
+// first: a replay needs them all to deliver, before an event, whatever
+// the table's truncates order before it.
+func (s *Store) ListParkedTable(ctx context.Context, sink, schema, table string) ([]Parked, error) {
+	rows, err := s.db.Query(ctx, `
+SELECT sink, commit_lsn::text AS lsn_text, idx, row_key, old_row_key, schema_name, table_name, op, key, payload, attempts, last_error,
+	first_failed_at, last_failed_at
+FROM walcast.parked
+WHERE pipeline = $1 AND sink = $2 AND schema_name = $3 AND table_name = $4
+ORDER BY commit_lsn, idx`, s.pipeline, sink, schema, table)
+	if err != nil {
+		return nil, fmt.Errorf("list parked events of %s.%s: %w", schema, table, err)
+	}
+	return scanParked(rows)
+}
+
 // RecentParked returns the limit most recently failed parked events of
 // the pipeline, newest failure first: what an operator looks at first,
 // without loading every payload of a sink that parked thousands.

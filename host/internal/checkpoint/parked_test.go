@@ -141,3 +141,34 @@ func TestRecentParkedAndSummary(t *testing.T) {
 		t.Errorf("RecentParked(3) = %s, want %s", strings.Join(got, "|"), want)
 	}
 }
+
+// ListParkedTable returns one table's parked events of one sink, in id
+// order (not string order), and nothing of other tables, sinks or
+// pipelines.
+func TestListParkedTable(t *testing.T) {
+	ctx := context.Background()
+	s, pool := initStore(t, "shop")
+	now := time.Now()
+	park := func(sink, table, id string) Parked {
+		return Parked{Sink: sink, Row: table + "/r", LastError: "x", FirstFailure: now, LastFailure: now,
+			Event: cdc.Event{ID: cdc.MustParseEventID(id), Schema: "public", Table: table, Op: cdc.OpInsert, Key: []byte(`{}`), Payload: []byte(`{}`)}}
+	}
+	if err := s.Park(ctx, []Parked{park("hook", "t", "0/1A:0"), park("hook", "t", "0/A:1"), park("hook", "u", "0/B:0"),
+		park("kafka", "t", "0/C:0")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := New(pool, "other").Park(ctx, []Parked{park("hook", "t", "0/D:0")}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ListParkedTable(ctx, "hook", "public", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, p := range got {
+		ids = append(ids, p.Event.ID.String())
+	}
+	if want := "0/A:1 0/1A:0"; strings.Join(ids, " ") != want {
+		t.Fatalf("ListParkedTable(hook, public.t) = %v, want %s", ids, want)
+	}
+}

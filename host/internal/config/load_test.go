@@ -107,12 +107,14 @@ func TestParseGood(t *testing.T) {
 		MaxAttempts:    3,
 		DeliverTimeout: 45 * time.Second,
 		DetachAfter:    DefaultDetachAfter,
+		ThrottleMin:    250 * time.Millisecond,
+		ThrottleMax:    2 * time.Minute,
 	}
 	if got := withoutRanges(billing.Delivery); got != wantDelivery {
 		t.Errorf("billing delivery = %+v\nwant %+v", got, wantDelivery)
 	}
-	if got := rangeString(billing.ConfigRange); got != "25:3" {
-		t.Errorf("billing ConfigRange at %s, want the config header at 25:3", got)
+	if got := rangeString(billing.ConfigRange); got != "27:3" {
+		t.Errorf("billing ConfigRange at %s, want the config header at 27:3", got)
 	}
 	if got := rangeString(billing.IDRange); got != "12:16" {
 		t.Errorf("billing IDRange at %s", got)
@@ -131,12 +133,14 @@ func TestParseGood(t *testing.T) {
 		MaxAttempts:    5,
 		DeliverTimeout: 2 * time.Minute,
 		DetachAfter:    200 * time.Millisecond,
+		ThrottleMin:    time.Second,
+		ThrottleMax:    10 * time.Minute,
 	}
 	if debug.Delivery != wantDefaults {
 		t.Errorf("debug delivery = %+v\nwant %+v", debug.Delivery, wantDefaults)
 	}
-	if got := rangeString(debug.ConfigRange); got != "30:1" {
-		t.Errorf("debug ConfigRange at %s, want the sink header at 30:1", got)
+	if got := rangeString(debug.ConfigRange); got != "32:1" {
+		t.Errorf("debug ConfigRange at %s, want the sink header at 32:1", got)
 	}
 	attrs, diags := debug.Config.JustAttributes()
 	if len(attrs) != 0 || diags.HasErrors() {

@@ -108,6 +108,10 @@ type Delivery struct {
 	// this long is detached to catch up on a slot of its own (README,
 	// "Sinks that fall behind").
 	DetachAfter time.Duration
+	// ThrottleMin and ThrottleMax bound the pause a throttled sink takes
+	// whatever its destination asks for (Retry-After): at least
+	// ThrottleMin, doubled per throttle in a row, at most ThrottleMax.
+	ThrottleMin, ThrottleMax time.Duration
 
 	// BatchSizeRange is where batch_size was written, nil when it was
 	// defaulted: a plugin may then ask for a batch size of its own
@@ -139,6 +143,8 @@ const (
 	DefaultMaxAttempts    = 5
 	DefaultDeliverTimeout = 2 * time.Minute
 	DefaultDetachAfter    = 200 * time.Millisecond
+	DefaultThrottleMin    = time.Second
+	DefaultThrottleMax    = 10 * time.Minute
 
 	// MaxBatchSize bounds batch_size: a batch travels as one gRPC message
 	// and one request to the destination.
@@ -156,6 +162,8 @@ func DefaultDelivery() Delivery {
 		MaxAttempts:    DefaultMaxAttempts,
 		DeliverTimeout: DefaultDeliverTimeout,
 		DetachAfter:    DefaultDetachAfter,
+		ThrottleMin:    DefaultThrottleMin,
+		ThrottleMax:    DefaultThrottleMax,
 	}
 }
 

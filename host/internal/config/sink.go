@@ -38,6 +38,8 @@ var deliverySchema = &hcl.BodySchema{
 		{Name: "max_attempts"},
 		{Name: "deliver_timeout"},
 		{Name: "detach_after"},
+		{Name: "throttle_min"},
+		{Name: "throttle_max"},
 	},
 }
 
@@ -225,6 +227,17 @@ func (d *decoder) decodeDelivery(body hcl.Body) Delivery {
 	d.decodePositiveDuration(attrs["retry_base"], &dl.RetryBase)
 	d.decodePositiveDuration(attrs["deliver_timeout"], &dl.DeliverTimeout)
 	d.decodePositiveDuration(attrs["detach_after"], &dl.DetachAfter)
+	d.decodePositiveDuration(attrs["throttle_min"], &dl.ThrottleMin)
+	d.decodePositiveDuration(attrs["throttle_max"], &dl.ThrottleMax)
+	if dl.ThrottleMin > dl.ThrottleMax {
+		attr := attrs["throttle_min"]
+		if attr == nil {
+			attr = attrs["throttle_max"]
+		}
+		d.errorf(attr.Expr.Range(), "Invalid "+attr.Name,
+			"throttle_min (%s) is longer than throttle_max (%s): the pause of a throttled sink cannot be both; lower throttle_min or raise throttle_max.",
+			dl.ThrottleMin, dl.ThrottleMax)
+	}
 
 	if dl.Ordering == OrderingStrict && dl.MaxInFlightRange != nil && dl.MaxInFlight > 1 {
 		d.add(&hcl.Diagnostic{

@@ -251,6 +251,8 @@ func ScheduleConfig(s *config.Sink, info pluginkit.Info) schedule.Config {
 		RetryBase:      d.RetryBase,
 		MaxAttempts:    d.MaxAttempts,
 		DeliverTimeout: d.DeliverTimeout,
+		ThrottleMin:    d.ThrottleMin,
+		ThrottleMax:    d.ThrottleMax,
 		Tables:         set(s.Tables),
 		Ops:            set(s.Ops),
 	}

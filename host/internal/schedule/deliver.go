@@ -17,10 +17,12 @@ type result struct {
 	res   pluginkit.DeliverResult
 	err   error
 	took  time.Duration
+	// gen is the throttle generation the batch was sent in (throttleState).
+	gen uint64
 }
 
 // deliver runs one attempt in its own goroutine.
-func (s *Scheduler) deliver(ctx context.Context, batch []*entry, size int) {
+func (s *Scheduler) deliver(ctx context.Context, batch []*entry, size int, gen uint64) {
 	events := make([]pluginkit.Event, len(batch))
 	gap := false
 	for i, e := range batch {
@@ -63,5 +65,5 @@ func (s *Scheduler) deliver(ctx context.Context, batch []*entry, size int) {
 		}
 		err = retryStore(ctx, s.log, func(ctx context.Context) error { return s.cfg.Parked.Unpark(ctx, s.cfg.SinkID, ids) })
 	}
-	s.results <- result{batch: batch, bytes: size, res: res, err: err, took: time.Since(start)}
+	s.results <- result{batch: batch, bytes: size, res: res, err: err, took: time.Since(start), gen: gen}
 }

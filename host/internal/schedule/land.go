@@ -132,16 +132,13 @@ func (s *Scheduler) land(ctx context.Context, r result) error {
 	// counter never goes down; a throttle is not an attempt.
 	switch d.verdict {
 	case delivered:
+		s.throttle.answered(r.gen)
 		return s.delivered(ctx, r)
 	case throttled:
-		s.Stats.Throttles.Add(1)
-		if until := time.Now().Add(d.pause); until.After(s.pausedTill) {
-			s.pausedTill = until
-		}
-		s.log.Info("sink throttled; pausing", "pause", d.pause, "err", r.err)
-		s.pend.putBack(r.batch)
+		s.throttled(r, d.pause)
 		return nil
 	}
+	s.throttle.answered(r.gen)
 	s.Stats.Attempts.Add(1)
 	s.Stats.Failures.Add(1)
 	s.cfg.Meter.attempt(len(r.batch), r.bytes, false)

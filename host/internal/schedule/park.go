@@ -18,32 +18,29 @@ import (
 
 // park writes events to walcast.parked and resolves them. An event is
 // parked under its row and, for an update that changed the key, under the
-// old row too; every later event of those rows is parked behind it until a
-// replay clears them. A truncate is parked under its table's row, and every
-// later event of the table is parked behind it. failed says es just failed:
-// the pending events of their rows (and of the rows a key change among
-// those brings in) and, for a truncate, of its table are then parked behind
-// them, and the replay of those rows stops. An event parked on arrival has
-// nothing pending behind it.
+// old row too; a truncate under its table's truncate row. What must go
+// after a parked event (see "Parking and replay" in the package doc) is
+// parked behind it until a replay clears them: later events of its rows,
+// later events of its table if it is a truncate, and its table's later
+// truncates. failed says es just failed: the pending events that must go
+// after them are then parked behind them (and what must go after those, in
+// turn), and the replay of their rows stops. An event parked on arrival
+// has nothing pending behind it.
 func (s *Scheduler) park(ctx context.Context, es []*entry, reason string, failed bool) error {
 	rows := map[string]bool{}
-	tables := map[string]bool{}
-	for _, e := range es {
+	note := func(e *entry) {
 		rows[e.row] = true
 		if e.oldRow != "" {
 			rows[e.oldRow] = true
 		}
-		if e.barrier {
-			tables[e.table] = true
-		}
+	}
+	for _, e := range es {
+		note(e)
 	}
 	all := slices.Clone(es)
-	behind := func(removed []*entry) {
-		for _, e := range removed {
-			rows[e.row] = true
-			if e.oldRow != "" {
-				rows[e.oldRow] = true
-			}
+	if failed {
+		for _, e := range s.pend.removeBehind(es) {
+			note(e)
 			if e.replay {
 				// Still in walcast.parked: the next replay loads it again.
 				delete(s.replayIDs, e.ev.ID)
@@ -51,21 +48,12 @@ func (s *Scheduler) park(ctx context.Context, es []*entry, reason string, failed
 			}
 			all = append(all, e)
 		}
-	}
-	if failed {
-		behind(s.pend.removeRows(rows))
-		for t := range tables {
-			behind(s.pend.removeTable(t))
-		}
 		for _, e := range es {
 			delete(s.replayIDs, e.ev.ID)
 		}
 	}
-	for t := range tables {
-		s.parkedTables[t] = true
-	}
 	for r := range rows {
-		s.parkedRows[r] = true
+		s.parked.add(r)
 		if failed && s.replaying[r] {
 			s.endReplay(r)
 		}
@@ -78,7 +66,7 @@ func (s *Scheduler) park(ctx context.Context, es []*entry, reason string, failed
 		if p.LastError == "" {
 			p.LastError = reason
 			if p.LastError == "" {
-				p.LastError = "parked behind an earlier parked event of the same row"
+				p.LastError = behindReason(e)
 			}
 		}
 		if p.FirstFailure.IsZero() {
@@ -103,3 +91,68 @@ func (s *Scheduler) park(ctx context.Context, es []*entry, reason string, failed
 	}
 	return nil
 }
+
+// parkedBehind returns why an arriving event must be parked behind an
+// event already parked, "" when it may go: an earlier event of one of its
+// rows is parked, or a truncate of its table is, or (for a truncate) any
+// earlier event of its table is.
+func (s *Scheduler) parkedBehind(e *entry) string {
+	switch {
+	case s.parked.has(e.row):
+		return "parked behind an earlier parked event of the same row"
+	case e.oldRow != "" && s.parked.has(e.oldRow):
+		return "parked behind an earlier parked event of the row whose key this update changed"
+	case s.parked.truncated(e.table):
+		return "parked behind a parked truncate of the same table"
+	case e.barrier && s.parked.tableHas(e.table):
+		return "truncate parked behind earlier parked events of its table: it may only follow them"
+	}
+	return ""
+}
+
+// behindReason is the last error recorded for an event parked behind one
+// that failed while it was pending.
+func behindReason(e *entry) string {
+	if e.barrier {
+		return "truncate parked behind an earlier event of its table that was parked"
+	}
+	return "parked behind an earlier parked event of the same row or a parked truncate of its table"
+}
+
+// parkedSet is the rows of a sink with events in walcast.parked, with, per
+// table, how many of them it has: a truncate of a table with any parked
+// row parks behind them, and a table whose truncate row is parked parks
+// every later event behind it.
+type parkedSet struct {
+	rows   map[string]bool
+	tables map[string]int
+}
+
+func newParkedSet() parkedSet {
+	return parkedSet{rows: map[string]bool{}, tables: map[string]int{}}
+}
+
+func (p parkedSet) has(row string) bool { return p.rows[row] }
+
+func (p parkedSet) add(row string) {
+	if !p.rows[row] {
+		p.rows[row] = true
+		p.tables[tableOf(row)]++
+	}
+}
+
+func (p parkedSet) remove(row string) {
+	if p.rows[row] {
+		delete(p.rows, row)
+		t := tableOf(row)
+		if p.tables[t]--; p.tables[t] <= 0 {
+			delete(p.tables, t)
+		}
+	}
+}
+
+// tableHas reports whether table has any parked row.
+func (p parkedSet) tableHas(table string) bool { return p.tables[table] > 0 }
+
+// truncated reports whether a truncate of table is parked.
+func (p parkedSet) truncated(table string) bool { return p.rows[table+"\x1f"+tableKey] }

@@ -60,12 +60,11 @@ type entry struct {
 	lastErr   string
 }
 
-// before orders entries: replayed events first (they are older than every
-// live event of their row), then by id.
+// before orders entries by id, replayed ones among live ones: a replayed
+// truncate must still wait for an earlier live event of its table that is
+// pending, and a replayed event is older than every live event of its row
+// (those park behind it), so id order is the order every rule wants.
 func (e *entry) before(o *entry) bool {
-	if e.replay != o.replay {
-		return e.replay
-	}
 	return e.ev.ID.Compare(o.ev.ID) < 0
 }
 
@@ -97,13 +96,14 @@ func rowKey(ev pluginkit.Event) string {
 // tableKey is the key part of a truncate's row.
 const tableKey = "*"
 
-// tableOfRow returns the table of a truncate's row ("" for any other row),
-// for the parked rows read back from walcast.parked.
-func tableOfRow(row string) string {
-	if t, ok := strings.CutSuffix(row, "\x1f"+tableKey); ok {
-		return t
+// tableOf returns the table ("schema.table") of a row. The key part is
+// JSON (or tableKey), which never holds a raw unit separator, so the last
+// one ends the table name.
+func tableOf(row string) string {
+	if i := strings.LastIndexByte(row, '\x1f'); i >= 0 {
+		return row[:i]
 	}
-	return ""
+	return row
 }
 
 // rowOf is the row of ev's table with the given key.
@@ -154,8 +154,14 @@ func (p *pending) identify(e *entry) {
 
 func (p *pending) len() int { return len(p.list) }
 
-// add appends a live event (ids arrive in order).
+// add adds a live event. Live ids arrive in order, so it is appended,
+// unless a replayed event with a later id is pending (a parked event that
+// PostgreSQL sent again after a restart): the list stays in id order.
 func (p *pending) add(e *entry) {
+	if n := len(p.list); n > 0 && e.before(p.list[n-1]) {
+		p.putBack([]*entry{e})
+		return
+	}
 	p.identify(e)
 	p.list = append(p.list, e)
 	p.bytes += e.bytes
@@ -300,27 +306,46 @@ func (e *entry) touches(rows map[string]bool) bool {
 	return rows[e.row] || (e.oldRow != "" && rows[e.oldRow])
 }
 
-// removeRows takes out, in order, every pending entry that must wait behind
-// an event of rows that was just parked: the entries of those rows and,
-// because an update that changed the key belongs to two rows, the later
-// entries of every row such an entry brings in. rows grows by those rows.
-func (p *pending) removeRows(rows map[string]bool) []*entry {
-	return p.remove(func(e *entry) bool {
-		if !e.touches(rows) {
-			return false
+// removeBehind takes out, in order, every pending entry that must go after
+// one of es (events that failed and are being parked): an entry of one of
+// their rows, a truncate of their table later than one of them, any later
+// entry of the table of a truncate among them. An entry taken out brings
+// in what must go after it in turn. The list is in id order, so one pass
+// finds them all; an earlier entry of the same table is never taken (it
+// must go before, not after).
+func (p *pending) removeBehind(es []*entry) []*entry {
+	rows := map[string]bool{}
+	first := map[string]pluginkit.EventID{}      // table → its earliest event being parked
+	firstTrunc := map[string]pluginkit.EventID{} // table → its earliest truncate being parked
+	earliest := func(m map[string]pluginkit.EventID, e *entry) {
+		if f, ok := m[e.table]; !ok || e.ev.ID.Compare(f) < 0 {
+			m[e.table] = e.ev.ID
 		}
+	}
+	note := func(e *entry) {
 		rows[e.row] = true
 		if e.oldRow != "" {
 			rows[e.oldRow] = true
 		}
-		return true
+		earliest(first, e)
+		if e.barrier {
+			earliest(firstTrunc, e)
+		}
+	}
+	for _, e := range es {
+		note(e)
+	}
+	after := func(m map[string]pluginkit.EventID, e *entry) bool {
+		f, ok := m[e.table]
+		return ok && f.Compare(e.ev.ID) < 0
+	}
+	return p.remove(func(e *entry) bool {
+		if e.touches(rows) || (e.barrier && after(first, e)) || after(firstTrunc, e) {
+			note(e)
+			return true
+		}
+		return false
 	})
-}
-
-// removeTable takes every pending entry of table out (to park them behind
-// a parked truncate), in order.
-func (p *pending) removeTable(table string) []*entry {
-	return p.remove(func(e *entry) bool { return e.table == table })
 }
 
 func (p *pending) remove(match func(*entry) bool) []*entry {

@@ -14,13 +14,17 @@ import (
 )
 
 // Replay: parked events go back into pending, flagged as replayed, and
-// are delivered like live ones (batching, rate limit, lanes, retries), in
-// batches of their own that tell the sink they are a replay. The rows
-// stay parked meanwhile, so live events of those rows keep parking behind
-// them; a row flows again only once nothing of it is left in
-// walcast.parked. An update that changed the key belongs to two rows, so
-// a replay loads every row linked to the asked one by such updates: their
-// parked events can only go out together, in order.
+// are delivered like live ones (batching, rate limit, lanes, table
+// barriers, retries), in batches of their own that tell the sink they are
+// a replay. The rows stay parked meanwhile, so live events of those rows
+// keep parking behind them; a row flows again only once nothing of it is
+// left in walcast.parked. An update that changed the key belongs to two
+// rows, so a replay by id loads every row linked to the asked one by such
+// updates: their parked events can only go out together, in order. And a
+// replay never loads an event without every parked event that must go
+// before it (ReplaySet): a row parked behind a parked truncate brings the
+// truncate along, and the truncate the events of its table parked before
+// it.
 
 // replayReq is a replay request; done, when not nil, receives nil once
 // every row it loaded has left replay (delivered, or parked again), or the
@@ -78,28 +82,17 @@ func (s *Scheduler) replay(ctx context.Context, r replayReq) error {
 }
 
 // startReplay loads parked events into pending: every parked event of the
-// sink, or the rows linked to the requested event's row.
+// sink, or ReplaySet's events for the requested one.
 func (s *Scheduler) startReplay(ctx context.Context, req replayReq) error {
 	if s.cfg.Parked == nil {
 		return errors.New("this sink does not park events")
 	}
-	var ps []checkpoint.Parked
-	if req.ID.IsZero() {
-		var err error
-		if ps, err = s.cfg.Parked.ListParked(ctx, s.cfg.SinkID, ""); err != nil {
-			return err
-		}
-	} else {
-		row, err := s.cfg.Parked.ParkedRowOf(ctx, s.cfg.SinkID, req.ID)
-		if err != nil {
-			return err
-		}
-		if row == "" {
-			return fmt.Errorf("event %s is not parked for sink %s", req.ID, s.cfg.SinkID)
-		}
-		if ps, err = s.parkedGroup(ctx, row); err != nil {
-			return err
-		}
+	ps, err := ReplaySet(ctx, s.cfg.Parked, s.cfg.SinkID, req.ID)
+	if err != nil {
+		return err
+	}
+	if ps == nil && !req.ID.IsZero() {
+		return fmt.Errorf("event %s is not parked for sink %s", req.ID, s.cfg.SinkID)
 	}
 	n := s.loadReplay(ps)
 	s.log.Info("replaying parked events", "events", n)
@@ -121,9 +114,30 @@ func (s *Scheduler) startReplay(ctx context.Context, req replayReq) error {
 	return nil
 }
 
+// ReplaySet returns, in id order, the parked events of sink that a replay
+// delivers: every one when id is zero; else the parked events of id's row
+// and of the rows linked to it through updates that changed a key, plus
+// every parked event that must go before one of those (withAncestors).
+// It returns nil when id is not parked. `walcast replay` uses it to say
+// what a replay by id covers.
+func ReplaySet(ctx context.Context, store ParkStore, sink string, id pluginkit.EventID) ([]checkpoint.Parked, error) {
+	if id.IsZero() {
+		return store.ListParked(ctx, sink, "")
+	}
+	row, err := store.ParkedRowOf(ctx, sink, id)
+	if err != nil || row == "" {
+		return nil, err
+	}
+	group, err := parkedGroup(ctx, store, sink, row)
+	if err != nil {
+		return nil, err
+	}
+	return withAncestors(ctx, store, sink, group)
+}
+
 // parkedGroup returns the parked events of row and of every row linked to
 // it through parked updates that changed a key, in id order.
-func (s *Scheduler) parkedGroup(ctx context.Context, row string) ([]checkpoint.Parked, error) {
+func parkedGroup(ctx context.Context, store ParkStore, sink, row string) ([]checkpoint.Parked, error) {
 	seen := map[string]bool{}
 	ids := map[pluginkit.EventID]bool{}
 	var out []checkpoint.Parked
@@ -134,7 +148,7 @@ func (s *Scheduler) parkedGroup(ctx context.Context, row string) ([]checkpoint.P
 			continue
 		}
 		seen[r] = true
-		ps, err := s.cfg.Parked.ListParked(ctx, s.cfg.SinkID, r)
+		ps, err := store.ListParked(ctx, sink, r)
 		if err != nil {
 			return nil, err
 		}
@@ -149,6 +163,51 @@ func (s *Scheduler) parkedGroup(ctx context.Context, row string) ([]checkpoint.P
 					todo = append(todo, o)
 				}
 			}
+		}
+	}
+	slices.SortFunc(out, func(a, b checkpoint.Parked) int { return a.Event.ID.Compare(b.Event.ID) })
+	return out, nil
+}
+
+// withAncestors returns ps plus every parked event that must go before one
+// of them, in id order. A parked event a goes before a later event b of
+// its table when they share a row (either row of a key change), or when
+// either is a truncate; the set is closed under that. One backward pass
+// over each table's parked events finds them: going down in id, an event
+// is needed when it is asked for, shares a row with a needed later one,
+// is a truncate with any needed later event, or lies before a needed
+// truncate.
+func withAncestors(ctx context.Context, store ParkStore, sink string, ps []checkpoint.Parked) ([]checkpoint.Parked, error) {
+	type table struct{ schema, name string }
+	asked := map[table]map[pluginkit.EventID]bool{}
+	for _, p := range ps {
+		t := table{p.Event.Schema, p.Event.Table}
+		if asked[t] == nil {
+			asked[t] = map[pluginkit.EventID]bool{}
+		}
+		asked[t][p.Event.ID] = true
+	}
+	var out []checkpoint.Parked
+	for t, ids := range asked {
+		all, err := store.ListParkedTable(ctx, sink, t.schema, t.name)
+		if err != nil {
+			return nil, err
+		}
+		rows := map[string]bool{}
+		anyLater, truncLater := false, false
+		for i := len(all) - 1; i >= 0; i-- {
+			p := all[i]
+			trunc := p.Event.Op == pluginkit.OpTruncate
+			if !ids[p.Event.ID] && !truncLater && !(trunc && anyLater) && !rows[p.Row] && (p.OldRow == "" || !rows[p.OldRow]) {
+				continue
+			}
+			out = append(out, p)
+			rows[p.Row] = true
+			if p.OldRow != "" {
+				rows[p.OldRow] = true
+			}
+			anyLater = true
+			truncLater = truncLater || trunc
 		}
 	}
 	slices.SortFunc(out, func(a, b checkpoint.Parked) int { return a.Event.ID.Compare(b.Event.ID) })
@@ -180,8 +239,8 @@ func (s *Scheduler) loadReplay(ps []checkpoint.Parked) int {
 
 // continueReplay runs after replayed events of row were delivered: once
 // none of the row's replayed events is pending or in flight, it picks up
-// what was parked meanwhile, or, with nothing left, lets the row flow
-// again.
+// what was parked meanwhile (with what must go before it), or, with
+// nothing left, lets the row flow again.
 func (s *Scheduler) continueReplay(ctx context.Context, row string) error {
 	if !s.replaying[row] || s.pend.hasReplay(row) || s.pend.inFlight[s.pend.id(row)] > 0 {
 		return nil // still going, or stopped by a failure (parked again)
@@ -189,7 +248,7 @@ func (s *Scheduler) continueReplay(ctx context.Context, row string) error {
 	var left []checkpoint.Parked
 	err := retryStore(ctx, s.log, func(ctx context.Context) error {
 		var err error
-		left, err = s.parkedGroup(ctx, row)
+		left, err = parkedGroup(ctx, s.cfg.Parked, s.cfg.SinkID, row)
 		return err
 	})
 	if err != nil {
@@ -197,16 +256,96 @@ func (s *Scheduler) continueReplay(ctx context.Context, row string) error {
 	}
 	for _, p := range left {
 		if p.Row == row || p.OldRow == row {
+			err := retryStore(ctx, s.log, func(ctx context.Context) error {
+				var err error
+				left, err = withAncestors(ctx, s.cfg.Parked, s.cfg.SinkID, left)
+				return err
+			})
+			if err != nil {
+				return err
+			}
 			s.loadReplay(left)
+			var rows []string
+			for _, p := range left {
+				rows = append(rows, p.Row)
+				if p.OldRow != "" {
+					rows = append(rows, p.OldRow)
+				}
+			}
+			s.extendWaiters([]string{row}, rows)
 			return nil
 		}
 	}
 	s.endReplay(row)
-	delete(s.parkedRows, row)
-	if t := tableOfRow(row); t != "" {
-		delete(s.parkedTables, t)
-	}
+	s.parked.remove(row)
 	return nil
+}
+
+// replayHolding returns the rows being replayed that hold e back through
+// its table, when nothing else does: its table's truncate row, or, for a
+// truncate, the table's parked rows. nil when e waits for anything else,
+// or for its own rows (their replay picks it up: continueReplay).
+func (s *Scheduler) replayHolding(e *entry) []string {
+	if s.parked.has(e.row) || (e.oldRow != "" && s.parked.has(e.oldRow)) {
+		return nil
+	}
+	if s.parked.truncated(e.table) {
+		if tr := e.table + "\x1f" + tableKey; s.replaying[tr] {
+			return []string{tr}
+		}
+		return nil
+	}
+	if !e.barrier {
+		return nil
+	}
+	var rows []string
+	for r := range s.parked.rows {
+		if tableOf(r) == e.table {
+			if !s.replaying[r] {
+				return nil
+			}
+			rows = append(rows, r)
+		}
+	}
+	return rows
+}
+
+// joinReplay makes e, just parked on arrival behind the rows of a replay
+// (replayHolding), part of that replay, so that one replay leaves neither
+// its table held behind a replayed truncate nor a truncate that came while
+// it ran: without this they would wait for the next one. e is pending as a
+// replayed event: behind what it waits for (every parked event that must
+// go before it is pending or in flight, or is loaded by continueReplay
+// before those are resolved), and its replay's waiters wait for it too.
+func (s *Scheduler) joinReplay(e *entry, holding []string) {
+	e.replay = true
+	s.replayIDs[e.ev.ID] = true
+	rows := []string{e.row}
+	if e.oldRow != "" {
+		rows = append(rows, e.oldRow)
+	}
+	for _, r := range rows {
+		s.replaying[r] = true
+	}
+	s.pend.add(e)
+	s.extendWaiters(holding, rows)
+}
+
+// extendWaiters makes every waiter of a replay of one of from wait for
+// the rows being replayed among rows too: they carry on its replay.
+func (s *Scheduler) extendWaiters(from, rows []string) {
+	for _, w := range s.waiters {
+		for _, f := range from {
+			if w.rows[f] {
+				for _, r := range rows {
+					if s.replaying[r] {
+						w.rows[r] = true
+					}
+				}
+				break
+			}
+		}
+	}
 }
 
 // endReplay ends the replay of row: done, or stopped by a failure.

@@ -14,13 +14,46 @@
 // flight at once and never delivered out of commit order (an update that
 // changes the key belongs to both rows); a truncate of a table is a barrier
 // for that table: it goes only once every earlier event of the table is
-// resolved, and no later event of the table goes before it is resolved; a
-// row with a parked event has every later event parked behind it until a
-// replay delivers them, and a table with a parked truncate likewise;
+// resolved, and no later event of the table goes before it is resolved;
 // nothing is resolved before it is delivered, filtered, skipped as already
 // delivered, or durably parked; a parked event leaves walcast.parked only
 // once the sink wrote it (a replayed event it calls a duplicate stays).
 // Replayed events travel in batches of their own, flagged as a replay.
+//
+// # Parking and replay
+//
+// Order is one relation, "a must go before b", between two events of one
+// sink and one table, a earlier than b (by id): they share a row (either
+// row of a key change), or either of them is a truncate of the table. A
+// TRUNCATE naming several tables is one truncate event per table, each a
+// barrier in its own table only. Parking and replay keep that relation:
+//
+//   - An event is parked behind every parked event that must go before it:
+//     a later event of a parked event's row; every later event of a table
+//     whose truncate is parked; a later truncate of a table with any parked
+//     event (a truncate never overtakes a parked row: delivered first, the
+//     row's replay would resurrect what the source truncated). This holds
+//     on arrival, and for pending events when an event they wait for fails
+//     and parks: what must go after it parks behind it, and what must go
+//     after those, in turn.
+//   - A replay never delivers an event without every parked event that
+//     must go before it (ReplaySet): replaying a row parked behind a
+//     parked truncate brings the truncate along, and the truncate brings
+//     every event of its table parked before it (so, across several
+//     truncates, the table's history up to the last one asked for).
+//     Replayed events take their place among pending ones in id order and
+//     follow the same row and barrier rules as live ones.
+//   - A row, or a table behind its truncate, flows again only once nothing
+//     of it is left in walcast.parked. What is parked behind a replay while
+//     it runs is delivered by it before it ends: later events of the rows
+//     it replays (and of rows a key change links to them), events of a
+//     table whose truncate it replays, and a truncate of a table every
+//     parked row of which it replays. Anything else stays parked for the
+//     next replay.
+//
+// A consumer that applies what it receives in arrival order (first copy of
+// each id) therefore ends, once everything parked has been replayed, with
+// the rows of the source.
 package schedule
 
 import (
@@ -50,6 +83,8 @@ type ParkStore interface {
 	Unpark(ctx context.Context, sink string, ids []pluginkit.EventID) error
 	ParkedRows(ctx context.Context, sink string) ([]string, error)
 	ListParked(ctx context.Context, sink, row string) ([]checkpoint.Parked, error)
+	// ListParkedTable returns the parked events of one table, in id order.
+	ListParkedTable(ctx context.Context, sink, schema, table string) ([]checkpoint.Parked, error)
 	ParkedRowOf(ctx context.Context, sink string, id pluginkit.EventID) (string, error)
 }
 
@@ -75,6 +110,11 @@ type Config struct {
 	MaxRetryDelay  time.Duration
 	MaxAttempts    int
 	DeliverTimeout time.Duration
+	// ThrottleMin and ThrottleMax bound the pause a throttled sink asks
+	// for (an HTTP Retry-After): a shorter one (0, or a date already
+	// past) is raised to ThrottleMin, doubled over consecutive throttles,
+	// and a longer one is cut to ThrottleMax. Defaults: 1 s and 10 min.
+	ThrottleMin, ThrottleMax time.Duration
 	// SkipThrough: events at or below it were delivered before (the sink's
 	// checkpoint); they are resolved without being delivered again.
 	SkipThrough pluginkit.EventID
@@ -128,24 +168,25 @@ type Scheduler struct {
 	wake   chan struct{}
 
 	// Owned by the Run goroutine.
-	pend       *pending
-	parkedRows map[string]bool
-	// parkedTables: tables whose truncate is parked; every later event of
-	// the table is parked behind it (and its row then stays parked).
-	parkedTables map[string]bool
-	replaying    map[string]bool            // parked rows whose events are being replayed
-	replayIDs    map[pluginkit.EventID]bool // replayed events pending or in flight
-	waiters      []*replayWaiter
-	window       int // events held: pending plus in flight
-	bucket       *bucket
-	pausedTill   time.Time
-	gapCarry     bool      // a gap flag whose event was filtered out: it goes to the next one
-	inFlight     int       // batches
-	idleSince    time.Time // when the last batch in flight landed
-	took         time.Time // when Run took the events it is accepting (one clock read per burst)
-	flying       int       // events in those batches
-	flyBytes     int       // payload bytes in those batches
-	results      chan result
+	pend *pending
+	// parked: the rows with events in walcast.parked (a table's truncates
+	// under its truncate row), kept until a replay leaves none of them.
+	parked     parkedSet
+	replaying  map[string]bool            // parked rows whose events are being replayed
+	replayIDs  map[pluginkit.EventID]bool // replayed events pending or in flight
+	waiters    []*replayWaiter
+	window     int // events held: pending plus in flight
+	bucket     *bucket
+	pausedTill time.Time
+	// throttle is the state of the sink's throttling (throttle.go).
+	throttle  throttleState
+	gapCarry  bool      // a gap flag whose event was filtered out: it goes to the next one
+	inFlight  int       // batches
+	idleSince time.Time // when the last batch in flight landed
+	took      time.Time // when Run took the events it is accepting (one clock read per burst)
+	flying    int       // events in those batches
+	flyBytes  int       // payload bytes in those batches
+	results   chan result
 	// deliveries counts the delivery goroutines; Run waits for them
 	// before it returns, so no Deliver outlives the scheduler.
 	deliveries sync.WaitGroup
@@ -174,23 +215,29 @@ func New(cfg Config, queue *fanout.Queue, tracker *ack.Tracker, sink Deliverer) 
 	if cfg.DeliverTimeout <= 0 {
 		cfg.DeliverTimeout = 2 * time.Minute
 	}
+	if cfg.ThrottleMin <= 0 {
+		cfg.ThrottleMin = time.Second
+	}
+	if cfg.ThrottleMax <= 0 {
+		cfg.ThrottleMax = 10 * time.Minute
+	}
+	cfg.ThrottleMax = max(cfg.ThrottleMax, cfg.ThrottleMin)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Scheduler{
 		cfg: cfg, queue: queue, tracker: tracker, sink: sink,
-		log:          log.With("sink", cfg.SinkID),
-		replays:      make(chan replayReq),
-		exited:       make(chan struct{}),
-		wake:         make(chan struct{}, 1),
-		pend:         newPending(),
-		parkedRows:   map[string]bool{},
-		parkedTables: map[string]bool{},
-		replaying:    map[string]bool{},
-		replayIDs:    map[pluginkit.EventID]bool{},
-		window:       lookAhead(cfg.MaxInFlight, cfg.BatchSize),
-		results:      make(chan result, cfg.MaxInFlight),
+		log:       log.With("sink", cfg.SinkID),
+		replays:   make(chan replayReq),
+		exited:    make(chan struct{}),
+		wake:      make(chan struct{}, 1),
+		pend:      newPending(),
+		parked:    newParkedSet(),
+		replaying: map[string]bool{},
+		replayIDs: map[pluginkit.EventID]bool{},
+		window:    lookAhead(cfg.MaxInFlight, cfg.BatchSize),
+		results:   make(chan result, cfg.MaxInFlight),
 	}
 	if cfg.RateLimit > 0 {
 		s.bucket = newBucket(cfg.RateLimit, time.Now())
@@ -257,10 +304,7 @@ func (s *Scheduler) Run(ctx context.Context, stop <-chan struct{}) error {
 			return fmt.Errorf("load the rows with parked events: %w", err)
 		}
 		for _, r := range rows {
-			s.parkedRows[r] = true
-			if t := tableOfRow(r); t != "" {
-				s.parkedTables[t] = true
-			}
+			s.parked.add(r)
 		}
 	}
 	timer := time.NewTimer(time.Hour)
@@ -401,17 +445,16 @@ func (s *Scheduler) accept(ctx context.Context, it fanout.Item) error {
 	}
 	e := newEntry(ev, it.OldKey)
 	e.seq, e.gapBefore, e.queued = it.Seq, gap, s.took
-	if s.parkedRows[e.row] || (e.oldRow != "" && s.parkedRows[e.oldRow]) {
+	if reason := s.parkedBehind(e); reason != "" {
 		s.gapCarry = gap
-		reason := "parked behind an earlier parked event of the same row"
-		if !s.parkedRows[e.row] {
-			reason = "parked behind an earlier parked event of the row whose key this update changed"
+		join := s.replayHolding(e)
+		if err := s.park(ctx, []*entry{e}, reason, false); err != nil {
+			return err
 		}
-		return s.park(ctx, []*entry{e}, reason, false)
-	}
-	if s.parkedTables[e.table] {
-		s.gapCarry = gap
-		return s.park(ctx, []*entry{e}, "parked behind a parked truncate of the same table", false)
+		if join != nil {
+			s.joinReplay(e, join)
+		}
+		return nil
 	}
 	s.pend.add(e)
 	return nil
@@ -462,7 +505,7 @@ func (s *Scheduler) dispatch(ctx context.Context) (time.Time, error) {
 	if s.paused.Load() {
 		return wake, nil
 	}
-	for s.inFlight < s.cfg.MaxInFlight && s.pend.len() > 0 {
+	for s.inFlight < s.throttle.lanes(s.cfg.MaxInFlight) && s.pend.len() > 0 {
 		now := time.Now()
 		if now.Before(s.pausedTill) {
 			return s.pausedTill, nil
@@ -493,7 +536,8 @@ func (s *Scheduler) dispatch(ctx context.Context) (time.Time, error) {
 		s.inFlight++
 		s.flying += len(batch)
 		s.flyBytes += size
-		s.deliveries.Go(func() { s.deliver(ctx, batch, size) })
+		gen := s.throttle.gen
+		s.deliveries.Go(func() { s.deliver(ctx, batch, size, gen) })
 	}
 	return wake, nil
 }

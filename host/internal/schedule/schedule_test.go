@@ -125,6 +125,18 @@ func (m *memParked) ListParked(_ context.Context, _ string, row string) ([]check
 	slices.SortFunc(out, func(a, b checkpoint.Parked) int { return a.Event.ID.Compare(b.Event.ID) })
 	return out, nil
 }
+func (m *memParked) ListParkedTable(_ context.Context, _ string, schema, table string) ([]checkpoint.Parked, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []checkpoint.Parked
+	for _, p := range m.ps {
+		if p.Event.Schema == schema && p.Event.Table == table {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b checkpoint.Parked) int { return a.Event.ID.Compare(b.Event.ID) })
+	return out, nil
+}
 func (m *memParked) ParkedRowOf(_ context.Context, _ string, id pluginkit.EventID) (string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -303,7 +315,8 @@ func TestThrottleIsNotAnAttempt(t *testing.T) {
 		return nil
 	}}
 	store := &memParked{}
-	h := start(t, Config{BatchSize: 10, MaxInFlight: 1, RetryBase: time.Hour, MaxAttempts: 1, Parked: store}, sink)
+	// A floor below the pause asked for, so that the pauses are the 150 ms.
+	h := start(t, Config{BatchSize: 10, MaxInFlight: 1, RetryBase: time.Hour, MaxAttempts: 1, Parked: store, ThrottleMin: 10 * time.Millisecond}, sink)
 	h.push(1)
 	h.waitResolved(10 * time.Second)
 	if store.len() != 0 {
@@ -788,7 +801,7 @@ func TestAttemptsNeverGoDown(t *testing.T) {
 		}
 		return nil
 	}}
-	h := start(t, Config{BatchSize: 10, MaxInFlight: 1}, sink)
+	h := start(t, Config{BatchSize: 10, MaxInFlight: 1, ThrottleMin: 10 * time.Millisecond}, sink)
 	h.push(1)
 	<-entered
 	during := h.sched.Stats.Attempts.Load()

@@ -21,6 +21,8 @@ sink "webhook" "billing" {
     retry_base      = "10s"
     max_attempts    = 3
     deliver_timeout = "45s"
+    throttle_min    = "250ms"
+    throttle_max    = "2m"
   }
   config {
     url = "http://127.0.0.1:9000/hooks"
