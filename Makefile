@@ -2,6 +2,7 @@
 #
 #   make demo    throwaway PostgreSQL + a pipeline + changes flowing to stdout
 #   make test    everything CI runs (vet, gofmt, race-enabled tests)
+#   make chaos   the fault-injection tests, ten times longer
 #   make tools   the external clients the tests use (kcat, chromium, promtool, standardwebhooks)
 #   make kafka   a Kafka-protocol broker (kfake) on 127.0.0.1:9092
 
@@ -11,7 +12,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -X main.buildVersion=$(VERSION)
 PLUGINS  := $(notdir $(wildcard plugins/*))
 
-.PHONY: all build test vet fmt-check demo bench clean tools kafka
+.PHONY: all build test chaos vet fmt-check demo bench clean tools kafka
 
 all: build
 
@@ -34,6 +35,15 @@ fmt-check:
 # (host/pgtest) and build the binaries they run themselves.
 test: tools build vet fmt-check
 	$(GO) test -race -timeout 25m -count=1 ./...
+
+# chaos runs the fault-injection tests (kill loops, crash loops, proxies
+# that reset or black-hole a connection, full disks, the randomised
+# park/replay nemesis) CHAOS times longer than CI does: each scales its
+# rounds by WALCAST_CHAOS.
+CHAOS       ?= 10
+CHAOS_TESTS ?= Chaos|Nemesis|Kill|Crash|Proxy|FullDisk|Fault|Silent
+chaos: tools build
+	WALCAST_CHAOS=$(CHAOS) $(GO) test -race -timeout 180m -count=1 -run '$(CHAOS_TESTS)' ./...
 
 # tools installs what the tests run besides Go and PostgreSQL, the clients
 # nobody on this project wrote that check each interface from the outside:

@@ -1,12 +1,9 @@
 package host
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/walcast/walcast/host/internal/change"
@@ -113,7 +110,7 @@ func (c *commitTimes) newEvent(ce change.Event) (Event, error) {
 		}
 		return ev, nil
 	}
-	err := eachMember(pe.Payload, func(name, value []byte) error {
+	err := cdc.EachMember(pe.Payload, func(name, value []byte) error {
 		switch string(name) {
 		case "xid":
 			x, err := strconv.ParseUint(string(value), 10, 32)
@@ -155,116 +152,4 @@ func nullToNil(v []byte) json.RawMessage {
 		return nil
 	}
 	return v[:len(v):len(v)]
-}
-
-var errSyntax = errors.New("malformed JSON")
-
-// eachMember calls fn with the raw name (between its quotes) and the raw
-// value of every member of the JSON object b. It validates only structure,
-// which is all it needs: the envelope comes from the host's own encoder.
-func eachMember(b []byte, fn func(name, value []byte) error) error {
-	i := skipSpace(b, 0)
-	if i >= len(b) || b[i] != '{' {
-		return errSyntax
-	}
-	i = skipSpace(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		return nil
-	}
-	for {
-		if i >= len(b) || b[i] != '"' {
-			return errSyntax
-		}
-		end, err := skipValue(b, i)
-		if err != nil {
-			return err
-		}
-		name := b[i+1 : end-1]
-		i = skipSpace(b, end)
-		if i >= len(b) || b[i] != ':' {
-			return errSyntax
-		}
-		i = skipSpace(b, i+1)
-		end, err = skipValue(b, i)
-		if err != nil {
-			return err
-		}
-		if err := fn(name, b[i:end]); err != nil {
-			return err
-		}
-		i = skipSpace(b, end)
-		switch {
-		case i >= len(b):
-			return errSyntax
-		case b[i] == '}':
-			return nil
-		case b[i] != ',':
-			return errSyntax
-		}
-		i = skipSpace(b, i+1)
-	}
-}
-
-// skipValue returns the index just past the JSON value starting at b[i].
-func skipValue(b []byte, i int) (int, error) {
-	if i >= len(b) {
-		return 0, errSyntax
-	}
-	switch b[i] {
-	case '"':
-		// Jump from quote to quote; a quote preceded by an odd number of
-		// backslashes is escaped.
-		for j := i + 1; ; {
-			k := bytes.IndexByte(b[j:], '"')
-			if k < 0 {
-				return 0, errSyntax
-			}
-			j += k
-			n := 0
-			for n < j-i-1 && b[j-1-n] == '\\' {
-				n++
-			}
-			if n%2 == 0 {
-				return j + 1, nil
-			}
-			j++
-		}
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(b); j++ {
-			switch b[j] {
-			case '"':
-				end, err := skipValue(b, j)
-				if err != nil {
-					return 0, err
-				}
-				j = end - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return j + 1, nil
-				}
-			}
-		}
-		return 0, errSyntax
-	default:
-		// A number or a literal: runs to the next delimiter.
-		j := i
-		for j < len(b) && strings.IndexByte(",}] \t\r\n", b[j]) < 0 {
-			j++
-		}
-		if j == i {
-			return 0, errSyntax
-		}
-		return j, nil
-	}
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
-		i++
-	}
-	return i
 }

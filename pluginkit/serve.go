@@ -135,7 +135,7 @@ func watchParent(done <-chan struct{}, ppid int, stop func() bool) {
 }
 
 // grpcPlugin registers the sink service with go-plugin's gRPC server. It
-// serves only; the host has its own client side in host/sinkclient.
+// serves only; the host has its own client side (its plugin client).
 type grpcPlugin struct {
 	plugin.NetRPCUnsupportedPlugin
 	srv *server
@@ -149,5 +149,5 @@ func (p *grpcPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
 }
 
 func (p *grpcPlugin) GRPCClient(context.Context, *plugin.GRPCBroker, *grpc.ClientConn) (any, error) {
-	return nil, errors.New("pluginkit serves sinks only; the client is host/sinkclient")
+	return nil, errors.New("pluginkit serves sinks only; the host has its own client")
 }

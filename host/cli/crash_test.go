@@ -57,7 +57,8 @@ func workload(ctx context.Context, db *pgx.Conn, r *rand.Rand, n int) (int, erro
 }
 
 // TestCrashLoopLosesNothing kills walcast with SIGKILL three times while a
-// 20,000+ change workload runs and checks, against PostgreSQL's own
+// 20,000+ change workload runs (both times WALCAST_CHAOS) and checks,
+// against PostgreSQL's own
 // test_decoding output, that every committed change arrived at least once,
 // that redeliveries carry identical ids and bytes, and that each row's
 // first deliveries arrived in commit order.
@@ -84,11 +85,11 @@ func TestCrashLoopLosesNothing(t *testing.T) {
 	proc := startWalcast(t, pipeline)
 	waitSlot(t, db, "walcast_crash")
 	go func() {
-		_, err := workload(ctx, wdb, rand.New(rand.NewPCG(seed, 8)), 20000)
+		_, err := workload(ctx, wdb, rand.New(rand.NewPCG(seed, 8)), chaos(20000))
 		workDone <- err
 	}()
 	kills, total, midStream := 0, 0, 0
-	for kills < 3 {
+	for kills < chaos(3) {
 		// Kill at a random point while walcast is delivering (the slot
 		// holds far more than these few thousand events, so each kill
 		// interrupts real work, often mid-transaction or between a
@@ -146,7 +147,7 @@ func TestCrashLoopLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := truth(t, db, "truth_crash", map[string]bool{"public.items": true})
-	if len(want) < 20000 {
+	if len(want) < chaos(20000) {
 		t.Fatalf("workload committed only %d changes", len(want))
 	}
 	// A kill after everything arrived proves nothing: most must interrupt

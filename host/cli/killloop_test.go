@@ -14,7 +14,7 @@ import (
 // arrived, the first deliveries of each row in commit order, and a mirror
 // of what the sink received equals the table.
 func TestStandbyKillLoop(t *testing.T) {
-	took, _ := takeoverRounds(t, "killloop", 5, func(round int, lead, next *walcastProc) time.Duration {
+	took, _ := takeoverRounds(t, "killloop", chaos(5), func(round int, lead, next *walcastProc) time.Duration {
 		lead.kill()
 		killed := time.Now()
 		next.waitLog(t, "streaming from slot")

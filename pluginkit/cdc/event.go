@@ -31,3 +31,10 @@ type Event struct {
 	// Payload is the JSON envelope (docs/events.md).
 	Payload []byte
 }
+
+// Member returns the raw JSON of one top-level member of the envelope
+// ("new", "old", "unchanged", …) without decoding the rest; found is false
+// when the envelope has no such member.
+func (e *Event) Member(name string) (value []byte, found bool) {
+	return Member(e.Payload, name)
+}

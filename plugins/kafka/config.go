@@ -125,22 +125,43 @@ func parseConfig(c config, id pluginkit.Identity) (settings, error) {
 		partitions:      -1,
 		replication:     -1,
 	}
-	if len(c.Brokers) == 0 {
-		return st, &pluginkit.ConfigError{Field: "brokers", Msg: `is required: at least one "host:port"`}
-	}
-	for _, b := range c.Brokers {
-		if _, port, err := net.SplitHostPort(b); err != nil || port == "" {
-			return st, &pluginkit.ConfigError{Field: "brokers", Msg: fmt.Sprintf(`%q is not "host:port"`, b)}
+	for _, step := range []func() error{
+		func() error { return parseBrokers(&st, c.Brokers) },
+		func() error { return parseNames(&st, c, id) },
+		func() error { return parseLimits(&st, c) },
+		func() error { return parseCompression(&st, c.Compression) },
+		func() error { return parseCreateTopics(&st, c.CreateTopics) },
+		func() error { return parseTLS(&st, c.TLS) },
+		func() error { return parseSASL(&st, c.SASL) },
+	} {
+		if err := step(); err != nil {
+			return st, err
 		}
 	}
-	st.brokers = slices.Clone(c.Brokers)
+	return st, nil
+}
 
+func parseBrokers(st *settings, brokers []string) error {
+	if len(brokers) == 0 {
+		return &pluginkit.ConfigError{Field: "brokers", Msg: `is required: at least one "host:port"`}
+	}
+	for _, b := range brokers {
+		if _, port, err := net.SplitHostPort(b); err != nil || port == "" {
+			return &pluginkit.ConfigError{Field: "brokers", Msg: fmt.Sprintf(`%q is not "host:port"`, b)}
+		}
+	}
+	st.brokers = slices.Clone(brokers)
+	return nil
+}
+
+// parseNames checks the topic names and sets the transactional id.
+func parseNames(st *settings, c config, id pluginkit.Identity) error {
 	// The prefix plus ".<schema>.<table>" must still be a legal name.
 	if !legalTopic.MatchString(st.topicPrefix) || len(st.topicPrefix) > 200 {
-		return st, &pluginkit.ConfigError{Field: "topic_prefix", Msg: fmt.Sprintf("%q: a Kafka topic name uses only letters, digits, '.', '_' and '-' (at most 200 characters for the prefix)", st.topicPrefix)}
+		return &pluginkit.ConfigError{Field: "topic_prefix", Msg: fmt.Sprintf("%q: a Kafka topic name uses only letters, digits, '.', '_' and '-' (at most 200 characters for the prefix)", st.topicPrefix)}
 	}
 	if !legalTopic.MatchString(st.checkpointTopic) {
-		return st, &pluginkit.ConfigError{Field: "checkpoint_topic", Msg: fmt.Sprintf("%q is not a legal Kafka topic name", st.checkpointTopic)}
+		return &pluginkit.ConfigError{Field: "checkpoint_topic", Msg: fmt.Sprintf("%q is not a legal Kafka topic name", st.checkpointTopic)}
 	}
 	// The default follows the sink's id, which the host passes and which
 	// stays stable across restarts; a host that does not name the sink
@@ -151,25 +172,30 @@ func parseConfig(c config, id pluginkit.Identity) (settings, error) {
 	}
 	st.txnID = cmp.Or(c.TransactionalID, def)
 	if c.TransactionalID != "" && !st.eos {
-		return st, &pluginkit.ConfigError{Field: "transactional_id", Msg: "only applies with eos = true"}
+		return &pluginkit.ConfigError{Field: "transactional_id", Msg: "only applies with eos = true"}
 	}
+	return nil
+}
 
+func parseLimits(st *settings, c config) error {
 	if c.TransactionTimeout != "" {
 		d, err := time.ParseDuration(c.TransactionTimeout)
 		if err != nil || d < time.Second {
-			return st, &pluginkit.ConfigError{Field: "transaction_timeout", Msg: fmt.Sprintf("must be a duration of at least 1s, not %q", c.TransactionTimeout)}
+			return &pluginkit.ConfigError{Field: "transaction_timeout", Msg: fmt.Sprintf("must be a duration of at least 1s, not %q", c.TransactionTimeout)}
 		}
 		st.txnTimeout = d
 	}
-
 	if c.MaxMessageBytes != nil {
 		if n := *c.MaxMessageBytes; n < 1024 || n > 1<<30 {
-			return st, &pluginkit.ConfigError{Field: "max_message_bytes", Msg: fmt.Sprintf("must be between 1024 and 1073741824, not %d", n)}
+			return &pluginkit.ConfigError{Field: "max_message_bytes", Msg: fmt.Sprintf("must be between 1024 and 1073741824, not %d", n)}
 		}
 		st.maxMessageBytes = int32(*c.MaxMessageBytes)
 	}
+	return nil
+}
 
-	switch strings.ToLower(cmp.Or(c.Compression, "none")) {
+func parseCompression(st *settings, name string) error {
+	switch strings.ToLower(cmp.Or(name, "none")) {
 	case "none":
 		st.compression = kgo.NoCompression()
 	case "gzip":
@@ -181,19 +207,9 @@ func parseConfig(c config, id pluginkit.Identity) (settings, error) {
 	case "zstd":
 		st.compression = kgo.ZstdCompression()
 	default:
-		return st, &pluginkit.ConfigError{Field: "compression", Msg: fmt.Sprintf("%q: want none, gzip, snappy, lz4 or zstd", c.Compression)}
+		return &pluginkit.ConfigError{Field: "compression", Msg: fmt.Sprintf("%q: want none, gzip, snappy, lz4 or zstd", name)}
 	}
-
-	if err := parseCreateTopics(&st, c.CreateTopics); err != nil {
-		return st, err
-	}
-	if err := parseTLS(&st, c.TLS); err != nil {
-		return st, err
-	}
-	if err := parseSASL(&st, c.SASL); err != nil {
-		return st, err
-	}
-	return st, nil
+	return nil
 }
 
 func parseCreateTopics(st *settings, m map[string]string) error {

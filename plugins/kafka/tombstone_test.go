@@ -251,7 +251,7 @@ func TestOldKeyDelete(t *testing.T) {
 		{`{"id":2}`, `{"op":"update", "key" : {"id":2} , "old" : {"id":1} , "unchanged":[]}`, `{"id":1}`},
 	}
 	for _, tt := range tests {
-		oldKey, del, ok := oldKeyDelete([]byte(tt.key), []byte(tt.payload))
+		oldKey, del, ok := oldKeyDelete(&pluginkit.Event{Key: []byte(tt.key), Payload: []byte(tt.payload)})
 		if string(oldKey) != tt.want || ok != (tt.want != "") {
 			t.Errorf("oldKeyDelete(%s, %s) = %s, %v; want %s", tt.key, tt.payload, oldKey, ok, tt.want)
 		}
@@ -281,35 +281,14 @@ func TestTopicNames(t *testing.T) {
 	}
 }
 
-func TestTopLevelMember(t *testing.T) {
-	tests := []struct {
-		in, name, want string
-		found          bool
-	}{
-		{`{"a":1,"old":null}`, "old", "null", true},
-		{`{"new":{"old":{"x":1}},"old":null}`, "old", "null", true},
-		{`{"s":"\"old\":{","old":[1,{"a":"}"}]}`, "old", `[1,{"a":"}"}]`, true},
-		{`{"s":"\\","old":"x"}`, "old", `"x"`, true},
-		{` { "old" : true } `, "old", "true", true},
-		{`{"a":1}`, "old", "", false},
-		{`[1]`, "old", "", false},
-		{`{"a":"unterminated}`, "old", "", false},
-	}
-	for _, tt := range tests {
-		v, found := topLevelMember([]byte(tt.in), tt.name)
-		if string(v) != tt.want || found != tt.found {
-			t.Errorf("topLevelMember(%s, %q) = %s, %v; want %s, %v", tt.in, tt.name, v, found, tt.want, tt.found)
-		}
-	}
-}
-
 // An update that did not change its key, as the benchmark's workload makes
 // them: the common case oldKeyDelete must settle cheaply.
 func BenchmarkOldKeyDeleteUnchanged(b *testing.B) {
 	key := []byte(`{"id":4242}`)
 	payload := []byte(`{"id":"0/1A2B3C8:7","commit_lsn":"0/1A2B3C8","xid":812,"commit_time":"2026-11-30T13:58:42.023939Z","schema":"public","table":"bench","op":"update","key":{"id":4242},"new":{"id":4242,"account":242,"name":"customer-4242","amount":43.42,"payload":"0f7e44a922df352c05c5f73cb40ba115d7e44a922df352c05c5f73cb40ba1151","updated_at":"2026-11-30T13:58:40.123456Z"},"old":null}`)
+	ev := &pluginkit.Event{Key: key, Payload: payload}
 	for b.Loop() {
-		if _, _, ok := oldKeyDelete(key, payload); ok {
+		if _, _, ok := oldKeyDelete(ev); ok {
 			b.Fatal("unchanged key reported as changed")
 		}
 	}

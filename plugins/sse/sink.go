@@ -276,45 +276,12 @@ func (s *Sink) serveStream(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "sse sink is not open", http.StatusServiceUnavailable)
 		return
 	}
-	if req.Method == http.MethodOptions {
-		cfg.cors.preflight(w, req)
+	f, ok := admit(w, req, cfg)
+	if !ok {
 		return
 	}
-	cfg.cors.headers(w, req)
-	if req.Method != http.MethodGet {
-		w.Header().Set("Allow", "GET, OPTIONS")
-		http.Error(w, "use GET", http.StatusMethodNotAllowed)
-		return
-	}
-	if cfg.token != "" && !authorized(req, cfg.token) {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="walcast"`)
-		http.Error(w, "missing or wrong token", http.StatusUnauthorized)
-		return
-	}
-	f, err := parseFilter(req)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	last := req.Header.Get("Last-Event-ID")
-	if last == "" {
-		last = req.URL.Query().Get("last_event_id")
-	}
-	var c cursor
-	var gap *gapInfo
-	if last != "" {
-		if id, err := pluginkit.ParseEventID(last); err == nil {
-			c, gap = r.resume(id)
-		} else {
-			// Not an id walcast wrote. A 400 would make a browser's
-			// EventSource give up for good; an unknown position is a
-			// gap like an id from before the window: the gap frame,
-			// then every retained event.
-			c, gap = r.unknown(last)
-		}
-	} else {
-		c = r.live()
-	}
+	last := lastEventID(req)
+	c, gap := startAt(r, last)
 	if n := s.clients.Add(1); n > int64(cfg.maxClients) {
 		s.clients.Add(-1)
 		http.Error(w, "too many clients", http.StatusServiceUnavailable)
@@ -322,43 +289,112 @@ func (s *Sink) serveStream(w http.ResponseWriter, req *http.Request) {
 	}
 	defer s.clients.Add(-1)
 
+	out := openStream(w)
+	if !out.write(fmt.Appendf(nil, "retry: %d\n\n", reconnectMillis)) {
+		return
+	}
+	if gap != nil && !out.write(gapFrame(gap)) {
+		return
+	}
+	if !out.flush() {
+		return
+	}
+	heartbeat := time.NewTicker(cfg.heartbeat)
+	defer heartbeat.Stop()
+	out.follow(req.Context(), done, r, c, f, last, heartbeat.C)
+}
+
+// admit answers CORS preflights and refuses what may not open a stream
+// (another method, a missing or wrong token, a malformed filter); ok says
+// the request may go on, with its filter.
+func admit(w http.ResponseWriter, req *http.Request, cfg settings) (f filter, ok bool) {
+	if req.Method == http.MethodOptions {
+		cfg.cors.preflight(w, req)
+		return f, false
+	}
+	cfg.cors.headers(w, req)
+	if req.Method != http.MethodGet {
+		w.Header().Set("Allow", "GET, OPTIONS")
+		http.Error(w, "use GET", http.StatusMethodNotAllowed)
+		return f, false
+	}
+	if cfg.token != "" && !authorized(req, cfg.token) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="walcast"`)
+		http.Error(w, "missing or wrong token", http.StatusUnauthorized)
+		return f, false
+	}
+	f, err := parseFilter(req)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return f, false
+	}
+	return f, true
+}
+
+// lastEventID is where the client asks to resume: the Last-Event-ID header
+// an EventSource sends on reconnecting, or the last_event_id parameter a
+// first connection can carry.
+func lastEventID(req *http.Request) string {
+	if last := req.Header.Get("Last-Event-ID"); last != "" {
+		return last
+	}
+	return req.URL.Query().Get("last_event_id")
+}
+
+// startAt is the cursor a stream resuming after last starts from, and the
+// gap to report first, if any; with no last it starts at the live end.
+func startAt(r *ring, last string) (cursor, *gapInfo) {
+	if last == "" {
+		return r.live(), nil
+	}
+	if id, err := pluginkit.ParseEventID(last); err == nil {
+		return r.resume(id)
+	}
+	// Not an id walcast wrote. A 400 would make a browser's EventSource
+	// give up for good; an unknown position is a gap like an id from
+	// before the window: the gap frame, then every retained event.
+	return r.unknown(last)
+}
+
+// stream is one client's open response. Every write has a deadline, so a
+// client that stopped reading is dropped instead of holding its handler.
+type stream struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+// openStream sends the headers of an event stream.
+func openStream(w http.ResponseWriter) *stream {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	write := func(b []byte) bool {
-		_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
-		if _, err := w.Write(b); err != nil {
-			return false
-		}
-		return true
-	}
-	flush := func() bool { return rc.Flush() == nil }
-	if !write(fmt.Appendf(nil, "retry: %d\n\n", reconnectMillis)) {
-		return
-	}
-	if gap != nil && !write(gapFrame(gap)) {
-		return
-	}
-	if !flush() {
-		return
-	}
-	lastSent := last
-	heartbeat := time.NewTicker(cfg.heartbeat)
-	defer heartbeat.Stop()
+	return &stream{w: w, rc: http.NewResponseController(w)}
+}
+
+func (o *stream) write(b []byte) bool {
+	_ = o.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	_, err := o.w.Write(b)
+	return err == nil
+}
+
+func (o *stream) flush() bool { return o.rc.Flush() == nil }
+
+// follow writes the ring's events from c on, as they arrive, until the
+// client goes (ctx), the sink closes (done) or a write fails; a ping on
+// every heartbeat keeps proxies from closing an idle stream. lastSent is
+// the id the client has, named by gap frames.
+func (o *stream) follow(ctx context.Context, done <-chan struct{}, r *ring, c cursor, f filter, lastSent string, heartbeat <-chan time.Time) {
 	for {
 		events, after, missed, wake := r.read(c)
-		if missed {
-			if !write(gapFrame(&gapInfo{Requested: lastSent, Oldest: r.oldest()})) {
-				return
-			}
+		if missed && !o.write(gapFrame(&gapInfo{Requested: lastSent, Oldest: r.oldest()})) {
+			return
 		}
 		for _, e := range events {
 			if e.gap {
 				// walcast itself dropped events for this sink here.
-				if !write(gapFrame(&gapInfo{Requested: lastSent, Oldest: idPtr(e.id)})) {
+				if !o.write(gapFrame(&gapInfo{Requested: lastSent, Oldest: idPtr(e.id)})) {
 					return
 				}
 				continue
@@ -366,22 +402,22 @@ func (s *Sink) serveStream(w http.ResponseWriter, req *http.Request) {
 			if !f.wants(e) {
 				continue
 			}
-			if !write(e.frame) {
+			if !o.write(e.frame) {
 				return
 			}
 			lastSent = e.id.String()
 		}
 		c = after
-		if (missed || len(events) > 0) && !flush() {
+		if (missed || len(events) > 0) && !o.flush() {
 			return
 		}
 		select {
 		case <-wake:
-		case <-heartbeat.C:
-			if !write([]byte(": ping\n\n")) || !flush() {
+		case <-heartbeat:
+			if !o.write([]byte(": ping\n\n")) || !o.flush() {
 				return
 			}
-		case <-req.Context().Done():
+		case <-ctx.Done():
 			return
 		case <-done:
 			return

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/walcast/walcast/host/internal/pgoutput"
+
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -118,7 +120,7 @@ type Capture struct {
 	consumer Consumer
 	log      *slog.Logger
 	dec      *decode.Decoder
-	parser   decode.Parser // reuses its row messages: one message at a time
+	parser   pgoutput.Parser // reuses its row messages: one message at a time
 	// streamCtx is the context of the stream being read, for the primary
 	// key lookups the decoder makes (set and read by the capture goroutine).
 	streamCtx context.Context

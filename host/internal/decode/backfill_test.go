@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"testing"
 
+	pgt "github.com/walcast/walcast/host/internal/pgoutput/pgoutputtest"
+
 	"github.com/jackc/pglogrepl"
 
 	"github.com/walcast/walcast/pluginkit/cdc"
@@ -60,7 +62,7 @@ func TestBackfillChunk(t *testing.T) {
 			}
 			other := chunk
 			other.Pipeline = "q"
-			c.feed(begin(0x1A2B3C8, 9), encode(t, chunk), encode(t, other),
+			c.feed(pgt.Begin(0x1A2B3C8, 9), encode(t, chunk), encode(t, other),
 				&pglogrepl.LogicalDecodingMessage{Transactional: true, Prefix: "someone.else", Content: []byte("x")})
 			want := []string{
 				`{"id":"0/1A2B3C8:0","commit_lsn":"0/1A2B3C8","xid":9,"commit_time":"2026-11-30T10:00:00.123456Z","schema":"public","table":"accts","op":"read","key":{"region":"eu","id":1},"new":{"region":"eu","id":1,"tags":["x","y z"],"note":null},"old":null}`,

@@ -3,6 +3,8 @@ package decode
 import (
 	"testing"
 
+	pgt "github.com/walcast/walcast/host/internal/pgoutput/pgoutputtest"
+
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/walcast/walcast/host/internal/change"
@@ -13,22 +15,22 @@ import (
 // is a window into it).
 func BenchmarkDecodeInsert(b *testing.B) {
 	d := New(Options{})
-	rel := relMsg(1, "public", "orders", 'd',
-		col{"id", pgtype.Int8OID, true},
-		col{"customer_id", pgtype.Int4OID, false},
-		col{"status", pgtype.TextOID, false},
-		col{"total", pgtype.NumericOID, false},
-		col{"note", pgtype.TextOID, false},
-		col{"created_at", pgtype.TimestamptzOID, false},
+	rel := pgt.Relation(1, "public", "orders", 'd',
+		pgt.Column("id", pgtype.Int8OID, true),
+		pgt.Column("customer_id", pgtype.Int4OID, false),
+		pgt.Column("status", pgtype.TextOID, false),
+		pgt.Column("total", pgtype.NumericOID, false),
+		pgt.Column("note", pgtype.TextOID, false),
+		pgt.Column("created_at", pgtype.TimestamptzOID, false),
 	)
-	ins := &pglogrepl.InsertMessage{RelationID: 1, Tuple: tup(
+	ins := &pglogrepl.InsertMessage{RelationID: 1, Tuple: pgt.Tuple(
 		"9000000042", "771234", "paid", "1234.50",
 		"leave at the back door, ring twice, thanks!",
 		"2026-11-30 10:00:00.123456+00",
 	)}
 	var sink change.Event
 	emit := func(ev change.Event) error { sink = ev; return nil }
-	for _, m := range []pglogrepl.Message{begin(0x1A2B3C8, 7412), rel} {
+	for _, m := range []pglogrepl.Message{pgt.Begin(0x1A2B3C8, 7412), rel} {
 		if err := d.Decode(m, emit); err != nil {
 			b.Fatal(err)
 		}

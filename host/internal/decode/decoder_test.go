@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	pgt "github.com/walcast/walcast/host/internal/pgoutput/pgoutputtest"
+
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -15,24 +17,15 @@ import (
 
 // orders is the relation of the README's envelope example: default replica
 // identity on the primary key id.
-func orders(id uint32) *pglogrepl.RelationMessage {
-	return relMsg(id, "public", "orders", 'd',
-		col{"id", pgtype.Int8OID, true},
-		col{"status", pgtype.TextOID, false},
-		col{"total", pgtype.NumericOID, false},
-		col{"notes_blob", pgtype.TextOID, false},
-	)
-}
-
 const head = `"commit_lsn":"0/1A2B3C8","xid":7412,"commit_time":"2026-11-30T10:00:00.123456Z","schema":"public","table":"orders",`
 
 func TestDesignExample(t *testing.T) {
 	c := newCollector(t, Options{})
-	c.feed(begin(0x1A2B3C8, 7412), orders(16400), &pglogrepl.UpdateMessage{
+	c.feed(pgt.Begin(0x1A2B3C8, 7412), pgt.Orders(16400), &pglogrepl.UpdateMessage{
 		RelationID:   16400,
 		OldTupleType: 'K',
-		OldTuple:     tup("42", nil, nil, nil),
-		NewTuple:     tup("42", "paid", "19.90", toast),
+		OldTuple:     pgt.Tuple("42", nil, nil, nil),
+		NewTuple:     pgt.Tuple("42", "paid", "19.90", pgt.Toast),
 	})
 	want := `{"id":"0/1A2B3C8:0","commit_lsn":"0/1A2B3C8","xid":7412,"commit_time":"2026-11-30T10:00:00.123456Z","schema":"public","table":"orders","op":"update","key":{"id":42},"new":{"id":42,"status":"paid","total":"19.90"},"old":{"id":42},"unchanged":["notes_blob"]}`
 	if len(c.events) != 1 {
@@ -51,13 +44,13 @@ func TestDesignExample(t *testing.T) {
 func TestOps(t *testing.T) {
 	c := newCollector(t, Options{})
 	c.feed(
-		begin(0x1A2B3C8, 7412), orders(1),
-		&pglogrepl.InsertMessage{RelationID: 1, Tuple: tup("42", "new", "1.00", "blob")},
+		pgt.Begin(0x1A2B3C8, 7412), pgt.Orders(1),
+		&pglogrepl.InsertMessage{RelationID: 1, Tuple: pgt.Tuple("42", "new", "1.00", "blob")},
 		// Default replica identity, key unchanged: no old tuple.
-		&pglogrepl.UpdateMessage{RelationID: 1, NewTuple: tup("42", "paid", "1.00", toast)},
+		&pglogrepl.UpdateMessage{RelationID: 1, NewTuple: pgt.Tuple("42", "paid", "1.00", pgt.Toast)},
 		// Key changed: 'K' tuple with the old key, the rest 'n'.
-		&pglogrepl.UpdateMessage{RelationID: 1, OldTupleType: 'K', OldTuple: tup("42", nil, nil, nil), NewTuple: tup("43", "paid", nil, "blob2")},
-		&pglogrepl.DeleteMessage{RelationID: 1, OldTupleType: 'K', OldTuple: tup("43", nil, nil, nil)},
+		&pglogrepl.UpdateMessage{RelationID: 1, OldTupleType: 'K', OldTuple: pgt.Tuple("42", nil, nil, nil), NewTuple: pgt.Tuple("43", "paid", nil, "blob2")},
+		&pglogrepl.DeleteMessage{RelationID: 1, OldTupleType: 'K', OldTuple: pgt.Tuple("43", nil, nil, nil)},
 	)
 	want := []string{
 		`{"id":"0/1A2B3C8:0",` + head + `"op":"insert","key":{"id":42},"new":{"id":42,"status":"new","total":"1.00","notes_blob":"blob"},"old":null}`,
@@ -85,9 +78,9 @@ func TestOps(t *testing.T) {
 // the new tuple; the server then sends the old key, which supplies it.
 func TestKeyFromOldTupleWhenToasted(t *testing.T) {
 	c := newCollector(t, Options{})
-	c.feed(begin(0x1A2B3C8, 7412),
-		relMsg(1, "public", "docs", 'd', col{"path", pgtype.TextOID, true}, col{"body", pgtype.TextOID, false}),
-		&pglogrepl.UpdateMessage{RelationID: 1, OldTupleType: 'K', OldTuple: tup("/a/long/path", nil), NewTuple: tup(toast, "x")},
+	c.feed(pgt.Begin(0x1A2B3C8, 7412),
+		pgt.Relation(1, "public", "docs", 'd', pgt.Column("path", pgtype.TextOID, true), pgt.Column("body", pgtype.TextOID, false)),
+		&pglogrepl.UpdateMessage{RelationID: 1, OldTupleType: 'K', OldTuple: pgt.Tuple("/a/long/path", nil), NewTuple: pgt.Tuple(pgt.Toast, "x")},
 	)
 	got := string(c.events[0].Payload)
 	if !strings.Contains(got, `"key":{"path":"/a/long/path"},"new":{"body":"x"},"old":{"path":"/a/long/path"},"unchanged":["path"]}`) {
@@ -102,9 +95,9 @@ func TestKeyFromOldTupleWhenToasted(t *testing.T) {
 // key column (and anywhere in 'O' and new tuples) it is NULL.
 func TestKeyTupleNulls(t *testing.T) {
 	c := newCollector(t, Options{})
-	c.feed(begin(0x10, 1),
-		relMsg(1, "public", "t", 'i', col{"a", pgtype.Int4OID, true}, col{"b", pgtype.TextOID, false}, col{"c", pgtype.Int4OID, true}),
-		&pglogrepl.DeleteMessage{RelationID: 1, OldTupleType: 'K', OldTuple: tup("1", nil, nil)},
+	c.feed(pgt.Begin(0x10, 1),
+		pgt.Relation(1, "public", "t", 'i', pgt.Column("a", pgtype.Int4OID, true), pgt.Column("b", pgtype.TextOID, false), pgt.Column("c", pgtype.Int4OID, true)),
+		&pglogrepl.DeleteMessage{RelationID: 1, OldTupleType: 'K', OldTuple: pgt.Tuple("1", nil, nil)},
 	)
 	got := string(c.events[0].Payload)
 	if !strings.HasSuffix(got, `"key":{"a":1,"c":null},"new":null,"old":{"a":1,"c":null}}`) {
@@ -115,14 +108,14 @@ func TestKeyTupleNulls(t *testing.T) {
 func TestReplicaIdentityFull(t *testing.T) {
 	full := func() *pglogrepl.RelationMessage {
 		// With REPLICA IDENTITY FULL pgoutput flags every column.
-		return relMsg(7, "shop", "items", 'f',
-			col{"sku", pgtype.TextOID, true},
-			col{"id", pgtype.Int4OID, true},
-			col{"qty", pgtype.Int4OID, true},
+		return pgt.Relation(7, "shop", "items", 'f',
+			pgt.Column("sku", pgtype.TextOID, true),
+			pgt.Column("id", pgtype.Int4OID, true),
+			pgt.Column("qty", pgtype.Int4OID, true),
 		)
 	}
-	del := &pglogrepl.DeleteMessage{RelationID: 7, OldTupleType: 'O', OldTuple: tup("A-1", "5", nil)}
-	upd := &pglogrepl.UpdateMessage{RelationID: 7, OldTupleType: 'O', OldTuple: tup("A-1", "5", nil), NewTuple: tup("A-1", "5", "3")}
+	del := &pglogrepl.DeleteMessage{RelationID: 7, OldTupleType: 'O', OldTuple: pgt.Tuple("A-1", "5", nil)}
+	upd := &pglogrepl.UpdateMessage{RelationID: 7, OldTupleType: 'O', OldTuple: pgt.Tuple("A-1", "5", nil), NewTuple: pgt.Tuple("A-1", "5", "3")}
 
 	var asked []string
 	pk := func(schema, table string) ([]string, error) {
@@ -130,7 +123,7 @@ func TestReplicaIdentityFull(t *testing.T) {
 		return []string{"id", "sku"}, nil
 	}
 	c := newCollector(t, Options{PrimaryKey: pk})
-	c.feed(begin(0x10, 1), full(), upd, del)
+	c.feed(pgt.Begin(0x10, 1), full(), upd, del)
 	if !slices.Equal(asked, []string{"shop.items"}) {
 		t.Errorf("PrimaryKey asked for %v", asked)
 	}
@@ -152,7 +145,7 @@ func TestReplicaIdentityFull(t *testing.T) {
 		"missing": func(string, string) ([]string, error) { return []string{"nope"}, nil },
 	} {
 		c := newCollector(t, Options{PrimaryKey: pk})
-		c.feed(begin(0x10, 1), full(), del)
+		c.feed(pgt.Begin(0x10, 1), full(), del)
 		if got := string(c.events[0].Key); got != `{"sku":"A-1","id":5,"qty":null}` {
 			t.Errorf("%s: key = %s", name, got)
 		}
@@ -167,10 +160,10 @@ func TestReplicaIdentityFull(t *testing.T) {
 
 func TestNoKey(t *testing.T) {
 	c := newCollector(t, Options{})
-	c.feed(begin(0x10, 1),
-		relMsg(1, "public", "log", 'n', col{"msg", pgtype.TextOID, false}),
-		&pglogrepl.InsertMessage{RelationID: 1, Tuple: tup("hello")},
-		&pglogrepl.UpdateMessage{RelationID: 1, NewTuple: tup("bye")},
+	c.feed(pgt.Begin(0x10, 1),
+		pgt.Relation(1, "public", "log", 'n', pgt.Column("msg", pgtype.TextOID, false)),
+		&pglogrepl.InsertMessage{RelationID: 1, Tuple: pgt.Tuple("hello")},
+		&pglogrepl.UpdateMessage{RelationID: 1, NewTuple: pgt.Tuple("bye")},
 	)
 	for _, ev := range c.events {
 		if string(ev.Key) != "null" || !strings.Contains(string(ev.Payload), `"key":null,`) {
@@ -181,11 +174,11 @@ func TestNoKey(t *testing.T) {
 
 func TestTruncate(t *testing.T) {
 	c := newCollector(t, Options{})
-	c.feed(begin(0x1A2B3C8, 7412),
-		orders(1),
-		relMsg(2, "public", "lines", 'd', col{"id", pgtype.Int4OID, true}),
-		relMsg(3, ControlSchema, "checkpoints", 'd', col{"sink", pgtype.TextOID, true}),
-		&pglogrepl.InsertMessage{RelationID: 1, Tuple: tup("1", "a", "1", "b")},
+	c.feed(pgt.Begin(0x1A2B3C8, 7412),
+		pgt.Orders(1),
+		pgt.Relation(2, "public", "lines", 'd', pgt.Column("id", pgtype.Int4OID, true)),
+		pgt.Relation(3, ControlSchema, "checkpoints", 'd', pgt.Column("sink", pgtype.TextOID, true)),
+		&pglogrepl.InsertMessage{RelationID: 1, Tuple: pgt.Tuple("1", "a", "1", "b")},
 		&pglogrepl.TruncateMessage{RelationNum: 3, Option: pglogrepl.TruncateOptionCascade | pglogrepl.TruncateOptionRestartIdentity, RelationIDs: []uint32{1, 3, 2}},
 		&pglogrepl.TruncateMessage{RelationNum: 1, RelationIDs: []uint32{2}},
 	)
@@ -213,15 +206,15 @@ func TestTruncate(t *testing.T) {
 
 func TestControlSchemaDropped(t *testing.T) {
 	c := newCollector(t, Options{})
-	c.feed(begin(0x10, 1),
-		relMsg(1, ControlSchema, "checkpoints", 'd', col{"sink", pgtype.TextOID, true}),
-		orders(2),
-		&pglogrepl.InsertMessage{RelationID: 1, Tuple: tup("s")},
-		&pglogrepl.InsertMessage{RelationID: 2, Tuple: tup("1", "a", "1", "b")},
-		&pglogrepl.UpdateMessage{RelationID: 1, NewTuple: tup("s")},
-		&pglogrepl.DeleteMessage{RelationID: 1, OldTupleType: 'K', OldTuple: tup("s")},
+	c.feed(pgt.Begin(0x10, 1),
+		pgt.Relation(1, ControlSchema, "checkpoints", 'd', pgt.Column("sink", pgtype.TextOID, true)),
+		pgt.Orders(2),
+		&pglogrepl.InsertMessage{RelationID: 1, Tuple: pgt.Tuple("s")},
+		&pglogrepl.InsertMessage{RelationID: 2, Tuple: pgt.Tuple("1", "a", "1", "b")},
+		&pglogrepl.UpdateMessage{RelationID: 1, NewTuple: pgt.Tuple("s")},
+		&pglogrepl.DeleteMessage{RelationID: 1, OldTupleType: 'K', OldTuple: pgt.Tuple("s")},
 		&pglogrepl.TruncateMessage{RelationNum: 1, RelationIDs: []uint32{1}},
-		&pglogrepl.InsertMessage{RelationID: 2, Tuple: tup("2", "a", "1", "b")},
+		&pglogrepl.InsertMessage{RelationID: 2, Tuple: pgt.Tuple("2", "a", "1", "b")},
 	)
 	if len(c.events) != 2 {
 		t.Fatalf("got %d events, want 2: %q", len(c.events), c.payloads())
@@ -237,16 +230,16 @@ func TestErrors(t *testing.T) {
 	d := New(Options{})
 	noop := func(change.Event) error { return nil }
 
-	if err := d.Decode(&pglogrepl.InsertMessage{RelationID: 1, Tuple: tup("1")}, noop); err == nil || !strings.Contains(err.Error(), "no transaction") {
+	if err := d.Decode(&pglogrepl.InsertMessage{RelationID: 1, Tuple: pgt.Tuple("1")}, noop); err == nil || !strings.Contains(err.Error(), "no transaction") {
 		t.Errorf("change outside a transaction: %v", err)
 	}
-	if err := d.Decode(begin(0x10, 1), noop); err != nil {
+	if err := d.Decode(pgt.Begin(0x10, 1), noop); err != nil {
 		t.Fatal(err)
 	}
 	for _, m := range []pglogrepl.Message{
-		&pglogrepl.InsertMessage{RelationID: 42, Tuple: tup("1")},
-		&pglogrepl.UpdateMessage{RelationID: 42, NewTuple: tup("1")},
-		&pglogrepl.DeleteMessage{RelationID: 42, OldTupleType: 'K', OldTuple: tup("1")},
+		&pglogrepl.InsertMessage{RelationID: 42, Tuple: pgt.Tuple("1")},
+		&pglogrepl.UpdateMessage{RelationID: 42, NewTuple: pgt.Tuple("1")},
+		&pglogrepl.DeleteMessage{RelationID: 42, OldTupleType: 'K', OldTuple: pgt.Tuple("1")},
 	} {
 		err := d.Decode(m, noop)
 		if err == nil || !strings.Contains(err.Error(), "unknown relation id 42") {
@@ -254,14 +247,14 @@ func TestErrors(t *testing.T) {
 		}
 	}
 
-	if err := d.Decode(orders(1), noop); err != nil {
+	if err := d.Decode(pgt.Orders(1), noop); err != nil {
 		t.Fatal(err)
 	}
 	for name, m := range map[string]pglogrepl.Message{
-		"short tuple":    &pglogrepl.InsertMessage{RelationID: 1, Tuple: tup("1")},
+		"short tuple":    &pglogrepl.InsertMessage{RelationID: 1, Tuple: pgt.Tuple("1")},
 		"nil tuple":      &pglogrepl.InsertMessage{RelationID: 1},
-		"binary value":   &pglogrepl.InsertMessage{RelationID: 1, Tuple: tup(binVal{0, 1}, nil, nil, nil)},
-		"bad old type":   &pglogrepl.UpdateMessage{RelationID: 1, OldTupleType: 'X', OldTuple: tup("1", nil, nil, nil), NewTuple: tup("1", nil, nil, nil)},
+		"binary value":   &pglogrepl.InsertMessage{RelationID: 1, Tuple: pgt.Tuple(pgt.Binary{0, 1}, nil, nil, nil)},
+		"bad old type":   &pglogrepl.UpdateMessage{RelationID: 1, OldTupleType: 'X', OldTuple: pgt.Tuple("1", nil, nil, nil), NewTuple: pgt.Tuple("1", nil, nil, nil)},
 		"delete no old":  &pglogrepl.DeleteMessage{RelationID: 1, OldTupleType: 'K'},
 		"nil message":    nil,
 		"typed nil":      (*pglogrepl.InsertMessage)(nil),
@@ -274,7 +267,7 @@ func TestErrors(t *testing.T) {
 	if got := d.Emitted(); got != 0 {
 		t.Errorf("Emitted after failures = %d", got)
 	}
-	if err := d.Decode(&pglogrepl.InsertMessage{RelationID: 1, Tuple: tup("1", nil, nil, nil)}, nil); err == nil {
+	if err := d.Decode(&pglogrepl.InsertMessage{RelationID: 1, Tuple: pgt.Tuple("1", nil, nil, nil)}, nil); err == nil {
 		t.Error("nil emit: no error")
 	}
 
@@ -296,9 +289,9 @@ func TestTransactionState(t *testing.T) {
 	if d.InTransaction() || d.CommitLSN() != 0 || d.Emitted() != 0 {
 		t.Fatalf("new decoder: in tx %v, lsn %s, emitted %d", d.InTransaction(), d.CommitLSN(), d.Emitted())
 	}
-	c.feed(begin(0x5000, 9), orders(1),
-		&pglogrepl.InsertMessage{RelationID: 1, Tuple: tup("1", "a", "1", "b")},
-		&pglogrepl.InsertMessage{RelationID: 1, Tuple: tup("2", "a", "1", "b")},
+	c.feed(pgt.Begin(0x5000, 9), pgt.Orders(1),
+		&pglogrepl.InsertMessage{RelationID: 1, Tuple: pgt.Tuple("1", "a", "1", "b")},
+		&pglogrepl.InsertMessage{RelationID: 1, Tuple: pgt.Tuple("2", "a", "1", "b")},
 	)
 	if !d.InTransaction() || d.CommitLSN() != 0x5000 || d.Emitted() != 2 {
 		t.Errorf("in tx: %v, lsn %s, emitted %d", d.InTransaction(), d.CommitLSN(), d.Emitted())
@@ -310,7 +303,7 @@ func TestTransactionState(t *testing.T) {
 
 	// The next transaction starts again at index 0, without a Relation
 	// message: the cache lives as long as the connection.
-	c.feed(begin(0x6000, 10), &pglogrepl.InsertMessage{RelationID: 1, Tuple: tup("3", "a", "1", "b")})
+	c.feed(pgt.Begin(0x6000, 10), &pglogrepl.InsertMessage{RelationID: 1, Tuple: pgt.Tuple("3", "a", "1", "b")})
 	if got := c.events[2].ID.String(); got != "0/6000:0" {
 		t.Errorf("first id of second tx = %s", got)
 	}
@@ -320,7 +313,7 @@ func TestTransactionState(t *testing.T) {
 
 	// A failed emit does not consume the index.
 	failing := errors.New("queue closed")
-	err := d.Decode(&pglogrepl.InsertMessage{RelationID: 1, Tuple: tup("4", "a", "1", "b")}, func(change.Event) error { return failing })
+	err := d.Decode(&pglogrepl.InsertMessage{RelationID: 1, Tuple: pgt.Tuple("4", "a", "1", "b")}, func(change.Event) error { return failing })
 	if !errors.Is(err, failing) || d.Emitted() != 1 {
 		t.Errorf("failing emit: err %v, emitted %d", err, d.Emitted())
 	}
@@ -330,8 +323,8 @@ func TestTransactionState(t *testing.T) {
 	if d.InTransaction() {
 		t.Error("in a transaction after Reset")
 	}
-	c.feed(begin(0x7000, 11))
-	if err := d.Decode(&pglogrepl.InsertMessage{RelationID: 1, Tuple: tup("5", "a", "1", "b")}, c.emit); err == nil {
+	c.feed(pgt.Begin(0x7000, 11))
+	if err := d.Decode(&pglogrepl.InsertMessage{RelationID: 1, Tuple: pgt.Tuple("5", "a", "1", "b")}, c.emit); err == nil {
 		t.Error("relation known after Reset")
 	}
 }
@@ -340,21 +333,21 @@ func TestTransactionState(t *testing.T) {
 // the cached one entirely.
 func TestRelationOverwrite(t *testing.T) {
 	c := newCollector(t, Options{})
-	c.feed(begin(0x10, 1), orders(1),
-		&pglogrepl.InsertMessage{RelationID: 1, Tuple: tup("1", "a", "1", "b")},
-		relMsg(1, "public", "orders", 'd',
-			col{"id", pgtype.Int8OID, true},
-			col{"status", pgtype.TextOID, false},
-			col{"total", pgtype.NumericOID, false},
-			col{"notes_blob", pgtype.TextOID, false},
-			col{"paid", pgtype.BoolOID, false},
+	c.feed(pgt.Begin(0x10, 1), pgt.Orders(1),
+		&pglogrepl.InsertMessage{RelationID: 1, Tuple: pgt.Tuple("1", "a", "1", "b")},
+		pgt.Relation(1, "public", "orders", 'd',
+			pgt.Column("id", pgtype.Int8OID, true),
+			pgt.Column("status", pgtype.TextOID, false),
+			pgt.Column("total", pgtype.NumericOID, false),
+			pgt.Column("notes_blob", pgtype.TextOID, false),
+			pgt.Column("paid", pgtype.BoolOID, false),
 		),
-		&pglogrepl.InsertMessage{RelationID: 1, Tuple: tup("2", "a", "1", "b", "t")},
+		&pglogrepl.InsertMessage{RelationID: 1, Tuple: pgt.Tuple("2", "a", "1", "b", "t")},
 	)
 	if got := string(c.events[1].Payload); !strings.Contains(got, `"new":{"id":2,"status":"a","total":"1","notes_blob":"b","paid":true}`) {
 		t.Errorf("after overwrite: %s", got)
 	}
-	if err := c.d.Decode(&pglogrepl.InsertMessage{RelationID: 1, Tuple: tup("3", "a", "1", "b")}, c.emit); err == nil {
+	if err := c.d.Decode(&pglogrepl.InsertMessage{RelationID: 1, Tuple: pgt.Tuple("3", "a", "1", "b")}, c.emit); err == nil {
 		t.Error("old column count accepted after overwrite")
 	}
 }
@@ -362,10 +355,10 @@ func TestRelationOverwrite(t *testing.T) {
 // Emitted events are queued; decoding more must not change them.
 func TestEventsOwnTheirBytes(t *testing.T) {
 	c := newCollector(t, Options{})
-	c.feed(begin(0x10, 1), orders(1), &pglogrepl.InsertMessage{RelationID: 1, Tuple: tup("1", "a", "1", "b")})
+	c.feed(pgt.Begin(0x10, 1), pgt.Orders(1), &pglogrepl.InsertMessage{RelationID: 1, Tuple: pgt.Tuple("1", "a", "1", "b")})
 	first := string(c.events[0].Payload)
 	firstKey := string(c.events[0].Key)
-	c.feed(&pglogrepl.InsertMessage{RelationID: 1, Tuple: tup("999999", "zzzzzzzzzzz", "2", "c")})
+	c.feed(&pglogrepl.InsertMessage{RelationID: 1, Tuple: pgt.Tuple("999999", "zzzzzzzzzzz", "2", "c")})
 	if string(c.events[0].Payload) != first || string(c.events[0].Key) != firstKey {
 		t.Errorf("first event changed: %s / %s", c.events[0].Payload, c.events[0].Key)
 	}
@@ -378,9 +371,9 @@ func TestEventsOwnTheirBytes(t *testing.T) {
 
 func TestEscaping(t *testing.T) {
 	c := newCollector(t, Options{})
-	c.feed(begin(0x10, 1),
-		relMsg(1, `we"ird`, "ta\\ble", 'd', col{"k\ney", pgtype.TextOID, true}),
-		&pglogrepl.InsertMessage{RelationID: 1, Tuple: tup("a\"b\\c\x01\t\n\r\xff\u2028é")},
+	c.feed(pgt.Begin(0x10, 1),
+		pgt.Relation(1, `we"ird`, "ta\\ble", 'd', pgt.Column("k\ney", pgtype.TextOID, true)),
+		&pglogrepl.InsertMessage{RelationID: 1, Tuple: pgt.Tuple("a\"b\\c\x01\t\n\r\xff\u2028é")},
 	)
 	want := `"schema":"we\"ird","table":"ta\\ble","op":"insert","key":{"k\ney":"a\"b\\c\u0001\t\n\r\ufffd\u2028é"}`
 	if got := string(c.events[0].Payload); !strings.Contains(got, want) {
@@ -390,7 +383,7 @@ func TestEscaping(t *testing.T) {
 
 func TestIgnoredMessages(t *testing.T) {
 	c := newCollector(t, Options{})
-	c.feed(begin(0x10, 1),
+	c.feed(pgt.Begin(0x10, 1),
 		&pglogrepl.TypeMessage{DataType: 16500, Namespace: "public", Name: "mood"},
 		&pglogrepl.OriginMessage{Name: "other"},
 		&pglogrepl.LogicalDecodingMessage{Prefix: "p", Content: []byte("x")},
@@ -404,10 +397,10 @@ func TestIgnoredMessages(t *testing.T) {
 // an index, and counted; a truncate naming both emits only the listed one.
 func TestUnlistedTablesAreDropped(t *testing.T) {
 	c := newCollector(t, Options{Tables: map[string]bool{"public.orders": true}})
-	other := relMsg(2, "public", "other", 'd', col{"id", pgtype.Int8OID, true})
-	c.feed(begin(0x1A2B3C8, 7412), orders(1), other,
-		&pglogrepl.InsertMessage{RelationID: 2, Tuple: tup("1")},
-		&pglogrepl.InsertMessage{RelationID: 1, Tuple: tup("42", "new", "1.00", "blob")},
+	other := pgt.Relation(2, "public", "other", 'd', pgt.Column("id", pgtype.Int8OID, true))
+	c.feed(pgt.Begin(0x1A2B3C8, 7412), pgt.Orders(1), other,
+		&pglogrepl.InsertMessage{RelationID: 2, Tuple: pgt.Tuple("1")},
+		&pglogrepl.InsertMessage{RelationID: 1, Tuple: pgt.Tuple("42", "new", "1.00", "blob")},
 		&pglogrepl.TruncateMessage{RelationNum: 2, RelationIDs: []uint32{2, 1}},
 	)
 	if len(c.events) != 2 || c.events[0].ID.Index != 0 || c.events[1].ID.Index != 1 || c.events[1].Op != cdc.OpTruncate || c.events[1].Table != "orders" {
@@ -422,7 +415,7 @@ func TestUnlistedTablesAreDropped(t *testing.T) {
 func TestBigEnvelopeIsHandedOver(t *testing.T) {
 	c := newCollector(t, Options{})
 	big := strings.Repeat("x", bigEnvelope+1)
-	c.feed(begin(0x1A2B3C8, 7412), orders(1), &pglogrepl.InsertMessage{RelationID: 1, Tuple: tup("42", "new", "1.00", big)})
+	c.feed(pgt.Begin(0x1A2B3C8, 7412), pgt.Orders(1), &pglogrepl.InsertMessage{RelationID: 1, Tuple: pgt.Tuple("42", "new", "1.00", big)})
 	if len(c.events) != 1 || !strings.Contains(string(c.events[0].Payload), big) {
 		t.Fatal("big row not emitted whole")
 	}

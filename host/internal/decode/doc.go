@@ -1,12 +1,14 @@
-// Package decode turns pgoutput messages (protocol version 1, as parsed by
-// github.com/jackc/pglogrepl) into change.Events (a cdc.Event plus host-only routing facts) carrying the JSON
-// envelope (docs/architecture.md, "Envelope").
+// Package decode turns pgoutput messages (protocol version 1, parsed by
+// package pgoutput into github.com/jackc/pglogrepl's types) into
+// change.Events (a cdc.Event plus host-only routing facts) carrying the
+// JSON envelope (docs/architecture.md, "Envelope"): it keeps the relation
+// cache and the open transaction, and writes the envelope.
 //
 // The capture loop owns the replication connection and hands every message
 // of the stream to one Decoder, in order:
 //
 //	d := decode.New(decode.Options{PrimaryKey: lookup})
-//	var p decode.Parser // reuses its row messages: one message at a time
+//	var p pgoutput.Parser // reuses its row messages: one message at a time
 //	msg, err := p.Parse(xld.WALData)
 //	...
 //	err = d.Decode(msg, func(ev change.Event) error { return queue(ev) })

@@ -6,6 +6,9 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/walcast/walcast/host/internal/pgoutput"
+	pgt "github.com/walcast/walcast/host/internal/pgoutput/pgoutputtest"
+
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/walcast/walcast/host/internal/change"
 )
@@ -60,7 +63,7 @@ func FuzzTextValue(f *testing.F) {
 		d := New(Options{})
 		c := column{typ: lookupType(oid)}
 		c.typ.array = array
-		out := d.appendColumnValue(nil, &c, tup(text).Columns[0])
+		out := d.appendColumnValue(nil, &c, pgt.Tuple(text).Columns[0])
 		if !json.Valid(out) {
 			t.Fatalf("value(%d, array %v, %q) = %s: not valid JSON", oid, array, text, out)
 		}
@@ -72,7 +75,7 @@ func FuzzTextValue(f *testing.F) {
 // message) so that the fuzzer can build transactions with Relation messages
 // followed by changes; nothing may panic and every event must be valid JSON.
 func FuzzDecode(f *testing.F) {
-	rel := orders(1)
+	rel := pgt.Orders(1)
 	stream := func(msgs ...[]byte) []byte {
 		var b []byte
 		for _, m := range msgs {
@@ -82,27 +85,27 @@ func FuzzDecode(f *testing.F) {
 		return b
 	}
 	f.Add(stream(
-		wireBegin(0x1A2B3C8, 817_000_000_000_000, 7412),
-		wireRelation(rel),
-		wireRelation(relMsg(2, "public", "arr", 'f', col{"a", pgtype.Int4ArrayOID, true}, col{"j", pgtype.JSONBOID, true})),
-		wireRelation(relMsg(3, ControlSchema, "checkpoints", 'd', col{"s", pgtype.TextOID, true})),
-		wireInsert(1, tup("42", "new", "1.00", "blob")),
-		wireInsert(2, tup("{1,2}", `{"a": 1}`)),
-		wireInsert(3, tup("x")),
-		wireUpdate(1, 'K', tup("42", nil, nil, nil), tup("43", "paid", nil, toast)),
-		wireUpdate(1, 0, nil, tup("43", "x", "2", toast)),
-		wireDelete(1, 'K', tup("43", nil, nil, nil)),
-		wireDelete(2, 'O', tup("{1,2}", "null")),
-		wireTruncate(3, 1, 2, 3),
-		wireCommit(0x1A2B3C8, 0x1A2B400, 817_000_000_000_000),
+		pgt.EncodeBegin(0x1A2B3C8, 817_000_000_000_000, 7412),
+		pgt.EncodeRelation(rel),
+		pgt.EncodeRelation(pgt.Relation(2, "public", "arr", 'f', pgt.Column("a", pgtype.Int4ArrayOID, true), pgt.Column("j", pgtype.JSONBOID, true))),
+		pgt.EncodeRelation(pgt.Relation(3, ControlSchema, "checkpoints", 'd', pgt.Column("s", pgtype.TextOID, true))),
+		pgt.EncodeInsert(1, pgt.Tuple("42", "new", "1.00", "blob")),
+		pgt.EncodeInsert(2, pgt.Tuple("{1,2}", `{"a": 1}`)),
+		pgt.EncodeInsert(3, pgt.Tuple("x")),
+		pgt.EncodeUpdate(1, 'K', pgt.Tuple("42", nil, nil, nil), pgt.Tuple("43", "paid", nil, pgt.Toast)),
+		pgt.EncodeUpdate(1, 0, nil, pgt.Tuple("43", "x", "2", pgt.Toast)),
+		pgt.EncodeDelete(1, 'K', pgt.Tuple("43", nil, nil, nil)),
+		pgt.EncodeDelete(2, 'O', pgt.Tuple("{1,2}", "null")),
+		pgt.EncodeTruncate(3, 1, 2, 3),
+		pgt.EncodeCommit(0x1A2B3C8, 0x1A2B400, 817_000_000_000_000),
 	))
-	f.Add(stream([]byte{}, []byte("B"), wireInsert(9, tup("1"))))
+	f.Add(stream([]byte{}, []byte("B"), pgt.EncodeInsert(9, pgt.Tuple("1"))))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		// The same stream through Parse and through a reusing Parser must
 		// decode to the same events.
 		opts := Options{PrimaryKey: func(string, string) ([]string, error) { return []string{"id"}, nil }}
 		d, d2 := New(opts), New(opts)
-		var p Parser
+		var p pgoutput.Parser
 		var got, got2 []string
 		emit := func(ev change.Event) error {
 			if !json.Valid(ev.Payload) || !json.Valid(ev.Key) {
@@ -118,7 +121,7 @@ func FuzzDecode(f *testing.F) {
 			if n > len(data) {
 				n = len(data)
 			}
-			msg, err := referenceParse(data[:n])
+			msg, err := pgoutput.Parse(data[:n])
 			msg2, err2 := p.Parse(data[:n])
 			data = data[n:]
 			if (err == nil) != (err2 == nil) {

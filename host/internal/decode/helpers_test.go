@@ -1,7 +1,6 @@
 package decode
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"testing"
 	"time"
@@ -9,59 +8,6 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/walcast/walcast/host/internal/change"
 )
-
-// Hand-built pgoutput messages, as pglogrepl.Parse would return them.
-
-type col struct {
-	name string
-	oid  uint32
-	key  bool
-}
-
-func relMsg(id uint32, schema, table string, ident uint8, cols ...col) *pglogrepl.RelationMessage {
-	m := &pglogrepl.RelationMessage{RelationID: id, Namespace: schema, RelationName: table, ReplicaIdentity: ident, ColumnNum: uint16(len(cols))}
-	for _, c := range cols {
-		var flags uint8
-		if c.key {
-			flags = 1
-		}
-		m.Columns = append(m.Columns, &pglogrepl.RelationMessageColumn{Flags: flags, Name: c.name, DataType: c.oid, TypeModifier: -1})
-	}
-	return m
-}
-
-// toast stands for pgoutput's unchanged-TOAST marker in tup.
-type toastMarker struct{}
-
-var toast = toastMarker{}
-
-// binVal stands for a binary-format value in tup.
-type binVal []byte
-
-// tup builds a tuple: a string is a text value, nil is 'n', toast is 'u',
-// a binVal is 'b'.
-func tup(vals ...any) *pglogrepl.TupleData {
-	t := &pglogrepl.TupleData{ColumnNum: uint16(len(vals))}
-	for _, v := range vals {
-		switch v := v.(type) {
-		case nil:
-			t.Columns = append(t.Columns, &pglogrepl.TupleDataColumn{DataType: 'n'})
-		case toastMarker:
-			t.Columns = append(t.Columns, &pglogrepl.TupleDataColumn{DataType: 'u'})
-		case string:
-			t.Columns = append(t.Columns, &pglogrepl.TupleDataColumn{DataType: 't', Length: uint32(len(v)), Data: []byte(v)})
-		case binVal:
-			t.Columns = append(t.Columns, &pglogrepl.TupleDataColumn{DataType: 'b', Length: uint32(len(v)), Data: v})
-		}
-	}
-	return t
-}
-
-var testCommitTime = time.Date(2026, 11, 30, 10, 0, 0, 123456000, time.UTC)
-
-func begin(lsn pglogrepl.LSN, xid uint32) *pglogrepl.BeginMessage {
-	return &pglogrepl.BeginMessage{FinalLSN: lsn, CommitTime: testCommitTime, Xid: xid}
-}
 
 // collector decodes messages and records what was emitted.
 type collector struct {
@@ -136,81 +82,4 @@ func (c *collector) payloads() []string {
 		out[i] = string(ev.Payload)
 	}
 	return out
-}
-
-// Wire encoding of the same messages, for Parse tests and fuzz seeds.
-
-func wireBegin(lsn uint64, micros int64, xid uint32) []byte {
-	b := []byte{'B'}
-	b = binary.BigEndian.AppendUint64(b, lsn)
-	b = binary.BigEndian.AppendUint64(b, uint64(micros))
-	return binary.BigEndian.AppendUint32(b, xid)
-}
-
-func wireCommit(lsn, end uint64, micros int64) []byte {
-	b := []byte{'C', 0}
-	b = binary.BigEndian.AppendUint64(b, lsn)
-	b = binary.BigEndian.AppendUint64(b, end)
-	return binary.BigEndian.AppendUint64(b, uint64(micros))
-}
-
-func wireRelation(m *pglogrepl.RelationMessage) []byte {
-	b := []byte{'R'}
-	b = binary.BigEndian.AppendUint32(b, m.RelationID)
-	b = append(append(b, m.Namespace...), 0)
-	b = append(append(b, m.RelationName...), 0)
-	b = append(b, m.ReplicaIdentity)
-	b = binary.BigEndian.AppendUint16(b, uint16(len(m.Columns)))
-	for _, c := range m.Columns {
-		b = append(b, c.Flags)
-		b = append(append(b, c.Name...), 0)
-		b = binary.BigEndian.AppendUint32(b, c.DataType)
-		b = binary.BigEndian.AppendUint32(b, uint32(c.TypeModifier))
-	}
-	return b
-}
-
-func wireTuple(b []byte, t *pglogrepl.TupleData) []byte {
-	b = binary.BigEndian.AppendUint16(b, uint16(len(t.Columns)))
-	for _, c := range t.Columns {
-		b = append(b, c.DataType)
-		if c.DataType == 't' || c.DataType == 'b' {
-			b = binary.BigEndian.AppendUint32(b, uint32(len(c.Data)))
-			b = append(b, c.Data...)
-		}
-	}
-	return b
-}
-
-func wireInsert(rel uint32, t *pglogrepl.TupleData) []byte {
-	b := binary.BigEndian.AppendUint32([]byte{'I'}, rel)
-	return wireTuple(append(b, 'N'), t)
-}
-
-func wireUpdate(rel uint32, oldKind byte, old, new *pglogrepl.TupleData) []byte {
-	b := binary.BigEndian.AppendUint32([]byte{'U'}, rel)
-	if old != nil {
-		b = wireTuple(append(b, oldKind), old)
-	}
-	return wireTuple(append(b, 'N'), new)
-}
-
-func wireDelete(rel uint32, oldKind byte, old *pglogrepl.TupleData) []byte {
-	b := binary.BigEndian.AppendUint32([]byte{'D'}, rel)
-	return wireTuple(append(b, oldKind), old)
-}
-
-func wireTruncate(option byte, rels ...uint32) []byte {
-	b := binary.BigEndian.AppendUint32([]byte{'T'}, uint32(len(rels)))
-	b = append(b, option)
-	for _, r := range rels {
-		b = binary.BigEndian.AppendUint32(b, r)
-	}
-	return b
-}
-
-// referenceParse parses with pglogrepl's own parser behind Parser's framing
-// check: what Parser's allocation-free fast path must agree with.
-func referenceParse(data []byte) (pglogrepl.Message, error) {
-	return (&Parser{fallback: true}).Parse(data)
 }

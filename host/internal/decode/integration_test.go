@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walcast/walcast/host/internal/pgoutput"
+
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -246,7 +248,7 @@ func readStream(ctx context.Context, t *testing.T, conn *pgconn.PgConn, d *Decod
 				if err != nil {
 					t.Fatal(err)
 				}
-				msg, err := referenceParse(xld.WALData)
+				msg, err := pgoutput.Parse(xld.WALData)
 				if err != nil {
 					t.Fatal(err)
 				}

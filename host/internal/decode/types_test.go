@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	pgt "github.com/walcast/walcast/host/internal/pgoutput/pgoutputtest"
+
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -12,7 +14,7 @@ import (
 func valueJSON(oid uint32, text string) string {
 	d := New(Options{})
 	c := column{typ: lookupType(oid)}
-	return string(d.appendColumnValue(nil, &c, tup(text).Columns[0]))
+	return string(d.appendColumnValue(nil, &c, pgt.Tuple(text).Columns[0]))
 }
 
 func TestValues(t *testing.T) {

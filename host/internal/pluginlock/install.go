@@ -130,25 +130,9 @@ const describeTimeout = 30 * time.Second
 // is first copied under a temporary name into opts.Dir, launched from
 // there with its hash pinned, and only then renamed into place.
 func Install(ctx context.Context, src Source, opts InstallOptions) (Installed, error) {
-	if opts.Dir == "" {
-		return Installed{}, errors.New("install plugin: no plugin directory")
+	if err := prepareDir(opts); err != nil {
+		return Installed{}, err
 	}
-	// A first install into a new directory is the usual case (a fresh
-	// machine, a directory named in WALCAST_PLUGIN_DIR beforehand).
-	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
-		return Installed{}, fmt.Errorf("install plugin: create plugin directory: %w", err)
-	}
-	if fi, err := os.Stat(opts.Dir); err != nil {
-		return Installed{}, fmt.Errorf("install plugin: plugin directory: %w", err)
-	} else if !fi.IsDir() {
-		return Installed{}, fmt.Errorf("install plugin: plugin directory %s is not a directory", opts.Dir)
-	}
-	if opts.Name != "" {
-		if err := checkType(opts.Name); err != nil {
-			return Installed{}, fmt.Errorf("install plugin: --name: %w", err)
-		}
-	}
-
 	binary, cleanup, err := obtain(ctx, src)
 	if err != nil {
 		return Installed{}, err
@@ -169,54 +153,91 @@ func Install(ctx context.Context, src Source, opts InstallOptions) (Installed, e
 	if err != nil {
 		return Installed{}, fmt.Errorf("install plugin: %s is not a walcast sink plugin: %w", src.Arg, err)
 	}
-
-	sinkType := opts.Name
-	if sinkType == "" && src.Kind == SourceBinary {
-		sinkType, _ = strings.CutPrefix(filepath.Base(src.Arg), sinkclient.ExecutableName(""))
-		if sinkType == filepath.Base(src.Arg) {
-			sinkType = ""
-		}
-	}
-	if sinkType == "" && src.Kind == SourceModule {
-		if t, ok := strings.CutPrefix(filepath.Base(binary), sinkclient.ExecutableName("")); ok {
-			sinkType = t
-		}
-	}
-	if sinkType == "" {
-		sinkType = info.Name
-	}
+	sinkType := typeOf(src, binary, opts.Name, info.Name)
 	if err := checkType(sinkType); err != nil {
 		return Installed{}, fmt.Errorf("install plugin: the plugin reports the name %q: %w; pass --name TYPE", info.Name, err)
 	}
-
-	dest := filepath.Join(opts.Dir, sinkclient.ExecutableName(sinkType))
 	now := time.Now
 	if opts.Now != nil {
 		now = opts.Now
 	}
 	entry := Entry{Version: info.Version, SHA256: sum, Source: builtFrom(src, binary), InstalledAt: now().UTC().Truncate(time.Second)}
-	// The binary and its entry change under the directory's lock, so that
-	// concurrent installs keep every entry and each entry pins the binary
-	// that is actually in place.
-	unlock, err := lockDir(opts.Dir)
+	dest, err := place(opts.Dir, sinkType, staged, entry)
 	if err != nil {
-		return Installed{}, fmt.Errorf("install plugin %s: %w", sinkType, err)
+		return Installed{}, err
+	}
+	return Installed{Type: sinkType, Path: dest, Entry: entry}, nil
+}
+
+// prepareDir checks the options and creates the plugin directory when it
+// is missing: a first install into a new directory is the usual case (a
+// fresh machine, a directory named in WALCAST_PLUGIN_DIR beforehand).
+func prepareDir(opts InstallOptions) error {
+	if opts.Dir == "" {
+		return errors.New("install plugin: no plugin directory")
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return fmt.Errorf("install plugin: create plugin directory: %w", err)
+	}
+	if fi, err := os.Stat(opts.Dir); err != nil {
+		return fmt.Errorf("install plugin: plugin directory: %w", err)
+	} else if !fi.IsDir() {
+		return fmt.Errorf("install plugin: plugin directory %s is not a directory", opts.Dir)
+	}
+	if opts.Name != "" {
+		if err := checkType(opts.Name); err != nil {
+			return fmt.Errorf("install plugin: --name: %w", err)
+		}
+	}
+	return nil
+}
+
+// typeOf is the sink type a plugin installs as: the --name given, else
+// the type in the name of the binary given or built
+// (walcast-sink-TYPE), else the name the plugin reports.
+func typeOf(src Source, binary, name, reported string) string {
+	if name != "" {
+		return name
+	}
+	prefix := sinkclient.ExecutableName("")
+	switch src.Kind {
+	case SourceBinary:
+		if t, ok := strings.CutPrefix(filepath.Base(src.Arg), prefix); ok && t != "" {
+			return t
+		}
+	case SourceModule:
+		if t, ok := strings.CutPrefix(filepath.Base(binary), prefix); ok && t != "" {
+			return t
+		}
+	}
+	return reported
+}
+
+// place renames the staged binary into place as the plugin of sinkType
+// and records entry in the lock file, both under the directory's lock, so
+// that concurrent installs keep every entry and each entry pins the
+// binary that is actually in place. It returns the binary's path.
+func place(dir, sinkType, staged string, entry Entry) (string, error) {
+	dest := filepath.Join(dir, sinkclient.ExecutableName(sinkType))
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return "", fmt.Errorf("install plugin %s: %w", sinkType, err)
 	}
 	defer unlock()
 	if err := os.Rename(staged, dest); err != nil {
-		return Installed{}, fmt.Errorf("install plugin %s: %w", sinkType, err)
+		return "", fmt.Errorf("install plugin %s: %w", sinkType, err)
 	}
-	lock, err := Read(opts.Dir)
+	lock, err := Read(dir)
 	if err == nil {
 		lock.Plugins[sinkType] = entry
-		err = Write(opts.Dir, lock)
+		err = Write(dir, lock)
 	}
 	if err != nil {
 		// Fail closed: a previous entry (if any) still pins the old hash,
 		// so the new binary is refused until the lock is written.
-		return Installed{}, fmt.Errorf("install plugin %s: %s is in place but not recorded, re-run the install: %w", sinkType, dest, err)
+		return "", fmt.Errorf("install plugin %s: %s is in place but not recorded, re-run the install: %w", sinkType, dest, err)
 	}
-	return Installed{Type: sinkType, Path: dest, Entry: entry}, nil
+	return dest, nil
 }
 
 // builtFrom is the lock entry's Source: src.Arg, except that a module

@@ -1,4 +1,4 @@
-package decode
+package pgoutput
 
 import (
 	"bytes"
@@ -180,13 +180,16 @@ func checkFraming(data []byte) error {
 // pglogrepl.Parse and are not reused. A Parser is not safe for concurrent
 // use.
 type Parser struct {
-	ins      pglogrepl.InsertMessage
-	upd      pglogrepl.UpdateMessage
-	del      pglogrepl.DeleteMessage
-	tuples   [2]pglogrepl.TupleData
-	cols     [2][]pglogrepl.TupleDataColumn
-	colPtrs  [2][]*pglogrepl.TupleDataColumn
-	fallback bool // tests: always use pglogrepl.Parse
+	ins     pglogrepl.InsertMessage
+	upd     pglogrepl.UpdateMessage
+	del     pglogrepl.DeleteMessage
+	tuples  [2]pglogrepl.TupleData
+	cols    [2][]pglogrepl.TupleDataColumn
+	colPtrs [2][]*pglogrepl.TupleDataColumn
+	// typed is set once ins, upd and del carry their message type (an
+	// unexported field only pglogrepl.Parse can set), so that Type()
+	// answers for them as for any parsed message.
+	typed bool
 }
 
 // Parse parses one pgoutput protocol version 1 message (the WALData of an
@@ -201,49 +204,91 @@ func (p *Parser) Parse(data []byte) (pglogrepl.Message, error) {
 	if err := checkFraming(data); err != nil {
 		return nil, fmt.Errorf("parse pgoutput message: %w", err)
 	}
-	if !p.fallback {
-		switch pglogrepl.MessageType(data[0]) {
-		// pglogrepl.Parse refuses an insert shorter than 8 bytes and an
-		// update shorter than 6 after the type (tuples without columns);
-		// those go to it so that both answer the same.
-		case pglogrepl.MessageTypeInsert:
-			if len(data) < 9 {
-				break
-			}
-			// 'I', relation id, 'N', tuple.
-			p.ins.RelationID = binary.BigEndian.Uint32(data[1:])
-			p.ins.Tuple = p.tuple(0, data[6:])
-			return &p.ins, nil
-		case pglogrepl.MessageTypeUpdate:
-			if len(data) < 7 {
-				break
-			}
-			// 'U', relation id, ['K' | 'O', tuple], 'N', tuple.
-			m := &p.upd
-			m.RelationID = binary.BigEndian.Uint32(data[1:])
-			m.OldTupleType, m.OldTuple = pglogrepl.UpdateMessageTupleTypeNone, nil
-			rest := data[5:]
-			if c := rest[0]; c == 'K' || c == 'O' {
-				m.OldTupleType = c
-				m.OldTuple = p.tuple(1, rest[1:])
-				rest = rest[1+tupleLen(rest[1:]):]
-			}
-			m.NewTuple = p.tuple(0, rest[1:])
-			return m, nil
-		case pglogrepl.MessageTypeDelete:
-			// 'D', relation id, 'K' | 'O', tuple.
-			m := &p.del
-			m.RelationID = binary.BigEndian.Uint32(data[1:])
-			m.OldTupleType = data[5]
-			m.OldTuple = p.tuple(1, data[6:])
-			return m, nil
-		}
+	if !p.typed {
+		p.setTypes()
 	}
+	switch pglogrepl.MessageType(data[0]) {
+	// pglogrepl.Parse refuses an insert shorter than 8 bytes and an
+	// update shorter than 6 after the type (tuples without columns);
+	// those go to it so that both answer the same.
+	case pglogrepl.MessageTypeInsert:
+		if len(data) < 9 {
+			break
+		}
+		// 'I', relation id, 'N', tuple.
+		p.ins.RelationID = binary.BigEndian.Uint32(data[1:])
+		p.ins.Tuple = p.tuple(0, data[6:])
+		return &p.ins, nil
+	case pglogrepl.MessageTypeUpdate:
+		if len(data) < 7 {
+			break
+		}
+		// 'U', relation id, ['K' | 'O', tuple], 'N', tuple.
+		m := &p.upd
+		m.RelationID = binary.BigEndian.Uint32(data[1:])
+		m.OldTupleType, m.OldTuple = pglogrepl.UpdateMessageTupleTypeNone, nil
+		rest := data[5:]
+		if c := rest[0]; c == 'K' || c == 'O' {
+			m.OldTupleType = c
+			m.OldTuple = p.tuple(1, rest[1:])
+			rest = rest[1+tupleLen(rest[1:]):]
+		}
+		m.NewTuple = p.tuple(0, rest[1:])
+		return m, nil
+	case pglogrepl.MessageTypeDelete:
+		// 'D', relation id, 'K' | 'O', tuple.
+		m := &p.del
+		m.RelationID = binary.BigEndian.Uint32(data[1:])
+		m.OldTupleType = data[5]
+		m.OldTuple = p.tuple(1, data[6:])
+		return m, nil
+	}
+	return parse(data)
+}
+
+// Parse parses one pgoutput protocol version 1 message into messages of its
+// own, which stay valid after data changes: pglogrepl.Parse behind the same
+// framing check as Parser.Parse. It is the reference Parser's fast path
+// must agree with.
+func Parse(data []byte) (pglogrepl.Message, error) {
+	if err := checkFraming(data); err != nil {
+		return nil, fmt.Errorf("parse pgoutput message: %w", err)
+	}
+	return parse(data)
+}
+
+// parse is pglogrepl.Parse on a message whose framing is checked.
+func parse(data []byte) (pglogrepl.Message, error) {
 	msg, err := pglogrepl.Parse(data)
 	if err != nil {
 		return nil, fmt.Errorf("parse pgoutput %s message: %w", pglogrepl.MessageType(data[0]), err)
 	}
 	return msg, nil
+}
+
+// setTypes has pglogrepl parse one tiny message of each reused kind and
+// keeps the result, type included.
+func (p *Parser) setTypes() {
+	one := []byte{0, 0, 0, 0, 'N', 0, 1, 'n'} // relation 0, a tuple of one NULL
+	for _, typ := range []byte{'I', 'U', 'D'} {
+		raw := append([]byte{typ}, one...)
+		if typ == 'D' {
+			raw[5] = 'K'
+		}
+		msg, err := pglogrepl.Parse(raw)
+		if err != nil {
+			continue // never: the messages are well formed; Type() then reads 0
+		}
+		switch m := msg.(type) {
+		case *pglogrepl.InsertMessage:
+			p.ins = *m
+		case *pglogrepl.UpdateMessage:
+			p.upd = *m
+		case *pglogrepl.DeleteMessage:
+			p.del = *m
+		}
+	}
+	p.typed = true
 }
 
 // tuple decodes the TupleData at the start of b (framing already checked)
