@@ -5,14 +5,13 @@ import (
 	"context"
 	"log/slog"
 	"net/url"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/walcast/walcast/host"
+	"github.com/walcast/walcast/host/pgtest"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
@@ -49,14 +48,6 @@ func withSessionOptions(t *testing.T, dsn, options string) string {
 	// %20, not +: libpq-style URLs do not read + as a space.
 	u.RawQuery += "options=" + strings.ReplaceAll(url.QueryEscape(options), "+", "%20")
 	return u.String()
-}
-
-// chaosRounds scales a fault test's rounds by WALCAST_CHAOS (default 1).
-func chaosRounds(rounds int) int {
-	if n, err := strconv.Atoi(os.Getenv("WALCAST_CHAOS")); err == nil && n > 1 {
-		return rounds * n
-	}
-	return rounds
 }
 
 // consume reads s in the background, acking each event; ids reports the
@@ -114,7 +105,7 @@ func TestProxySilentLibraryStream(t *testing.T) {
 		execT(t, db, `INSERT INTO items SELECT g, 'x' FROM generate_series($1::int, $2::int) g`, next, next+n-1)
 		next += n
 	}
-	rounds := chaosRounds(2)
+	rounds := pgtest.Chaos(t, 2)
 	for round := 1; round <= rounds; round++ {
 		insert(20)
 		waitFor(t, "the stream to deliver before the silence", time.Minute, func() bool { return len(ids()) == next-1 })
@@ -174,7 +165,7 @@ func TestSilentLibraryStreamIdleIsNotCut(t *testing.T) {
 	if !strings.Contains(log.String(), "receive_timeout=2s") {
 		t.Fatalf("StreamConfig.ReceiveTimeout not used:\n%s", log.String())
 	}
-	idle := time.Duration(chaosRounds(6)) * 2 * time.Second
+	idle := time.Duration(pgtest.Chaos(t, 6)) * 2 * time.Second
 	for end := time.Now().Add(idle); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		if s.ReceiveTimeouts() != 0 {
 			t.Fatalf("an idle, healthy stream was ended:\n%s", log.String())

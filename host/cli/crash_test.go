@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/walcast/walcast/host/pgtest"
 )
 
 // workload commits at least n changes to items in transactions of mixed
@@ -85,11 +86,11 @@ func TestCrashLoopLosesNothing(t *testing.T) {
 	proc := startWalcast(t, pipeline)
 	waitSlot(t, db, "walcast_crash")
 	go func() {
-		_, err := workload(ctx, wdb, rand.New(rand.NewPCG(seed, 8)), chaos(20000))
+		_, err := workload(ctx, wdb, rand.New(rand.NewPCG(seed, 8)), pgtest.Chaos(t, 20000))
 		workDone <- err
 	}()
 	kills, total, midStream := 0, 0, 0
-	for kills < chaos(3) {
+	for kills < pgtest.Chaos(t, 3) {
 		// Kill at a random point while walcast is delivering (the slot
 		// holds far more than these few thousand events, so each kill
 		// interrupts real work, often mid-transaction or between a
@@ -147,7 +148,7 @@ func TestCrashLoopLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := truth(t, db, "truth_crash", map[string]bool{"public.items": true})
-	if len(want) < chaos(20000) {
+	if len(want) < pgtest.Chaos(t, 20000) {
 		t.Fatalf("workload committed only %d changes", len(want))
 	}
 	// A kill after everything arrived proves nothing: most must interrupt

@@ -23,26 +23,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/walcast/walcast/host/pgtest"
 	"github.com/walcast/walcast/pluginkit"
 )
 
 // Issue 24's sink edges, end to end: a real PostgreSQL, the built walcast
 // and sink plugins, real HTTP servers on 127.0.0.1 and a real full disk
 // (tmpfs).
-
-// chaosScale is the WALCAST_CHAOS factor for fault tests (1 when unset).
-func chaosScale(t *testing.T) int {
-	t.Helper()
-	v := os.Getenv("WALCAST_CHAOS")
-	if v == "" {
-		return 1
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		t.Fatalf("WALCAST_CHAOS=%q: want a positive integer", v)
-	}
-	return n
-}
 
 // ownTruthSlot is truthSlot for a slot dropped when the test ends, so
 // that the test can run again (-count) against the shared cluster.
@@ -407,7 +394,7 @@ func TestStdoutSinkFullDisk(t *testing.T) {
 }
 
 func testStdoutFullDisk(t *testing.T, toPath bool) {
-	rounds := chaosScale(t)
+	rounds := pgtest.Chaos(t, 1)
 	name := "fdstdout"
 	if toPath {
 		name = "fdpath"

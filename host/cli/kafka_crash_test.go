@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/walcast/walcast/host/pgtest"
 	"github.com/walcast/walcast/pluginkit"
 )
 
@@ -204,7 +205,7 @@ func sinkDuplicates(logs string) int {
 func TestKafkaCrashLoopExactlyOnce(t *testing.T) {
 	needKcat(t)
 	start := time.Now()
-	res := runKafkaCrashLoop(t, "kcrash", kafkaLoop{eos: true, kills: chaos(5)})
+	res := runKafkaCrashLoop(t, "kcrash", kafkaLoop{eos: true, kills: pgtest.Chaos(t, 5)})
 	if res.ahead == 0 {
 		t.Errorf("no kill landed between a Kafka commit and walcast recording its ack; the loop did not test what it claims")
 	}
@@ -220,7 +221,7 @@ func TestKafkaCrashLoopExactlyOnce(t *testing.T) {
 func TestKafkaPluginCrashLoopExactlyOnce(t *testing.T) {
 	needKcat(t)
 	start := time.Now()
-	res := runKafkaCrashLoop(t, "kplug", kafkaLoop{eos: true, killPlugin: true, kills: chaos(5)})
+	res := runKafkaCrashLoop(t, "kplug", kafkaLoop{eos: true, killPlugin: true, kills: pgtest.Chaos(t, 5)})
 	checkExactlyOnce(t, res)
 	t.Logf("%d changes, 5 plugin SIGKILLs, %d redelivered events filtered by the sink as already committed, in %s",
 		len(res.want), sinkDuplicates(res.logs), time.Since(start).Round(time.Second))

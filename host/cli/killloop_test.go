@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/walcast/walcast/host/pgtest"
 )
 
 // TestStandbyKillLoop runs two instances of one pipeline under a steady
@@ -14,7 +16,7 @@ import (
 // arrived, the first deliveries of each row in commit order, and a mirror
 // of what the sink received equals the table.
 func TestStandbyKillLoop(t *testing.T) {
-	took, _ := takeoverRounds(t, "killloop", chaos(5), func(round int, lead, next *walcastProc) time.Duration {
+	took, _ := takeoverRounds(t, "killloop", pgtest.Chaos(t, 5), func(round int, lead, next *walcastProc) time.Duration {
 		lead.kill()
 		killed := time.Now()
 		next.waitLog(t, "streaming from slot")

@@ -8,13 +8,13 @@ import (
 	"net/url"
 	"os"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/walcast/walcast/host/internal/isolate"
+	"github.com/walcast/walcast/host/pgtest"
 )
 
 // A replication connection that goes silent (a NAT or firewall drops the
@@ -22,14 +22,6 @@ import (
 // within the receive timeout, while the pipeline's other connections,
 // through the same proxy, stay healthy: nothing committed is lost, and the
 // log, /healthz, walcast status and a metric say what happened.
-
-// silentChaos scales a fault test's rounds by WALCAST_CHAOS (default 1).
-func silentChaos(rounds int) int {
-	if n, err := strconv.Atoi(os.Getenv("WALCAST_CHAOS")); err == nil && n > 1 {
-		return rounds * n
-	}
-	return rounds
-}
 
 // withOptions adds server settings for every session of dsn (a URL).
 func withOptions(t *testing.T, dsn, options string) string {
@@ -204,7 +196,7 @@ func TestProxySilentReplicationStream(t *testing.T) {
 	}
 	w := startWriter(t, direct)
 
-	rounds := silentChaos(2)
+	rounds := pgtest.Chaos(t, 2)
 	seen503 := ""
 	for round := 1; round <= rounds; round++ {
 		before := w.written.Load() + 20
@@ -308,7 +300,7 @@ func TestSilentStreamIdleIsNotCut(t *testing.T) {
 	}
 	waitFor(t, "the slot to be streamed", time.Minute, func() bool { return walsender() != 0 })
 	pid := walsender()
-	idle := time.Duration(silentChaos(6)) * 2 * time.Second
+	idle := time.Duration(pgtest.Chaos(t, 6)) * 2 * time.Second
 	for end := time.Now().Add(idle); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
 		if got := walsender(); got != pid {
 			t.Fatalf("the walsender changed from %d to %d while the source was idle", pid, got)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/walcast/walcast/host/pgtest"
 	"github.com/walcast/walcast/pluginkit"
 )
 
@@ -290,7 +291,7 @@ func TestTruncateReplayNemesis(t *testing.T) {
 		seed, _ = strconv.ParseUint(v, 10, 64)
 	}
 	r := rand.New(rand.NewPCG(seed, 1))
-	rounds := 25 * chaosFactor(t)
+	rounds := pgtest.Chaos(t, 25)
 	t.Logf("random rounds: %d, seed %d (WALCAST_NEMESIS_SEED)", rounds, seed)
 	for round := range rounds {
 		switch k := r.IntN(10); {
@@ -339,18 +340,4 @@ func randomTx(r *rand.Rand) string {
 	}
 	b.WriteString("COMMIT;")
 	return b.String()
-}
-
-// chaosFactor is WALCAST_CHAOS, the factor `make chaos` multiplies fault
-// tests by (1 when unset).
-func chaosFactor(t *testing.T) int {
-	v := os.Getenv("WALCAST_CHAOS")
-	if v == "" {
-		return 1
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		t.Fatalf("WALCAST_CHAOS=%q: want a whole number of at least 1", v)
-	}
-	return n
 }

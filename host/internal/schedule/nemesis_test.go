@@ -20,22 +20,9 @@ import (
 	"github.com/walcast/walcast/host/internal/ack"
 	"github.com/walcast/walcast/host/internal/checkpoint"
 	"github.com/walcast/walcast/host/internal/fanout"
+	"github.com/walcast/walcast/host/pgtest"
 	"github.com/walcast/walcast/pluginkit"
 )
-
-// chaosScale is WALCAST_CHAOS, the factor `make chaos` multiplies fault
-// tests by (1 when unset).
-func chaosScale(t *testing.T) int {
-	v := os.Getenv("WALCAST_CHAOS")
-	if v == "" {
-		return 1
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		t.Fatalf("WALCAST_CHAOS=%q: want a whole number of at least 1", v)
-	}
-	return n
-}
 
 // envInt reads an optional numeric setting of a test.
 func envInt(t *testing.T, name string, def uint64) uint64 {
@@ -71,7 +58,7 @@ func TestParkReplayTruncateNemesis(t *testing.T) {
 	if err := checkpoint.New(pool, "nemesis").Init(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	runs := envInt(t, "WALCAST_NEMESIS_RUNS", uint64(1000*chaosScale(t)))
+	runs := envInt(t, "WALCAST_NEMESIS_RUNS", uint64(pgtest.Chaos(t, 1000)))
 	seed := envInt(t, "WALCAST_NEMESIS_SEED", uint64(time.Now().UnixNano()%1e9))
 	t.Logf("%d sequences, seeds %d to %d (replay one with WALCAST_NEMESIS_SEED=<seed> WALCAST_NEMESIS_RUNS=1)", runs, seed, seed+runs-1)
 	begin := time.Now()
