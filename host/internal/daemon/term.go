@@ -42,23 +42,32 @@ type term struct {
 	log   *slog.Logger
 	lease *leader.Lease // nil with NoLeadership
 
-	pool       *pgxpool.Pool
-	store      *checkpoint.Store
-	marksStore *checkpoint.Store // writes fenced through the lease
-	ccfg       capture.Config
-	runs       []*sinkRun
-	tracker    *ack.Tracker
-	fan        *fanout.Fanout
-	capt       *capture.Capture
-	filler     *backfill.Runner
-	ctl        *control
-	watch      *slotWatch
+	pool *pgxpool.Pool
+	// db is the control plane as the term writes it: through the
+	// leadership session when there is a lease (fenced), so that a leader
+	// that lost it (paused, cut off) can no longer move a checkpoint,
+	// park an event, detach a sink or record anything its successor
+	// would act on. Reads go to the pool either way.
+	db      controlDB
+	store   *checkpoint.Store // on db
+	ccfg    capture.Config
+	runs    []*sinkRun
+	tracker *ack.Tracker
+	fan     *fanout.Fanout
+	capt    *capture.Capture
+	filler  *backfill.Runner
+	ctl     *control
+	watch   *slotWatch
 	// dropSlot, when set, drops the slot this term created; called when
 	// the term ends before streaming anything.
 	dropSlot  func()
 	streaming bool
 	// lost: the leadership went during run; close writes nothing.
 	lost bool
+	// halt ends the term's deliveries at once; set by run before the
+	// first delivery starts (haltDeliveries).
+	haltMu sync.Mutex
+	halt   func()
 
 	// reg and healthy are what the process's /metrics and /healthz show
 	// for this pipeline while the term runs.
@@ -79,13 +88,11 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 	if t.pool, err = Connect(ctx, p.Source.DSN); err != nil {
 		return t, err
 	}
-	t.store = checkpoint.New(t.pool, p.Name)
-	// Checkpoints are written through the leadership session, so that a
-	// leader that lost it (paused, cut off) cannot move them any more.
-	t.marksStore = t.store
+	t.db = t.pool
 	if lease != nil {
-		t.marksStore = checkpoint.New(fenced{Pool: t.pool, lease: lease}, p.Name)
+		t.db = fenced{Pool: t.pool, lease: lease}
 	}
+	t.store = checkpoint.New(t.db, p.Name)
 	t.ccfg = capture.Config{
 		DSN:             p.Source.DSN,
 		Slot:            p.Source.Slot,
@@ -106,7 +113,7 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 	for _, sk := range p.Sinks {
 		t.ccfg.Sinks = append(t.ccfg.Sinks, sk.ID)
 	}
-	if err := prepareBackfills(ctx, t.pool, p, log); err != nil {
+	if err := prepareBackfills(ctx, t.db, p, log); err != nil {
 		return t, err
 	}
 
@@ -121,7 +128,7 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 		plugin, cp, err := startSink(ctx, opts.Launch, s)
 		if plugin != nil {
 			if lease != nil {
-				plugin = fencedPlugin{Plugin: plugin, lease: lease}
+				plugin = fencedPlugin{Plugin: plugin, lease: lease, halt: t.haltDeliveries}
 			}
 			t.runs = append(t.runs, &sinkRun{cfg: s, plugin: plugin})
 		}
@@ -156,7 +163,7 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 	if err != nil {
 		return t, err
 	}
-	slots := isolate.NewSlots(t.pool, p.Name, p.Source.Slot)
+	slots := isolate.NewSlots(t.db, p.Name, p.Source.Slot)
 	if err := slots.Init(ctx); err != nil {
 		return t, err
 	}
@@ -233,8 +240,10 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 	}
 	t.fan = fanout.New(t.tracker, queues)
 	// Every confirmation is recorded first, through the fenced store, so
-	// that the next start can tell a slot someone else moved.
-	t.ccfg.Confirm, t.ccfg.ConfirmLimit = t.marksStore, prep.ConfirmLimit
+	// that the next start can tell a slot someone else moved; the
+	// checkpoints are written before it (checkpointsFirst).
+	t.ccfg.Confirm = checkpointsFirst{store: t.store, tracker: t.tracker, runs: t.runs}
+	t.ccfg.ConfirmLimit = prep.ConfirmLimit
 	// What is watched while the pipeline streams, every SlotCheckInterval,
 	// on the capture's one watch loop, in this order: the WAL the slots
 	// retain (a warning and a metric before PostgreSQL invalidates one;
@@ -307,28 +316,28 @@ func (t *term) run(ctx context.Context) (err error) {
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// hard ends in-flight deliveries; it outlives ctx by ShutdownTimeout.
+	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHard()
+	t.haltMu.Lock()
+	t.halt = func() { cancelHard(); cancel() }
+	t.haltMu.Unlock()
 	if t.lease != nil {
-		// Losing the session ends this run at once: a standby may be
-		// taking over.
+		// Losing the session ends this run and its deliveries at once: a
+		// standby may be taking over.
 		wg.Go(func() {
 			select {
 			case <-t.lease.Lost():
-				cancel()
+				t.haltDeliveries()
 			case <-ctx.Done():
 			}
 		})
-	}
-
-	if t.lease != nil {
 		// A frozen predecessor may still think it leads: nothing is
 		// streamed or delivered before its lease runs out.
 		if err := t.lease.WaitOutPredecessor(ctx); err != nil {
 			return nil
 		}
 	}
-	// hard ends in-flight deliveries; it outlives ctx by ShutdownTimeout.
-	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelHard()
 	stop := make(chan struct{})
 
 	// The schedulers: the first error of a sink that cannot go on stops
@@ -355,7 +364,7 @@ func (t *term) run(ctx context.Context) (err error) {
 	flushDone := make(chan struct{})
 	wg.Go(func() {
 		defer close(flushDone)
-		saveLoop(hard, t.marksStore, t.tracker, t.runs, opts.CheckpointInterval, log)
+		saveLoop(hard, t.store, t.tracker, t.runs, opts.CheckpointInterval, log)
 	})
 	wg.Go(func() { t.ctl.listen(ctx, opts.Pipeline.Source.DSN, 5*time.Second) })
 
@@ -375,28 +384,33 @@ func (t *term) run(ctx context.Context) (err error) {
 		opts.Ready()
 	}
 
-	captureDone := false
+	captureDone, sinkFailed := false, false
 	select {
 	case <-ctx.Done():
-		if t.lease != nil && t.lease.Err() != nil {
-			// Not a shutdown: another walcast may lead now. Nothing more
-			// is delivered, confirmed or checkpointed by this one.
-			t.lost, err = true, t.lease.Err()
-			cancelHard()
-			break
-		}
-		log.Info("stopping: no new events; waiting for deliveries in flight", "timeout", opts.ShutdownTimeout)
 	case err = <-captureErr:
 		captureDone = true
-		if err != nil {
-			// Run returns err and the caller reports it, once.
-			log.Info("stopping: the replication stream failed; waiting for deliveries in flight", "timeout", opts.ShutdownTimeout)
-		}
 	case err = <-schedErr:
+		sinkFailed = true
+	}
+	switch {
+	case t.lease != nil && t.lease.Err() != nil:
+		// Whatever ended first (a delivery refused, a park or a
+		// checkpoint that could not be written), this is neither a
+		// shutdown nor a failure of the stream or a sink: another walcast
+		// may lead now. Nothing more is delivered, confirmed or
+		// checkpointed by this one.
+		t.lost, err = true, t.lease.Err()
+		cancelHard()
+	case sinkFailed:
 		// A sink's scheduler cannot go on: stop everything rather than let
 		// its queue fill and stall the stream silently. Run returns err
 		// and the caller reports it, once.
 		log.Info("stopping: a sink failed; waiting for deliveries in flight", "timeout", opts.ShutdownTimeout)
+	case captureDone && err != nil:
+		// Run returns err and the caller reports it, once.
+		log.Info("stopping: the replication stream failed; waiting for deliveries in flight", "timeout", opts.ShutdownTimeout)
+	case !captureDone:
+		log.Info("stopping: no new events; waiting for deliveries in flight", "timeout", opts.ShutdownTimeout)
 	}
 	cancelCapture()
 	<-fillDone
@@ -438,7 +452,7 @@ func (t *term) close(ctx context.Context) {
 		if t.lost {
 			t.capt.Abandon()
 		} else {
-			if serr := saveMarks(fctx, t.marksStore, t.tracker, t.runs, true); serr != nil {
+			if serr := saveMarks(fctx, t.store, t.tracker, t.runs, true); serr != nil {
 				log.Warn("final checkpoint", "err", serr)
 			}
 			if uerr := saveUsage(fctx, t.store, t.runs); uerr != nil {
@@ -490,6 +504,37 @@ func (t *term) close(ctx context.Context) {
 	}
 }
 
+// haltDeliveries cancels every delivery of the term and ends its run; it
+// returns once their context is cancelled. Before run set it up there is
+// nothing to halt.
+func (t *term) haltDeliveries() {
+	t.haltMu.Lock()
+	halt := t.halt
+	t.haltMu.Unlock()
+	if halt != nil {
+		halt()
+	}
+}
+
+// checkpointsFirst records a position as confirmable to the slot only
+// after writing the checkpoints: a sink's stored checkpoint is then never
+// behind what PostgreSQL will not send again, so whoever sees the slot
+// confirmed past a change (walcast backfill --wait) finds it covered by
+// the checkpoint of every sink that holds the slot back.
+type checkpointsFirst struct {
+	store   *checkpoint.Store
+	tracker *ack.Tracker
+	runs    []*sinkRun
+}
+
+func (c checkpointsFirst) RaiseConfirmLimit(ctx context.Context, lsn uint64) error {
+	// Watermarks read now are at least those lsn was derived from.
+	if err := saveMarks(ctx, c.store, c.tracker, c.runs, true); err != nil {
+		return err
+	}
+	return c.store.RaiseConfirmLimit(ctx, lsn)
+}
+
 // fencedPlugin lets a delivery through only while the lease is known to be
 // held: a process that was frozen longer than its lease's freshness waits
 // for its next ping, which tells it that it lost (and its run ends) or
@@ -499,10 +544,20 @@ func (t *term) close(ctx context.Context) {
 type fencedPlugin struct {
 	Plugin
 	lease *leader.Lease
+	halt  func()
 }
 
 func (f fencedPlugin) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error) {
 	if err := f.lease.Confirm(ctx); err != nil {
+		if errors.Is(err, leader.ErrLost) {
+			// Not the sink's failure: the term ends. Its deliveries are
+			// cancelled before this one returns, so that the scheduler
+			// takes the refusal for the stop it is (the events stay
+			// unresolved, for whoever leads next), never for a failed
+			// attempt, which would count against the sink and could park
+			// its events or detach it.
+			f.halt()
+		}
 		return pluginkit.DeliverResult{}, fmt.Errorf("deliver: %w", err)
 	}
 	return f.Plugin.Deliver(ctx, events)
