@@ -42,10 +42,13 @@ type Config struct {
 	ChunkBytes int
 	// RowsPerSecond, when > 0, limits the read rate.
 	RowsPerSecond float64
-	// Window is how many chunks may be written ahead of Flushed
-	// (default 16): a backfill never runs far ahead of its sinks.
+	// Window is how many chunks may be written and not yet acknowledged
+	// (below Flushed) at any moment, counting every backfill of the
+	// pipeline and the chunks a previous run wrote (default 16): the
+	// backfills of a pipeline never run far ahead of its sinks.
 	Window int
-	// Flushed is the stream's position acknowledged by every sink.
+	// Flushed is the stream's position acknowledged by every durable sink
+	// (the position the slot may be confirmed to).
 	Flushed func() uint64
 	// Poll is how often the queue is read without a Wake (default 5s).
 	Poll   time.Duration
@@ -61,6 +64,16 @@ type Runner struct {
 	cfg  Config
 	log  *slog.Logger
 	wake chan struct{}
+
+	// The window, over every backfill the runner works through (only
+	// Run's goroutine uses these). ahead holds the WAL positions just
+	// past each chunk written and not yet acknowledged; before is the
+	// WAL position when Run last connected: chunks written earlier (by a
+	// previous run, or one whose commit the lost connection left
+	// unconfirmed) are not in ahead, so nothing more is written until
+	// the stream is acknowledged past it.
+	ahead  []uint64
+	before uint64
 
 	mu    sync.Mutex
 	stats map[int64]*Stats
@@ -150,7 +163,13 @@ func (r *Runner) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		if conn == nil || conn.IsClosed() {
 			c, err := Connect(ctx, r.cfg.DSN)
+			if err == nil {
+				err = r.markStart(ctx, c)
+			}
 			if err != nil {
+				if c != nil {
+					c.Close(context.Background())
+				}
 				if ctx.Err() == nil {
 					r.log.Warn("backfill: connect", "err", err, "retry_in", backoff)
 				}
@@ -179,6 +198,21 @@ func (r *Runner) Run(ctx context.Context) error {
 			r.sleep(ctx, r.cfg.Poll, true)
 		}
 	}
+	return nil
+}
+
+// markStart records where the WAL is as Run (re)connects: every chunk
+// committed before is behind that position (see Runner.before).
+func (r *Runner) markStart(ctx context.Context, conn *pgx.Conn) error {
+	var pos string
+	if err := conn.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&pos); err != nil {
+		return fmt.Errorf("backfill: read the WAL position: %w", err)
+	}
+	lsn, err := cdc.ParseLSN(pos)
+	if err != nil {
+		return fmt.Errorf("backfill: read the WAL position: %w", err)
+	}
+	r.before = max(r.before, lsn)
 	return nil
 }
 
@@ -295,9 +329,8 @@ func (r *Runner) run(ctx context.Context, conn *pgx.Conn, id int64, t Table, sin
 	r.stats[id] = st
 	r.mu.Unlock()
 	limit := min(r.cfg.ChunkRows, 100) // sized up once row widths are known
-	var ahead []uint64                 // insert positions of chunks not yet acknowledged
 	for {
-		if err := r.waitWindow(ctx, &ahead); err != nil {
+		if err := r.waitWindow(ctx); err != nil {
 			return err
 		}
 		if r.cfg.RowsPerSecond > 0 {
@@ -341,7 +374,7 @@ func (r *Runner) run(ctx context.Context, conn *pgx.Conn, id int64, t Table, sin
 			return nil
 		}
 		if res.rows > 0 {
-			ahead = append(ahead, res.pos)
+			r.ahead = append(r.ahead, res.pos)
 			if res.bytes > 0 {
 				limit = max(1, min(r.cfg.ChunkRows, int(int64(r.cfg.ChunkBytes)*int64(res.rows)/int64(res.bytes))))
 			}
@@ -349,8 +382,9 @@ func (r *Runner) run(ctx context.Context, conn *pgx.Conn, id int64, t Table, sin
 	}
 }
 
-// waitWindow blocks while Window chunks are written but not acknowledged.
-func (r *Runner) waitWindow(ctx context.Context, ahead *[]uint64) error {
+// waitWindow blocks while Window chunks are written but not acknowledged,
+// or chunks of an earlier run may be.
+func (r *Runner) waitWindow(ctx context.Context) error {
 	if r.cfg.Flushed == nil {
 		return nil
 	}
@@ -359,22 +393,26 @@ func (r *Runner) waitWindow(ctx context.Context, ahead *[]uint64) error {
 	for {
 		flushed := r.cfg.Flushed()
 		n := 0
-		for n < len(*ahead) && (*ahead)[n] <= flushed {
+		for n < len(r.ahead) && r.ahead[n] <= flushed {
 			n++
 		}
-		*ahead = (*ahead)[n:]
-		if len(*ahead) < r.cfg.Window {
+		r.ahead = r.ahead[n:]
+		if len(r.ahead) < r.cfg.Window && flushed >= r.before {
 			if told {
 				r.log.Info("backfill goes on: the sinks caught up", "waited", time.Since(since).Round(time.Second))
 			}
 			return nil
 		}
 		if !told && time.Since(since) > 30*time.Second {
-			// Not stuck: the sinks are behind the chunks it wrote (a sink
+			// Not stuck: the sinks are behind the chunks written (a sink
 			// slower than the live changes never catches up).
 			told = true
-			r.log.Info("backfill waits for the sinks to acknowledge the chunks it wrote", "chunks_ahead", len(*ahead),
-				"acknowledged", cdc.FormatLSN(flushed), "oldest_chunk", cdc.FormatLSN((*ahead)[0]))
+			oldest := r.before
+			if len(r.ahead) > 0 && flushed >= r.before {
+				oldest = r.ahead[0]
+			}
+			r.log.Info("backfill waits for the sinks to acknowledge the chunks written", "chunks_ahead", len(r.ahead),
+				"acknowledged", cdc.FormatLSN(flushed), "waiting_for", cdc.FormatLSN(oldest))
 		}
 		t := time.NewTimer(5 * time.Millisecond)
 		select {
@@ -390,7 +428,7 @@ type chunkResult struct {
 	state  string
 	rows   int
 	bytes  int
-	pos    uint64 // WAL insert position just before the chunk's commit
+	pos    uint64 // WAL insert position just after the chunk's commit
 	locked time.Duration
 }
 
@@ -504,10 +542,15 @@ func (r *Runner) chunk(ctx context.Context, conn *pgx.Conn, id int64, t Table, s
 	b.Queue(`UPDATE walcast.backfills SET last_key = $2, rows_done = rows_done + $3,
 	chunks_done = chunks_done + $4, state = $5, updated_at = now(),
 	finished_at = CASE WHEN $5 = 'running' THEN NULL ELSE now() END
-WHERE id = $1 RETURNING pg_current_wal_insert_lsn()::text`, id, next, res.rows, min(res.rows, 1), state).QueryRow(func(row pgx.Row) error {
+WHERE id = $1`, id, next, res.rows, min(res.rows, 1), state)
+	b.Queue("COMMIT")
+	// Read after the commit, so the position is at or past the end of the
+	// chunk's transaction: a stream acknowledged up to it has the whole
+	// chunk, whatever other transactions committed meanwhile (a position
+	// read before the commit could be passed by one of those first).
+	b.Queue(`SELECT pg_current_wal_insert_lsn()::text`).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&pos)
 	})
-	b.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return res, fmt.Errorf("backfill %d of %s: write the chunk into the WAL, record progress, commit: %w", id, t, err)
 	}
