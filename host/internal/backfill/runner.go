@@ -56,7 +56,23 @@ type Config struct {
 	// ChunkRead, when set, is called after a chunk's rows were read and
 	// before its transaction commits (tests).
 	ChunkRead func(backfill, chunk int64)
+	// Leader, when set, is the session that holds the pipeline's
+	// leadership lock: each chunk's transaction checks that it still
+	// does, so that a leader that lost its leadership writes no more
+	// chunks and progress (Run then returns).
+	Leader *Lock
 }
+
+// Lock names a session-level advisory lock and the backend that should
+// hold it.
+type Lock struct {
+	PID        uint32
+	Class, Obj int32
+}
+
+// ErrNotLeading is returned by a chunk whose Config.Leader no longer holds
+// its lock.
+var ErrNotLeading = errors.New("this walcast no longer leads the pipeline")
 
 // Runner works through a pipeline's backfills, one at a time, oldest
 // first.
@@ -182,6 +198,11 @@ func (r *Runner) Run(ctx context.Context) error {
 		worked, err := r.next(ctx, conn)
 		switch {
 		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, ErrNotLeading):
+			// For good: a lease never comes back, a new term runs a new
+			// runner.
+			r.log.Info("backfill stops: this walcast no longer leads the pipeline; whoever leads next goes on from the last chunk written")
 			return nil
 		case err != nil:
 			r.log.Warn("backfill interrupted; retrying", "err", err, "retry_in", backoff)
@@ -463,8 +484,22 @@ func (r *Runner) chunk(ctx context.Context, conn *pgx.Conn, id int64, t Table, s
 			return err
 		})
 	}
+	// A leader that lost the lock (its session cut or ended) writes
+	// nothing more. It may lose it between this check and the commit: the
+	// chunk then still commits once, before any successor's chunk (which
+	// waits for the progress row), and the successor's stream carries it.
+	leading := true
+	if l := r.cfg.Leader; l != nil {
+		b.Queue(`SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = $1
+	AND classid = $2::int::oid AND objid = $3::int::oid AND objsubid = 2)`, int32(l.PID), l.Class, l.Obj).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&leading)
+		})
+	}
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return res, fmt.Errorf("backfill %d: read progress and row filters: %w", id, err)
+	}
+	if !leading {
+		return res, ErrNotLeading
 	}
 	if res.state != StateRunning {
 		_, err := conn.Exec(ctx, "COMMIT")

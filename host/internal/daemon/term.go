@@ -263,10 +263,17 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 	for i := range p.Sinks {
 		sinkIDs[i] = p.Sinks[i].ID
 	}
-	t.filler = backfill.NewRunner(backfill.Config{
+	bcfg := backfill.Config{
 		DSN: p.Source.DSN, Pipeline: p.Name, Publication: p.Source.Publication, KeylessPublication: prep.KeylessPublication, Tables: p.Source.Tables, Sinks: sinkIDs,
 		Flushed: t.tracker.Flush, Logger: log,
-	})
+	}
+	if lease != nil {
+		// Chunks and their progress are written on a connection of their
+		// own (a chunk holds row locks): each checks the lease's lock.
+		class, obj := leader.Keys(p.Name)
+		bcfg.Leader = &backfill.Lock{PID: lease.PID(), Class: class, Obj: obj}
+	}
+	t.filler = backfill.NewRunner(bcfg)
 	t.ctl = &control{store: t.store, runs: t.runs, log: log, backfill: t.filler}
 	// Pauses hold from the first event on, not from the first poll.
 	if err := t.ctl.applyPauses(ctx); err != nil {

@@ -447,6 +447,11 @@ func (l *Lease) markLost(err error) {
 	})
 }
 
+// PID is the backend pid of the lock session: whoever must check, inside
+// a transaction of its own, that the lock is still held looks for it in
+// pg_locks.
+func (l *Lease) PID() uint32 { return l.conn.PgConn().PID() }
+
 // Lost is closed once the lock session is gone.
 func (l *Lease) Lost() <-chan struct{} { return l.lost }
 
