@@ -64,13 +64,17 @@ func newChunkCounter(r *receiver) *chunkCounter {
 // many chunks are written (walcast.backfills) against how many reached
 // the receiver: the chunks written and not yet acknowledged, over the
 // whole pipeline, must never exceed the window, also after walcast is
-// SIGKILLed mid-backfill (WALCAST_CHAOS times) and started again. Every
-// row arrives.
+// SIGKILLed mid-backfill (WALCAST_CHAOS times, with as many times the
+// rows) and started again. Every row arrives.
 func TestBackfillWindowAcrossTablesKill(t *testing.T) {
 	ctx := context.Background()
 	dsn := cluster.Database(t)
 	db := connect(t, dsn)
-	const tables, rowsEach = 6, 4000
+	// More kills take more rows to land them in: each waits for the run
+	// before it to write a chunk.
+	kills := leaseChaosCycles(t)
+	const tables = 6
+	rowsEach := 4000 * kills
 	var names []string
 	for i := 1; i <= tables; i++ {
 		name := fmt.Sprintf("public.t%d", i)
@@ -108,9 +112,8 @@ FROM walcast.backfills WHERE pipeline = $1`, name).Scan(&written, &active); err 
 		return sample{written, arrived}, active > 0
 	}
 	worst, worstAfterKill, samples := 0, -1, 0
-	killed := 0
-	kills := leaseChaosCycles(t)
-	deadline := time.Now().Add(5 * time.Minute)
+	killed, writtenAtKill := 0, 0
+	deadline := time.Now().Add(time.Duration(5*kills) * time.Minute)
 	for {
 		s, active := sampleNow()
 		samples++
@@ -125,9 +128,11 @@ FROM walcast.backfills WHERE pipeline = $1`, name).Scan(&written, &active); err 
 		}
 		// Kill while chunks wait for the window: those written before the
 		// kill may not be acknowledged yet, and the next run must count them.
-		if killed < kills && active && ahead >= backfillWindow/2 {
+		// Each kill after the first waits for the run before it to write.
+		if killed < kills && active && ahead >= backfillWindow/2 && s.written > writtenAtKill {
 			proc.kill()
 			killed++
+			writtenAtKill = s.written
 			t.Logf("kill %d: %d chunks written, %d reached the sink", killed, s.written, s.arrived)
 			proc = startWalcast(t, pipeline)
 		}
@@ -136,7 +141,7 @@ FROM walcast.backfills WHERE pipeline = $1`, name).Scan(&written, &active); err 
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after 5 minutes: %d chunks written, %d and %d of %d rows arrived; backfills still active: %v", s.written, s.arrived, rows, tables*rowsEach, active)
+			t.Fatalf("after %d minutes: %d chunks written, %d and %d of %d rows arrived; backfills still active: %v", 5*kills, s.written, s.arrived, rows, tables*rowsEach, active)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

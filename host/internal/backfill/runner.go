@@ -223,10 +223,24 @@ func (r *Runner) Run(ctx context.Context) error {
 }
 
 // markStart records where the WAL is as Run (re)connects: every chunk
-// committed before is behind that position (see Runner.before).
+// committed before is behind that position (see Runner.before). A chunk
+// whose batch a previous run sent just before it died may still be
+// committing on its own: its transaction holds its backfill's row, so the
+// rows of the active backfills are taken first, which waits for it.
 func (r *Runner) markStart(ctx context.Context, conn *pgx.Conn) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("backfill: read the WAL position: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, `SELECT id FROM walcast.backfills WHERE pipeline = $1 AND state IN ('queued', 'running') FOR UPDATE`, r.cfg.Pipeline); err != nil {
+		return fmt.Errorf("backfill: wait for chunks of an earlier run: %w", err)
+	}
 	var pos string
-	if err := conn.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&pos); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&pos); err != nil {
+		return fmt.Errorf("backfill: read the WAL position: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("backfill: read the WAL position: %w", err)
 	}
 	lsn, err := cdc.ParseLSN(pos)
@@ -382,6 +396,11 @@ func (r *Runner) run(ctx context.Context, conn *pgx.Conn, id int64, t Table, sin
 		st.LockTotal += res.locked
 		st.LockMax = max(st.LockMax, res.locked)
 		r.mu.Unlock()
+		if res.rows > 0 {
+			// The last chunk of a backfill counts too: the next
+			// backfill's chunks follow it in the same window.
+			r.ahead = append(r.ahead, res.pos)
+		}
 		if res.state != StateRunning {
 			if res.state == StateDone {
 				secs := time.Since(st.Started).Seconds()
@@ -394,11 +413,8 @@ func (r *Runner) run(ctx context.Context, conn *pgx.Conn, id int64, t Table, sin
 			}
 			return nil
 		}
-		if res.rows > 0 {
-			r.ahead = append(r.ahead, res.pos)
-			if res.bytes > 0 {
-				limit = max(1, min(r.cfg.ChunkRows, int(int64(r.cfg.ChunkBytes)*int64(res.rows)/int64(res.bytes))))
-			}
+		if res.rows > 0 && res.bytes > 0 {
+			limit = max(1, min(r.cfg.ChunkRows, int(int64(r.cfg.ChunkBytes)*int64(res.rows)/int64(res.bytes))))
 		}
 	}
 }
@@ -445,6 +461,53 @@ func (r *Runner) waitWindow(ctx context.Context) error {
 	}
 }
 
+// progress is what a chunk's first round trip reads.
+type progress struct {
+	state  string
+	last   []string
+	chunks int64
+	pubs   []pubFilter
+}
+
+// begin opens a chunk's transaction and, in the same round trip, locks and
+// reads the backfill's progress, reads the row filters as they are now
+// (pgoutput applies to a change the filters in force where it is in the
+// WAL, so a filter changed during a backfill applies from the next chunk
+// on) and, with Config.Leader, checks that the leader still holds its lock.
+// A leader that lost it (its session cut or ended) writes nothing more
+// (ErrNotLeading). It may lose it between this check and the commit: the
+// chunk then still commits once, before any successor's chunk (which waits
+// for the progress row), and the successor's stream carries it.
+func (r *Runner) begin(ctx context.Context, conn *pgx.Conn, id int64, t Table) (progress, error) {
+	var pr progress
+	b := &pgx.Batch{}
+	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+	b.Queue(`SELECT state, last_key, chunks_done FROM walcast.backfills WHERE id = $1 FOR UPDATE`, id).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&pr.state, &pr.last, &pr.chunks)
+	})
+	if len(t.publications) > 0 {
+		b.Queue(rowFilterSQL, t.publications, t.Schema, t.Name).Query(func(rows pgx.Rows) error {
+			var err error
+			pr.pubs, err = pgx.CollectRows(rows, pgx.RowToStructByPos[pubFilter])
+			return err
+		})
+	}
+	leading := true
+	if l := r.cfg.Leader; l != nil {
+		b.Queue(`SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = $1
+	AND classid = $2::int::oid AND objid = $3::int::oid AND objsubid = 2)`, int32(l.PID), l.Class, l.Obj).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&leading)
+		})
+	}
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return pr, fmt.Errorf("backfill %d: read progress and row filters: %w", id, err)
+	}
+	if !leading {
+		return pr, ErrNotLeading
+	}
+	return pr, nil
+}
+
 type chunkResult struct {
 	state  string
 	rows   int
@@ -466,41 +529,12 @@ func (r *Runner) chunk(ctx context.Context, conn *pgx.Conn, id int64, t Table, s
 			conn.Exec(context.Background(), "ROLLBACK")
 		}
 	}()
-	var last []string
-	var chunks int64
-	b := &pgx.Batch{}
-	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
-	b.Queue(`SELECT state, last_key, chunks_done FROM walcast.backfills WHERE id = $1 FOR UPDATE`, id).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&res.state, &last, &chunks)
-	})
-	// The row filters as they are now, in the same round trip: pgoutput
-	// applies to a change the filters in force where it is in the WAL, so
-	// a filter changed during a backfill applies from the next chunk on.
-	var pubs []pubFilter
-	if len(t.publications) > 0 {
-		b.Queue(rowFilterSQL, t.publications, t.Schema, t.Name).Query(func(rows pgx.Rows) error {
-			var err error
-			pubs, err = pgx.CollectRows(rows, pgx.RowToStructByPos[pubFilter])
-			return err
-		})
+	pr, err := r.begin(ctx, conn, id, t)
+	if err != nil {
+		return res, err
 	}
-	// A leader that lost the lock (its session cut or ended) writes
-	// nothing more. It may lose it between this check and the commit: the
-	// chunk then still commits once, before any successor's chunk (which
-	// waits for the progress row), and the successor's stream carries it.
-	leading := true
-	if l := r.cfg.Leader; l != nil {
-		b.Queue(`SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = $1
-	AND classid = $2::int::oid AND objid = $3::int::oid AND objsubid = 2)`, int32(l.PID), l.Class, l.Obj).QueryRow(func(row pgx.Row) error {
-			return row.Scan(&leading)
-		})
-	}
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return res, fmt.Errorf("backfill %d: read progress and row filters: %w", id, err)
-	}
-	if !leading {
-		return res, ErrNotLeading
-	}
+	res.state = pr.state
+	last, chunks, pubs := pr.last, pr.chunks, pr.pubs
 	if res.state != StateRunning {
 		_, err := conn.Exec(ctx, "COMMIT")
 		open = err != nil
@@ -569,7 +603,7 @@ func (r *Runner) chunk(ctx context.Context, conn *pgx.Conn, id int64, t Table, s
 	if r.cfg.ChunkRead != nil {
 		r.cfg.ChunkRead(id, chunks+1)
 	}
-	b = &pgx.Batch{}
+	b := &pgx.Batch{}
 	if res.rows > 0 {
 		b.Queue(`SELECT pg_logical_emit_message(true, $1, $2::bytea)`, decode.BackfillPrefix, payload)
 	}
