@@ -259,21 +259,7 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 	t.ccfg.WatchEvery = opts.SlotCheckInterval
 	t.capt = capture.New(t.ccfg, t.fan)
 	isolateSinks(t.runs, resume, slots, t.fan, t.tracker, prep.ConfirmedFlush, t.capt, t.ccfg, newSched, log)
-	sinkIDs := make([]string, len(p.Sinks))
-	for i := range p.Sinks {
-		sinkIDs[i] = p.Sinks[i].ID
-	}
-	bcfg := backfill.Config{
-		DSN: p.Source.DSN, Pipeline: p.Name, Publication: p.Source.Publication, KeylessPublication: prep.KeylessPublication, Tables: p.Source.Tables, Sinks: sinkIDs,
-		Flushed: t.tracker.Flush, Logger: log,
-	}
-	if lease != nil {
-		// Chunks and their progress are written on a connection of their
-		// own (a chunk holds row locks): each checks the lease's lock.
-		class, obj := leader.Keys(p.Name)
-		bcfg.Leader = &backfill.Lock{PID: lease.PID(), Class: class, Obj: obj}
-	}
-	t.filler = backfill.NewRunner(bcfg)
+	t.filler = newFiller(p, prep.KeylessPublication, t.tracker, lease, log)
 	t.ctl = &control{store: t.store, runs: t.runs, log: log, backfill: t.filler}
 	// Pauses hold from the first event on, not from the first poll.
 	if err := t.ctl.applyPauses(ctx); err != nil {
@@ -289,6 +275,26 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 		return nil
 	}
 	return t, nil
+}
+
+// newFiller returns the runner of the pipeline's backfills, its window on
+// the tracker's flush position.
+func newFiller(p *config.Pipeline, keyless string, tracker *ack.Tracker, lease *leader.Lease, log *slog.Logger) *backfill.Runner {
+	sinkIDs := make([]string, len(p.Sinks))
+	for i := range p.Sinks {
+		sinkIDs[i] = p.Sinks[i].ID
+	}
+	cfg := backfill.Config{
+		DSN: p.Source.DSN, Pipeline: p.Name, Publication: p.Source.Publication, KeylessPublication: keyless, Tables: p.Source.Tables, Sinks: sinkIDs,
+		Flushed: tracker.Flush, Logger: log,
+	}
+	if lease != nil {
+		// Chunks and their progress are written on a connection of their
+		// own (a chunk holds row locks): each checks the lease's lock.
+		class, obj := leader.Keys(p.Name)
+		cfg.Leader = &backfill.Lock{PID: lease.PID(), Class: class, Obj: obj}
+	}
+	return backfill.NewRunner(cfg)
 }
 
 func (t *term) logPrepared(prep capture.Prepared) {
@@ -391,33 +397,9 @@ func (t *term) run(ctx context.Context) (err error) {
 		opts.Ready()
 	}
 
-	captureDone, sinkFailed := false, false
-	select {
-	case <-ctx.Done():
-	case err = <-captureErr:
-		captureDone = true
-	case err = <-schedErr:
-		sinkFailed = true
-	}
-	switch {
-	case t.lease != nil && t.lease.Err() != nil:
-		// Whatever ended first (a delivery refused, a park or a
-		// checkpoint that could not be written), this is neither a
-		// shutdown nor a failure of the stream or a sink: another walcast
-		// may lead now. Nothing more is delivered, confirmed or
-		// checkpointed by this one.
-		t.lost, err = true, t.lease.Err()
+	captureDone, err := t.awaitEnd(ctx, captureErr, schedErr)
+	if t.lost {
 		cancelHard()
-	case sinkFailed:
-		// A sink's scheduler cannot go on: stop everything rather than let
-		// its queue fill and stall the stream silently. Run returns err
-		// and the caller reports it, once.
-		log.Info("stopping: a sink failed; waiting for deliveries in flight", "timeout", opts.ShutdownTimeout)
-	case captureDone && err != nil:
-		// Run returns err and the caller reports it, once.
-		log.Info("stopping: the replication stream failed; waiting for deliveries in flight", "timeout", opts.ShutdownTimeout)
-	case !captureDone:
-		log.Info("stopping: no new events; waiting for deliveries in flight", "timeout", opts.ShutdownTimeout)
 	}
 	cancelCapture()
 	<-fillDone
@@ -427,22 +409,63 @@ func (t *term) run(ctx context.Context) (err error) {
 		}
 	}
 	close(stop)
+	t.drain(schedsDone, cancelHard)
+	<-flushDone
+	return err
+}
+
+// awaitEnd waits for what ends the run: ctx (a stop, or the lease lost),
+// the stream failing, or a sink that cannot go on. It says which in the
+// log, and sets t.lost when the lease is gone, whatever ended first.
+func (t *term) awaitEnd(ctx context.Context, captureErr, schedErr <-chan error) (captureDone bool, err error) {
+	sinkFailed := false
+	select {
+	case <-ctx.Done():
+	case err = <-captureErr:
+		captureDone = true
+	case err = <-schedErr:
+		sinkFailed = true
+	}
+	timeout := t.opts.ShutdownTimeout
+	switch {
+	case t.lease != nil && t.lease.Err() != nil:
+		// Whatever ended first (a delivery refused, a park or a
+		// checkpoint that could not be written), this is neither a
+		// shutdown nor a failure of the stream or a sink: another walcast
+		// may lead now. Nothing more is delivered, confirmed or
+		// checkpointed by this one.
+		t.lost, err = true, t.lease.Err()
+	case sinkFailed:
+		// A sink's scheduler cannot go on: stop everything rather than let
+		// its queue fill and stall the stream silently. Run returns err
+		// and the caller reports it, once.
+		t.log.Info("stopping: a sink failed; waiting for deliveries in flight", "timeout", timeout)
+	case captureDone && err != nil:
+		// Run returns err and the caller reports it, once.
+		t.log.Info("stopping: the replication stream failed; waiting for deliveries in flight", "timeout", timeout)
+	case !captureDone:
+		t.log.Info("stopping: no new events; waiting for deliveries in flight", "timeout", timeout)
+	}
+	return captureDone, err
+}
+
+// drain waits for the schedulers to finish their batches in flight, at
+// most ShutdownTimeout, then cancels what is left (cancelHard).
+func (t *term) drain(schedsDone <-chan struct{}, cancelHard context.CancelFunc) {
+	defer cancelHard()
 	select {
 	case <-schedsDone:
-	case <-time.After(opts.ShutdownTimeout):
+	case <-time.After(t.opts.ShutdownTimeout):
 		var batches int64
 		for _, r := range t.runs {
 			batches += r.stats().InFlight.Load()
 		}
 		// The sink stopped lines below count, per sink, what is left
 		// undelivered and what the next run delivers again.
-		log.Warn("deliveries still in flight at shutdown timeout; they will be replayed on restart", "batches_in_flight", batches)
+		t.log.Warn("deliveries still in flight at shutdown timeout; they will be replayed on restart", "batches_in_flight", batches)
 		cancelHard()
 		<-schedsDone
 	}
-	cancelHard()
-	<-flushDone
-	return err
 }
 
 // close ends the term: the final checkpoint and slot position (with a fresh
