@@ -17,6 +17,7 @@ import (
 	"github.com/walcast/walcast/host/internal/backfill"
 	"github.com/walcast/walcast/host/internal/capture"
 	"github.com/walcast/walcast/host/internal/config"
+	"github.com/walcast/walcast/pluginkit"
 )
 
 // listFlag collects a repeatable string flag.
@@ -30,7 +31,8 @@ func cmdBackfill(args []string, stdout, stderr io.Writer) int {
 	var tables, sinks listFlag
 	fs.Var(&tables, "table", "SCHEMA.TABLE to backfill (repeatable, required)")
 	fs.Var(&sinks, "sink", "only to this sink (repeatable; default every sink)")
-	wait := fs.Bool("wait", false, "show progress until the backfills end")
+	wait := fs.Bool("wait", false, "show progress until the backfills end, then wait as --until says")
+	until := fs.String("until", untilAcknowledged, "with --wait, what to wait for: "+untilAcknowledged+" (every target sink acknowledged every row) or "+untilWritten+" (every row is in the WAL)")
 	cancelFlag := fs.Bool("cancel", false, "cancel the running or queued backfills of the tables (for the sinks)")
 	path, code, ok := parseArgs(fs, args, stdout, stderr)
 	if !ok {
@@ -38,6 +40,10 @@ func cmdBackfill(args []string, stdout, stderr io.Writer) int {
 	}
 	if len(tables) == 0 {
 		fmt.Fprintln(stderr, "walcast backfill: want at least one --table SCHEMA.TABLE")
+		return 2
+	}
+	if *until != untilAcknowledged && *until != untilWritten {
+		fmt.Fprintf(stderr, "walcast backfill: --until %q: want %s or %s\n", *until, untilAcknowledged, untilWritten)
 		return 2
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -91,7 +97,100 @@ func cmdBackfill(args []string, stdout, stderr io.Writer) int {
 	if !*wait {
 		return 0
 	}
-	return waitBackfills(ctx, pool, ids, stdout)
+	if code := waitBackfills(ctx, pool, ids, stdout); code != 0 || *until == untilWritten {
+		if code == 0 {
+			fmt.Fprintln(stdout, "every row is written into the WAL; not waiting for the sinks to acknowledge them (--until "+untilWritten+")")
+		}
+		return code
+	}
+	return waitAcknowledged(ctx, pool, p, sinks, stdout)
+}
+
+// What walcast backfill --wait waits for.
+const (
+	untilAcknowledged = "acknowledged"
+	untilWritten      = "written"
+)
+
+// waitAcknowledged waits, once the backfills are done, until every target
+// sink has acknowledged their rows: until the slot that holds the sink's
+// position (the pipeline's, or the sink's catch-up slot while it is
+// detached) is confirmed past the WAL as it is now, which is past the
+// last chunk. walcast confirms a position only once every durable sink
+// resolved everything before it, and writes the checkpoints first, so
+// each such sink's checkpoint then covers the last chunk too. A sink that
+// is not durable acknowledges nothing: it is not waited for, and said so.
+func waitAcknowledged(ctx context.Context, pool *pgxpool.Pool, p *config.Pipeline, sinks []string, out io.Writer) int {
+	var endText string
+	if err := pool.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&endText); err != nil {
+		fmt.Fprintln(out, "walcast backfill: read the WAL position:", err)
+		return 1
+	}
+	end, _ := pluginkit.ParseLSN(endText)
+	var durable []string
+	for _, s := range p.Sinks {
+		if len(sinks) > 0 && !slices.Contains(sinks, s.ID) {
+			continue
+		}
+		if !s.Durable {
+			fmt.Fprintf(out, "sink %s is not durable: it acknowledges nothing, so it is not waited for\n", s.ID)
+			continue
+		}
+		durable = append(durable, s.ID)
+	}
+	fmt.Fprintf(out, "waiting for sink %s to acknowledge every row (the WAL up to %s)\n", strings.Join(durable, ", "), endText)
+	last := time.Now()
+	for _, sink := range durable {
+		for {
+			slot, confirmed, err := sinkSlotPosition(ctx, pool, p, sink)
+			if err != nil {
+				if ctx.Err() != nil {
+					fmt.Fprintln(out, "stopped waiting; the rows are written and their delivery goes on (walcast status shows it)")
+					return 1
+				}
+				fmt.Fprintln(out, "walcast backfill:", err)
+				return 1
+			}
+			if confirmed >= end {
+				fmt.Fprintf(out, "sink %s acknowledged every row: slot %s is confirmed to %s\n", sink, slot, pluginkit.FormatLSN(confirmed))
+				break
+			}
+			if time.Since(last) >= 5*time.Second {
+				last = time.Now()
+				fmt.Fprintf(out, "sink %s: slot %s is confirmed to %s, waiting for %s\n", sink, slot, pluginkit.FormatLSN(confirmed), endText)
+			}
+			select {
+			case <-ctx.Done():
+				fmt.Fprintln(out, "stopped waiting; the rows are written and their delivery goes on (walcast status shows it)")
+				return 1
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}
+	return 0
+}
+
+// sinkSlotPosition returns the slot that holds sink's position now (its
+// catch-up slot while it is detached, else the pipeline's) and the slot's
+// confirmed position (0 while it does not exist).
+func sinkSlotPosition(ctx context.Context, pool *pgxpool.Pool, p *config.Pipeline, sink string) (string, uint64, error) {
+	var slot string
+	var confirmed *string
+	err := pool.QueryRow(ctx, `
+WITH s AS (SELECT coalesce((SELECT c.slot FROM walcast.catchup_slots c WHERE c.pipeline = $1 AND c.sink = $2), $3) AS slot)
+SELECT s.slot, r.confirmed_flush_lsn::text FROM s LEFT JOIN pg_replication_slots r ON r.slot_name = s.slot`,
+		p.Name, sink, p.Source.Slot).Scan(&slot, &confirmed)
+	if err != nil {
+		return "", 0, fmt.Errorf("read the position of sink %s: %w", sink, err)
+	}
+	if confirmed == nil {
+		return slot, 0, nil
+	}
+	lsn, err := pluginkit.ParseLSN(*confirmed)
+	if err != nil {
+		return "", 0, fmt.Errorf("read the position of sink %s: %w", sink, err)
+	}
+	return slot, lsn, nil
 }
 
 func sinkList(sinks []string) string {

@@ -31,8 +31,14 @@
 //     newest committed version of each row. FOR KEY SHARE would not do: it
 //     lets a non-key UPDATE commit between the read and the chunk's commit,
 //     so the stream would carry that update before an older read.
-//   - The runner keeps at most Window chunks ahead of what the sinks have
-//     acknowledged, so a backfill fills neither memory nor the slot.
+//   - At most Window chunks are written and not yet acknowledged by the
+//     sinks, over every backfill of the pipeline: the runner works through
+//     them one at a time with one window, and after a (re)start it writes
+//     nothing until the stream is acknowledged past where the WAL was
+//     when it started, since chunks written before may still be
+//     unacknowledged. A chunk counts as acknowledged once the stream is
+//     past the WAL position read just after its commit. So backfills fill
+//     neither memory nor the slot.
 //
 // Backfill states: queued → running → done | cancelled | failed.
 package backfill

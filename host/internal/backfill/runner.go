@@ -43,10 +43,13 @@ type Config struct {
 	ChunkBytes int
 	// RowsPerSecond, when > 0, limits the read rate.
 	RowsPerSecond float64
-	// Window is how many chunks may be written ahead of Flushed
-	// (default 16): a backfill never runs far ahead of its sinks.
+	// Window is how many chunks may be written and not yet acknowledged
+	// (below Flushed) at any moment, counting every backfill of the
+	// pipeline and the chunks a previous run wrote (default 16): the
+	// backfills of a pipeline never run far ahead of its sinks.
 	Window int
-	// Flushed is the stream's position acknowledged by every sink.
+	// Flushed is the stream's position acknowledged by every durable sink
+	// (the position the slot may be confirmed to).
 	Flushed func() uint64
 	// Poll is how often the queue is read without a Wake (default 5s).
 	Poll   time.Duration
@@ -54,7 +57,23 @@ type Config struct {
 	// ChunkRead, when set, is called after a chunk's rows were read and
 	// before its transaction commits (tests).
 	ChunkRead func(backfill, chunk int64)
+	// Leader, when set, is the session that holds the pipeline's
+	// leadership lock: each chunk's transaction checks that it still
+	// does, so that a leader that lost its leadership writes no more
+	// chunks and progress (Run then returns).
+	Leader *Lock
 }
+
+// Lock names a session-level advisory lock and the backend that should
+// hold it.
+type Lock struct {
+	PID        uint32
+	Class, Obj int32
+}
+
+// ErrNotLeading is returned by a chunk whose Config.Leader no longer holds
+// its lock.
+var ErrNotLeading = errors.New("this walcast no longer leads the pipeline")
 
 // Runner works through a pipeline's backfills, one at a time, oldest
 // first.
@@ -62,6 +81,16 @@ type Runner struct {
 	cfg  Config
 	log  *slog.Logger
 	wake chan struct{}
+
+	// The window, over every backfill the runner works through (only
+	// Run's goroutine uses these). ahead holds the WAL positions just
+	// past each chunk written and not yet acknowledged; before is the
+	// WAL position when Run last connected: chunks written earlier (by a
+	// previous run, or one whose commit the lost connection left
+	// unconfirmed) are not in ahead, so nothing more is written until
+	// the stream is acknowledged past it.
+	ahead  []uint64
+	before uint64
 
 	mu    sync.Mutex
 	stats map[int64]*Stats
@@ -154,7 +183,13 @@ func (r *Runner) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		if conn == nil || conn.IsClosed() {
 			c, err := Connect(ctx, r.cfg.DSN)
+			if err == nil {
+				err = r.markStart(ctx, c)
+			}
 			if err != nil {
+				if c != nil {
+					c.Close(context.Background())
+				}
 				if pgerr.Permanent(err) && ctx.Err() == nil {
 					return err
 				}
@@ -170,6 +205,11 @@ func (r *Runner) Run(ctx context.Context) error {
 		worked, err := r.next(ctx, conn)
 		switch {
 		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, ErrNotLeading):
+			// For good: a lease never comes back, a new term runs a new
+			// runner.
+			r.log.Info("backfill stops: this walcast no longer leads the pipeline; whoever leads next goes on from the last chunk written")
 			return nil
 		case pgerr.Permanent(err):
 			return fmt.Errorf("backfills stopped: %w", err)
@@ -188,6 +228,35 @@ func (r *Runner) Run(ctx context.Context) error {
 			r.sleep(ctx, r.cfg.Poll, true)
 		}
 	}
+	return nil
+}
+
+// markStart records where the WAL is as Run (re)connects: every chunk
+// committed before is behind that position (see Runner.before). A chunk
+// whose batch a previous run sent just before it died may still be
+// committing on its own: its transaction holds its backfill's row, so the
+// rows of the active backfills are taken first, which waits for it.
+func (r *Runner) markStart(ctx context.Context, conn *pgx.Conn) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("backfill: read the WAL position: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, `SELECT id FROM walcast.backfills WHERE pipeline = $1 AND state IN ('queued', 'running') FOR UPDATE`, r.cfg.Pipeline); err != nil {
+		return fmt.Errorf("backfill: wait for chunks of an earlier run: %w", err)
+	}
+	var pos string
+	if err := tx.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&pos); err != nil {
+		return fmt.Errorf("backfill: read the WAL position: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("backfill: read the WAL position: %w", err)
+	}
+	lsn, err := cdc.ParseLSN(pos)
+	if err != nil {
+		return fmt.Errorf("backfill: read the WAL position: %w", err)
+	}
+	r.before = max(r.before, lsn)
 	return nil
 }
 
@@ -315,9 +384,8 @@ func (r *Runner) run(ctx context.Context, conn *pgx.Conn, id int64, t Table, sin
 	r.stats[id] = st
 	r.mu.Unlock()
 	limit := min(r.cfg.ChunkRows, 100) // sized up once row widths are known
-	var ahead []uint64                 // insert positions of chunks not yet acknowledged
 	for {
-		if err := r.waitWindow(ctx, &ahead); err != nil {
+		if err := r.waitWindow(ctx); err != nil {
 			return err
 		}
 		if r.cfg.RowsPerSecond > 0 {
@@ -348,6 +416,11 @@ func (r *Runner) run(ctx context.Context, conn *pgx.Conn, id int64, t Table, sin
 		st.LockTotal += res.locked
 		st.LockMax = max(st.LockMax, res.locked)
 		r.mu.Unlock()
+		if res.rows > 0 {
+			// The last chunk of a backfill counts too: the next
+			// backfill's chunks follow it in the same window.
+			r.ahead = append(r.ahead, res.pos)
+		}
 		if res.state != StateRunning {
 			if res.state == StateDone {
 				secs := time.Since(st.Started).Seconds()
@@ -360,17 +433,15 @@ func (r *Runner) run(ctx context.Context, conn *pgx.Conn, id int64, t Table, sin
 			}
 			return nil
 		}
-		if res.rows > 0 {
-			ahead = append(ahead, res.pos)
-			if res.bytes > 0 {
-				limit = max(1, min(r.cfg.ChunkRows, int(int64(r.cfg.ChunkBytes)*int64(res.rows)/int64(res.bytes))))
-			}
+		if res.rows > 0 && res.bytes > 0 {
+			limit = max(1, min(r.cfg.ChunkRows, int(int64(r.cfg.ChunkBytes)*int64(res.rows)/int64(res.bytes))))
 		}
 	}
 }
 
-// waitWindow blocks while Window chunks are written but not acknowledged.
-func (r *Runner) waitWindow(ctx context.Context, ahead *[]uint64) error {
+// waitWindow blocks while Window chunks are written but not acknowledged,
+// or chunks of an earlier run may be.
+func (r *Runner) waitWindow(ctx context.Context) error {
 	if r.cfg.Flushed == nil {
 		return nil
 	}
@@ -379,22 +450,26 @@ func (r *Runner) waitWindow(ctx context.Context, ahead *[]uint64) error {
 	for {
 		flushed := r.cfg.Flushed()
 		n := 0
-		for n < len(*ahead) && (*ahead)[n] <= flushed {
+		for n < len(r.ahead) && r.ahead[n] <= flushed {
 			n++
 		}
-		*ahead = (*ahead)[n:]
-		if len(*ahead) < r.cfg.Window {
+		r.ahead = r.ahead[n:]
+		if len(r.ahead) < r.cfg.Window && flushed >= r.before {
 			if told {
 				r.log.Info("backfill goes on: the sinks caught up", "waited", time.Since(since).Round(time.Second))
 			}
 			return nil
 		}
 		if !told && time.Since(since) > 30*time.Second {
-			// Not stuck: the sinks are behind the chunks it wrote (a sink
+			// Not stuck: the sinks are behind the chunks written (a sink
 			// slower than the live changes never catches up).
 			told = true
-			r.log.Info("backfill waits for the sinks to acknowledge the chunks it wrote", "chunks_ahead", len(*ahead),
-				"acknowledged", cdc.FormatLSN(flushed), "oldest_chunk", cdc.FormatLSN((*ahead)[0]))
+			oldest := r.before
+			if len(r.ahead) > 0 && flushed >= r.before {
+				oldest = r.ahead[0]
+			}
+			r.log.Info("backfill waits for the sinks to acknowledge the chunks written", "chunks_ahead", len(r.ahead),
+				"acknowledged", cdc.FormatLSN(flushed), "waiting_for", cdc.FormatLSN(oldest))
 		}
 		t := time.NewTimer(5 * time.Millisecond)
 		select {
@@ -406,11 +481,58 @@ func (r *Runner) waitWindow(ctx context.Context, ahead *[]uint64) error {
 	}
 }
 
+// progress is what a chunk's first round trip reads.
+type progress struct {
+	state  string
+	last   []string
+	chunks int64
+	pubs   []pubFilter
+}
+
+// begin opens a chunk's transaction and, in the same round trip, locks and
+// reads the backfill's progress, reads the row filters as they are now
+// (pgoutput applies to a change the filters in force where it is in the
+// WAL, so a filter changed during a backfill applies from the next chunk
+// on) and, with Config.Leader, checks that the leader still holds its lock.
+// A leader that lost it (its session cut or ended) writes nothing more
+// (ErrNotLeading). It may lose it between this check and the commit: the
+// chunk then still commits once, before any successor's chunk (which waits
+// for the progress row), and the successor's stream carries it.
+func (r *Runner) begin(ctx context.Context, conn *pgx.Conn, id int64, t Table) (progress, error) {
+	var pr progress
+	b := &pgx.Batch{}
+	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+	b.Queue(`SELECT state, last_key, chunks_done FROM walcast.backfills WHERE id = $1 FOR UPDATE`, id).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&pr.state, &pr.last, &pr.chunks)
+	})
+	if len(t.publications) > 0 {
+		b.Queue(rowFilterSQL, t.publications, t.Schema, t.Name).Query(func(rows pgx.Rows) error {
+			var err error
+			pr.pubs, err = pgx.CollectRows(rows, pgx.RowToStructByPos[pubFilter])
+			return err
+		})
+	}
+	leading := true
+	if l := r.cfg.Leader; l != nil {
+		b.Queue(`SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = $1
+	AND classid = $2::int::oid AND objid = $3::int::oid AND objsubid = 2)`, int32(l.PID), l.Class, l.Obj).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&leading)
+		})
+	}
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return pr, fmt.Errorf("backfill %d: read progress and row filters: %w", id, err)
+	}
+	if !leading {
+		return pr, ErrNotLeading
+	}
+	return pr, nil
+}
+
 type chunkResult struct {
 	state  string
 	rows   int
 	bytes  int
-	pos    uint64 // WAL insert position just before the chunk's commit
+	pos    uint64 // WAL insert position just after the chunk's commit
 	locked time.Duration
 }
 
@@ -427,27 +549,12 @@ func (r *Runner) chunk(ctx context.Context, conn *pgx.Conn, id int64, t Table, s
 			conn.Exec(context.Background(), "ROLLBACK")
 		}
 	}()
-	var last []string
-	var chunks int64
-	b := &pgx.Batch{}
-	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
-	b.Queue(`SELECT state, last_key, chunks_done FROM walcast.backfills WHERE id = $1 FOR UPDATE`, id).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&res.state, &last, &chunks)
-	})
-	// The row filters as they are now, in the same round trip: pgoutput
-	// applies to a change the filters in force where it is in the WAL, so
-	// a filter changed during a backfill applies from the next chunk on.
-	var pubs []pubFilter
-	if len(t.publications) > 0 {
-		b.Queue(rowFilterSQL, t.publications, t.Schema, t.Name).Query(func(rows pgx.Rows) error {
-			var err error
-			pubs, err = pgx.CollectRows(rows, pgx.RowToStructByPos[pubFilter])
-			return err
-		})
+	pr, err := r.begin(ctx, conn, id, t)
+	if err != nil {
+		return res, err
 	}
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return res, fmt.Errorf("backfill %d: read progress and row filters: %w", id, err)
-	}
+	res.state = pr.state
+	last, chunks, pubs := pr.last, pr.chunks, pr.pubs
 	if res.state != StateRunning {
 		_, err := conn.Exec(ctx, "COMMIT")
 		open = err != nil
@@ -516,7 +623,7 @@ func (r *Runner) chunk(ctx context.Context, conn *pgx.Conn, id int64, t Table, s
 	if r.cfg.ChunkRead != nil {
 		r.cfg.ChunkRead(id, chunks+1)
 	}
-	b = &pgx.Batch{}
+	b := &pgx.Batch{}
 	if res.rows > 0 {
 		b.Queue(`SELECT pg_logical_emit_message(true, $1, $2::bytea)`, decode.BackfillPrefix, payload)
 	}
@@ -524,10 +631,15 @@ func (r *Runner) chunk(ctx context.Context, conn *pgx.Conn, id int64, t Table, s
 	b.Queue(`UPDATE walcast.backfills SET last_key = $2, rows_done = rows_done + $3,
 	chunks_done = chunks_done + $4, state = $5, updated_at = now(),
 	finished_at = CASE WHEN $5 = 'running' THEN NULL ELSE now() END
-WHERE id = $1 RETURNING pg_current_wal_insert_lsn()::text`, id, next, res.rows, min(res.rows, 1), state).QueryRow(func(row pgx.Row) error {
+WHERE id = $1`, id, next, res.rows, min(res.rows, 1), state)
+	b.Queue("COMMIT")
+	// Read after the commit, so the position is at or past the end of the
+	// chunk's transaction: a stream acknowledged up to it has the whole
+	// chunk, whatever other transactions committed meanwhile (a position
+	// read before the commit could be passed by one of those first).
+	b.Queue(`SELECT pg_current_wal_insert_lsn()::text`).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&pos)
 	})
-	b.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return res, fmt.Errorf("backfill %d of %s: write the chunk into the WAL, record progress, commit: %w", id, t, err)
 	}

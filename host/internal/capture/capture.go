@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -288,8 +289,16 @@ func (c *Capture) watch(ctx context.Context, stop context.CancelCauseFunc) {
 	}
 }
 
+// finalStatusTimeout bounds Close's last standby status update when its
+// context has no deadline.
+const finalStatusTimeout = 5 * time.Second
+
 // Close sends a last standby status update with the consumer's flush
-// position and closes the connection.
+// position and closes the connection. Both end by ctx's deadline
+// (finalStatusTimeout when it has none): a server that stopped reading,
+// behind a network that drops packets without a reset, lets the socket's
+// send queue fill, and a write with no deadline would then hang the stop
+// for as long as the kernel keeps the connection.
 func (c *Capture) Close(ctx context.Context) error {
 	if c.conn == nil {
 		return nil
@@ -302,7 +311,19 @@ func (c *Capture) Close(ctx context.Context) error {
 			}
 		}
 	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(finalStatusTimeout)
+	}
+	// pglogrepl ignores the context it is given: the socket's own write
+	// deadline is what bounds the send.
+	bound := time.Until(deadline)
+	c.conn.Conn().SetWriteDeadline(deadline)
 	err := c.sendStatus(false)
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		err = fmt.Errorf("the server did not take the final standby status update within %s (what it does not confirm is sent again on the next start): %w",
+			bound.Round(time.Millisecond), err)
+	}
 	c.closeConn(ctx)
 	return err
 }

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/walcast/walcast/host/internal/backfill"
 	"github.com/walcast/walcast/host/internal/capture"
 	"github.com/walcast/walcast/host/internal/config"
@@ -18,18 +16,18 @@ import (
 // every table the pipeline lists for the first time when
 // backfill_new_tables is set. The tables seen are recorded either way, so
 // that turning the option on later backfills only tables added after.
-func prepareBackfills(ctx context.Context, pool *pgxpool.Pool, p *config.Pipeline, log *slog.Logger) error {
-	if err := backfill.Init(ctx, pool); err != nil {
+func prepareBackfills(ctx context.Context, db controlDB, p *config.Pipeline, log *slog.Logger) error {
+	if err := backfill.Init(ctx, db); err != nil {
 		return err
 	}
 	var version string
-	if err := pool.QueryRow(ctx, "SHOW server_version").Scan(&version); err != nil {
+	if err := db.QueryRow(ctx, "SHOW server_version").Scan(&version); err != nil {
 		return fmt.Errorf("read server_version: %w", err)
 	}
 	if p.Source.BackfillNewTables && !capture.SupportsMessages(version) {
 		return fmt.Errorf("backfill_new_tables needs PostgreSQL 14 or later (the source runs %s): remove it from the source block", version)
 	}
-	tx, err := pool.Begin(ctx)
+	tx, err := db.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("record tables: %w", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -279,13 +280,27 @@ func set[T comparable](xs []T) map[T]bool {
 	return m
 }
 
-// fenced is the control plane with its writes going through the leadership
-// session: they fail once that session is gone. Reads use the pool.
+// controlDB is the control plane as a term reads and writes it: the pool,
+// or fenced.
+type controlDB interface {
+	checkpoint.Querier
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// fenced is the control plane with its writes (statements and
+// transactions) going through the leadership session: they fail once that
+// session is gone. Reads use the pool.
 type fenced struct {
 	*pgxpool.Pool
 	lease *leader.Lease
 }
 
+var _ controlDB = fenced{}
+
 func (f fenced) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	return f.lease.Exec(ctx, sql, args...)
+}
+
+func (f fenced) Begin(ctx context.Context) (pgx.Tx, error) {
+	return f.lease.Begin(ctx)
 }

@@ -19,7 +19,7 @@ func (t *term) reportStreams(ctx context.Context) {
 	defer tick.Stop()
 	warned := false
 	for {
-		if err := t.marksStore.ReportStreams(ctx, t.streamReports()); err != nil && ctx.Err() == nil && !warned {
+		if err := t.store.ReportStreams(ctx, t.streamReports()); err != nil && ctx.Err() == nil && !warned {
 			// The database may be restarting; the next tick tries again.
 			t.log.Warn("report replication streams", "err", err)
 			warned = true

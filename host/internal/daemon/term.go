@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -42,23 +43,32 @@ type term struct {
 	log   *slog.Logger
 	lease *leader.Lease // nil with NoLeadership
 
-	pool       *pgxpool.Pool
-	store      *checkpoint.Store
-	marksStore *checkpoint.Store // writes fenced through the lease
-	ccfg       capture.Config
-	runs       []*sinkRun
-	tracker    *ack.Tracker
-	fan        *fanout.Fanout
-	capt       *capture.Capture
-	filler     *backfill.Runner
-	ctl        *control
-	watch      *slotWatch
+	pool *pgxpool.Pool
+	// db is the control plane as the term writes it: through the
+	// leadership session when there is a lease (fenced), so that a leader
+	// that lost it (paused, cut off) can no longer move a checkpoint,
+	// park an event, detach a sink or record anything its successor
+	// would act on. Reads go to the pool either way.
+	db      controlDB
+	store   *checkpoint.Store // on db
+	ccfg    capture.Config
+	runs    []*sinkRun
+	tracker *ack.Tracker
+	fan     *fanout.Fanout
+	capt    *capture.Capture
+	filler  *backfill.Runner
+	ctl     *control
+	watch   *slotWatch
 	// setup undoes what this term's start created in the source when the
 	// term ends before streaming anything.
 	setup     *capture.Setup
 	streaming bool
 	// lost: the leadership went during run; close writes nothing.
 	lost bool
+	// halt ends the term's deliveries at once; set by run before the
+	// first delivery starts (haltDeliveries).
+	haltMu sync.Mutex
+	halt   func()
 
 	// reg is what the process's /metrics shows for this pipeline while
 	// the term runs (/healthz: streamHealth).
@@ -78,13 +88,11 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 	if t.pool, err = Connect(ctx, p.Source.DSN); err != nil {
 		return t, err
 	}
-	t.store = checkpoint.New(t.pool, p.Name)
-	// Checkpoints are written through the leadership session, so that a
-	// leader that lost it (paused, cut off) cannot move them any more.
-	t.marksStore = t.store
+	t.db = t.pool
 	if lease != nil {
-		t.marksStore = checkpoint.New(fenced{Pool: t.pool, lease: lease}, p.Name)
+		t.db = fenced{Pool: t.pool, lease: lease}
 	}
+	t.store = checkpoint.New(t.db, p.Name)
 	t.ccfg = capture.Config{
 		DSN:             p.Source.DSN,
 		Slot:            p.Source.Slot,
@@ -112,7 +120,7 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 	if t.setup, err = capture.Check(ctx, t.pool, t.ccfg); err != nil {
 		return t, fmt.Errorf("check source: %w", err)
 	}
-	if err := prepareBackfills(ctx, t.pool, p, log); err != nil {
+	if err := prepareBackfills(ctx, t.db, p, log); err != nil {
 		return t, err
 	}
 
@@ -127,7 +135,7 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 		plugin, cp, err := startSink(ctx, opts.Launch, s)
 		if plugin != nil {
 			if lease != nil {
-				plugin = fencedPlugin{Plugin: plugin, lease: lease}
+				plugin = fencedPlugin{Plugin: plugin, lease: lease, halt: t.haltDeliveries}
 			}
 			t.runs = append(t.runs, &sinkRun{cfg: s, plugin: plugin})
 		}
@@ -149,7 +157,7 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 	if err != nil {
 		return t, err
 	}
-	slots := isolate.NewSlots(t.pool, p.Name, p.Source.Slot)
+	slots := isolate.NewSlots(t.db, p.Name, p.Source.Slot)
 	if err := slots.Init(ctx); err != nil {
 		return t, err
 	}
@@ -226,8 +234,10 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 	}
 	t.fan = fanout.New(t.tracker, queues)
 	// Every confirmation is recorded first, through the fenced store, so
-	// that the next start can tell a slot someone else moved.
-	t.ccfg.Confirm, t.ccfg.ConfirmLimit = t.marksStore, prep.ConfirmLimit
+	// that the next start can tell a slot someone else moved; the
+	// checkpoints are written before it (checkpointsFirst).
+	t.ccfg.Confirm = checkpointsFirst{store: t.store, tracker: t.tracker, runs: t.runs}
+	t.ccfg.ConfirmLimit = prep.ConfirmLimit
 	// What is watched while the pipeline streams, every SlotCheckInterval,
 	// on the capture's one watch loop, in this order: the WAL the slots
 	// retain (a warning and a metric before PostgreSQL invalidates one;
@@ -243,14 +253,7 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 	t.ccfg.WatchEvery = opts.SlotCheckInterval
 	t.capt = capture.New(t.ccfg, t.fan)
 	isolateSinks(t.runs, resume, slots, t.fan, t.tracker, prep.ConfirmedFlush, t.capt, t.ccfg, newSched, log)
-	sinkIDs := make([]string, len(p.Sinks))
-	for i := range p.Sinks {
-		sinkIDs[i] = p.Sinks[i].ID
-	}
-	t.filler = backfill.NewRunner(backfill.Config{
-		DSN: p.Source.DSN, Pipeline: p.Name, Publication: p.Source.Publication, KeylessPublication: prep.KeylessPublication, Tables: p.Source.Tables, Sinks: sinkIDs,
-		Flushed: t.tracker.Flush, Logger: log,
-	})
+	t.filler = newFiller(p, prep.KeylessPublication, t.tracker, lease, log)
 	t.ctl = &control{store: t.store, runs: t.runs, log: log, backfill: t.filler}
 	// Pauses hold from the first event on, not from the first poll.
 	if err := t.ctl.applyPauses(ctx); err != nil {
@@ -260,6 +263,26 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 	coll.catchupRetained = catchupRetained(t.pool, p.Name)
 	t.reg = newRegistry(p.Name, coll, deliverSeconds, t.watch.collectors()...)
 	return t, nil
+}
+
+// newFiller returns the runner of the pipeline's backfills, its window on
+// the tracker's flush position.
+func newFiller(p *config.Pipeline, keyless string, tracker *ack.Tracker, lease *leader.Lease, log *slog.Logger) *backfill.Runner {
+	sinkIDs := make([]string, len(p.Sinks))
+	for i := range p.Sinks {
+		sinkIDs[i] = p.Sinks[i].ID
+	}
+	cfg := backfill.Config{
+		DSN: p.Source.DSN, Pipeline: p.Name, Publication: p.Source.Publication, KeylessPublication: keyless, Tables: p.Source.Tables, Sinks: sinkIDs,
+		Flushed: tracker.Flush, Logger: log,
+	}
+	if lease != nil {
+		// Chunks and their progress are written on a connection of their
+		// own (a chunk holds row locks): each checks the lease's lock.
+		class, obj := leader.Keys(p.Name)
+		cfg.Leader = &backfill.Lock{PID: lease.PID(), Class: class, Obj: obj}
+	}
+	return backfill.NewRunner(cfg)
 }
 
 func (t *term) logPrepared(prep capture.Prepared) {
@@ -294,28 +317,28 @@ func (t *term) run(ctx context.Context) (err error) {
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// hard ends in-flight deliveries; it outlives ctx by ShutdownTimeout.
+	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHard()
+	t.haltMu.Lock()
+	t.halt = func() { cancelHard(); cancel() }
+	t.haltMu.Unlock()
 	if t.lease != nil {
-		// Losing the session ends this run at once: a standby may be
-		// taking over.
+		// Losing the session ends this run and its deliveries at once: a
+		// standby may be taking over.
 		wg.Go(func() {
 			select {
 			case <-t.lease.Lost():
-				cancel()
+				t.haltDeliveries()
 			case <-ctx.Done():
 			}
 		})
-	}
-
-	if t.lease != nil {
 		// A frozen predecessor may still think it leads: nothing is
 		// streamed or delivered before its lease runs out.
 		if err := t.lease.WaitOutPredecessor(ctx); err != nil {
 			return nil
 		}
 	}
-	// hard ends in-flight deliveries; it outlives ctx by ShutdownTimeout.
-	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelHard()
 	stop := make(chan struct{})
 
 	// The schedulers: the first error of a sink that cannot go on stops
@@ -346,7 +369,7 @@ func (t *term) run(ctx context.Context) (err error) {
 	flushDone := make(chan struct{})
 	wg.Go(func() {
 		defer close(flushDone)
-		if err := saveLoop(hard, t.marksStore, t.tracker, t.runs, opts.CheckpointInterval, log); err != nil {
+		if err := saveLoop(hard, t.store, t.tracker, t.runs, opts.CheckpointInterval, log); err != nil {
 			planeErr <- err
 		}
 	})
@@ -375,30 +398,9 @@ func (t *term) run(ctx context.Context) (err error) {
 		opts.Ready()
 	}
 
-	captureDone := false
-	select {
-	case <-ctx.Done():
-		if t.lease != nil && t.lease.Err() != nil {
-			// Not a shutdown: another walcast may lead now. Nothing more
-			// is delivered, confirmed or checkpointed by this one.
-			t.lost, err = true, t.lease.Err()
-			cancelHard()
-			break
-		}
-		log.Info("stopping: no new events; waiting for deliveries in flight", "timeout", opts.ShutdownTimeout)
-	case err = <-captureErr:
-		captureDone = true
-		if err != nil {
-			// Run returns err and the caller reports it, once.
-			log.Info("stopping: the replication stream failed; waiting for deliveries in flight", "timeout", opts.ShutdownTimeout)
-		}
-	case err = <-schedErr:
-		// A sink's scheduler cannot go on: stop everything rather than let
-		// its queue fill and stall the stream silently. Run returns err
-		// and the caller reports it, once.
-		log.Info("stopping: a sink failed; waiting for deliveries in flight", "timeout", opts.ShutdownTimeout)
-	case err = <-planeErr:
-		log.Info("stopping: walcast's state in the source database cannot be read or written; waiting for deliveries in flight", "timeout", opts.ShutdownTimeout)
+	captureDone, err := t.awaitEnd(ctx, captureErr, schedErr, planeErr)
+	if t.lost {
+		cancelHard()
 	}
 	cancelCapture()
 	<-fillDone
@@ -408,22 +410,67 @@ func (t *term) run(ctx context.Context) (err error) {
 		}
 	}
 	close(stop)
+	t.drain(schedsDone, cancelHard)
+	<-flushDone
+	return err
+}
+
+// awaitEnd waits for what ends the run: ctx (a stop, or the lease lost),
+// the stream failing, or a sink that cannot go on. It says which in the
+// log, and sets t.lost when the lease is gone, whatever ended first.
+func (t *term) awaitEnd(ctx context.Context, captureErr, schedErr, planeErr <-chan error) (captureDone bool, err error) {
+	sinkFailed, planeFailed := false, false
+	select {
+	case <-ctx.Done():
+	case err = <-captureErr:
+		captureDone = true
+	case err = <-schedErr:
+		sinkFailed = true
+	case err = <-planeErr:
+		planeFailed = true
+	}
+	timeout := t.opts.ShutdownTimeout
+	switch {
+	case t.lease != nil && t.lease.Err() != nil:
+		// Whatever ended first (a delivery refused, a park or a
+		// checkpoint that could not be written), this is neither a
+		// shutdown nor a failure of the stream or a sink: another walcast
+		// may lead now. Nothing more is delivered, confirmed or
+		// checkpointed by this one.
+		t.lost, err = true, t.lease.Err()
+	case planeFailed:
+		t.log.Info("stopping: walcast's state in the source database cannot be read or written; waiting for deliveries in flight", "timeout", timeout)
+	case sinkFailed:
+		// A sink's scheduler cannot go on: stop everything rather than let
+		// its queue fill and stall the stream silently. Run returns err
+		// and the caller reports it, once.
+		t.log.Info("stopping: a sink failed; waiting for deliveries in flight", "timeout", timeout)
+	case captureDone && err != nil:
+		// Run returns err and the caller reports it, once.
+		t.log.Info("stopping: the replication stream failed; waiting for deliveries in flight", "timeout", timeout)
+	case !captureDone:
+		t.log.Info("stopping: no new events; waiting for deliveries in flight", "timeout", timeout)
+	}
+	return captureDone, err
+}
+
+// drain waits for the schedulers to finish their batches in flight, at
+// most ShutdownTimeout, then cancels what is left (cancelHard).
+func (t *term) drain(schedsDone <-chan struct{}, cancelHard context.CancelFunc) {
+	defer cancelHard()
 	select {
 	case <-schedsDone:
-	case <-time.After(opts.ShutdownTimeout):
+	case <-time.After(t.opts.ShutdownTimeout):
 		var batches int64
 		for _, r := range t.runs {
 			batches += r.stats().InFlight.Load()
 		}
 		// The sink stopped lines below count, per sink, what is left
 		// undelivered and what the next run delivers again.
-		log.Warn("deliveries still in flight at shutdown timeout; they will be replayed on restart", "batches_in_flight", batches)
+		t.log.Warn("deliveries still in flight at shutdown timeout; they will be replayed on restart", "batches_in_flight", batches)
 		cancelHard()
 		<-schedsDone
 	}
-	cancelHard()
-	<-flushDone
-	return err
 }
 
 // close ends the term: the final checkpoint and slot position (with a fresh
@@ -446,7 +493,7 @@ func (t *term) close(ctx context.Context) {
 		if t.lost {
 			t.capt.Abandon()
 		} else {
-			if serr := saveMarks(fctx, t.marksStore, t.tracker, t.runs, true); serr != nil {
+			if serr := saveMarks(fctx, t.store, t.tracker, t.runs, true); serr != nil {
 				log.Warn("final checkpoint", "err", serr)
 			}
 			if uerr := saveUsage(fctx, t.store, t.runs); uerr != nil {
@@ -498,6 +545,37 @@ func (t *term) close(ctx context.Context) {
 	}
 }
 
+// haltDeliveries cancels every delivery of the term and ends its run; it
+// returns once their context is cancelled. Before run set it up there is
+// nothing to halt.
+func (t *term) haltDeliveries() {
+	t.haltMu.Lock()
+	halt := t.halt
+	t.haltMu.Unlock()
+	if halt != nil {
+		halt()
+	}
+}
+
+// checkpointsFirst records a position as confirmable to the slot only
+// after writing the checkpoints: a sink's stored checkpoint is then never
+// behind what PostgreSQL will not send again, so whoever sees the slot
+// confirmed past a change (walcast backfill --wait) finds it covered by
+// the checkpoint of every sink that holds the slot back.
+type checkpointsFirst struct {
+	store   *checkpoint.Store
+	tracker *ack.Tracker
+	runs    []*sinkRun
+}
+
+func (c checkpointsFirst) RaiseConfirmLimit(ctx context.Context, lsn uint64) error {
+	// Watermarks read now are at least those lsn was derived from.
+	if err := saveMarks(ctx, c.store, c.tracker, c.runs, true); err != nil {
+		return err
+	}
+	return c.store.RaiseConfirmLimit(ctx, lsn)
+}
+
 // fencedPlugin lets a delivery through only while the lease is known to be
 // held: a process that was frozen longer than its lease's freshness waits
 // for its next ping, which tells it that it lost (and its run ends) or
@@ -507,10 +585,20 @@ func (t *term) close(ctx context.Context) {
 type fencedPlugin struct {
 	Plugin
 	lease *leader.Lease
+	halt  func()
 }
 
 func (f fencedPlugin) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error) {
 	if err := f.lease.Confirm(ctx); err != nil {
+		if errors.Is(err, leader.ErrLost) {
+			// Not the sink's failure: the term ends. Its deliveries are
+			// cancelled before this one returns, so that the scheduler
+			// takes the refusal for the stop it is (the events stay
+			// unresolved, for whoever leads next), never for a failed
+			// attempt, which would count against the sink and could park
+			// its events or detach it.
+			f.halt()
+		}
 		return pluginkit.DeliverResult{}, fmt.Errorf("deliver: %w", err)
 	}
 	return f.Plugin.Deliver(ctx, events)

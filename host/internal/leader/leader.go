@@ -22,10 +22,10 @@
 //   - At most one session holds the lock: PostgreSQL guarantees it.
 //   - A leader learns it lost its session within CheckInterval plus a ping
 //     timeout, and Lost is closed then; the daemon stops delivering.
-//   - A write made through the lease (Exec, Query, QueryRow) runs on the
-//     lock's own session, so it cannot succeed once that session is gone:
-//     a paused old leader that wakes up after a standby took over cannot
-//     move a checkpoint. Slot confirmations are fenced by PostgreSQL itself:
+//   - A write made through the lease (Exec, Begin) runs on the lock's own
+//     session, so it cannot succeed once that session is gone: a paused
+//     old leader that wakes up after a standby took over cannot move a
+//     checkpoint or park an event. Slot confirmations are fenced by PostgreSQL itself:
 //     a slot streams to one walsender at a time (its active_pid).
 //   - A successor that stood by for another leader streams only once that
 //     leader can no longer deliver: it released the lock after its term
@@ -370,8 +370,10 @@ func (l *Lease) watch(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		pctx, cancel := context.WithTimeout(ctx, 2*l.cfg.CheckInterval)
+		// The ping's time starts once the session is free: a long write
+		// on it (Exec) is the session at work, not the session failing.
 		l.mu.Lock()
+		pctx, cancel := context.WithTimeout(ctx, 2*l.cfg.CheckInterval)
 		err := l.conn.Ping(pctx)
 		l.mu.Unlock()
 		cancel()
@@ -453,6 +455,11 @@ func (l *Lease) markLost(err error) {
 	})
 }
 
+// PID is the backend pid of the lock session: whoever must check, inside
+// a transaction of its own, that the lock is still held looks for it in
+// pg_locks.
+func (l *Lease) PID() uint32 { return l.conn.PgConn().PID() }
+
 // Lost is closed once the lock session is gone.
 func (l *Lease) Lost() <-chan struct{} { return l.lost }
 
@@ -467,13 +474,17 @@ func (l *Lease) Err() error {
 }
 
 // Exec runs a statement on the lock session: it cannot succeed once the
-// session that holds the lock is gone. Checkpoints go through it.
+// session that holds the lock is gone. Every control-plane write of a term
+// goes through it (checkpoints, parked events, catch-up slots, usage).
+// Its success proves the session alive, as a ping does.
 //
 // The caller's cancellation does not reach the statement once it is sent:
 // pgx closes a connection whose query is cancelled, and closing this one
 // would give up the leadership (a graceful stop cancels its writers while
-// one of them may be writing). The statement is bounded by the session's
-// own check instead.
+// one of them may be writing). The statement is bounded instead, by the
+// session's own check interval plus time for its arguments to travel (a
+// batch of parked events can be tens of MiB); one that takes longer
+// closes the session, which loses the lease.
 func (l *Lease) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	if err := l.Err(); err != nil {
 		return pgconn.CommandTag{}, err
@@ -483,13 +494,93 @@ func (l *Lease) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comma
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*l.cfg.CheckInterval)
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.writeBound(args))
 	defer cancel()
+	sent := time.Since(l.base)
 	tag, err := l.conn.Exec(ectx, sql, args...)
-	if err != nil && l.conn.IsClosed() {
+	switch {
+	case err == nil:
+		l.confirmed.Store(int64(sent))
+	case l.conn.IsClosed():
 		l.markLost(err)
 	}
 	return tag, err
+}
+
+// writeBound is how long a statement with args may take on the lock
+// session: two check intervals, plus a second per 4 MiB of arguments.
+func (l *Lease) writeBound(args []any) time.Duration {
+	n := 0
+	for _, a := range args {
+		switch v := a.(type) {
+		case string:
+			n += len(v)
+		case []byte:
+			n += len(v)
+		case []string:
+			for _, s := range v {
+				n += len(s)
+			}
+		case [][]byte:
+			for _, b := range v {
+				n += len(b)
+			}
+		}
+	}
+	return 2*l.cfg.CheckInterval + time.Duration(n)*time.Second/(4<<20)
+}
+
+// Begin starts a transaction on the lock session, for control-plane
+// writes that must commit together (a gap accepted with the old
+// checkpoints removed, a schema migration): like Exec's statements it
+// cannot commit once the session is gone. The session does nothing else
+// until Commit or Rollback (the lease's pings wait), so the transaction
+// must be short and must not use the lease itself. Unlike Exec, the
+// caller's ctx reaches the statements: cancelling one closes the session
+// and so gives the leadership up, which only a stopping term does.
+func (l *Lease) Begin(ctx context.Context) (pgx.Tx, error) {
+	if err := l.Err(); err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	tx, err := l.conn.Begin(ctx)
+	if err != nil {
+		if l.conn.IsClosed() {
+			l.markLost(err)
+		}
+		l.mu.Unlock()
+		return nil, err
+	}
+	return &leaseTx{Tx: tx, l: l}, nil
+}
+
+// leaseTx is a transaction on the lock session; it frees the session when
+// it ends.
+type leaseTx struct {
+	pgx.Tx
+	l    *Lease
+	once sync.Once
+}
+
+func (t *leaseTx) Commit(ctx context.Context) error {
+	err := t.Tx.Commit(ctx)
+	t.end(err)
+	return err
+}
+
+func (t *leaseTx) Rollback(ctx context.Context) error {
+	err := t.Tx.Rollback(ctx)
+	t.end(err)
+	return err
+}
+
+func (t *leaseTx) end(err error) {
+	t.once.Do(func() {
+		if err != nil && t.l.conn.IsClosed() {
+			t.l.markLost(err)
+		}
+		t.l.mu.Unlock()
+	})
 }
 
 // Release gives the lock up by closing its session; a standby takes over
