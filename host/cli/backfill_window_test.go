@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walcast/walcast/host/pgtest"
 	"github.com/walcast/walcast/pluginkit"
 )
 
@@ -72,7 +73,7 @@ func TestBackfillWindowAcrossTablesKill(t *testing.T) {
 	db := connect(t, dsn)
 	// More kills take more rows to land them in: each waits for the run
 	// before it to write a chunk.
-	kills := leaseChaosCycles(t)
+	kills := pgtest.Chaos(t, 1)
 	const tables = 6
 	rowsEach := 4000 * kills
 	var names []string

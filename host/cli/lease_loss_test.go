@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,21 +16,8 @@ import (
 
 	"github.com/walcast/walcast/host/internal/isolate"
 	"github.com/walcast/walcast/host/internal/leader"
+	"github.com/walcast/walcast/host/pgtest"
 )
-
-// leaseChaosCycles is WALCAST_CHAOS, the factor fault tests multiply their
-// iterations by (1 when unset).
-func leaseChaosCycles(t testing.TB) int {
-	v := os.Getenv("WALCAST_CHAOS")
-	if v == "" {
-		return 1
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		t.Fatalf("WALCAST_CHAOS=%q: want a positive integer", v)
-	}
-	return n
-}
 
 // pidProxy is a TCP proxy in front of PostgreSQL that knows each
 // connection's backend pid (from the server's BackendKeyData) and can
@@ -256,7 +241,7 @@ func TestLostLeaseProxyBlamesNoSink(t *testing.T) {
 	class, obj := leader.Keys(name)
 	lock := connect(t, direct)
 
-	cycles := leaseChaosCycles(t)
+	cycles := pgtest.Chaos(t, 1)
 	for cycle := 1; cycle <= cycles; cycle++ {
 		// Leading, delivering to one sink and parking for the other.
 		before := parked()
