@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/walcast/walcast/host/internal/ack"
+	"github.com/walcast/walcast/host/internal/delivery/ack"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 

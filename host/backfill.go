@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/walcast/walcast/host/internal/backfill"
-	"github.com/walcast/walcast/host/internal/capture"
+	"github.com/walcast/walcast/host/internal/source/backfill"
+	"github.com/walcast/walcast/host/internal/source/capture"
 )
 
 // Backfill asks for the rows table ("schema.table", one of the stream's

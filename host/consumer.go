@@ -3,8 +3,8 @@ package host
 import (
 	"context"
 
-	"github.com/walcast/walcast/host/internal/capture"
 	"github.com/walcast/walcast/host/internal/change"
+	"github.com/walcast/walcast/host/internal/source/capture"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 

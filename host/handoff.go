@@ -5,8 +5,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/walcast/walcast/host/internal/capture"
 	"github.com/walcast/walcast/host/internal/change"
+	"github.com/walcast/walcast/host/internal/source/capture"
 )
 
 // wakeBatch is how many events wait before a Next that is waiting is woken

@@ -10,11 +10,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/walcast/walcast/host/internal/backfill"
-	"github.com/walcast/walcast/host/internal/capture"
 	"github.com/walcast/walcast/host/internal/change"
-	"github.com/walcast/walcast/host/internal/checkpoint"
-	"github.com/walcast/walcast/host/internal/names"
+	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/pg"
+	"github.com/walcast/walcast/host/internal/source/backfill"
+	"github.com/walcast/walcast/host/internal/source/capture"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
@@ -189,7 +189,7 @@ func (cfg *StreamConfig) check() error {
 		return fmt.Errorf("open walcast stream: StreamConfig.ReceiveTimeout is %s; set at least 1s (a keepalive is asked for at half of it), or 0 for the default", cfg.ReceiveTimeout)
 	}
 	for _, n := range []struct{ what, name string }{{"Slot", cfg.Slot}, {"Publication", cfg.Publication}} {
-		if problem := names.SlotProblem(n.name); problem != "" {
+		if problem := pg.SlotProblem(n.name); problem != "" {
 			return fmt.Errorf("open walcast stream: StreamConfig.%s %q %s", n.what, n.name, problem)
 		}
 	}

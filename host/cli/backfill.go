@@ -14,9 +14,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/walcast/walcast/host/internal/backfill"
-	"github.com/walcast/walcast/host/internal/capture"
 	"github.com/walcast/walcast/host/internal/config"
+	"github.com/walcast/walcast/host/internal/source/backfill"
+	"github.com/walcast/walcast/host/internal/source/capture"
 	"github.com/walcast/walcast/pluginkit"
 )
 

@@ -6,7 +6,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/walcast/walcast/host/internal/sinkclient"
+	"github.com/walcast/walcast/host/internal/plugin/sinkclient"
 )
 
 // command is one walcast subcommand. Its words (synopsis, summary,

@@ -14,8 +14,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/walcast/walcast/host/internal/checkpoint"
 	"github.com/walcast/walcast/host/internal/console"
+	"github.com/walcast/walcast/host/internal/control/checkpoint"
 )
 
 // EnvConsoleToken is read when --token is not given.

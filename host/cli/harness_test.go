@@ -23,7 +23,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/walcast/walcast/host/internal/isolate"
+	"github.com/walcast/walcast/host/internal/delivery/isolate"
 	"github.com/walcast/walcast/pluginkit"
 )
 

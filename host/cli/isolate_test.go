@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/walcast/walcast/host/internal/isolate"
+	"github.com/walcast/walcast/host/internal/delivery/isolate"
 )
 
 // catchupSlots lists the slots that exist named like a catch-up slot of

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walcast/walcast/host/internal/isolate"
-	"github.com/walcast/walcast/host/internal/leader"
+	"github.com/walcast/walcast/host/internal/control/leader"
+	"github.com/walcast/walcast/host/internal/delivery/isolate"
 	"github.com/walcast/walcast/host/pgtest"
 )
 

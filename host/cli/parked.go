@@ -13,10 +13,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/walcast/walcast/host/internal/checkpoint"
 	"github.com/walcast/walcast/host/internal/config"
+	"github.com/walcast/walcast/host/internal/control/checkpoint"
 	"github.com/walcast/walcast/host/internal/daemon"
-	"github.com/walcast/walcast/host/internal/schedule"
+	"github.com/walcast/walcast/host/internal/delivery/schedule"
 	"github.com/walcast/walcast/pluginkit"
 )
 

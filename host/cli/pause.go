@@ -6,8 +6,8 @@ import (
 	"io"
 	"time"
 
-	"github.com/walcast/walcast/host/internal/checkpoint"
 	"github.com/walcast/walcast/host/internal/config"
+	"github.com/walcast/walcast/host/internal/control/checkpoint"
 )
 
 // cmdPause and cmdResume record an operator pause in walcast.pauses and

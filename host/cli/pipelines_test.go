@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walcast/walcast/host/internal/leader"
+	"github.com/walcast/walcast/host/internal/control/leader"
 )
 
 // pipelineDir writes one pipeline per receiver, all on public.items, into

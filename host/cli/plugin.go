@@ -11,8 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/walcast/walcast/host/internal/pluginlock"
-	"github.com/walcast/walcast/host/internal/sinkclient"
+	"github.com/walcast/walcast/host/internal/plugin/pluginlock"
+	"github.com/walcast/walcast/host/internal/plugin/sinkclient"
 )
 
 // installTimeout bounds an install, builds and module downloads included.

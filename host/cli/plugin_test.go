@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walcast/walcast/host/internal/pluginlock"
+	"github.com/walcast/walcast/host/internal/plugin/pluginlock"
 )
 
 // walcastCmd runs the walcast binary TestMain built with args, outside any

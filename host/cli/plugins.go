@@ -7,7 +7,7 @@ import (
 	"slices"
 
 	"github.com/walcast/walcast/host/internal/daemon"
-	"github.com/walcast/walcast/host/internal/sinkclient"
+	"github.com/walcast/walcast/host/internal/plugin/sinkclient"
 )
 
 func newPluginSet(flagDir string, log *slog.Logger, stdout io.Writer) *daemon.PluginSet {

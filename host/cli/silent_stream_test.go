@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walcast/walcast/host/internal/isolate"
+	"github.com/walcast/walcast/host/internal/delivery/isolate"
 	"github.com/walcast/walcast/host/pgtest"
 )
 

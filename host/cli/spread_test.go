@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walcast/walcast/host/internal/leader"
+	"github.com/walcast/walcast/host/internal/control/leader"
 )
 
 // TestPipelinesSpreadAndMove runs three walcast instances with the same six

@@ -14,10 +14,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/walcast/walcast/host/internal/capture"
-	"github.com/walcast/walcast/host/internal/checkpoint"
-	"github.com/walcast/walcast/host/internal/isolate"
-	"github.com/walcast/walcast/host/internal/leader"
+	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/leader"
+	"github.com/walcast/walcast/host/internal/delivery/isolate"
+	"github.com/walcast/walcast/host/internal/source/capture"
 	"github.com/walcast/walcast/host/internal/units"
 	"github.com/walcast/walcast/pluginkit"
 )

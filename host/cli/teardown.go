@@ -6,11 +6,11 @@ import (
 	"io"
 	"time"
 
-	"github.com/walcast/walcast/host/internal/capture"
-	"github.com/walcast/walcast/host/internal/checkpoint"
 	"github.com/walcast/walcast/host/internal/config"
+	"github.com/walcast/walcast/host/internal/control/checkpoint"
 	"github.com/walcast/walcast/host/internal/daemon"
-	"github.com/walcast/walcast/host/internal/isolate"
+	"github.com/walcast/walcast/host/internal/delivery/isolate"
+	"github.com/walcast/walcast/host/internal/source/capture"
 )
 
 func cmdTeardown(args []string, stdout, stderr io.Writer) int {

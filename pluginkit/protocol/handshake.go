@@ -4,7 +4,7 @@
 // sink's error kinds travel as gRPC status.
 //
 // Sink authors never import it: pluginkit.Serve is their whole interface
-// to it. The host's plugin client (host/internal/sinkclient) and
+// to it. The host's plugin client (host/internal/plugin/sinkclient) and
 // pluginkit's server are its two users, so that neither side can drift
 // from the other. The service itself is proto/sink/v1; a plugin written in
 // another language implements that service, the handshake below and the

@@ -14,7 +14,7 @@ import (
 
 // A sink's errors cross the process boundary as gRPC status values. This
 // file is the only place that knows the mapping, so that the plugin side
-// (pluginkit's server) and the host side (host/internal/sinkclient) cannot
+// (pluginkit's server) and the host side (host/internal/plugin/sinkclient) cannot
 // drift apart:
 //
 //	FaultConfig     ↔ InvalidArgument + BadRequest.FieldViolation{field, description, reason "TABLE:<table>"}

@@ -202,7 +202,7 @@ func (t *tally) Write(p []byte) (int, error) {
 
 // stdoutFDEnv names the variable in which walcast tells its plugins the
 // number of the descriptor that is walcast's own stdout. The host sets it
-// in host/internal/sinkclient (Launch); the two names must match.
+// in host/internal/plugin/sinkclient (Launch); the two names must match.
 const stdoutFDEnv = "WALCAST_PLUGIN_STDOUT_FD"
 
 // walcastStdout is where lines go without a path. walcast passes its own

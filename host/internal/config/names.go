@@ -7,7 +7,7 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 
-	"github.com/walcast/walcast/host/internal/names"
+	"github.com/walcast/walcast/host/internal/pg"
 	"github.com/walcast/walcast/pluginkit"
 )
 
@@ -15,8 +15,8 @@ import (
 // that starts with the value ("... %q " + problem), or a whole sentence
 // for table names.
 
-// checkSlotName: see names.SlotProblem.
-func checkSlotName(name string) string { return names.SlotProblem(name) }
+// checkSlotName: see pg.SlotProblem.
+func checkSlotName(name string) string { return pg.SlotProblem(name) }
 
 // checkSinkID: ids appear in metrics labels, Kafka transactional ids and
 // checkpoint rows, so they stay in a charset every one of those accepts.
@@ -44,10 +44,6 @@ func checkSinkType(typ string) string {
 	return ""
 }
 
-// walcastSchema holds walcast's own state; capturing it would feed every
-// checkpoint write back into the stream.
-const walcastSchema = "walcast"
-
 // checkTableName requires "schema.table". Unqualified names are refused
 // rather than read as public.<name>: PostgreSQL resolves them through the
 // search_path, and a publication silently covering another schema's table
@@ -72,7 +68,7 @@ func checkTableName(t string) string {
 	if schema == "" || table == "" || strings.Contains(table, ".") {
 		return fmt.Sprintf(`Table %q is not of the form "schema.table".`, t)
 	}
-	if schema == walcastSchema {
+	if schema == pg.ControlSchema {
 		return fmt.Sprintf("Table %q is in the walcast schema, which holds walcast's own state: the walcast schema is never captured.", t)
 	}
 	return ""

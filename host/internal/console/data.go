@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/walcast/walcast/host/internal/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/checkpoint"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 

@@ -21,7 +21,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/walcast/walcast/host/internal/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/checkpoint"
 	"github.com/walcast/walcast/host/internal/units"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/walcast/walcast/host/internal/backfill"
-	"github.com/walcast/walcast/host/internal/capture"
 	"github.com/walcast/walcast/host/internal/config"
+	"github.com/walcast/walcast/host/internal/source/backfill"
+	"github.com/walcast/walcast/host/internal/source/capture"
 )
 
 // prepareBackfills creates the backfill tables, refuses backfill_new_tables

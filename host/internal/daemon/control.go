@@ -10,9 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/walcast/walcast/host/internal/checkpoint"
-	"github.com/walcast/walcast/host/internal/pgerr"
-	"github.com/walcast/walcast/host/internal/schedule"
+	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/delivery/schedule"
+	"github.com/walcast/walcast/host/internal/pg"
 )
 
 // control applies what the CLI asks of a running daemon through the
@@ -51,13 +51,13 @@ func (c *control) applyPauses(ctx context.Context) error {
 // serve handles what is pending: pauses first, so a replay asked for a
 // paused sink waits for resume like everything else. A failed read is
 // tried again at the next notification or poll, unless retrying cannot
-// fix it (pgerr.Permanent): that error is returned.
+// fix it (pg.Permanent): that error is returned.
 func (c *control) serve(ctx context.Context) error {
 	if c.backfill != nil {
 		c.backfill.Wake()
 	}
 	if err := c.applyPauses(ctx); err != nil {
-		if pgerr.Permanent(err) {
+		if pg.Permanent(err) {
 			return err
 		}
 		if ctx.Err() == nil {
@@ -67,7 +67,7 @@ func (c *control) serve(ctx context.Context) error {
 	}
 	reqs, err := c.store.ReplayRequests(ctx)
 	if err != nil {
-		if pgerr.Permanent(err) {
+		if pg.Permanent(err) {
 			return err
 		}
 		if ctx.Err() == nil {
@@ -187,7 +187,7 @@ func (c *control) listen(ctx context.Context, dsn string, poll time.Duration) er
 			if conn != nil {
 				conn.Close(context.Background())
 			}
-			if pgerr.Permanent(err) && ctx.Err() == nil {
+			if pg.Permanent(err) && ctx.Err() == nil {
 				return fmt.Errorf("control listener: %w", err)
 			}
 			if ctx.Err() == nil {

@@ -19,15 +19,15 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/walcast/walcast/host/internal/ack"
-	"github.com/walcast/walcast/host/internal/capture"
-	"github.com/walcast/walcast/host/internal/checkpoint"
 	"github.com/walcast/walcast/host/internal/config"
-	"github.com/walcast/walcast/host/internal/fanout"
-	"github.com/walcast/walcast/host/internal/isolate"
-	"github.com/walcast/walcast/host/internal/leader"
-	"github.com/walcast/walcast/host/internal/pgerr"
-	"github.com/walcast/walcast/host/internal/schedule"
+	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/leader"
+	"github.com/walcast/walcast/host/internal/delivery/ack"
+	"github.com/walcast/walcast/host/internal/delivery/fanout"
+	"github.com/walcast/walcast/host/internal/delivery/isolate"
+	"github.com/walcast/walcast/host/internal/delivery/schedule"
+	"github.com/walcast/walcast/host/internal/pg"
+	"github.com/walcast/walcast/host/internal/source/capture"
 	"github.com/walcast/walcast/pluginkit"
 )
 
@@ -92,7 +92,7 @@ type sinkRun struct {
 
 // Run runs one pipeline until ctx ends (a clean shutdown, returns nil) or
 // something fails that retrying cannot fix. Only the leader of the pipeline
-// streams (see host/internal/leader): Run stands by until it leads, and
+// streams (see host/internal/control/leader): Run stands by until it leads, and
 // when it loses the leadership (its session ended: PostgreSQL restarted,
 // the network, an administrator) it stops delivering at once and stands by
 // again, for this process or another to take over. It is RunInstance with
@@ -142,7 +142,7 @@ func startSink(ctx context.Context, launch Launcher, s *config.Sink) (Plugin, pl
 // saveLoop writes checkpoints every interval, usage and backlogs every
 // couple of seconds, until ctx ends (nil). A failed write is tried again
 // at the next tick (the database may be restarting), unless retrying
-// cannot fix it (pgerr.Permanent: a privilege revoked): that error is
+// cannot fix it (pg.Permanent: a privilege revoked): that error is
 // returned, and stops the term.
 func saveLoop(ctx context.Context, store *checkpoint.Store, tracker *ack.Tracker, runs []*sinkRun, every time.Duration, log *slog.Logger) error {
 	t := time.NewTicker(every)
@@ -151,7 +151,7 @@ func saveLoop(ctx context.Context, store *checkpoint.Store, tracker *ack.Tracker
 		if err == nil || ctx.Err() != nil {
 			return nil
 		}
-		if pgerr.Permanent(err) {
+		if pg.Permanent(err) {
 			return fmt.Errorf("%s: %w", what, err)
 		}
 		log.Warn(what, "err", err)

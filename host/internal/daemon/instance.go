@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/host/internal/config"
-	"github.com/walcast/walcast/host/internal/leader"
-	"github.com/walcast/walcast/host/internal/pgerr"
+	"github.com/walcast/walcast/host/internal/control/leader"
+	"github.com/walcast/walcast/host/internal/pg"
 )
 
 // InstanceOptions configures RunInstance: one walcast process running
@@ -164,7 +164,7 @@ func RunInstance(ctx context.Context, opts InstanceOptions) error {
 		pipes.Go(func() {
 			// An error retrying cannot fix says which role lacks what,
 			// and the GRANT or setting that fixes it.
-			err := pgerr.Explain(in.runPipeline(ctx, ps), pgerr.Role(ps.p.Source.DSN))
+			err := pg.Explain(in.runPipeline(ctx, ps), pg.Role(ps.p.Source.DSN))
 			if err == nil {
 				ps.set(roleStopped, nil)
 				return

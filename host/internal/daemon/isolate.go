@@ -4,12 +4,12 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/walcast/walcast/host/internal/ack"
-	"github.com/walcast/walcast/host/internal/capture"
-	"github.com/walcast/walcast/host/internal/checkpoint"
-	"github.com/walcast/walcast/host/internal/fanout"
-	"github.com/walcast/walcast/host/internal/isolate"
-	"github.com/walcast/walcast/host/internal/schedule"
+	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/delivery/ack"
+	"github.com/walcast/walcast/host/internal/delivery/fanout"
+	"github.com/walcast/walcast/host/internal/delivery/isolate"
+	"github.com/walcast/walcast/host/internal/delivery/schedule"
+	"github.com/walcast/walcast/host/internal/source/capture"
 	"github.com/walcast/walcast/pluginkit"
 )
 

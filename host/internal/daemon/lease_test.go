@@ -9,12 +9,12 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/walcast/walcast/host/internal/ack"
 	"github.com/walcast/walcast/host/internal/change"
-	"github.com/walcast/walcast/host/internal/checkpoint"
-	"github.com/walcast/walcast/host/internal/fanout"
-	"github.com/walcast/walcast/host/internal/leader"
-	"github.com/walcast/walcast/host/internal/schedule"
+	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/leader"
+	"github.com/walcast/walcast/host/internal/delivery/ack"
+	"github.com/walcast/walcast/host/internal/delivery/fanout"
+	"github.com/walcast/walcast/host/internal/delivery/schedule"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 

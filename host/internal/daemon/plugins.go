@@ -14,8 +14,8 @@ import (
 	"github.com/hashicorp/go-plugin"
 
 	"github.com/walcast/walcast/host/internal/config"
-	"github.com/walcast/walcast/host/internal/pluginlock"
-	"github.com/walcast/walcast/host/internal/sinkclient"
+	"github.com/walcast/walcast/host/internal/plugin/pluginlock"
+	"github.com/walcast/walcast/host/internal/plugin/sinkclient"
 	"github.com/walcast/walcast/pluginkit"
 )
 

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/walcast/walcast/host/internal/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/checkpoint"
 )
 
 // streamReportEvery is how often the leader reports its replication

@@ -12,15 +12,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/walcast/walcast/host/internal/ack"
-	"github.com/walcast/walcast/host/internal/backfill"
-	"github.com/walcast/walcast/host/internal/capture"
-	"github.com/walcast/walcast/host/internal/checkpoint"
 	"github.com/walcast/walcast/host/internal/config"
-	"github.com/walcast/walcast/host/internal/fanout"
-	"github.com/walcast/walcast/host/internal/isolate"
-	"github.com/walcast/walcast/host/internal/leader"
-	"github.com/walcast/walcast/host/internal/schedule"
+	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/leader"
+	"github.com/walcast/walcast/host/internal/delivery/ack"
+	"github.com/walcast/walcast/host/internal/delivery/fanout"
+	"github.com/walcast/walcast/host/internal/delivery/isolate"
+	"github.com/walcast/walcast/host/internal/delivery/schedule"
+	"github.com/walcast/walcast/host/internal/source/backfill"
+	"github.com/walcast/walcast/host/internal/source/capture"
 	"github.com/walcast/walcast/pluginkit"
 )
 

@@ -1,0 +1,78 @@
+package schedule
+
+import (
+	"sync"
+	"time"
+
+	"github.com/walcast/walcast/host/internal/control/checkpoint"
+)
+
+// Meter counts delivery attempts per hour (attempts, delivered events,
+// failed attempts, bytes) for walcast.usage. Throttle pauses are not
+// attempts and are not metered. A nil *Meter counts nothing.
+type Meter struct {
+	sink string
+	mu   sync.Mutex
+	cur  map[time.Time]*checkpoint.Usage
+}
+
+// NewMeter returns a meter for sink.
+func NewMeter(sink string) *Meter {
+	return &Meter{sink: sink, cur: map[time.Time]*checkpoint.Usage{}}
+}
+
+func (m *Meter) attempt(events, bytes int, ok bool) {
+	if m == nil {
+		return
+	}
+	hour := time.Now().UTC().Truncate(time.Hour)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	u := m.cur[hour]
+	if u == nil {
+		u = &checkpoint.Usage{Sink: m.sink, Hour: hour}
+		m.cur[hour] = u
+	}
+	u.Attempts++
+	u.Bytes += int64(bytes)
+	if ok {
+		u.Delivered += int64(events)
+	} else {
+		u.Failed++
+	}
+}
+
+// Take returns the counts since the last Take and resets them.
+func (m *Meter) Take() []checkpoint.Usage {
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]checkpoint.Usage, 0, len(m.cur))
+	for _, u := range m.cur {
+		out = append(out, *u)
+	}
+	clear(m.cur)
+	return out
+}
+
+// Restore puts counts back after a failed write so they are not lost.
+func (m *Meter) Restore(us []checkpoint.Usage) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, u := range us {
+		c := m.cur[u.Hour]
+		if c == nil {
+			c = &checkpoint.Usage{Sink: u.Sink, Hour: u.Hour}
+			m.cur[u.Hour] = c
+		}
+		c.Attempts += u.Attempts
+		c.Delivered += u.Delivered
+		c.Failed += u.Failed
+		c.Bytes += u.Bytes
+	}
+}

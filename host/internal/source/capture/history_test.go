@@ -1,0 +1,55 @@
+package capture
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/pluginkit/cdc"
+)
+
+// checkHistory decides, from what the walcast schema remembers and the
+// slot as it is, whether streaming would hide lost changes.
+func TestCheckHistory(t *testing.T) {
+	here := checkpoint.Identity{SystemIdentifier: "73", DatabaseOID: 5}
+	rec := checkpoint.Pipeline{Identity: checkpoint.Identity{SystemIdentifier: "73", DatabaseOID: 5, SlotCreatedLSN: 0x100}}
+	marks := map[string]cdc.EventID{"b": cdc.MustParseEventID("0/200:1"), "a": cdc.MustParseEventID("0/180:0")}
+	ok := slotInfo{exists: true, plugin: "pgoutput", sameDB: true, walStatus: "reserved"}
+	for _, tc := range []struct {
+		name      string
+		rec       checkpoint.Pipeline
+		known     bool
+		here      checkpoint.Identity
+		slot      slotInfo
+		marks     map[string]cdc.EventID
+		pubExists bool
+		want      string // Kind, "" for none
+	}{
+		{"first start", checkpoint.Pipeline{}, false, here, slotInfo{}, nil, false, ""},
+		{"healthy", rec, true, here, ok, marks, true, ""},
+		{"older walcast, no identity yet", checkpoint.Pipeline{}, true, here, ok, marks, true, ""},
+		{"slot gone with checkpoints", checkpoint.Pipeline{}, true, here, slotInfo{}, marks, true, "slot lost"},
+		{"slot gone, created before, no checkpoint yet", rec, true, here, slotInfo{}, nil, true, "slot lost"},
+		{"another cluster", rec, true, checkpoint.Identity{SystemIdentifier: "99", DatabaseOID: 5}, slotInfo{}, marks, true, "foreign checkpoints"},
+		{"another database", rec, true, checkpoint.Identity{SystemIdentifier: "73", DatabaseOID: 6}, ok, marks, true, "foreign checkpoints"},
+		{"invalidated", rec, true, here, slotInfo{exists: true, walStatus: "lost"}, marks, true, "slot invalidated"},
+		{"publication dropped", rec, true, here, ok, marks, false, "publication dropped"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := checkHistory(Config{Slot: "s", Publication: "p"}, "shop", tc.rec, tc.known, tc.here, tc.slot, tc.marks, tc.pubExists)
+			switch {
+			case tc.want == "" && g != nil:
+				t.Fatalf("got %s, want no refusal", g.Kind)
+			case tc.want != "" && (g == nil || g.Kind != tc.want):
+				t.Fatalf("got %v, want %s", g, tc.want)
+			case g != nil:
+				if len(tc.marks) > 0 && !strings.Contains(g.Error(), "last checkpoints: a 0/180:0, b 0/200:1.") {
+					t.Errorf("refusal does not list the checkpoints in sink order: %s", g)
+				}
+				if !strings.Contains(g.Error(), "--accept-gap") {
+					t.Errorf("refusal does not name the way out: %s", g)
+				}
+			}
+		})
+	}
+}
