@@ -126,6 +126,7 @@ func (p *Proxy) serve(client net.Conn) {
 	}
 	p.conns = append(p.conns, c)
 	p.mu.Unlock()
+	defer p.forget(c)
 	if c.replication, err = startup(client, server); err != nil {
 		client.Close()
 		server.Close()
@@ -138,6 +139,20 @@ func (p *Proxy) serve(client net.Conn) {
 	relays.Go(func() { p.relay(c, client, server) })
 	relays.Go(func() { p.relay(c, server, client) })
 	relays.Wait()
+}
+
+// forget drops a connection that ended, so that SilenceReplication counts
+// only the open ones (a short replication connection that checked the
+// role before the stream started is long gone by then).
+func (p *Proxy) forget(c *proxied) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, o := range p.conns {
+		if o == c {
+			p.conns = append(p.conns[:i], p.conns[i+1:]...)
+			return
+		}
+	}
 }
 
 // relay copies src to dst until either ends, passing the end on; once the
