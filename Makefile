@@ -23,8 +23,17 @@ build:
 		$(GO) build -o $(BIN)/walcast-sink-$$p ./plugins/$$p || exit 1; \
 	done
 
+# The repository holds four Go modules: the root (host, cmd, plugins,
+# examples, bench) and, each with its own go.mod and version tags, the sink
+# SDK pluginkit, its event model pluginkit/cdc and the wire contracts
+# proto. `./...` stops at a nested module, so vet and test visit each.
+MODULES  := pluginkit/cdc proto pluginkit .
+
 vet:
-	$(GO) vet ./...
+	@for m in $(MODULES); do \
+		echo "(cd $$m && $(GO) vet ./...)"; \
+		(cd $$m && $(GO) vet ./...) || exit 1; \
+	done
 
 fmt-check:
 	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \
@@ -33,7 +42,10 @@ fmt-check:
 # Tests start their own PostgreSQL clusters from the machine's binaries
 # (host/pgtest) and build the binaries they run themselves.
 test: tools build vet fmt-check
-	$(GO) test -race -timeout 25m -count=1 ./...
+	@for m in $(MODULES); do \
+		echo "(cd $$m && $(GO) test -race -timeout 25m -count=1 ./...)"; \
+		(cd $$m && $(GO) test -race -timeout 25m -count=1 ./...) || exit 1; \
+	done
 
 # tools installs what the tests run besides Go and PostgreSQL, the clients
 # nobody on this project wrote that check each interface from the outside:

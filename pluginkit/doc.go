@@ -5,7 +5,7 @@
 //
 // The host launches it as a separate process, speaks gRPC to it and hands
 // it batches of change events; everything about processes, handshakes and
-// the wire is pluginkit's business (and its protocol subpackage's), not the
+// the wire is pluginkit's business (and proto/sink/wire's), not the
 // sink's.
 //
 // # The contract
