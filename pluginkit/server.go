@@ -10,8 +10,8 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/walcast/walcast/proto/sink/wire"
 	sinkv1 "github.com/walcast/walcast/proto/sink/v1"
+	"github.com/walcast/walcast/proto/sink/wire"
 )
 
 // server adapts a Sink to the generated gRPC service. It is the only place

@@ -21,8 +21,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/walcast/walcast/pluginkit"
-	"github.com/walcast/walcast/proto/sink/wire"
 	sinkv1 "github.com/walcast/walcast/proto/sink/v1"
+	"github.com/walcast/walcast/proto/sink/wire"
 )
 
 // Config says which plugin to launch and where its output goes.
