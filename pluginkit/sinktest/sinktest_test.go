@@ -267,7 +267,7 @@ func TestRunCatchesBrokenSinks(t *testing.T) {
 	} {
 		t.Run(tc.broken, func(t *testing.T) {
 			t.Parallel()
-			c, cancel := context.WithTimeout(t.Context(), time.Minute)
+			c, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(c, os.Args[0], "-test.run=^TestBrokenSink$", "-test.v", "-test.count=1")
 			cmd.Env = append(os.Environ(), envBroken+"="+tc.broken)
@@ -291,7 +291,7 @@ func TestRunCatchesBrokenSinks(t *testing.T) {
 // same check with the same message.
 func TestCheckMatchesRun(t *testing.T) {
 	var results []sinktest.Result
-	if !sinktest.Check(t.Context(), config(""), func(r sinktest.Result) { results = append(results, r) }) {
+	if !sinktest.Check(context.Background(), config(""), func(r sinktest.Result) { results = append(results, r) }) {
 		t.Fatalf("Check failed a correct sink: %+v", results)
 	}
 	got := map[string]bool{}
@@ -302,7 +302,7 @@ func TestCheckMatchesRun(t *testing.T) {
 		got[r.Name] = true
 	}
 
-	c, cancel := context.WithTimeout(t.Context(), time.Minute)
+	c, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	out, err := exec.CommandContext(c, os.Args[0], "-test.run=^TestRunPassesACorrectSink$", "-test.v", "-test.count=1").CombinedOutput()
 	if err != nil {
@@ -345,7 +345,7 @@ func TestCheckCatchesBrokenSinks(t *testing.T) {
 	} {
 		t.Run(tc.broken, func(t *testing.T) {
 			var failed *sinktest.Result
-			ok := sinktest.Check(t.Context(), config(tc.broken), func(r sinktest.Result) {
+			ok := sinktest.Check(context.Background(), config(tc.broken), func(r sinktest.Result) {
 				if r.Name == tc.failing {
 					failed = &r
 				}

@@ -225,7 +225,9 @@ func (h *harness) testDeliverConcurrent(t tb) {
 	errs := make(chan error, lanes)
 	var wg sync.WaitGroup
 	for l := range lanes {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			for _, b := range work[l] {
 				res, err := deliverWithin(c, s, b, callTimeout)
 				if err != nil {
@@ -237,7 +239,7 @@ func (h *harness) testDeliverConcurrent(t tb) {
 					return
 				}
 			}
-		})
+		}()
 	}
 	wg.Wait()
 	close(errs)
