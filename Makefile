@@ -56,15 +56,23 @@ test: tools build vet fmt-check
 #     prometheus package)
 #   node + npm standardwebhooks  the Standard Webhooks reference verifier,
 #     (npm package, into .tools/npm, git-ignored)
+#   python3-grpcio,            examples/python-sink, a sink in another
+#     python3-grpc-tools,      language that walcast plugin test and a
+#     python3-cryptography     pipeline run (stubs generated from the .proto
+#     (Debian)                 at build time, never committed)
 # CI starts from a fresh machine, so `make test` runs this first. Each step
 # is skipped when its client is already there; installing needs root or
 # password-less sudo (the tests say what is missing otherwise).
 APT_TOOLS   := kcat:kcat chromium:chromium promtool:prometheus node:nodejs npm:npm
+PY_TOOLS    := grpc:python3-grpcio grpc_tools:python3-grpc-tools cryptography:python3-cryptography
 NPM_TOOLS   := standardwebhooks@1.1.1
 NPM_DIR     := .tools/npm
 tools:
 	@missing=; for t in $(APT_TOOLS); do \
 		command -v $${t%%:*} >/dev/null 2>&1 || missing="$$missing $${t#*:}"; \
+	done; \
+	for t in $(PY_TOOLS); do \
+		/usr/bin/python3 -c "import $${t%%:*}" >/dev/null 2>&1 || missing="$$missing $${t#*:}"; \
 	done; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then sudo=; \
