@@ -4,7 +4,7 @@ go 1.22
 
 require (
 	github.com/hashicorp/go-hclog v1.6.3
-	github.com/hashicorp/go-plugin v1.5.2
+	github.com/hashicorp/go-plugin v1.6.1
 	github.com/walcast/walcast/pluginkit/cdc v0.0.0-00010101000000-000000000000
 	github.com/walcast/walcast/proto v0.0.0-00010101000000-000000000000
 	google.golang.org/grpc v1.66.0

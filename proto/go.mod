@@ -3,7 +3,7 @@ module github.com/walcast/walcast/proto
 go 1.22
 
 require (
-	github.com/hashicorp/go-plugin v1.5.2
+	github.com/hashicorp/go-plugin v1.6.1
 	github.com/walcast/walcast/pluginkit/cdc v0.0.0-00010101000000-000000000000
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20241219184827-bd154493cd20
 	google.golang.org/grpc v1.66.0
