@@ -2,6 +2,13 @@ module github.com/walcast/walcast/pluginkit
 
 go 1.22
 
+// The requirements below are floors: the oldest versions pluginkit builds
+// and passes its tests with. Before pluginkit's first release the SDK
+// modules name each other at v0.0.0-00010101000000-000000000000 and the
+// replace directives (which apply only inside this repository) supply
+// them; a release tags pluginkit/cdc and proto first and requires their
+// tags here.
+
 require (
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/hashicorp/go-plugin v1.6.1

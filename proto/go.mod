@@ -2,6 +2,10 @@ module github.com/walcast/walcast/proto
 
 go 1.22
 
+// The requirements below are floors: the oldest versions the proto module
+// builds and passes its tests with. See pluginkit/go.mod for how the SDK
+// modules name each other before and at a release.
+
 require (
 	github.com/hashicorp/go-plugin v1.6.1
 	github.com/walcast/walcast/pluginkit/cdc v0.0.0-00010101000000-000000000000
