@@ -100,8 +100,12 @@ func cmdPluginNew(args []string, stdout, stderr io.Writer) int {
 			return fail("go mod tidy in %s: %v\n%s\nthe files are written: fix the problem and run go mod tidy there yourself", dir, err, bytes.TrimSpace(out))
 		}
 	}
-	fmt.Fprintf(stdout, "next:\n  cd %s\n  go test ./...\n  go build -o walcast-sink-%s .\n  walcast plugin test ./walcast-sink-%s --config '{\"path\":\"/tmp/%s.jsonl\"}'\n  walcast plugin install .\n",
-		dir, name, name, name)
+	tidyStep := ""
+	if !*tidy {
+		tidyStep = "  go mod tidy\n"
+	}
+	fmt.Fprintf(stdout, "next:\n  cd %s\n%s  go test ./...\n  go build -o walcast-sink-%s .\n  walcast plugin test ./walcast-sink-%s --config '{\"path\":\"/tmp/%s.jsonl\"}'\n  walcast plugin install .\n",
+		dir, tidyStep, name, name, name)
 	return 0
 }
 
