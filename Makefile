@@ -24,8 +24,17 @@ build:
 		$(GO) build -o $(BIN)/walcast-sink-$$p ./plugins/$$p || exit 1; \
 	done
 
+# The repository holds four Go modules: the root (host, cmd, plugins,
+# examples, bench) and, each with its own go.mod and version tags, the sink
+# SDK pluginkit, its event model pluginkit/cdc and the wire contracts
+# proto. `./...` stops at a nested module, so vet and test visit each.
+MODULES  := pluginkit/cdc proto pluginkit .
+
 vet:
-	$(GO) vet ./...
+	@for m in $(MODULES); do \
+		echo "(cd $$m && $(GO) vet ./...)"; \
+		(cd $$m && $(GO) vet ./...) || exit 1; \
+	done
 
 fmt-check:
 	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \
@@ -34,7 +43,10 @@ fmt-check:
 # Tests start their own PostgreSQL clusters from the machine's binaries
 # (host/pgtest) and build the binaries they run themselves.
 test: tools build vet fmt-check
-	$(GO) test -race -timeout 25m -count=1 ./...
+	@for m in $(MODULES); do \
+		echo "(cd $$m && $(GO) test -race -timeout 25m -count=1 ./...)"; \
+		(cd $$m && $(GO) test -race -timeout 25m -count=1 ./...) || exit 1; \
+	done
 
 # chaos runs the fault-injection tests (kill loops, crash loops, proxies
 # that reset or black-hole a connection, full disks, the randomised
@@ -54,15 +66,23 @@ chaos: tools build
 #     prometheus package)
 #   node + npm standardwebhooks  the Standard Webhooks reference verifier,
 #     (npm package, into .tools/npm, git-ignored)
+#   python3-grpcio,            examples/python-sink, a sink in another
+#     python3-grpc-tools,      language that walcast plugin test and a
+#     python3-cryptography     pipeline run (stubs generated from the .proto
+#     (Debian)                 at build time, never committed)
 # CI starts from a fresh machine, so `make test` runs this first. Each step
 # is skipped when its client is already there; installing needs root or
 # password-less sudo (the tests say what is missing otherwise).
 APT_TOOLS   := kcat:kcat chromium:chromium promtool:prometheus node:nodejs npm:npm
+PY_TOOLS    := grpc:python3-grpcio grpc_tools:python3-grpc-tools cryptography:python3-cryptography
 NPM_TOOLS   := standardwebhooks@1.1.1
 NPM_DIR     := .tools/npm
 tools:
 	@missing=; for t in $(APT_TOOLS); do \
 		command -v $${t%%:*} >/dev/null 2>&1 || missing="$$missing $${t#*:}"; \
+	done; \
+	for t in $(PY_TOOLS); do \
+		/usr/bin/python3 -c "import $${t%%:*}" >/dev/null 2>&1 || missing="$$missing $${t#*:}"; \
 	done; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then sudo=; \

@@ -17,6 +17,9 @@ require (
 	github.com/twmb/franz-go/pkg/kadm v1.18.0
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
+	github.com/walcast/walcast/pluginkit v0.0.0-00010101000000-000000000000
+	github.com/walcast/walcast/pluginkit/cdc v0.0.0-00010101000000-000000000000
+	github.com/walcast/walcast/proto v0.0.0-00010101000000-000000000000
 	github.com/zclconf/go-cty v1.20.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1
 	google.golang.org/grpc v1.85.0
@@ -59,4 +62,15 @@ require (
 tool (
 	google.golang.org/grpc/cmd/protoc-gen-go-grpc
 	google.golang.org/protobuf/cmd/protoc-gen-go
+)
+
+// pluginkit (the sink SDK), its event model pluginkit/cdc and proto (the
+// wire contracts) are modules of their own, versioned apart from walcast
+// (tags pluginkit/vX.Y.Z, pluginkit/cdc/vX.Y.Z, proto/vX.Y.Z). Inside this
+// repository the host and the built-in sinks always build against the
+// checkout's copies.
+replace (
+	github.com/walcast/walcast/pluginkit => ./pluginkit
+	github.com/walcast/walcast/pluginkit/cdc => ./pluginkit/cdc
+	github.com/walcast/walcast/proto => ./proto
 )

@@ -16,7 +16,7 @@ import (
 
 	"github.com/walcast/walcast/host"
 	"github.com/walcast/walcast/host/cli"
-	"github.com/walcast/walcast/pluginkit/protocol"
+	"github.com/walcast/walcast/proto/sink/wire"
 )
 
 // Library is the library-mode consumer the harness runs as its own
@@ -93,7 +93,7 @@ func Daemon(args []string, stdout, stderr io.Writer) error {
 	if *profile != "" {
 		// The plugin inherits WALCAST_PLUGIN_* variables and profiles
 		// itself (pluginkit.Serve).
-		os.Setenv(protocol.EnvCPUProfile, *profile+".plugin.cpu.pprof")
+		os.Setenv(wire.EnvCPUProfile, *profile+".plugin.cpu.pprof")
 	}
 	// The same code path as `walcast run`, through the command line's own
 	// entry point: the bench measures the product, not a copy of its wiring.

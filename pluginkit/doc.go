@@ -5,7 +5,7 @@
 //
 // The host launches it as a separate process, speaks gRPC to it and hands
 // it batches of change events; everything about processes, handshakes and
-// the wire is pluginkit's business (and its protocol subpackage's), not the
+// the wire is pluginkit's business (and proto/sink/wire's), not the
 // sink's.
 //
 // # The contract
@@ -53,6 +53,39 @@
 // # Testing
 //
 // Run the conformance suite, pluginkit/sinktest, from the sink's own go
-// test; then `walcast validate` and `walcast run` with --plugin-dir check
-// the built binary end to end. examples/customsink is a complete sink.
+// test; `walcast plugin test ./walcast-sink-NAME` runs the same checks
+// against the built binary, and `walcast validate` and `walcast run` with
+// --plugin-dir check it in a pipeline. examples/customsink is a complete
+// sink; `walcast plugin new NAME` writes a skeleton.
+//
+// # Versions and compatibility
+//
+// pluginkit is a Go module of its own, github.com/walcast/walcast/pluginkit,
+// released with tags pluginkit/vX.Y.Z; it requires the event model
+// github.com/walcast/walcast/pluginkit/cdc and the wire contracts
+// github.com/walcast/walcast/proto, released as pluginkit/cdc/vX.Y.Z and
+// proto/vX.Y.Z. docs/writing-a-sink.md says how to build against a
+// checkout before a release.
+//
+// Within a major version:
+//
+//   - A sink that builds against pluginkit vX.Y builds against every
+//     later vX: exported names are not removed or changed, and methods
+//     are not added to the Sink interface. A minor version may add
+//     functions, types, fields of Info and of the result structs, error
+//     kinds' helpers and sinktest checks; a new sinktest check may fail a
+//     sink that breaks a rule the Sink documentation already states.
+//   - A patch version fixes bugs and raises dependency versions only.
+//   - The protocol a plugin speaks with the host (the go-plugin handshake,
+//     the walcast.sink.v1 service and how errors map to gRPC status) does
+//     not change: a plugin built with any pluginkit vX.Y.Z runs under
+//     every walcast host that speaks that major version's protocol
+//     version, and hosts keep accepting older protocol versions.
+//
+// Only a new major version, with a new protocol version (proto/sink/v2
+// next to v1), changes the Sink interface or what travels on the wire.
+// The go directive and the dependency versions in pluginkit's go.mod are
+// floors, the oldest that build and pass its tests; they rise only in a
+// minor version. proto/sink/wire is the host's and the SDK's shared
+// plumbing, not SDK API: sinks never import it.
 package pluginkit

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/walcast/walcast/pluginkit/protocol"
+	"github.com/walcast/walcast/proto/sink/wire"
 )
 
 // hclogTimeFormat is the layout go-plugin's host side insists on for
@@ -29,7 +29,7 @@ const LevelTrace = slog.LevelDebug - 4
 // os.Stderr at go-plugin's stdio stream, and a logger created afterwards
 // reaches the host through that slower path.
 func NewLogger() *slog.Logger {
-	return slog.New(newLogHandler(os.Stderr, parseLevel(os.Getenv(protocol.EnvLogLevel)))).
+	return slog.New(newLogHandler(os.Stderr, parseLevel(os.Getenv(wire.EnvLogLevel)))).
 		With("@module", filepath.Base(os.Args[0]))
 }
 

@@ -2,6 +2,7 @@ package pluginkit
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
 	"testing"
@@ -11,7 +12,7 @@ import (
 func TestLogHandlerWritesHCLogJSON(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(newLogHandler(&buf, LevelTrace)).With("@module", "walcast-sink-test")
-	log.Log(t.Context(), LevelTrace, "tracing", "n", 1)
+	log.Log(context.Background(), LevelTrace, "tracing", "n", 1)
 	log.Warn("posting batch", "url", "http://example.invalid", slog.Group("http", "status", 503))
 
 	lines := bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n"))

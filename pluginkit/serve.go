@@ -14,14 +14,14 @@ import (
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
 
-	"github.com/walcast/walcast/pluginkit/protocol"
+	"github.com/walcast/walcast/proto/sink/wire"
 )
 
 // MaxMessageSize is the largest Deliver request a sink receives (2 GiB, the
 // most a protobuf message can be): the host cuts batches to 16 MiB by
 // default, and a single larger event, up to PostgreSQL's 1 GB per value,
 // comes alone.
-const MaxMessageSize = protocol.MaxMessageSize
+const MaxMessageSize = wire.MaxMessageSize
 
 // closeTimeout bounds the Close a plugin runs on its own when the host went
 // away without calling it.
@@ -46,7 +46,7 @@ const parentPollInterval = time.Second
 // timeout, before it returns.
 func Serve(s Sink) {
 	srv := &server{sink: s}
-	if path := os.Getenv(protocol.EnvCPUProfile); path != "" {
+	if path := os.Getenv(wire.EnvCPUProfile); path != "" {
 		defer startCPUProfile(path)()
 	}
 	// The host stops its plugins itself, after their batches in flight
@@ -77,10 +77,10 @@ func Serve(s Sink) {
 	})
 
 	plugin.Serve(&plugin.ServeConfig{
-		HandshakeConfig: protocol.Handshake(),
-		Plugins:         plugin.PluginSet{protocol.PluginName: &grpcPlugin{srv: srv}},
+		HandshakeConfig: wire.Handshake(),
+		Plugins:         plugin.PluginSet{wire.PluginName: &grpcPlugin{srv: srv}},
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
-			opts = append(opts, protocol.ServerOptions()...)
+			opts = append(opts, wire.ServerOptions()...)
 			g := grpc.NewServer(opts...)
 			mu.Lock()
 			stopFn = g.Stop
@@ -90,7 +90,7 @@ func Serve(s Sink) {
 		// go-plugin's own messages, in the same JSON form as NewLogger's.
 		Logger: hclog.New(&hclog.LoggerOptions{
 			Output:     os.Stderr,
-			Level:      hclog.LevelFromString(os.Getenv(protocol.EnvLogLevel)),
+			Level:      hclog.LevelFromString(os.Getenv(wire.EnvLogLevel)),
 			JSONFormat: true,
 		}),
 	})

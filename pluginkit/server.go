@@ -10,8 +10,8 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/walcast/walcast/pluginkit/protocol"
 	sinkv1 "github.com/walcast/walcast/proto/sink/v1"
+	"github.com/walcast/walcast/proto/sink/wire"
 )
 
 // server adapts a Sink to the generated gRPC service. It is the only place
@@ -113,7 +113,7 @@ func (s *server) deliver(ctx context.Context, events []Event) (*sinkv1.DeliverRe
 }
 
 // serviceDesc is sinkv1.Sink_ServiceDesc with Deliver decoded straight into
-// events by the protocol's codec (protocol.DeliverRequest).
+// events by the protocol's codec (wire.DeliverRequest).
 func serviceDesc() *grpc.ServiceDesc {
 	desc := sinkv1.Sink_ServiceDesc
 	desc.Methods = slices.Clone(desc.Methods)
@@ -126,14 +126,14 @@ func serviceDesc() *grpc.ServiceDesc {
 }
 
 func deliverHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-	in := new(protocol.DeliverRequest)
+	in := new(wire.DeliverRequest)
 	if err := dec(in); err != nil {
 		// The host sent something it can never send correctly again.
 		return nil, toStatus(Permanent(err))
 	}
 	s := srv.(*server)
 	call := func(ctx context.Context, req any) (any, error) {
-		r := req.(*protocol.DeliverRequest)
+		r := req.(*wire.DeliverRequest)
 		if r.GapBefore {
 			ctx = WithGapBefore(ctx)
 		}
@@ -183,23 +183,23 @@ func toStatus(err error) error {
 	if err == nil {
 		return nil
 	}
-	f := protocol.Fault{Msg: err.Error()}
+	f := wire.Fault{Msg: err.Error()}
 	if ces := ConfigErrors(err); len(ces) > 0 {
-		f.Kind = protocol.FaultConfig
+		f.Kind = wire.FaultConfig
 		for _, ce := range ces {
-			f.Violations = append(f.Violations, protocol.Violation{Field: ce.Field, Msg: ce.Msg, Table: ce.Table})
+			f.Violations = append(f.Violations, wire.Violation{Field: ce.Field, Msg: ce.Msg, Table: ce.Table})
 		}
 		return f.Err()
 	}
 	switch kind, after := KindOf(err); kind {
 	case KindThrottled:
-		f.Kind, f.RetryAfter = protocol.FaultThrottled, after
+		f.Kind, f.RetryAfter = wire.FaultThrottled, after
 	case KindPermanent:
-		f.Kind = protocol.FaultPermanent
+		f.Kind = wire.FaultPermanent
 	case KindFatal:
-		f.Kind = protocol.FaultFatal
+		f.Kind = wire.FaultFatal
 	default:
-		f.Kind = protocol.FaultRetryable
+		f.Kind = wire.FaultRetryable
 	}
 	return f.Err()
 }

@@ -98,6 +98,20 @@ func commands(buildVersion string) []command {
 			details: pluginDirNote,
 			example: "plugin remove batchfiles --plugin-dir /opt/walcast/plugins",
 			run:     cmdPluginRemove},
+		{name: "plugin new", args: "NAME [DIR]", summary: "write a sink plugin skeleton that builds and passes its tests",
+			details: "Writes a Go module into DIR (default ./walcast-sink-NAME): go.mod, main.go calling\n" +
+				"pluginkit.Serve, a sink with a config schema, and a test running pluginkit/sinktest's\n" +
+				"conformance suite; then runs go mod tidy. Until pluginkit has a release, pass\n" +
+				"--walcast-src with a checkout of github.com/walcast/walcast (docs/writing-a-sink.md).",
+			example: "plugin new archive --walcast-src ~/src/walcast",
+			run:     cmdPluginNew},
+		{name: "plugin test", args: "PATH", summary: "run the sink conformance suite against a plugin binary",
+			details: "Launches the executable at PATH as walcast run does (go-plugin handshake, gRPC, any\n" +
+				"language) and runs pluginkit/sinktest's checks against it: describe, configure with\n" +
+				"--config and with each required attribute left out, deliver batches (also concurrently\n" +
+				"and with an ended context), close. Exits 1 when a check fails.",
+			example: "plugin test ./walcast-sink-batchfiles --config '{\"dir\":\"/tmp/archive\"}'",
+			run:     cmdPluginTest},
 		{name: "version", summary: "print the version",
 			example: "version",
 			run: func(args []string, stdout, stderr io.Writer) int {

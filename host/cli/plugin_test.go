@@ -340,8 +340,10 @@ func main() { pluginkit.Serve(&notes{}) }
 `
 
 // walcastCheckoutVersion is the version under which the module proxy of
-// TestPluginInstallModule serves this checkout of walcast.
-const walcastCheckoutVersion = "v0.0.0-checkout"
+// TestPluginInstallModule serves this checkout's SDK modules: the one
+// they require each other at in the checkout, where replace directives
+// stand in for a release.
+const walcastCheckoutVersion = "v0.0.0-00010101000000-000000000000"
 
 // goProxy is a Go module proxy in a directory, served to the go command as
 // GOPROXY=file://DIR: <module>/@v/list, <version>.info, .mod and .zip.
@@ -398,8 +400,37 @@ func (p goProxy) add(module, version string, files map[string][]byte) {
 	}
 }
 
-// checkoutFiles returns this checkout's module files as git sees them
-// (tracked or new, not ignored), the content a release zip would hold.
+// sdkModules are the modules of this repository a sink requires, by
+// their directory (longest first, so that pluginkit/cdc is not taken for
+// part of pluginkit).
+var sdkModules = []struct{ dir, path string }{
+	{"pluginkit/cdc/", "github.com/walcast/walcast/pluginkit/cdc"},
+	{"pluginkit/", "github.com/walcast/walcast/pluginkit"},
+	{"proto/", "github.com/walcast/walcast/proto"},
+}
+
+// checkoutSDK returns the files of this checkout's SDK modules, by module
+// path, relative to each module's root: what their release zips would
+// hold.
+func checkoutSDK(t *testing.T) map[string]map[string][]byte {
+	t.Helper()
+	mods := map[string]map[string][]byte{}
+	for name, data := range checkoutFiles(t) {
+		for _, m := range sdkModules {
+			if rel, ok := strings.CutPrefix(name, m.dir); ok {
+				if mods[m.path] == nil {
+					mods[m.path] = map[string][]byte{}
+				}
+				mods[m.path][rel] = data
+				break
+			}
+		}
+	}
+	return mods
+}
+
+// checkoutFiles returns this checkout's files as git sees them (tracked
+// or new, not ignored).
 func checkoutFiles(t *testing.T) map[string][]byte {
 	t.Helper()
 	root, err := filepath.Abs("../..")
@@ -439,8 +470,9 @@ func goEnv(t *testing.T, name string) string {
 // TestPluginInstallModule installs a third-party sink the way its users
 // would, `walcast plugin install example.com/sink@v1.0.0`, with no
 // network: a module proxy in a directory serves example.com/sink (which
-// requires github.com/walcast/walcast for pluginkit) and this checkout as
-// github.com/walcast/walcast; every other module comes from the local
+// requires github.com/walcast/walcast/pluginkit, as after a release) and
+// this checkout's SDK modules (pluginkit, pluginkit/cdc, proto); every
+// other module comes from the local
 // module cache's download directory, itself a module proxy. A fresh
 // GOMODCACHE keeps the test's fake versions out of the user's cache.
 // The plugin is built, locked with its module version and SHA-256, and
@@ -462,15 +494,16 @@ func TestPluginInstallModule(t *testing.T) {
 		"GOFLAGS=-modcacherw -trimpath " + os.Getenv("GOFLAGS"),
 	}
 
-	walcastMod := checkoutFiles(t)
-	proxy.add("github.com/walcast/walcast", walcastCheckoutVersion, walcastMod)
+	for path, files := range checkoutSDK(t) {
+		proxy.add(path, walcastCheckoutVersion, files)
+	}
 
 	// The sink's author publishes its go.mod and go.sum.
 	src := filepath.Join(tmp, "src")
 	if err := os.MkdirAll(src, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	goMod := "module example.com/sink\n\ngo 1.26.0\n\nrequire github.com/walcast/walcast " + walcastCheckoutVersion + "\n"
+	goMod := "module example.com/sink\n\ngo 1.22\n\nrequire github.com/walcast/walcast/pluginkit " + walcastCheckoutVersion + "\n"
 	for name, data := range map[string]string{"go.mod": goMod, "main.go": notesSink} {
 		if err := os.WriteFile(filepath.Join(src, name), []byte(data), 0o644); err != nil {
 			t.Fatal(err)

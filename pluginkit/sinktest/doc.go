@@ -53,9 +53,12 @@
 // parallel tests in the same package: the goroutine check would count their
 // goroutines as leaks.
 //
-// The suite does not start the plugin process; pluginkit never imports the
-// host. After `go build -o walcast-sink-NAME .`, check the binary end to end
-// with the host itself: `walcast validate pipeline.hcl --plugin-dir DIR`
-// launches it, reads its Info over gRPC and hands it the pipeline's config
-// block; `walcast run` then delivers through it.
+// The same checks run outside go test through Check: `walcast plugin test
+// ./walcast-sink-NAME` launches the built binary as the host does
+// (go-plugin handshake, gRPC) and drives it with them, so a sink written
+// in any language meets the same contract. Out of process the suite sees
+// only what the sink answers: without Received, Hang and Faults those
+// checks are skipped, and the goroutine check, which can only count the
+// test process's goroutines, is skipped too. pluginkit never imports the
+// host: the plugin test lives in the walcast command.
 package sinktest

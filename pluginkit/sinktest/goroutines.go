@@ -18,6 +18,7 @@ var ignoredGoroutines = []string{
 	"testing.(*T).Run(",
 	"testing.(*M).",
 	"testing.runFuzzing",
+	"sinktest.(*node).Run(",
 }
 
 // goroutines returns the ids of every goroutine alive now.

@@ -104,9 +104,17 @@ const (
 	settleTimeout = 5 * time.Second
 )
 
-// Run runs the conformance suite against the sink cfg describes. Each check
-// is a subtest; a failure in one does not stop the others.
+// Run runs the conformance suite against the sink cfg describes, from a
+// sink's own go test. Each check is a subtest; a failure in one does not
+// stop the others.
 func Run(t *testing.T, cfg Config) {
+	t.Helper()
+	runSuite(newGoTest(t), cfg)
+}
+
+// runSuite is the suite itself, whatever drives it: Run under go test,
+// Check outside it (`walcast plugin test` against a plugin binary).
+func runSuite(t tb, cfg Config) {
 	t.Helper()
 	if cfg.New == nil {
 		t.Fatal("sinktest.Config.New is nil")
@@ -121,7 +129,7 @@ func Run(t *testing.T, cfg Config) {
 
 	h.run(t, "Info", h.testInfo)
 	h.run(t, "Configure", h.testConfigure)
-	h.run(t, "Deliver", func(t *testing.T) {
+	h.run(t, "Deliver", func(t tb) {
 		h.run(t, "Batches", h.testDeliverBatches)
 		h.run(t, "Concurrent", h.testDeliverConcurrent)
 		h.run(t, "ContextDone", h.testDeliverContextDone)
@@ -142,9 +150,9 @@ type harness struct {
 }
 
 // run runs one check as a subtest unless Config.Skip names it.
-func (h *harness) run(t *testing.T, name string, f func(t *testing.T)) {
+func (h *harness) run(t tb, name string, f func(t tb)) {
 	t.Helper()
-	t.Run(name, func(t *testing.T) {
+	t.Run(name, func(t tb) {
 		if h.skipped(t.Name()) {
 			t.Skip("skipped by sinktest.Config.Skip")
 		}
@@ -169,7 +177,7 @@ func hasSuffixPath(name, suffix string) bool {
 }
 
 // ctx returns a context for a call that should succeed, ended with t.
-func ctx(t *testing.T) context.Context {
+func ctx(t tb) context.Context {
 	c, cancel := context.WithTimeout(t.Context(), callTimeout)
 	t.Cleanup(cancel)
 	return c
@@ -183,7 +191,7 @@ func (h *harness) identity() pluginkit.Identity {
 }
 
 // configured returns a fresh sink that accepted Config.
-func (h *harness) configured(t *testing.T) pluginkit.Sink {
+func (h *harness) configured(t tb) pluginkit.Sink {
 	t.Helper()
 	s := h.cfg.New()
 	if s == nil {
@@ -198,7 +206,7 @@ func (h *harness) configured(t *testing.T) pluginkit.Sink {
 
 // open returns a fresh sink that is configured and open, and closes it
 // when t ends.
-func (h *harness) open(t *testing.T) pluginkit.Sink {
+func (h *harness) open(t tb) pluginkit.Sink {
 	t.Helper()
 	s := h.configured(t)
 	c := ctx(t)
@@ -223,7 +231,7 @@ func (h *harness) open(t *testing.T) pluginkit.Sink {
 
 // deliver calls Deliver with a context for a call that should succeed and
 // checks the result a successful first delivery must have.
-func (h *harness) deliver(t *testing.T, s pluginkit.Sink, batch []pluginkit.Event) {
+func (h *harness) deliver(t tb, s pluginkit.Sink, batch []pluginkit.Event) {
 	t.Helper()
 	res, err := deliverWithin(ctx(t), s, batch, callTimeout)
 	if err != nil {
@@ -320,7 +328,7 @@ func (h *harness) mark() int {
 
 // expectReceived checks that exactly want arrived after mark, in order.
 // A mismatch ends the check: later deliveries would only repeat it.
-func (h *harness) expectReceived(t *testing.T, mark int, want [][]byte) {
+func (h *harness) expectReceived(t tb, mark int, want [][]byte) {
 	t.Helper()
 	if h.cfg.Received == nil {
 		return
@@ -339,7 +347,7 @@ func (h *harness) expectReceived(t *testing.T, mark int, want [][]byte) {
 // expectReceivedLast checks that want arrived after mark and is the last
 // thing that arrived. What arrived before it is allowed: a failed attempt
 // may have reached the destination before failing (at-least-once).
-func (h *harness) expectReceivedLast(t *testing.T, mark int, want [][]byte) {
+func (h *harness) expectReceivedLast(t tb, mark int, want [][]byte) {
 	t.Helper()
 	if h.cfg.Received == nil {
 		return

@@ -267,7 +267,7 @@ func TestRunCatchesBrokenSinks(t *testing.T) {
 	} {
 		t.Run(tc.broken, func(t *testing.T) {
 			t.Parallel()
-			c, cancel := context.WithTimeout(t.Context(), time.Minute)
+			c, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(c, os.Args[0], "-test.run=^TestBrokenSink$", "-test.v", "-test.count=1")
 			cmd.Env = append(os.Environ(), envBroken+"="+tc.broken)
@@ -281,6 +281,84 @@ func TestRunCatchesBrokenSinks(t *testing.T) {
 			}
 			if !bytes.Contains(out, []byte(tc.wantText)) {
 				t.Errorf("output lacks %q:\n%s", tc.wantText, out)
+			}
+		})
+	}
+}
+
+// Check runs the same checks as Run: a correct sink passes with the same
+// check names go test reports for Run, and each broken sink fails the
+// same check with the same message.
+func TestCheckMatchesRun(t *testing.T) {
+	var results []sinktest.Result
+	if !sinktest.Check(context.Background(), config(""), func(r sinktest.Result) { results = append(results, r) }) {
+		t.Fatalf("Check failed a correct sink: %+v", results)
+	}
+	got := map[string]bool{}
+	for _, r := range results {
+		if r.Outcome != sinktest.Pass {
+			t.Errorf("%s: %s %q", r.Name, r.Outcome, r.Output)
+		}
+		got[r.Name] = true
+	}
+
+	c, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(c, os.Args[0], "-test.run=^TestRunPassesACorrectSink$", "-test.v", "-test.count=1").CombinedOutput()
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, out)
+	}
+	want := map[string]bool{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if name, ok := strings.CutPrefix(strings.TrimSpace(line), "--- PASS: TestRunPassesACorrectSink/"); ok {
+			want[strings.Fields(name)[0]] = true
+		}
+	}
+	if len(want) < 10 {
+		t.Fatalf("go test -v reported only %d checks:\n%s", len(want), out)
+	}
+	for name := range want {
+		if !got[name] {
+			t.Errorf("Run ran %s, Check did not report it", name)
+		}
+	}
+	for name := range got {
+		if !want[name] {
+			t.Errorf("Check reported %s, Run did not run it", name)
+		}
+	}
+}
+
+func TestCheckCatchesBrokenSinks(t *testing.T) {
+	for _, tc := range []struct {
+		broken   string
+		failing  string
+		wantText string
+	}{
+		{"bad-name", "Info", "Info.Name"},
+		{"wrong-field", "Configure/Invalid/topic_with_a_space", `names field "", want "topic"`},
+		{"drop-last", "Deliver/Batches", "received 2 payloads after the mark, want 3"},
+		{"reencode", "Deliver/Batches", "differs from what was delivered"},
+		{"ignore-context", "Deliver/Hang", "did not return within"},
+		{"permanent-on-cancel", "Deliver/ContextDone", "returned a permanent error"},
+		{"panic-on-second-close", "Close/AfterOpen", "panic: close of closed channel"},
+	} {
+		t.Run(tc.broken, func(t *testing.T) {
+			var failed *sinktest.Result
+			ok := sinktest.Check(context.Background(), config(tc.broken), func(r sinktest.Result) {
+				if r.Name == tc.failing {
+					failed = &r
+				}
+			})
+			switch {
+			case ok:
+				t.Fatalf("Check passed a sink broken by %q", tc.broken)
+			case failed == nil:
+				t.Fatalf("Check did not report %s", tc.failing)
+			case failed.Outcome != sinktest.Fail:
+				t.Fatalf("%s: %s, want FAIL", tc.failing, failed.Outcome)
+			case !strings.Contains(strings.Join(failed.Output, "\n"), tc.wantText):
+				t.Errorf("%s output %q lacks %q", tc.failing, failed.Output, tc.wantText)
 			}
 		})
 	}

@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/walcast/walcast/pluginkit"
@@ -23,7 +22,7 @@ var (
 
 // testInfo checks that Info works on a fresh sink without blocking and
 // declares a config the host can check Config against.
-func (h *harness) testInfo(t *testing.T) {
+func (h *harness) testInfo(t tb) {
 	s := h.cfg.New()
 	info, err := within(promptly, func() (pluginkit.Info, error) { return s.Info(), nil })
 	if err != nil {
@@ -71,7 +70,7 @@ func knownType(ft pluginkit.FieldType) bool {
 // checkValidConfig checks that Config is something the host could send:
 // declared attributes only, each of its declared type, every required one
 // present. A test config the host would reject tests nothing real.
-func (h *harness) checkValidConfig(t *testing.T, declared map[string]pluginkit.ConfigField) {
+func (h *harness) checkValidConfig(t tb, declared map[string]pluginkit.ConfigField) {
 	t.Helper()
 	var attrs map[string]json.RawMessage
 	if err := json.Unmarshal(h.cfg.Config, &attrs); err != nil || attrs == nil {
@@ -132,10 +131,10 @@ func checkType(ft pluginkit.FieldType, raw json.RawMessage) error {
 // testConfigure checks that Configure accepts Config and rejects each bad
 // block with a ConfigError naming the attribute, since that is what the
 // host turns into a FILE:LINE:COL diagnostic.
-func (h *harness) testConfigure(t *testing.T) {
-	t.Run("Valid", func(t *testing.T) { h.configured(t) })
+func (h *harness) testConfigure(t tb) {
+	t.Run("Valid", func(t tb) { h.configured(t) })
 	for _, ic := range h.cfg.InvalidConfigs {
-		t.Run("Invalid/"+ic.Name, func(t *testing.T) {
+		t.Run("Invalid/"+ic.Name, func(t tb) {
 			h.expectConfigError(t, ic.Config, ic.Field)
 		})
 	}
@@ -149,7 +148,7 @@ func (h *harness) testConfigure(t *testing.T) {
 		if !f.Required {
 			continue
 		}
-		t.Run("MissingRequired/"+f.Name, func(t *testing.T) {
+		t.Run("MissingRequired/"+f.Name, func(t tb) {
 			// The host checks required attributes first, but a sink's
 			// Configure is the last line: an older host, library use and
 			// tests call it directly.
@@ -168,7 +167,7 @@ func (h *harness) testConfigure(t *testing.T) {
 	}
 }
 
-func (h *harness) expectConfigError(t *testing.T, raw json.RawMessage, field string) {
+func (h *harness) expectConfigError(t tb, raw json.RawMessage, field string) {
 	t.Helper()
 	s := h.cfg.New()
 	c := pluginkit.WithIdentity(ctx(t), h.identity())
@@ -188,7 +187,7 @@ func (h *harness) expectConfigError(t *testing.T, raw json.RawMessage, field str
 
 // testDeliverBatches delivers batches of several sizes on one sink and
 // checks that each arrived whole, unchanged and in order.
-func (h *harness) testDeliverBatches(t *testing.T) {
+func (h *harness) testDeliverBatches(t tb) {
 	s := h.open(t)
 	for _, n := range []int{1, 3, 10, 100, 2} {
 		batch := h.gen.next(n)
@@ -201,7 +200,7 @@ func (h *harness) testDeliverBatches(t *testing.T) {
 // testDeliverConcurrent delivers the batches of several rows at once, as
 // the host does with max_in_flight > 1, and checks that each row's changes
 // arrived once and in order.
-func (h *harness) testDeliverConcurrent(t *testing.T) {
+func (h *harness) testDeliverConcurrent(t tb) {
 	s := h.open(t)
 	if s.Info().Ordered {
 		t.Skip("Info.Ordered: the host never calls Deliver concurrently")
@@ -226,7 +225,9 @@ func (h *harness) testDeliverConcurrent(t *testing.T) {
 	errs := make(chan error, lanes)
 	var wg sync.WaitGroup
 	for l := range lanes {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			for _, b := range work[l] {
 				res, err := deliverWithin(c, s, b, callTimeout)
 				if err != nil {
@@ -238,7 +239,7 @@ func (h *harness) testDeliverConcurrent(t *testing.T) {
 					return
 				}
 			}
-		})
+		}()
 	}
 	wg.Wait()
 	close(errs)
@@ -284,7 +285,7 @@ func (h *harness) testDeliverConcurrent(t *testing.T) {
 // ended. The sink must return promptly; an error must not be permanent (the
 // host retries a Deliver it cancelled), and a success must mean the batch
 // arrived.
-func (h *harness) testDeliverContextDone(t *testing.T) {
+func (h *harness) testDeliverContextDone(t tb) {
 	s := h.open(t)
 	cancelled, cancel := context.WithCancel(t.Context())
 	cancel()
@@ -320,7 +321,7 @@ func (h *harness) testDeliverContextDone(t *testing.T) {
 
 // testDeliverHang makes the destination hang and checks that Deliver gives
 // up when its context's deadline passes, then recovers.
-func (h *harness) testDeliverHang(t *testing.T) {
+func (h *harness) testDeliverHang(t tb) {
 	if h.cfg.Hang == nil {
 		t.Skip("sinktest.Config.Hang is not set")
 	}
@@ -354,12 +355,12 @@ func (h *harness) testDeliverHang(t *testing.T) {
 // testDeliverFaults makes the destination fail in each configured way and
 // checks the kind of the error Deliver returns, then that the same batch
 // delivers once the fault is gone.
-func (h *harness) testDeliverFaults(t *testing.T) {
+func (h *harness) testDeliverFaults(t tb) {
 	if len(h.cfg.Faults) == 0 {
 		t.Skip("sinktest.Config.Faults is empty")
 	}
 	for _, f := range h.cfg.Faults {
-		t.Run(f.Name, func(t *testing.T) {
+		t.Run(f.Name, func(t tb) {
 			s := h.open(t)
 			batch := h.gen.next(4)
 			mark := h.mark() // before the fault: a failing destination may not be readable
@@ -387,7 +388,7 @@ func (h *harness) testDeliverFaults(t *testing.T) {
 
 // redeliver delivers batch again after a failed attempt, as the host does,
 // and checks it is now the last thing the destination received.
-func (h *harness) redeliver(t *testing.T, s pluginkit.Sink, batch []pluginkit.Event, mark int) {
+func (h *harness) redeliver(t tb, s pluginkit.Sink, batch []pluginkit.Event, mark int) {
 	t.Helper()
 	c := ctx(t)
 	res, err := deliverWithin(c, s, batch, callTimeout)
@@ -402,7 +403,7 @@ func (h *harness) redeliver(t *testing.T, s pluginkit.Sink, batch []pluginkit.Ev
 
 // checkDeliverError checks what any error out of Deliver must satisfy and
 // returns its classification.
-func (h *harness) checkDeliverError(t *testing.T, err error, what string) (pluginkit.Kind, time.Duration) {
+func (h *harness) checkDeliverError(t tb, err error, what string) (pluginkit.Kind, time.Duration) {
 	t.Helper()
 	if crashed(err) {
 		t.Fatalf("%s: %v", what, err)
@@ -431,7 +432,7 @@ func (h *harness) checkDeliverError(t *testing.T, err error, what string) (plugi
 // not opened: the host never does, but a crash of the sink here would take
 // the plugin process down, so it must answer. Succeeding is allowed only if
 // the batch then arrived.
-func (h *harness) testDeliverBeforeOpen(t *testing.T) {
+func (h *harness) testDeliverBeforeOpen(t tb) {
 	s := h.configured(t)
 	t.Cleanup(func() {
 		c, cancel := context.WithTimeout(context.Background(), callTimeout)
@@ -453,8 +454,8 @@ func (h *harness) testDeliverBeforeOpen(t *testing.T) {
 }
 
 // testClose checks Close in the states the host may leave a sink in.
-func (h *harness) testClose(t *testing.T) {
-	closeOnce := func(t *testing.T, s pluginkit.Sink) error {
+func (h *harness) testClose(t tb) {
+	closeOnce := func(t tb, s pluginkit.Sink) error {
 		t.Helper()
 		c := ctx(t)
 		err := call(callTimeout, func() error { return s.Close(c) })
@@ -463,7 +464,7 @@ func (h *harness) testClose(t *testing.T) {
 		}
 		return err
 	}
-	t.Run("AfterOpen", func(t *testing.T) {
+	t.Run("AfterOpen", func(t tb) {
 		s := h.configured(t)
 		c := ctx(t)
 		if _, err := within(callTimeout, func() (pluginkit.OpenResult, error) { return s.Open(c) }); err != nil {
@@ -478,11 +479,11 @@ func (h *harness) testClose(t *testing.T) {
 		// host may have sent Close already.
 		_ = closeOnce(t, s)
 	})
-	t.Run("WithoutOpen", func(t *testing.T) {
+	t.Run("WithoutOpen", func(t tb) {
 		// The host closes a sink whose Open failed.
 		_ = closeOnce(t, h.configured(t))
 	})
-	t.Run("WithoutConfigure", func(t *testing.T) {
+	t.Run("WithoutConfigure", func(t tb) {
 		_ = closeOnce(t, h.cfg.New())
 	})
 }
@@ -491,7 +492,7 @@ func (h *harness) testClose(t *testing.T) {
 // goroutine started since Run began is still running: a plugin lives as
 // long as the pipeline, and the host restarts it after crashes, so a leak
 // per connection or per batch adds up.
-func (h *harness) testGoroutineLeaks(t *testing.T) {
+func (h *harness) testGoroutineLeaks(t tb) {
 	s := h.configured(t)
 	c := ctx(t)
 	if _, err := within(callTimeout, func() (pluginkit.OpenResult, error) { return s.Open(c) }); err != nil {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walcast/walcast/pluginkit/protocol"
+	"github.com/walcast/walcast/proto/sink/wire"
 )
 
 // A plugin sees only the allowlisted part of walcast's environment, the
@@ -32,7 +32,7 @@ func TestPluginEnvironmentIsAllowlisted(t *testing.T) {
 		got[f.Name] = f.Doc
 	}
 	// Variables go-plugin sets for the handshake.
-	handshake := map[string]bool{protocol.Handshake().MagicCookieKey: true, "PLUGIN_MIN_PORT": true, "PLUGIN_MAX_PORT": true,
+	handshake := map[string]bool{wire.Handshake().MagicCookieKey: true, "PLUGIN_MIN_PORT": true, "PLUGIN_MAX_PORT": true,
 		"PLUGIN_PROTOCOL_VERSIONS": true, "PLUGIN_CLIENT_CERT": true, "PLUGIN_MULTIPLEX_GRPC": true,
 		"PLUGIN_UNIX_SOCKET_DIR": true, "PLUGIN_UNIX_SOCKET_GROUP": true}
 	for name := range got {
@@ -46,8 +46,8 @@ func TestPluginEnvironmentIsAllowlisted(t *testing.T) {
 			t.Errorf("plugin sees %s=%q, want %q", name, got[name], want)
 		}
 	}
-	if _, ok := got[protocol.EnvLogLevel]; !ok {
-		t.Errorf("plugin does not see %s", protocol.EnvLogLevel)
+	if _, ok := got[wire.EnvLogLevel]; !ok {
+		t.Errorf("plugin does not see %s", wire.EnvLogLevel)
 	}
 	if _, ok := got["WALCAST_SOURCE_DSN"]; ok {
 		t.Error("plugin sees WALCAST_SOURCE_DSN")

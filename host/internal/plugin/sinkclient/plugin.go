@@ -21,8 +21,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/walcast/walcast/pluginkit"
-	"github.com/walcast/walcast/pluginkit/protocol"
 	sinkv1 "github.com/walcast/walcast/proto/sink/v1"
+	"github.com/walcast/walcast/proto/sink/wire"
 )
 
 // Config says which plugin to launch and where its output goes.
@@ -149,7 +149,7 @@ func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
 	// our environment (SkipHostEnv below; a WALCAST_PLUGIN_LOG_LEVEL there
 	// overrides ours), then the sink's own variables. For a repeated name
 	// the last one counts.
-	cmd.Env = []string{protocol.EnvLogLevel + "=" + hlog.GetLevel().String()}
+	cmd.Env = []string{wire.EnvLogLevel + "=" + hlog.GetLevel().String()}
 	cmd.Env = append(cmd.Env, AllowedEnv(os.Environ())...)
 	cmd.Env = append(cmd.Env, cfg.Env...)
 	if f, ok := stdout.(*os.File); ok && runtime.GOOS != "windows" {
@@ -159,15 +159,15 @@ func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
 	cmd.SysProcAttr = sysProcAttr()
 
 	client := plugin.NewClient(&plugin.ClientConfig{
-		HandshakeConfig:  protocol.Handshake(),
-		Plugins:          plugin.PluginSet{protocol.PluginName: &grpcPlugin{}},
+		HandshakeConfig:  wire.Handshake(),
+		Plugins:          plugin.PluginSet{wire.PluginName: &grpcPlugin{}},
 		Cmd:              cmd,
 		SecureConfig:     secure,
 		SkipHostEnv:      true,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         true,
 		StartTimeout:     startTimeout,
-		GRPCDialOptions:  protocol.ClientOptions(),
+		GRPCDialOptions:  wire.ClientOptions(),
 		Logger:           hlog,
 		SyncStdout:       stdout,
 		SyncStderr:       newLineLogger(hlog),
@@ -177,10 +177,10 @@ func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
 		client.Kill()
 		return nil, fmt.Errorf("launch sink plugin %s: %w", cfg.Path, err)
 	}
-	raw, err := rpc.Dispense(protocol.PluginName)
+	raw, err := rpc.Dispense(wire.PluginName)
 	if err != nil {
 		client.Kill()
-		return nil, fmt.Errorf("launch sink plugin %s: dispense %q: %w", cfg.Path, protocol.PluginName, err)
+		return nil, fmt.Errorf("launch sink plugin %s: dispense %q: %w", cfg.Path, wire.PluginName, err)
 	}
 	c := raw.(*grpcClient)
 	return &Plugin{client: client, sink: c.SinkClient, conn: c.conn, log: log, cfg: cfg, exit: hlog.exit}, nil
@@ -264,10 +264,10 @@ func (p *Plugin) Open(ctx context.Context) (pluginkit.OpenResult, error) {
 // event durably; any error is classified by pluginkit.KindOf, and a plugin
 // that died mid-call gives a retryable one.
 func (p *Plugin) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error) {
-	// Sent as a protocol.DeliverBatch, which the codec encodes straight
+	// Sent as a wire.DeliverBatch, which the codec encodes straight
 	// into the sink.v1.DeliverRequest wire format.
 	var resp sinkv1.DeliverResponse
-	if err := p.conn.Invoke(ctx, sinkv1.Sink_Deliver_FullMethodName, protocol.DeliverBatch{Events: events, GapBefore: pluginkit.GapBefore(ctx), Replay: pluginkit.IsReplay(ctx)}, &resp); err != nil {
+	if err := p.conn.Invoke(ctx, sinkv1.Sink_Deliver_FullMethodName, wire.DeliverBatch{Events: events, GapBefore: pluginkit.GapBefore(ctx), Replay: pluginkit.IsReplay(ctx)}, &resp); err != nil {
 		return pluginkit.DeliverResult{}, callError(ctx, "deliver", err)
 	}
 	return pluginkit.DeliverResult{Duplicates: int(resp.GetDuplicates())}, nil

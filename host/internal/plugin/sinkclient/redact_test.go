@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/walcast/walcast/pluginkit"
-	"github.com/walcast/walcast/pluginkit/protocol"
+	"github.com/walcast/walcast/proto/sink/wire"
 )
 
 func TestRedactURLs(t *testing.T) {
@@ -54,12 +54,12 @@ func assertNoSecret(t *testing.T, what, text string) {
 // goes to the log, walcast.parked.last_error, walcast status and
 // walcast validate, shows scheme and host only.
 func TestPluginErrorsHideURLs(t *testing.T) {
-	for _, f := range []protocol.Fault{
-		{Kind: protocol.FaultRetryable, Msg: "POST " + secretHook + ": 500"},
-		{Kind: protocol.FaultPermanent, Msg: "POST " + secretHook + ": 413"},
-		{Kind: protocol.FaultFatal, Msg: "gone: " + secretHook},
-		{Kind: protocol.FaultThrottled, Msg: "throttled: " + secretHook},
-		{Kind: protocol.FaultConfig, Msg: "url: unreachable " + secretHook, Violations: []protocol.Violation{{Field: "url", Msg: "unreachable " + secretHook}}},
+	for _, f := range []wire.Fault{
+		{Kind: wire.FaultRetryable, Msg: "POST " + secretHook + ": 500"},
+		{Kind: wire.FaultPermanent, Msg: "POST " + secretHook + ": 413"},
+		{Kind: wire.FaultFatal, Msg: "gone: " + secretHook},
+		{Kind: wire.FaultThrottled, Msg: "throttled: " + secretHook},
+		{Kind: wire.FaultConfig, Msg: "url: unreachable " + secretHook, Violations: []wire.Violation{{Field: "url", Msg: "unreachable " + secretHook}}},
 	} {
 		err := fromStatus(f.Err())
 		assertNoSecret(t, "error", err.Error())

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walcast/walcast/pluginkit/protocol"
+	"github.com/walcast/walcast/proto/sink/wire"
 )
 
 // gone reports whether pid has exited. A zombie counts as gone: in a
@@ -41,7 +41,7 @@ func TestPluginExitsWhenParentDies(t *testing.T) {
 	sh := exec.Command("sh", "-c", `"$0" >"$1" 2>/dev/null & pid=$!
 while [ ! -s "$1" ]; do sleep 0.01; done
 echo $pid`, pluginPath(t, "stdout"), handshake)
-	sh.Env = append(os.Environ(), protocol.Handshake().MagicCookieKey+"="+protocol.Handshake().MagicCookieValue)
+	sh.Env = append(os.Environ(), wire.Handshake().MagicCookieKey+"="+wire.Handshake().MagicCookieValue)
 	out, err := sh.Output()
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/walcast/walcast/pluginkit"
-	"github.com/walcast/walcast/pluginkit/protocol"
+	"github.com/walcast/walcast/proto/sink/wire"
 )
 
 // fromStatus converts the error of a call to a sink plugin into a pluginkit
@@ -25,10 +25,10 @@ func fromStatus(err error) error {
 		// chain, the caller may look into it.
 		return pluginkit.Retryable(err)
 	}
-	f := protocol.FaultOf(err)
+	f := wire.FaultOf(err)
 	f.Msg = redactURLs(f.Msg)
 	switch f.Kind {
-	case protocol.FaultConfig:
+	case wire.FaultConfig:
 		errs := make([]error, len(f.Violations))
 		for i, v := range f.Violations {
 			errs[i] = &pluginkit.ConfigError{Field: v.Field, Msg: redactURLs(v.Msg), Table: v.Table}
@@ -37,11 +37,11 @@ func fromStatus(err error) error {
 			return &remoteError{msg: f.Msg, err: errs[0]}
 		}
 		return &remoteError{msg: f.Msg, err: errors.Join(errs...)}
-	case protocol.FaultThrottled:
+	case wire.FaultThrottled:
 		return &remoteError{msg: f.Msg, err: pluginkit.Throttled(f.RetryAfter, errors.New(f.Msg))}
-	case protocol.FaultPermanent:
+	case wire.FaultPermanent:
 		return &remoteError{msg: f.Msg, err: pluginkit.Permanent(errors.New(f.Msg))}
-	case protocol.FaultFatal:
+	case wire.FaultFatal:
 		return &remoteError{msg: f.Msg, err: pluginkit.Fatal(errors.New(f.Msg))}
 	}
 	if f.Context != nil {

@@ -11,13 +11,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/walcast/walcast/pluginkit"
-	"github.com/walcast/walcast/pluginkit/protocol"
+	"github.com/walcast/walcast/proto/sink/wire"
 )
 
 // Several config errors come back as an errors.Join, each with its table,
 // so that validate can point at every one.
 func TestFromStatusConfigErrors(t *testing.T) {
-	f := protocol.Fault{Kind: protocol.FaultConfig, Msg: "two", Violations: []protocol.Violation{{Table: "public.a", Msg: "x"}, {Field: "brokers", Msg: "required"}}}
+	f := wire.Fault{Kind: wire.FaultConfig, Msg: "two", Violations: []wire.Violation{{Table: "public.a", Msg: "x"}, {Field: "brokers", Msg: "required"}}}
 	got := pluginkit.ConfigErrors(fromStatus(f.Err()))
 	if len(got) != 2 || *got[0] != (pluginkit.ConfigError{Table: "public.a", Msg: "x"}) || *got[1] != (pluginkit.ConfigError{Field: "brokers", Msg: "required"}) {
 		t.Errorf("got %v", got)
@@ -28,17 +28,17 @@ func TestFromStatusConfigErrors(t *testing.T) {
 // same kind, with the plugin's text verbatim.
 func TestFromStatus(t *testing.T) {
 	tests := []struct {
-		fault     protocol.Fault
+		fault     wire.Fault
 		kind      pluginkit.Kind
 		after     time.Duration
 		wantField string
 		target    error
 	}{
-		{fault: protocol.Fault{Kind: protocol.FaultRetryable, Msg: "503"}, kind: pluginkit.KindRetryable},
-		{fault: protocol.Fault{Kind: protocol.FaultPermanent, Msg: "413"}, kind: pluginkit.KindPermanent},
-		{fault: protocol.Fault{Kind: protocol.FaultFatal, Msg: "fenced"}, kind: pluginkit.KindFatal},
-		{fault: protocol.Fault{Kind: protocol.FaultThrottled, Msg: "throttled for 7s: 429", RetryAfter: 7 * time.Second}, kind: pluginkit.KindThrottled, after: 7 * time.Second},
-		{fault: protocol.Fault{Kind: protocol.FaultConfig, Msg: "url: bad", Violations: []protocol.Violation{{Field: "url", Msg: "bad"}}}, wantField: "url"},
+		{fault: wire.Fault{Kind: wire.FaultRetryable, Msg: "503"}, kind: pluginkit.KindRetryable},
+		{fault: wire.Fault{Kind: wire.FaultPermanent, Msg: "413"}, kind: pluginkit.KindPermanent},
+		{fault: wire.Fault{Kind: wire.FaultFatal, Msg: "fenced"}, kind: pluginkit.KindFatal},
+		{fault: wire.Fault{Kind: wire.FaultThrottled, Msg: "throttled for 7s: 429", RetryAfter: 7 * time.Second}, kind: pluginkit.KindThrottled, after: 7 * time.Second},
+		{fault: wire.Fault{Kind: wire.FaultConfig, Msg: "url: bad", Violations: []wire.Violation{{Field: "url", Msg: "bad"}}}, wantField: "url"},
 	}
 	for _, tt := range tests {
 		got := fromStatus(tt.fault.Err())

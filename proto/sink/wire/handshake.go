@@ -1,15 +1,21 @@
-// Package protocol is the contract between the walcast host and its sink
-// plugins, underneath pluginkit: the go-plugin handshake, the gRPC options
-// and codec both sides use, the Deliver request's wire form, and how a
-// sink's error kinds travel as gRPC status.
+// Package wire is how the walcast host and its sink plugins talk, below
+// the SDK: the go-plugin handshake, the gRPC options and codec both sides
+// use, the Deliver request's wire form, and how a sink's error kinds travel
+// as gRPC status.
 //
-// Sink authors never import it: pluginkit.Serve is their whole interface
-// to it. The host's plugin client (host/internal/plugin/sinkclient) and
-// pluginkit's server are its two users, so that neither side can drift
-// from the other. The service itself is proto/sink/v1; a plugin written in
-// another language implements that service, the handshake below and the
-// status mapping in status.go.
-package protocol
+// It lives in the proto module, next to the service definitions it
+// serves, so that it is not part of pluginkit's API: sink authors never
+// import it, pluginkit.Serve is their whole interface to it. The host's
+// plugin client (host/internal/plugin/sinkclient) and pluginkit's server are its
+// two users, so that neither side can drift from the other. The service
+// itself is proto/sink/v1; a plugin written in another language implements
+// that service, the handshake below and the status mapping in status.go
+// (docs/writing-a-sink.md describes them for other languages).
+//
+// This package follows the proto module's version, not pluginkit's: it
+// may change in a minor version of the module as long as what travels on
+// the wire for a given ProtocolVersion does not.
+package wire
 
 import (
 	"math"
