@@ -351,7 +351,10 @@ func TestProxySilentCatchupStream(t *testing.T) {
 	proc := startWalcast(t, pipeline, "--metrics-listen", "127.0.0.1:0")
 	base := metricsBase(t, proc)
 	proc.waitLog(t, "streaming from slot")
-	exec1(t, db, `INSERT INTO items SELECT g, 0 FROM generate_series(1, 5000) g`)
+	// More changes than the detached sink's queue and look-ahead hold
+	// (about 5,000 events), so that the catch-up stream cannot have read
+	// them all before the silence and rejoin with what it had.
+	exec1(t, db, `INSERT INTO items SELECT g, 0 FROM generate_series(1, 20000) g`)
 	proc.waitLog(t, "sink catching up")
 	// The catch-up stream reads until the sink's queue is full, then waits
 	// for the hanging sink: blocked, it reads nothing, and that is not

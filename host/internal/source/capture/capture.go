@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/walcast/walcast/host/internal/pg"
 	"github.com/walcast/walcast/host/internal/source/pgoutput"
 
 	"github.com/jackc/pglogrepl"
@@ -213,7 +214,7 @@ func (c *Capture) Run(ctx context.Context) error {
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	if c.cfg.Confirm != nil {
-		guard.Go(func() { c.recordConfirms(ctx) })
+		guard.Go(func() { c.recordConfirms(ctx, stop) })
 	}
 	if c.cfg.Watch != nil {
 		guard.Go(func() { c.watch(ctx, stop) })
@@ -368,13 +369,10 @@ func (c *Capture) connect(ctx context.Context) error {
 	conn, err := pgconn.ConnectConfig(ctx, pcfg)
 	if err != nil {
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) {
-			switch pgErr.Code {
-			case "28000", "28P01", "42501", "3D000":
-				// Wrong password, no REPLICATION privilege, database
-				// gone: waiting will not fix these; say so and stop.
-				return fatalError{fmt.Errorf("open replication connection: %w (check the dsn's user, password and database, and that the user has the REPLICATION attribute)", err)}
-			}
+		if errors.As(err, &pgErr) && pg.Permanent(err) {
+			// Wrong password, no REPLICATION privilege, database gone:
+			// waiting will not fix these; say so and stop.
+			return fatalError{fmt.Errorf("open replication connection: %w (check the dsn's user, password and database, and that the user has the REPLICATION attribute)", err)}
 		}
 		return fmt.Errorf("open replication connection: %w", err)
 	}
@@ -632,8 +630,10 @@ const (
 
 // recordConfirms records the positions flushPosition holds back, so that
 // they can be confirmed. A failed write is retried on a later wake-up;
-// until one succeeds nothing more is confirmed, which only keeps WAL.
-func (c *Capture) recordConfirms(ctx context.Context) {
+// until one succeeds nothing more is confirmed, which only keeps WAL. An
+// error retrying cannot fix (a privilege revoked) stops the stream with it
+// instead, as every other loop against the source does (pg.Permanent).
+func (c *Capture) recordConfirms(ctx context.Context, stop context.CancelCauseFunc) {
 	warned := false
 	var last time.Time
 	lastIdle := false // the last recorded position came from an idle advance
@@ -663,6 +663,10 @@ func (c *Capture) recordConfirms(ctx context.Context) {
 		}
 		last = time.Now()
 		if err := c.cfg.Confirm.RaiseConfirmLimit(ctx, w); err != nil {
+			if pg.Permanent(err) && ctx.Err() == nil {
+				stop(watchError{fmt.Errorf("record the position to confirm: %w", err)})
+				return
+			}
 			if ctx.Err() == nil && !warned {
 				c.log.Warn("cannot record the position to confirm; confirming to the slot waits (it retains WAL meanwhile)", "err", err)
 				warned = true
