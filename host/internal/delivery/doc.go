@@ -1,0 +1,26 @@
+// Package delivery groups the packages that take the decoded stream to
+// the sinks and account for every event on the way back.
+//
+// In: change.Events, in stream order, from the source (package capture,
+// or a catch-up stream of package isolate). Out: Deliver calls on each
+// sink's plugin client, and the positions that make walcast crash-safe:
+// per sink the watermark its checkpoint stores, for the slot the flush
+// LSN capture confirms.
+//
+//	change.Event ─▶ fanout ─┬▶ queue ─▶ schedule ─▶ Deliver (plugin/sinkclient)
+//	                        └▶ queue ─▶ schedule ─▶ …            │ resolved
+//	flush LSN, watermarks ◀── ack.Tracker ◀───────────────────────┘
+//
+//   - fanout gives each sink a bounded queue; a full durable queue holds
+//     the stream back, a full non-durable one drops for that sink only;
+//   - schedule runs one sink's policy: filter, batching, per-row lanes,
+//     the truncate barrier, rate limit, retries, parking and replay;
+//   - ack turns resolutions into the watermark and the flush LSN: neither
+//     ever passes an event a durable sink has not resolved;
+//   - isolate detaches a sink that falls behind onto a catch-up slot of
+//     its own and rejoins it to the live stream.
+//
+// The packages know nothing of the control plane's tables: what they must
+// persist (parked events, usage) goes through small interfaces their
+// caller fills.
+package delivery
