@@ -20,7 +20,8 @@
 //   - isolate detaches a sink that falls behind onto a catch-up slot of
 //     its own and rejoins it to the live stream.
 //
-// The packages know nothing of the control plane's tables: what they must
-// persist (parked events, usage) goes through small interfaces their
-// caller fills.
+// What they persist (parked events, usage, catch-up slots) they write
+// through stores of the control plane (host/internal/control) that their
+// caller passes in; isolate also runs a capture of its own for each
+// catch-up slot.
 package delivery
