@@ -48,11 +48,12 @@ func cmdBackfill(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	p, _, pool, ok := openStore(ctx, path, stderr)
+	t, ok := openTarget(ctx, path, stderr)
 	if !ok {
 		return 1
 	}
-	defer pool.Close()
+	defer t.close()
+	p, pool := t.p, t.db
 	fail := func(err error) int {
 		fmt.Fprintln(stderr, "walcast backfill:", err)
 		return 1

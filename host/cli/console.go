@@ -67,22 +67,23 @@ func cmdConsole(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	actions := consoleActions{pipelines: map[string]replayTarget{}, pluginDir: *pluginDir, log: log}
+	actions := consoleActions{pipelines: map[string]target{}, pluginDir: *pluginDir, log: log}
 	var pipelines []*console.Pipeline
 	for _, path := range paths {
 		octx, cancel := context.WithTimeout(ctx, time.Minute)
-		p, store, pool, ok := openStore(octx, path, stderr)
+		t, ok := openTarget(octx, path, stderr)
 		cancel()
 		if !ok {
 			return 1
 		}
-		defer pool.Close()
+		defer t.close()
+		p := t.p
 		if _, dup := actions.pipelines[p.Name]; dup {
 			fmt.Fprintf(stderr, "walcast console: pipeline %q is named by two files\n", p.Name)
 			return 2
 		}
-		actions.pipelines[p.Name] = replayTarget{p: p, store: store, db: pool}
-		cp := &console.Pipeline{Name: p.Name, Slot: p.Source.Slot, Store: store, DB: pool}
+		actions.pipelines[p.Name] = t
+		cp := &console.Pipeline{Name: p.Name, Slot: p.Source.Slot, Store: t.store, DB: t.db}
 		for _, s := range p.Sinks {
 			cp.Sinks = append(cp.Sinks, console.Sink{ID: s.ID, Type: s.Type, Durable: s.Durable})
 		}
@@ -122,7 +123,7 @@ func cmdConsole(args []string, stdout, stderr io.Writer) int {
 // consoleActions carries out the console's buttons with the functions
 // behind `walcast replay`, `pause` and `resume`.
 type consoleActions struct {
-	pipelines map[string]replayTarget
+	pipelines map[string]target
 	pluginDir string
 	log       *slog.Logger
 }
@@ -147,5 +148,5 @@ func (a consoleActions) SetPaused(ctx context.Context, pipeline, sink string, pa
 	if !ok {
 		return "", fmt.Errorf("no pipeline %q", pipeline)
 	}
-	return applyPause(ctx, t.p, t.store, sink, paused)
+	return applyPause(ctx, t, sink, paused)
 }

@@ -43,11 +43,12 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	p, store, pool, ok := openStore(ctx, path, stderr)
+	t, ok := openTarget(ctx, path, stderr)
 	if !ok {
 		return 1
 	}
-	defer pool.Close()
+	defer t.close()
+	p, store, pool := t.p, t.store, t.db
 
 	fmt.Fprintf(text, "pipeline %s\n", p.Name)
 	rep.Pipeline, rep.Slot.Name = p.Name, p.Source.Slot
