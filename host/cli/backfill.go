@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -341,28 +340,4 @@ func isTerminal(w io.Writer) bool {
 	}
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
-
-// printBackfills is walcast status's backfill table.
-func printBackfills(ctx context.Context, pool *pgxpool.Pool, pipeline string, out io.Writer) error {
-	if err := backfill.Init(ctx, pool); err != nil {
-		return err
-	}
-	bs, err := backfill.List(ctx, pool, pipeline)
-	if err != nil {
-		return err
-	}
-	if len(bs) == 0 {
-		return nil
-	}
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "BACKFILL\tTABLE\tSINKS\tSTATE\tROWS\tESTIMATE\tUPDATED")
-	for _, b := range bs {
-		state := b.State
-		if b.State == backfill.StateFailed && b.Reason != "" {
-			state += ": " + b.Reason
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\n", b.ID, b.Table, b.SinksText(), state, b.Rows, b.Estimate, b.Updated.UTC().Format(time.RFC3339))
-	}
-	return tw.Flush()
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/walcast/walcast/host/internal/console"
 	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/report"
 )
 
 // EnvConsoleToken is read when --token is not given.
@@ -68,7 +69,7 @@ func cmdConsole(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	actions := consoleActions{pipelines: map[string]target{}, pluginDir: *pluginDir, log: log}
-	var pipelines []*console.Pipeline
+	var pipelines []*report.Pipeline
 	for _, path := range paths {
 		octx, cancel := context.WithTimeout(ctx, time.Minute)
 		t, ok := openTarget(octx, path, stderr)
@@ -83,11 +84,8 @@ func cmdConsole(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		actions.pipelines[p.Name] = t
-		cp := &console.Pipeline{Name: p.Name, Slot: p.Source.Slot, Store: t.store, DB: t.db}
-		for _, s := range p.Sinks {
-			cp.Sinks = append(cp.Sinks, console.Sink{ID: s.ID, Type: s.Type, Durable: s.Durable})
-		}
-		pipelines = append(pipelines, cp)
+		rp := t.report()
+		pipelines = append(pipelines, &rp)
 	}
 	srv, err := console.New(console.Config{Pipelines: pipelines, Actions: actions, Token: *token, SampleEvery: *sampleEvery, Logger: log})
 	if err != nil {

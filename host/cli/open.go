@@ -10,6 +10,8 @@ import (
 	"github.com/walcast/walcast/host/internal/config"
 	"github.com/walcast/walcast/host/internal/control/checkpoint"
 	"github.com/walcast/walcast/host/internal/daemon"
+	"github.com/walcast/walcast/host/internal/report"
+	"github.com/walcast/walcast/host/internal/source/capture"
 )
 
 // target is a pipeline a command acts on, opened: its file, a pool on its
@@ -66,4 +68,16 @@ func dial(ctx context.Context, p *config.Pipeline) (target, error) {
 		return target{}, err
 	}
 	return target{p: p, store: checkpoint.New(pool, p.Name), db: pool}, nil
+}
+
+// report is what report.Gather reads of t: its pipeline as walcast status
+// and the console show it.
+func (t target) report() report.Pipeline {
+	p := t.p
+	rp := report.Pipeline{Name: p.Name, Slot: p.Source.Slot, Store: t.store, DB: t.db,
+		Capture: capture.Config{DSN: p.Source.DSN, Slot: p.Source.Slot, Publication: p.Source.Publication, Tables: p.Source.Tables}}
+	for _, s := range p.Sinks {
+		rp.Sinks = append(rp.Sinks, report.Sink{ID: s.ID, Type: s.Type, Durable: s.Durable})
+	}
+	return rp
 }
