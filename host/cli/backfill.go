@@ -27,8 +27,8 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 func cmdBackfill(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("backfill", stderr)
-	var tables, sinks listFlag
-	fs.Var(&tables, "table", "SCHEMA.TABLE to backfill (repeatable, required)")
+	var names, sinks listFlag
+	fs.Var(&names, "table", "SCHEMA.TABLE to backfill (repeatable, required)")
 	fs.Var(&sinks, "sink", "only to this sink (repeatable; default every sink)")
 	wait := fs.Bool("wait", false, "show progress until the backfills end, then wait as --until says")
 	until := fs.String("until", untilAcknowledged, "with --wait, what to wait for: "+untilAcknowledged+" (every target sink acknowledged every row) or "+untilWritten+" (every row is in the WAL)")
@@ -37,7 +37,7 @@ func cmdBackfill(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	if len(tables) == 0 {
+	if len(names) == 0 {
 		fmt.Fprintln(stderr, "walcast backfill: want at least one --table SCHEMA.TABLE")
 		return 2
 	}
@@ -57,30 +57,17 @@ func cmdBackfill(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "walcast backfill:", err)
 		return 1
 	}
-	targets, err := checkBackfill(ctx, pool, p, tables, sinks)
+	tables, err := checkBackfill(ctx, pool, p, names, sinks)
 	if err != nil {
 		return fail(err)
 	}
-	if err := backfill.Init(ctx, pool); err != nil {
-		return fail(err)
-	}
 	if *cancelFlag {
-		for _, t := range targets {
-			ids, err := backfill.Cancel(ctx, pool, p.Name, t, sinks)
-			if err != nil {
-				return fail(err)
-			}
-			if len(ids) == 0 {
-				fmt.Fprintf(stdout, "%s: no backfill running or queued\n", t)
-				continue
-			}
-			for _, id := range ids {
-				fmt.Fprintf(stdout, "%s: cancelled backfill %d\n", t, id)
-			}
+		if err := cancelBackfills(ctx, t, tables, sinks, stdout); err != nil {
+			return fail(err)
 		}
 		return 0
 	}
-	ids, err := backfill.Request(ctx, pool, p.Name, targets, sinks)
+	ids, err := backfill.Request(ctx, pool, p.Name, tables, sinks)
 	if err != nil {
 		return fail(err)
 	}
@@ -88,8 +75,8 @@ func cmdBackfill(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
-	for i, t := range targets {
-		fmt.Fprintf(stdout, "backfill %d of %s to %s queued\n", ids[i], t, sinkList(sinks))
+	for i, table := range tables {
+		fmt.Fprintf(stdout, "backfill %d of %s to %s queued\n", ids[i], table, sinkList(sinks))
 	}
 	if !running {
 		fmt.Fprintf(stdout, "no walcast run streams slot %s now: the backfill starts with the next run\n", p.Source.Slot)
@@ -104,6 +91,25 @@ func cmdBackfill(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	return waitAcknowledged(ctx, pool, p, sinks, stdout)
+}
+
+// cancelBackfills cancels the running or queued backfills of tables (for
+// sinks, every sink when empty) and says which.
+func cancelBackfills(ctx context.Context, t target, tables []backfill.Table, sinks []string, out io.Writer) error {
+	for _, table := range tables {
+		ids, err := backfill.Cancel(ctx, t.db, t.p.Name, table, sinks)
+		if err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			fmt.Fprintf(out, "%s: no backfill running or queued\n", table)
+			continue
+		}
+		for _, id := range ids {
+			fmt.Fprintf(out, "%s: cancelled backfill %d\n", table, id)
+		}
+	}
+	return nil
 }
 
 // What walcast backfill --wait waits for.
