@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -28,8 +27,8 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 func cmdBackfill(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("backfill", stderr)
-	var tables, sinks listFlag
-	fs.Var(&tables, "table", "SCHEMA.TABLE to backfill (repeatable, required)")
+	var names, sinks listFlag
+	fs.Var(&names, "table", "SCHEMA.TABLE to backfill (repeatable, required)")
 	fs.Var(&sinks, "sink", "only to this sink (repeatable; default every sink)")
 	wait := fs.Bool("wait", false, "show progress until the backfills end, then wait as --until says")
 	until := fs.String("until", untilAcknowledged, "with --wait, what to wait for: "+untilAcknowledged+" (every target sink acknowledged every row) or "+untilWritten+" (every row is in the WAL)")
@@ -38,7 +37,7 @@ func cmdBackfill(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	if len(tables) == 0 {
+	if len(names) == 0 {
 		fmt.Fprintln(stderr, "walcast backfill: want at least one --table SCHEMA.TABLE")
 		return 2
 	}
@@ -48,39 +47,27 @@ func cmdBackfill(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	p, _, pool, ok := openStore(ctx, path, stderr)
+	t, ok := openTarget(ctx, path, stderr)
 	if !ok {
 		return 1
 	}
-	defer pool.Close()
+	defer t.close()
+	p, pool := t.p, t.db
 	fail := func(err error) int {
 		fmt.Fprintln(stderr, "walcast backfill:", err)
 		return 1
 	}
-	targets, err := checkBackfill(ctx, pool, p, tables, sinks)
+	tables, err := checkBackfill(ctx, pool, p, names, sinks)
 	if err != nil {
 		return fail(err)
 	}
-	if err := backfill.Init(ctx, pool); err != nil {
-		return fail(err)
-	}
 	if *cancelFlag {
-		for _, t := range targets {
-			ids, err := backfill.Cancel(ctx, pool, p.Name, t, sinks)
-			if err != nil {
-				return fail(err)
-			}
-			if len(ids) == 0 {
-				fmt.Fprintf(stdout, "%s: no backfill running or queued\n", t)
-				continue
-			}
-			for _, id := range ids {
-				fmt.Fprintf(stdout, "%s: cancelled backfill %d\n", t, id)
-			}
+		if err := cancelBackfills(ctx, t, tables, sinks, stdout); err != nil {
+			return fail(err)
 		}
 		return 0
 	}
-	ids, err := backfill.Request(ctx, pool, p.Name, targets, sinks)
+	ids, err := backfill.Request(ctx, pool, p.Name, tables, sinks)
 	if err != nil {
 		return fail(err)
 	}
@@ -88,8 +75,8 @@ func cmdBackfill(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
-	for i, t := range targets {
-		fmt.Fprintf(stdout, "backfill %d of %s to %s queued\n", ids[i], t, sinkList(sinks))
+	for i, table := range tables {
+		fmt.Fprintf(stdout, "backfill %d of %s to %s queued\n", ids[i], table, sinkList(sinks))
 	}
 	if !running {
 		fmt.Fprintf(stdout, "no walcast run streams slot %s now: the backfill starts with the next run\n", p.Source.Slot)
@@ -104,6 +91,25 @@ func cmdBackfill(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	return waitAcknowledged(ctx, pool, p, sinks, stdout)
+}
+
+// cancelBackfills cancels the running or queued backfills of tables (for
+// sinks, every sink when empty) and says which.
+func cancelBackfills(ctx context.Context, t target, tables []backfill.Table, sinks []string, out io.Writer) error {
+	for _, table := range tables {
+		ids, err := backfill.Cancel(ctx, t.db, t.p.Name, table, sinks)
+		if err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			fmt.Fprintf(out, "%s: no backfill running or queued\n", table)
+			continue
+		}
+		for _, id := range ids {
+			fmt.Fprintf(out, "%s: cancelled backfill %d\n", table, id)
+		}
+	}
+	return nil
 }
 
 // What walcast backfill --wait waits for.
@@ -340,28 +346,4 @@ func isTerminal(w io.Writer) bool {
 	}
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
-
-// printBackfills is walcast status's backfill table.
-func printBackfills(ctx context.Context, pool *pgxpool.Pool, pipeline string, out io.Writer) error {
-	if err := backfill.Init(ctx, pool); err != nil {
-		return err
-	}
-	bs, err := backfill.List(ctx, pool, pipeline)
-	if err != nil {
-		return err
-	}
-	if len(bs) == 0 {
-		return nil
-	}
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "BACKFILL\tTABLE\tSINKS\tSTATE\tROWS\tESTIMATE\tUPDATED")
-	for _, b := range bs {
-		state := b.State
-		if b.State == backfill.StateFailed && b.Reason != "" {
-			state += ": " + b.Reason
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\n", b.ID, b.Table, b.SinksText(), state, b.Rows, b.Estimate, b.Updated.UTC().Format(time.RFC3339))
-	}
-	return tw.Flush()
 }

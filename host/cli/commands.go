@@ -31,6 +31,11 @@ your shell profile or the service unit) instead of repeating --plugin-dir.`
 // It is a function, not a variable, because the run functions look their
 // own entry up (through newFlags) and a variable would refer to itself.
 func commands(buildVersion string) []command {
+	return append(append(pipelineCommands(), pluginCommands()...), versionCommand(buildVersion))
+}
+
+// pipelineCommands act on pipeline files.
+func pipelineCommands() []command {
 	return []command{
 		{name: "run", args: "PIPELINE.hcl|DIR...", summary: "run the pipelines until SIGINT/SIGTERM",
 			details: "Streams each pipeline's changes to its sinks. On SIGINT or SIGTERM it stops reading,\n" +
@@ -80,6 +85,12 @@ func commands(buildVersion string) []command {
 			details: "Without --yes it only says what it would drop. Undelivered changes are lost.",
 			example: "teardown pipeline.hcl --yes",
 			run:     cmdTeardown},
+	}
+}
+
+// pluginCommands are the plugin group: install, list, remove, new, test.
+func pluginCommands() []command {
+	return []command{
 		{name: "plugin install", args: "SOURCE", summary: "install a sink plugin and lock its SHA-256",
 			details: "SOURCE is an executable, a directory holding a Go main package, or module/path@version\n" +
 				"(both built with the local go command). The plugin is copied into the first plugin\n" +
@@ -112,17 +123,20 @@ func commands(buildVersion string) []command {
 				"and with an ended context), close. Exits 1 when a check fails.",
 			example: "plugin test ./walcast-sink-batchfiles --config '{\"dir\":\"/tmp/archive\"}'",
 			run:     cmdPluginTest},
-		{name: "version", summary: "print the version",
-			example: "version",
-			run: func(args []string, stdout, stderr io.Writer) int {
-				fs := newFlags("version", stderr)
-				if _, code, ok := parsePositionals(fs, args, stdout, stderr); !ok {
-					return code
-				}
-				fmt.Fprintln(stdout, "walcast", version(buildVersion))
-				return 0
-			}},
 	}
+}
+
+func versionCommand(buildVersion string) command {
+	return command{name: "version", summary: "print the version",
+		example: "version",
+		run: func(args []string, stdout, stderr io.Writer) int {
+			fs := newFlags("version", stderr)
+			if _, code, ok := parsePositionals(fs, args, stdout, stderr); !ok {
+				return code
+			}
+			fmt.Fprintln(stdout, "walcast", version(buildVersion))
+			return 0
+		}}
 }
 
 // lookup finds the command named name ("plugin install").

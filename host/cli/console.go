@@ -16,6 +16,7 @@ import (
 
 	"github.com/walcast/walcast/host/internal/console"
 	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/report"
 )
 
 // EnvConsoleToken is read when --token is not given.
@@ -28,72 +29,121 @@ const consoleReplayWait = 10 * time.Second
 
 // cmdConsole serves the web console for the pipelines until SIGINT/SIGTERM.
 func cmdConsole(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("console", stderr)
-	listen := fs.String("listen", "127.0.0.1:8080", "address to serve the console on")
-	token := fs.String("token", "", "access token required on every request (default $"+EnvConsoleToken+"); needed to listen beyond loopback")
-	pluginDir := fs.String("plugin-dir", "", "directory holding walcast-sink-* plugins (replay when no daemon runs)")
-	sampleEvery := fs.Duration("sample-every", 5*time.Second, "how often to sample each slot's lag")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	paths, code, ok := parseAll(fs, args, stdout, stderr)
+	o, code, ok := parseConsole(args, stdout, stderr)
 	if !ok {
 		return code
 	}
-	if len(paths) == 0 {
-		fmt.Fprint(stderr, "walcast console: want one or more PIPELINE.hcl arguments\n\n")
-		printHelp(stderr, fs)
-		return 2
-	}
-	log, err := newLogger(stderr, *logLevel, "text")
-	if err != nil {
-		fmt.Fprintln(stderr, "walcast console:", err)
-		return 2
-	}
-	if *sampleEvery < time.Second {
-		fmt.Fprintln(stderr, "walcast console: --sample-every must be at least 1s")
-		return 2
-	}
-	if *token == "" {
-		*token = os.Getenv(EnvConsoleToken)
-	}
-	public, err := console.NeedsToken(*listen)
-	if err != nil {
-		fmt.Fprintln(stderr, "walcast console:", err)
-		return 2
-	}
-	if public && *token == "" {
-		fmt.Fprintf(stderr, "walcast console: listening on %s reaches beyond this machine: set a token with --token or $%s\n", *listen, EnvConsoleToken)
-		return 2
-	}
-
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	actions := consoleActions{pipelines: map[string]replayTarget{}, pluginDir: *pluginDir, log: log}
-	var pipelines []*console.Pipeline
-	for _, path := range paths {
-		octx, cancel := context.WithTimeout(ctx, time.Minute)
-		p, store, pool, ok := openStore(octx, path, stderr)
-		cancel()
-		if !ok {
-			return 1
-		}
-		defer pool.Close()
-		if _, dup := actions.pipelines[p.Name]; dup {
-			fmt.Fprintf(stderr, "walcast console: pipeline %q is named by two files\n", p.Name)
-			return 2
-		}
-		actions.pipelines[p.Name] = replayTarget{p: p, store: store, db: pool}
-		cp := &console.Pipeline{Name: p.Name, Slot: p.Source.Slot, Store: store, DB: pool}
-		for _, s := range p.Sinks {
-			cp.Sinks = append(cp.Sinks, console.Sink{ID: s.ID, Type: s.Type, Durable: s.Durable})
-		}
-		pipelines = append(pipelines, cp)
+	targets, code := openConsoleTargets(ctx, o.paths, stderr)
+	if code != 0 {
+		return code
 	}
-	srv, err := console.New(console.Config{Pipelines: pipelines, Actions: actions, Token: *token, SampleEvery: *sampleEvery, Logger: log})
+	defer func() {
+		for _, t := range targets {
+			t.close()
+		}
+	}()
+	actions := consoleActions{pipelines: map[string]target{}, pluginDir: o.pluginDir, log: o.log}
+	var pipelines []*report.Pipeline
+	for _, t := range targets {
+		actions.pipelines[t.p.Name] = t
+		rp := t.report()
+		pipelines = append(pipelines, &rp)
+	}
+	srv, err := console.New(console.Config{Pipelines: pipelines, Actions: actions, Token: o.token, SampleEvery: o.sampleEvery, Logger: o.log})
 	if err != nil {
 		fmt.Fprintln(stderr, "walcast console:", err)
 		return 1
 	}
-	l, err := net.Listen("tcp", *listen)
+	return serveConsole(ctx, srv, o, stdout, stderr)
+}
+
+// consoleOptions are walcast console's arguments.
+type consoleOptions struct {
+	paths       []string
+	listen      string
+	token       string // the flag's, else $WALCAST_CONSOLE_TOKEN's
+	pluginDir   string
+	sampleEvery time.Duration
+	log         *slog.Logger
+}
+
+// parseConsole parses and checks walcast console's arguments; when ok is
+// false the command exits with code, the problem printed.
+func parseConsole(args []string, stdout, stderr io.Writer) (o consoleOptions, code int, ok bool) {
+	fs := newFlags("console", stderr)
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to serve the console on")
+	fs.StringVar(&o.token, "token", "", "access token required on every request (default $"+EnvConsoleToken+"); needed to listen beyond loopback")
+	fs.StringVar(&o.pluginDir, "plugin-dir", "", "directory holding walcast-sink-* plugins (replay when no daemon runs)")
+	fs.DurationVar(&o.sampleEvery, "sample-every", 5*time.Second, "how often to sample each slot's lag")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if o.paths, code, ok = parseAll(fs, args, stdout, stderr); !ok {
+		return o, code, false
+	}
+	if len(o.paths) == 0 {
+		fmt.Fprint(stderr, "walcast console: want one or more PIPELINE.hcl arguments\n\n")
+		printHelp(stderr, fs)
+		return o, 2, false
+	}
+	var err error
+	if o.log, err = newLogger(stderr, *logLevel, "text"); err != nil {
+		fmt.Fprintln(stderr, "walcast console:", err)
+		return o, 2, false
+	}
+	if o.sampleEvery < time.Second {
+		fmt.Fprintln(stderr, "walcast console: --sample-every must be at least 1s")
+		return o, 2, false
+	}
+	if o.token == "" {
+		o.token = os.Getenv(EnvConsoleToken)
+	}
+	public, err := console.NeedsToken(o.listen)
+	if err != nil {
+		fmt.Fprintln(stderr, "walcast console:", err)
+		return o, 2, false
+	}
+	if public && o.token == "" {
+		fmt.Fprintf(stderr, "walcast console: listening on %s reaches beyond this machine: set a token with --token or $%s\n", o.listen, EnvConsoleToken)
+		return o, 2, false
+	}
+	return o, 0, true
+}
+
+// openConsoleTargets opens every pipeline the console shows, each within
+// a minute. On a problem it closes those it opened and returns the exit
+// code (0: none).
+func openConsoleTargets(ctx context.Context, paths []string, stderr io.Writer) ([]target, int) {
+	var ts []target
+	fail := func(code int) ([]target, int) {
+		for _, t := range ts {
+			t.close()
+		}
+		return nil, code
+	}
+	names := map[string]bool{}
+	for _, path := range paths {
+		octx, cancel := context.WithTimeout(ctx, time.Minute)
+		t, ok := openTarget(octx, path, stderr)
+		cancel()
+		if !ok {
+			return fail(1)
+		}
+		ts = append(ts, t)
+		if names[t.p.Name] {
+			fmt.Fprintf(stderr, "walcast console: pipeline %q is named by two files\n", t.p.Name)
+			return fail(2)
+		}
+		names[t.p.Name] = true
+	}
+	return ts, 0
+}
+
+// serveConsole listens, says where, and serves srv (sampling lag
+// meanwhile) until ctx ends; then it shuts the server down, letting
+// requests in progress finish for up to 5 s.
+func serveConsole(ctx context.Context, srv *console.Server, o consoleOptions, stdout, stderr io.Writer) int {
+	l, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		fmt.Fprintln(stderr, "walcast console:", err)
 		return 1
@@ -107,7 +157,7 @@ func cmdConsole(args []string, stdout, stderr io.Writer) int {
 		hs.Shutdown(sctx)
 	}()
 	url := "http://" + l.Addr().String() + "/"
-	if *token != "" {
+	if o.token != "" {
 		fmt.Fprintf(stdout, "walcast console on %s (open %s?token=<your token> once)\n", url, url)
 	} else {
 		fmt.Fprintf(stdout, "walcast console on %s\n", url)
@@ -122,7 +172,7 @@ func cmdConsole(args []string, stdout, stderr io.Writer) int {
 // consoleActions carries out the console's buttons with the functions
 // behind `walcast replay`, `pause` and `resume`.
 type consoleActions struct {
-	pipelines map[string]replayTarget
+	pipelines map[string]target
 	pluginDir string
 	log       *slog.Logger
 }
@@ -147,5 +197,5 @@ func (a consoleActions) SetPaused(ctx context.Context, pipeline, sink string, pa
 	if !ok {
 		return "", fmt.Errorf("no pipeline %q", pipeline)
 	}
-	return applyPause(ctx, t.p, t.store, sink, paused)
+	return applyPause(ctx, t, sink, paused)
 }

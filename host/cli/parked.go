@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/walcast/walcast/host/internal/config"
 	"github.com/walcast/walcast/host/internal/control/checkpoint"
@@ -19,28 +18,6 @@ import (
 	"github.com/walcast/walcast/host/internal/delivery/schedule"
 	"github.com/walcast/walcast/pluginkit"
 )
-
-// openStore loads a pipeline and connects to its control plane. The pool
-// also serves the command's other queries; the caller closes it.
-func openStore(ctx context.Context, path string, stderr io.Writer) (*config.Pipeline, *checkpoint.Store, *pgxpool.Pool, bool) {
-	p, diags := config.Load(path)
-	if diags.HasErrors() {
-		fmt.Fprint(stderr, config.FormatDiagnostics(diags))
-		return nil, nil, nil, false
-	}
-	pool, err := daemon.Connect(ctx, p.Source.DSN)
-	if err != nil {
-		fmt.Fprintln(stderr, "walcast:", err)
-		return nil, nil, nil, false
-	}
-	store := checkpoint.New(pool, p.Name)
-	if err := store.Init(ctx); err != nil {
-		pool.Close()
-		fmt.Fprintln(stderr, "walcast:", err)
-		return nil, nil, nil, false
-	}
-	return p, store, pool, true
-}
 
 func cmdParked(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("parked", stderr)
@@ -51,12 +28,12 @@ func cmdParked(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, store, pool, ok := openStore(ctx, path, stderr)
+	t, ok := openTarget(ctx, path, stderr)
 	if !ok {
 		return 1
 	}
-	defer pool.Close()
-	ps, err := store.ListParked(ctx, *sink, "")
+	defer t.close()
+	ps, err := t.store.ListParked(ctx, *sink, "")
 	if err != nil {
 		fmt.Fprintln(stderr, "walcast parked:", err)
 		return 1
@@ -107,13 +84,13 @@ func cmdReplay(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	p, store, pool, ok := openStore(ctx, path, stderr)
+	t, ok := openTarget(ctx, path, stderr)
 	if !ok {
 		return 1
 	}
-	defer pool.Close()
+	defer t.close()
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	err := replayParked(ctx, replayTarget{p: p, store: store, db: pool}, req, *wait, *pluginDir, log, stdout, stderr)
+	err := replayParked(ctx, t, req, *wait, *pluginDir, log, stdout, stderr)
 	switch {
 	case errors.Is(err, errStillParked):
 		return 1 // each failure has been reported
@@ -122,13 +99,6 @@ func cmdReplay(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-// replayTarget is the pipeline a replay acts on and its control plane.
-type replayTarget struct {
-	p     *config.Pipeline
-	store *checkpoint.Store
-	db    checkpoint.Querier
 }
 
 // errStillParked says that a direct replay left rows parked; each failure
@@ -141,7 +111,7 @@ var errStillParked = errors.New("rows still parked")
 // to wait for the events to leave walcast.parked), else directly with the
 // sink's plugin from pluginDir. Progress goes to out, the failures of a
 // direct replay to errOut.
-func replayParked(ctx context.Context, t replayTarget, req checkpoint.ReplayRequest, wait time.Duration,
+func replayParked(ctx context.Context, t target, req checkpoint.ReplayRequest, wait time.Duration,
 	pluginDir string, log *slog.Logger, out, errOut io.Writer) error {
 	p, store := t.p, t.store
 	var sink *config.Sink

@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"io"
 	"time"
-
-	"github.com/walcast/walcast/host/internal/config"
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
 )
 
 // cmdPause and cmdResume record an operator pause in walcast.pauses and
@@ -31,12 +28,12 @@ func setPaused(name string, paused bool, args []string, stdout, stderr io.Writer
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	p, store, pool, ok := openStore(ctx, path, stderr)
+	t, ok := openTarget(ctx, path, stderr)
 	if !ok {
 		return 1
 	}
-	defer pool.Close()
-	msg, err := applyPause(ctx, p, store, *sinkID, paused)
+	defer t.close()
+	msg, err := applyPause(ctx, t, *sinkID, paused)
 	if err != nil {
 		fmt.Fprintf(stderr, "walcast %s: %v\n", name, err)
 		return 1
@@ -45,10 +42,11 @@ func setPaused(name string, paused bool, args []string, stdout, stderr io.Writer
 	return 0
 }
 
-// applyPause pauses or resumes one sink of p (the whole pipeline when
+// applyPause pauses or resumes one sink of t (the whole pipeline when
 // sinkID is empty), as `walcast pause`/`resume` and the console's buttons
 // do, and returns what it did in words, one or more lines.
-func applyPause(ctx context.Context, p *config.Pipeline, store *checkpoint.Store, sinkID string, paused bool) (string, error) {
+func applyPause(ctx context.Context, t target, sinkID string, paused bool) (string, error) {
+	p, store := t.p, t.store
 	what := "pipeline " + p.Name
 	if sinkID != "" {
 		found := false

@@ -112,9 +112,8 @@ func loadPipelines(paths []string, stderr io.Writer) ([]*config.Pipeline, error)
 	seen := map[string]string{}
 	bad := false
 	for _, f := range files {
-		p, diags := config.Load(f)
-		if diags.HasErrors() {
-			fmt.Fprint(stderr, config.FormatDiagnostics(diags))
+		p, ok := loadPipeline(f, stderr)
+		if !ok {
 			bad = true
 			continue
 		}

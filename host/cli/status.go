@@ -3,22 +3,15 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"maps"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
-	"github.com/walcast/walcast/host/internal/control/leader"
 	"github.com/walcast/walcast/host/internal/delivery/isolate"
-	"github.com/walcast/walcast/host/internal/source/capture"
-	"github.com/walcast/walcast/host/internal/units"
+	"github.com/walcast/walcast/host/internal/report"
+	"github.com/walcast/walcast/host/internal/source/backfill"
 	"github.com/walcast/walcast/pluginkit"
 )
 
@@ -26,7 +19,7 @@ import (
 // slot (active, confirmed position, WAL it retains), each sink's
 // checkpoint and parked events, and the last day's metered attempts. It
 // reads only the source database, so it works from any machine while the
-// daemon runs.
+// daemon runs. Text and JSON are rendered from the same reads.
 func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("status", stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of text, for scripts")
@@ -34,249 +27,318 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	// With --json the text goes nowhere and the report is printed at the
-	// end: both come from the same reads.
-	var rep statusReport
-	text := stdout
-	if *asJSON {
-		text = io.Discard
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	p, store, pool, ok := openStore(ctx, path, stderr)
+	t, ok := openTarget(ctx, path, stderr)
 	if !ok {
 		return 1
 	}
-	defer pool.Close()
+	defer t.close()
+	st, err := report.Gather(ctx, t.report(), report.Parts{Operations: true})
+	if err != nil {
+		fmt.Fprintln(stderr, "walcast status:", err)
+		return 1
+	}
+	if !*asJSON {
+		writeStatus(stdout, st, path, time.Now())
+		return 0
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(statusJSON(st, time.Now())); err != nil {
+		fmt.Fprintln(stderr, "walcast status:", err)
+		return 1
+	}
+	return 0
+}
 
-	fmt.Fprintf(text, "pipeline %s\n", p.Name)
-	rep.Pipeline, rep.Slot.Name = p.Name, p.Source.Slot
-	// Who streams it: the holder of the pipeline's leadership lock.
-	h, streamed, err := leader.Current(ctx, pool, p.Name)
-	if err != nil {
-		fmt.Fprintln(stderr, "walcast status:", err)
-		return 1
+// writeStatus is walcast status's text: who leads the pipeline, its slot
+// and streams, what keeps walcast run from starting, a line per sink,
+// then the sinks detached from the live stream or stopped, and the
+// backfills. path is the pipeline file, for the command that resumes it.
+func writeStatus(w io.Writer, st report.State, path string, now time.Time) {
+	writeLeadership(w, st)
+	writeSlot(w, st.Slot)
+	writeStreams(w, st)
+	writeRefusals(w, st, path)
+	writeSinks(w, st, now)
+	writeCatchups(w, st.Catchups)
+	for _, s := range st.Sinks {
+		if f := s.Failure; f != nil {
+			fmt.Fprintf(w, "sink %s stopped at %s: %s\n", s.ID, f.At.UTC().Format(time.RFC3339), f.Error)
+		}
 	}
-	if streamed {
-		rep.Leader = &statusLeader{Name: h.Name, PID: h.PID, Since: h.Since.UTC()}
-		fmt.Fprintf(text, "leader: %s (backend pid %d) since %s; other walcast run processes of this pipeline stand by\n", h.Name, h.PID, h.Since.UTC().Format(time.RFC3339))
+	writeBackfills(w, st.Backfills)
+}
+
+// writeLeadership names the pipeline, the walcast run that leads it (the
+// holder of its leadership lock) and those that would take over (every
+// walcast run announces itself on the source, see leader.Presence).
+func writeLeadership(w io.Writer, st report.State) {
+	fmt.Fprintf(w, "pipeline %s\n", st.Pipeline)
+	if h := st.Leader; h != nil {
+		fmt.Fprintf(w, "leader: %s (backend pid %d) since %s; other walcast run processes of this pipeline stand by\n", h.Name, h.PID, h.Since.UTC().Format(time.RFC3339))
 	} else {
-		fmt.Fprintln(text, "leader: none (no walcast run streams this pipeline)")
+		fmt.Fprintln(w, "leader: none (no walcast run streams this pipeline)")
 	}
-	// Who would take over: every walcast run of the pipeline announces
-	// itself on the source (see leader.Presence).
-	standbys, err := leader.Standbys(ctx, pool, p.Name, h.Name)
-	if err != nil {
-		fmt.Fprintln(stderr, "walcast status:", err)
-		return 1
+	for _, s := range st.Standbys {
+		fmt.Fprintf(w, "standby: %s (backend pid %d) since %s\n", s.Name, s.PID, s.Since.UTC().Format(time.RFC3339))
 	}
-	rep.Standbys = []statusLeader{}
-	for _, s := range standbys {
-		rep.Standbys = append(rep.Standbys, statusLeader{Name: s.Name, PID: s.PID, Since: s.Since.UTC()})
-		fmt.Fprintf(text, "standby: %s (backend pid %d) since %s\n", s.Name, s.PID, s.Since.UTC().Format(time.RFC3339))
-	}
-	var active bool
-	var confirmed, walStatus string
-	var retained int64
-	missing := false
-	err = pool.QueryRow(ctx, `
-SELECT active, coalesce(confirmed_flush_lsn::text, ''), coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint, coalesce(wal_status, '')
-FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &confirmed, &retained, &walStatus)
+}
+
+// writeSlot describes the slot when it exists; writeRefusals says that
+// it does not, with whether walcast run would create it.
+func writeSlot(w io.Writer, s report.Slot) {
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		missing = true
-	case err != nil:
-		fmt.Fprintln(stderr, "walcast status:", err)
-		return 1
-	case walStatus == "lost":
-		rep.Slot.State = "lost"
-		fmt.Fprintf(text, "slot %s: lost (invalidated: PostgreSQL removed WAL it still needed, max_slot_wal_keep_size; it can no longer stream)\n", p.Source.Slot)
+	case !s.Exists:
+	case s.WALStatus == "lost":
+		fmt.Fprintf(w, "slot %s: lost (invalidated: PostgreSQL removed WAL it still needed, max_slot_wal_keep_size; it can no longer stream)\n", s.Name)
 	default:
 		state := "inactive (no walcast run streams from it)"
-		rep.Slot.State = "inactive"
-		if active {
-			state, rep.Slot.State = "active", "active"
+		if s.Active {
+			state = "active"
 		}
-		rep.Slot.ConfirmedFlushLSN, rep.Slot.RetainedWALBytes, rep.Slot.WALStatus = confirmed, retained, walStatus
-		fmt.Fprintf(text, "slot %s: %s, confirmed up to %s, retaining %s of WAL", p.Source.Slot, state, confirmed, units.Bytes(retained))
-		if walStatus == "unreserved" {
-			fmt.Fprint(text, ", wal_status unreserved (past max_wal_size: PostgreSQL invalidates it at the next checkpoint unless it catches up)")
+		fmt.Fprintf(w, "slot %s: %s, confirmed up to %s, retaining %s of WAL", s.Name, state, s.Confirmed, report.Bytes(s.Retained))
+		if s.WALStatus == "unreserved" {
+			fmt.Fprint(w, ", wal_status unreserved (past max_wal_size: PostgreSQL invalidates it at the next checkpoint unless it catches up)")
 		}
-		fmt.Fprintln(text)
+		fmt.Fprintln(w)
 	}
-	if rep.Streams, err = printStreams(ctx, store, p.Source.Slot, streamed, text); err != nil {
-		fmt.Fprintln(stderr, "walcast status:", err)
-		return 1
+}
+
+// writeStreams prints the leader's last report of its replication
+// streams (the pipeline's slot first). Without a leader there is nothing
+// to say; a leader that has not reported for a while is named as such.
+func writeStreams(w io.Writer, st report.State) {
+	if st.Leader == nil {
+		return
 	}
-	ccfg := capture.Config{DSN: p.Source.DSN, Slot: p.Source.Slot, Publication: p.Source.Publication, Tables: p.Source.Tables}
-	gap, err := capture.Diagnose(ctx, pool, store, ccfg)
-	if err != nil {
-		fmt.Fprintln(stderr, "walcast status:", err)
-		return 1
+	for _, s := range st.Streams {
+		what := "replication stream"
+		if s.Slot != st.Slot.Name {
+			what = "catch-up stream"
+		}
+		state := "streaming"
+		if !s.Streaming {
+			state = "reconnecting"
+		}
+		fmt.Fprintf(w, "%s of slot %s: %s", what, s.Slot, state)
+		if s.ReceiveTimeout > 0 {
+			fmt.Fprintf(w, ", receive_timeout %s", s.ReceiveTimeout)
+		}
+		if s.ReceiveTimeouts > 0 {
+			fmt.Fprintf(w, "; the leader ended %d silent stream(s) and reconnected, the last at %s (nothing arrived within the receive timeout: a dropped connection or a vanished server)",
+				s.ReceiveTimeouts, s.LastReceiveTimeout.UTC().Format(time.RFC3339))
+		}
+		fmt.Fprintln(w)
 	}
+	if len(st.Streams) == 0 || st.Streams[0].Slot != st.Slot.Name {
+		fmt.Fprintf(w, "replication stream of slot %s: no report from the leader in the last 15 s\n", st.Slot.Name)
+	}
+}
+
+// writeRefusals says what keeps the pipeline from streaming: a missing
+// slot, why walcast run would refuse to start, the gaps accepted so far
+// and a pause.
+func writeRefusals(w io.Writer, st report.State, path string) {
 	switch {
-	case missing && gap == nil:
-		fmt.Fprintf(text, "slot %s: does not exist (walcast run creates it)\n", p.Source.Slot)
-	case missing:
-		fmt.Fprintf(text, "slot %s: does not exist\n", p.Source.Slot)
+	case !st.Slot.Exists && st.Refusal == nil:
+		fmt.Fprintf(w, "slot %s: does not exist (walcast run creates it)\n", st.Slot.Name)
+	case !st.Slot.Exists:
+		fmt.Fprintf(w, "slot %s: does not exist\n", st.Slot.Name)
 	}
-	if missing {
-		rep.Slot.State = "missing"
+	if g := st.Refusal; g != nil {
+		fmt.Fprintf(w, "walcast run refuses to start (%s): %s\n", g.Kind, g.What)
 	}
-	if gap != nil {
-		rep.Refusal = gap.What
-		fmt.Fprintf(text, "walcast run refuses to start (%s): %s\n", gap.Kind, gap.What)
-	}
-	gaps, err := store.Gaps(ctx)
-	if err != nil {
-		fmt.Fprintln(stderr, "walcast status:", err)
-		return 1
-	}
-	for _, g := range gaps {
-		fmt.Fprintf(text, "gap accepted %s (%s): sink %s missed the changes after %s up to %s\n",
+	for _, g := range st.Gaps {
+		fmt.Fprintf(w, "gap accepted %s (%s): sink %s missed the changes after %s up to %s\n",
 			g.AcceptedAt.UTC().Format(time.RFC3339), g.Reason, g.Sink, g.From, pluginkit.FormatLSN(g.To))
 	}
+	if !st.Paused.IsZero() {
+		fmt.Fprintf(w, "paused since %s (walcast resume %s)\n", st.Paused.UTC().Format(time.RFC3339), path)
+	}
+}
 
-	marks, err := store.Load(ctx)
-	if err != nil {
-		fmt.Fprintln(stderr, "walcast status:", err)
-		return 1
+// writeSinks is the table of sinks: state, checkpoint, backlog, parked
+// events and the last day's metered attempts.
+func writeSinks(w io.Writer, st report.State, now time.Time) {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SINK\tTYPE\tSTATE\tCHECKPOINT\tBACKLOG\tPARKED\tATTEMPTS 24H\tDELIVERED 24H\tFAILED 24H\tBYTES 24H")
+	for _, s := range st.Sinks {
+		backlog := "-"
+		if backlogShown(st, s) {
+			b := s.Backlog
+			backlog = fmt.Sprintf("%d (%s)", b.Events, report.Bytes(b.Bytes))
+			if !b.Oldest.IsZero() {
+				backlog += fmt.Sprintf(", oldest %s", time.Duration(backlogAge(s)*float64(time.Second)).Round(time.Second))
+			}
+		}
+		d := lastDay(s, now)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", s.ID, s.Type, sinkState(st, s), checkpointText(s), backlog,
+			s.Parked.Count, d.attempts, d.delivered, d.failed, report.Bytes(d.bytes))
 	}
-	parked, err := store.ListParked(ctx, "", "")
-	if err != nil {
-		fmt.Fprintln(stderr, "walcast status:", err)
-		return 1
-	}
-	perSink := map[string]int{}
-	for _, pe := range parked {
-		perSink[pe.Sink]++
-	}
-	pauses, err := store.LoadPauses(ctx)
-	if err != nil {
-		fmt.Fprintln(stderr, "walcast status:", err)
-		return 1
-	}
-	if !pauses.Pipeline.IsZero() {
-		fmt.Fprintf(text, "paused since %s (walcast resume %s)\n", pauses.Pipeline.UTC().Format(time.RFC3339), path)
-	}
-	failures, err := store.LoadSinkFailures(ctx)
-	if err != nil {
-		fmt.Fprintln(stderr, "walcast status:", err)
-		return 1
-	}
-	usage, err := store.LoadUsage(ctx)
-	if err != nil {
-		fmt.Fprintln(stderr, "walcast status:", err)
-		return 1
-	}
-	type day struct{ attempts, delivered, failed, bytes int64 }
-	last24 := map[string]*day{}
-	for _, u := range usage {
-		if time.Since(u.Hour) > 24*time.Hour {
+	tw.Flush()
+}
+
+// writeCatchups describes each sink detached onto a catch-up slot of its
+// own, and refuses for each such slot that is gone.
+func writeCatchups(w io.Writer, cs []isolate.SlotState) {
+	for _, c := range cs {
+		if c.Lost {
+			fmt.Fprintf(w, "walcast run refuses to start (catch-up slot lost): %s\n", lostCatchup(c))
 			continue
 		}
-		d := last24[u.Sink]
-		if d == nil {
-			d = &day{}
-			last24[u.Sink] = d
+		fmt.Fprintf(w, "sink %s: %s on its own slot %s since %s, retaining %s of WAL, %s behind the pipeline's slot (it fell behind; it rejoins the live stream once it has caught up)\n",
+			c.Sink, strings.ReplaceAll(c.Mode, "_", " "), c.Slot, c.Since.UTC().Format(time.RFC3339), report.Bytes(c.RetainedWAL), report.Bytes(c.BehindBytes))
+	}
+}
+
+// writeBackfills is the table of backfills, when there are any.
+func writeBackfills(w io.Writer, bs []backfill.Backfill) {
+	if len(bs) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "BACKFILL\tTABLE\tSINKS\tSTATE\tROWS\tESTIMATE\tUPDATED")
+	for _, b := range bs {
+		state := b.State
+		if b.State == backfill.StateFailed && b.Reason != "" {
+			state += ": " + b.Reason
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\n", b.ID, b.Table, b.SinksText(), state, b.Rows, b.Estimate, b.Updated.UTC().Format(time.RFC3339))
+	}
+	tw.Flush()
+}
+
+// sinkState is a sink's state in one word or a few: "running" only while
+// a walcast run leads the pipeline; without one nothing is delivered,
+// whatever else is true.
+func sinkState(st report.State, s report.SinkState) string {
+	switch {
+	case s.Failure != nil:
+		return "stopped"
+	case s.Paused:
+		return "paused"
+	case st.Leader == nil:
+		return "idle (no walcast run)"
+	}
+	return "running"
+}
+
+func checkpointText(s report.SinkState) string {
+	if s.Checkpoint == nil {
+		return "-"
+	}
+	return s.Checkpoint.String()
+}
+
+// backlogShown reports whether walcast status shows s's backlog. It lives
+// in the leading daemon's memory, which reports it every couple of
+// seconds: without a leader, or with an old report, it says nothing of
+// now.
+func backlogShown(st report.State, s report.SinkState) bool {
+	return st.Leader != nil && s.Backlog != nil
+}
+
+// backlogAge is how old, in seconds, the oldest event of s's backlog was
+// when the daemon reported it.
+func backlogAge(s report.SinkState) float64 {
+	return max(s.Backlog.Updated.Sub(s.Backlog.Oldest).Seconds(), 0)
+}
+
+// day is a sink's metered attempts over the last 24 hours.
+type day struct{ attempts, delivered, failed, bytes int64 }
+
+func lastDay(s report.SinkState, now time.Time) day {
+	var d day
+	for _, u := range s.Usage {
+		if now.Sub(u.Hour) > 24*time.Hour {
+			continue
 		}
 		d.attempts += u.Attempts
 		d.delivered += u.Delivered
 		d.failed += u.Failed
 		d.bytes += u.Bytes
 	}
-	backlogs, dbNow, err := store.LoadBacklogs(ctx)
-	if err != nil {
-		fmt.Fprintln(stderr, "walcast status:", err)
-		return 1
+	return d
+}
+
+// lostCatchup explains why walcast run refuses to start while a catch-up
+// slot is gone.
+func lostCatchup(c isolate.SlotState) string {
+	return fmt.Sprintf("catch-up slot %s of sink %s does not exist, but the sink was catching up from it: the changes it had not received are in no other slot; run walcast run PIPELINE.hcl --accept-gap once to resume it from the pipeline's slot with the gap recorded", c.Slot, c.Sink)
+}
+
+// statusJSON is walcast status --json: the facts of the text, for
+// scripts.
+func statusJSON(st report.State, now time.Time) statusReport {
+	rep := statusReport{Pipeline: st.Pipeline, Standbys: []statusLeader{}, Slot: slotJSON(st.Slot), Streams: []statusStream{}}
+	if h := st.Leader; h != nil {
+		rep.Leader = &statusLeader{Name: h.Name, PID: h.PID, Since: h.Since.UTC()}
 	}
-	tw := tabwriter.NewWriter(text, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SINK\tTYPE\tSTATE\tCHECKPOINT\tBACKLOG\tPARKED\tATTEMPTS 24H\tDELIVERED 24H\tFAILED 24H\tBYTES 24H")
-	for _, s := range p.Sinks {
-		cp := "-"
-		if id, ok := marks[s.ID]; ok {
-			cp = id.String()
-		}
-		d := last24[s.ID]
-		if d == nil {
-			d = &day{}
-		}
-		// "running" only while a walcast run leads the pipeline; without
-		// one nothing is delivered, whatever else is true.
-		state := "running"
-		if !streamed {
-			state = "idle (no walcast run)"
-		}
-		if _, paused := pauses.Paused(s.ID); paused {
-			state = "paused"
-		}
-		if _, failed := failures[s.ID]; failed {
-			state = "stopped"
-		}
-		// The backlog lives in the leading daemon's memory; it reports it
-		// every couple of seconds. An old report says nothing of now.
-		backlog := "-"
-		var bl *statusBacklog
-		if b, ok := backlogs[s.ID]; ok && streamed && b.FreshAt(dbNow) {
-			bl = &statusBacklog{Events: b.Events, Bytes: b.Bytes}
-			backlog = fmt.Sprintf("%d (%s)", b.Events, units.Bytes(b.Bytes))
-			if !b.Oldest.IsZero() {
-				bl.OldestSeconds = max(b.Updated.Sub(b.Oldest).Seconds(), 0)
-				backlog += fmt.Sprintf(", oldest %s", time.Duration(bl.OldestSeconds*float64(time.Second)).Round(time.Second))
-			}
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", s.ID, s.Type, state, cp, backlog, perSink[s.ID], d.attempts, d.delivered, d.failed, units.Bytes(d.bytes))
-		sr := statusSink{ID: s.ID, Type: s.Type, State: state, Mode: "live", Checkpoint: cp, Backlog: bl, Parked: perSink[s.ID],
-			Attempts24h: d.attempts, Delivered24h: d.delivered, Failed24h: d.failed, Bytes24h: d.bytes}
-		if f, ok := failures[s.ID]; ok {
-			sr.LastError = f.Error
-		}
-		rep.Sinks = append(rep.Sinks, sr)
+	for _, s := range st.Standbys {
+		rep.Standbys = append(rep.Standbys, statusLeader{Name: s.Name, PID: s.PID, Since: s.Since.UTC()})
 	}
-	tw.Flush()
-	cus, err := isolate.States(ctx, pool, p.Name)
-	if err != nil {
-		fmt.Fprintln(stderr, "walcast status:", err)
-		return 1
+	for _, s := range st.Streams {
+		ss := statusStream{Slot: s.Slot, Streaming: s.Streaming, ReceiveTimeoutSeconds: s.ReceiveTimeout.Seconds(), ReceiveTimeouts: s.ReceiveTimeouts}
+		if s.ReceiveTimeouts > 0 {
+			last := s.LastReceiveTimeout.UTC()
+			ss.LastReceiveTimeout = &last
+		}
+		rep.Streams = append(rep.Streams, ss)
 	}
-	for _, c := range cus {
+	if st.Refusal != nil {
+		rep.Refusal = st.Refusal.What
+	}
+	for _, s := range st.Sinks {
+		rep.Sinks = append(rep.Sinks, sinkJSON(st, s, now))
+	}
+	for _, c := range st.Catchups {
 		for i := range rep.Sinks {
-			if rep.Sinks[i].ID == c.Sink {
-				sk := &rep.Sinks[i]
-				sk.Mode, sk.CatchupSlot = c.Mode, c.Slot
+			if sk := &rep.Sinks[i]; sk.ID == c.Sink {
 				since := c.Since
+				sk.Mode, sk.CatchupSlot = c.Mode, c.Slot
 				sk.CatchupSince, sk.CatchupRetainedWALBytes, sk.CatchupBehindBytes = &since, c.RetainedWAL, c.BehindBytes
 			}
 		}
-		if c.Lost {
-			what := fmt.Sprintf("catch-up slot %s of sink %s does not exist, but the sink was catching up from it: the changes it had not received are in no other slot; run walcast run PIPELINE.hcl --accept-gap once to resume it from the pipeline's slot with the gap recorded", c.Slot, c.Sink)
-			if rep.Refusal == "" {
-				rep.Refusal = what
-			}
-			fmt.Fprintf(text, "walcast run refuses to start (catch-up slot lost): %s\n", what)
-			continue
-		}
-		fmt.Fprintf(text, "sink %s: %s on its own slot %s since %s, retaining %s of WAL, %s behind the pipeline's slot (it fell behind; it rejoins the live stream once it has caught up)\n",
-			c.Sink, strings.ReplaceAll(c.Mode, "_", " "), c.Slot, c.Since.UTC().Format(time.RFC3339), units.Bytes(c.RetainedWAL), units.Bytes(c.BehindBytes))
-	}
-	for _, s := range p.Sinks {
-		if f, ok := failures[s.ID]; ok {
-			fmt.Fprintf(text, "sink %s stopped at %s: %s\n", s.ID, f.At.UTC().Format(time.RFC3339), f.Error)
+		if c.Lost && rep.Refusal == "" {
+			rep.Refusal = lostCatchup(c)
 		}
 	}
-	if err := printBackfills(ctx, pool, p.Name, text); err != nil {
-		fmt.Fprintln(stderr, "walcast status:", err)
-		return 1
+	return rep
+}
+
+func slotJSON(s report.Slot) statusSlot {
+	out := statusSlot{Name: s.Name}
+	switch {
+	case !s.Exists:
+		out.State = "missing"
+	case s.WALStatus == "lost":
+		out.State = "lost"
+	default:
+		out.State = "inactive"
+		if s.Active {
+			out.State = "active"
+		}
+		out.ConfirmedFlushLSN, out.RetainedWALBytes, out.WALStatus = s.Confirmed, s.Retained, s.WALStatus
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			fmt.Fprintln(stderr, "walcast status:", err)
-			return 1
+	return out
+}
+
+func sinkJSON(st report.State, s report.SinkState, now time.Time) statusSink {
+	d := lastDay(s, now)
+	out := statusSink{ID: s.ID, Type: s.Type, State: sinkState(st, s), Mode: "live", Checkpoint: checkpointText(s), Parked: s.Parked.Count,
+		Attempts24h: d.attempts, Delivered24h: d.delivered, Failed24h: d.failed, Bytes24h: d.bytes}
+	if backlogShown(st, s) {
+		out.Backlog = &statusBacklog{Events: s.Backlog.Events, Bytes: s.Backlog.Bytes}
+		if !s.Backlog.Oldest.IsZero() {
+			out.Backlog.OldestSeconds = backlogAge(s)
 		}
 	}
-	return 0
+	if s.Failure != nil {
+		out.LastError = s.Failure.Error
+	}
+	return out
 }
 
 // statusReport is walcast status --json: the same facts as the text.
@@ -286,13 +348,7 @@ type statusReport struct {
 	// Standbys are the other walcast run processes of the pipeline, in the
 	// order they started.
 	Standbys []statusLeader `json:"standbys"`
-	Slot     struct {
-		Name              string `json:"name"`
-		State             string `json:"state"` // active, inactive, missing, lost
-		ConfirmedFlushLSN string `json:"confirmed_flush_lsn,omitempty"`
-		RetainedWALBytes  int64  `json:"retained_wal_bytes"`
-		WALStatus         string `json:"wal_status,omitempty"`
-	} `json:"slot"`
+	Slot     statusSlot     `json:"slot"`
 	// Streams are the leader's replication streams as it last reported
 	// them: the pipeline's first, then the catch-up stream of each
 	// detached sink. Empty without a leader or a fresh report.
@@ -300,6 +356,14 @@ type statusReport struct {
 	// Refusal is why walcast run would refuse to start, if it would.
 	Refusal string       `json:"refusal,omitempty"`
 	Sinks   []statusSink `json:"sinks"`
+}
+
+type statusSlot struct {
+	Name              string `json:"name"`
+	State             string `json:"state"` // active, inactive, missing, lost
+	ConfirmedFlushLSN string `json:"confirmed_flush_lsn,omitempty"`
+	RetainedWALBytes  int64  `json:"retained_wal_bytes"`
+	WALStatus         string `json:"wal_status,omitempty"`
 }
 
 // statusStream is one replication stream of the leader.
@@ -313,56 +377,6 @@ type statusStream struct {
 	ReceiveTimeoutSeconds float64    `json:"receive_timeout_seconds"`
 	ReceiveTimeouts       int64      `json:"receive_timeouts"`
 	LastReceiveTimeout    *time.Time `json:"last_receive_timeout"`
-}
-
-// printStreams prints the leader's last report of its replication streams
-// (the pipeline's slot first) and returns them for --json. Without a
-// leader there is nothing to say; a leader that has not reported for a
-// while is named as such.
-func printStreams(ctx context.Context, store *checkpoint.Store, slot string, streamed bool, text io.Writer) ([]statusStream, error) {
-	out := []statusStream{}
-	if !streamed {
-		return out, nil
-	}
-	reports, now, err := store.LoadStreams(ctx)
-	if err != nil {
-		return nil, err
-	}
-	slots := slices.Sorted(maps.Keys(reports))
-	if i := slices.Index(slots, slot); i > 0 {
-		slots = append(append([]string{slot}, slots[:i]...), slots[i+1:]...)
-	}
-	for _, s := range slots {
-		st := reports[s]
-		if !st.FreshAt(now) {
-			continue
-		}
-		ss := statusStream{Slot: s, Streaming: st.Streaming, ReceiveTimeoutSeconds: st.ReceiveTimeout.Seconds(), ReceiveTimeouts: st.ReceiveTimeouts}
-		what := "replication stream"
-		if s != slot {
-			what = "catch-up stream"
-		}
-		state := "streaming"
-		if !st.Streaming {
-			state = "reconnecting"
-		}
-		fmt.Fprintf(text, "%s of slot %s: %s", what, s, state)
-		if st.ReceiveTimeout > 0 {
-			fmt.Fprintf(text, ", receive_timeout %s", st.ReceiveTimeout)
-		}
-		if st.ReceiveTimeouts > 0 {
-			last := st.LastReceiveTimeout.UTC()
-			ss.LastReceiveTimeout = &last
-			fmt.Fprintf(text, "; the leader ended %d silent stream(s) and reconnected, the last at %s (nothing arrived within the receive timeout: a dropped connection or a vanished server)",
-				st.ReceiveTimeouts, last.Format(time.RFC3339))
-		}
-		fmt.Fprintln(text)
-		out = append(out, ss)
-	}
-	if _, ok := reports[slot]; !ok || !reports[slot].FreshAt(now) {
-		fmt.Fprintf(text, "replication stream of slot %s: no report from the leader in the last 15 s\n", slot)
-	}
-	return out, nil
 }
 
 type statusLeader struct {

@@ -6,9 +6,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/walcast/walcast/host/internal/config"
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
-	"github.com/walcast/walcast/host/internal/daemon"
 	"github.com/walcast/walcast/host/internal/delivery/isolate"
 	"github.com/walcast/walcast/host/internal/source/capture"
 )
@@ -21,9 +18,8 @@ func cmdTeardown(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	p, diags := config.Load(path)
-	if diags.HasErrors() {
-		fmt.Fprint(stderr, config.FormatDiagnostics(diags))
+	p, ok := loadPipeline(path, stderr)
+	if !ok {
 		return 1
 	}
 	if !*yes {
@@ -38,14 +34,13 @@ Run again with --yes to do it.
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pool, err := daemon.Connect(ctx, p.Source.DSN)
+	t, err := dial(ctx, p)
 	if err != nil {
 		fmt.Fprintln(stderr, "walcast teardown:", err)
 		return 1
 	}
-	defer pool.Close()
-	store := checkpoint.New(pool, p.Name)
-	n, err := store.CountParked(ctx)
+	defer t.close()
+	n, err := t.store.CountParked(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "walcast teardown:", err)
 		return 1
@@ -54,11 +49,11 @@ Run again with --yes to do it.
 		fmt.Fprintf(stderr, "walcast teardown: %d events of pipeline %q are parked (see walcast parked); replay them first, or run again with --force to delete them too\n", n, p.Name)
 		return 1
 	}
-	if err := isolate.Teardown(ctx, pool, p.Name, p.Source.Slot); err != nil {
+	if err := isolate.Teardown(ctx, t.db, p.Name, p.Source.Slot); err != nil {
 		fmt.Fprintln(stderr, "walcast teardown:", err)
 		return 1
 	}
-	if err := capture.Teardown(ctx, pool, store, p.Source.Slot, p.Source.Publication); err != nil {
+	if err := capture.Teardown(ctx, t.db, t.store, p.Source.Slot, p.Source.Publication); err != nil {
 		fmt.Fprintln(stderr, "walcast teardown:", err)
 		return 1
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/walcast/walcast/host/internal/units"
+	"github.com/walcast/walcast/host/internal/report"
 )
 
 // chartHTML is an inline SVG chart, built here from numbers and escaped
@@ -47,10 +47,10 @@ func usageChart(hours []hourUsage) chartHTML {
 		bs[0].Values = append(bs[0].Values, float64(h.Bytes))
 		labels[i] = h.Hour.UTC().Format("15:04")
 		tips[i] = fmt.Sprintf("%s UTC: %d attempts, %d delivered events, %d failed attempts, %s",
-			h.Hour.UTC().Format("2006-01-02 15:04"), h.Attempts, h.Delivered, h.Failed, units.Bytes(h.Bytes))
+			h.Hour.UTC().Format("2006-01-02 15:04"), h.Attempts, h.Delivered, h.Failed, report.Bytes(h.Bytes))
 	}
 	return barChart("hourly deliveries", chartH, labels, tips, ss, niceMax, func(v float64) string { return fmt.Sprintf("%.0f", v) }) +
-		barChart("hourly bytes", bytesH, labels, tips, bs, niceBytes, func(v float64) string { return units.Bytes(int64(v)) })
+		barChart("hourly bytes", bytesH, labels, tips, bs, niceBytes, func(v float64) string { return report.Bytes(int64(v)) })
 }
 
 // barChart draws grouped bars, one group per label, in a chart of height
@@ -93,7 +93,7 @@ func lagChart(samples []lagSample, now time.Time) chartHTML {
 		ss[0].Values = append(ss[0].Values, float64(s.Bytes))
 	}
 	top := niceBytes(ss)
-	axes(&b, top, chartH, func(v float64) string { return units.Bytes(int64(v)) })
+	axes(&b, top, chartH, func(v float64) string { return report.Bytes(int64(v)) })
 	start := now.Add(-lagWindow)
 	x := func(t time.Time) float64 {
 		return float64(padL) + float64(t.Sub(start))/float64(lagWindow)*float64(chartW-padL-padR)
@@ -112,7 +112,7 @@ func lagChart(samples []lagSample, now time.Time) chartHTML {
 		b.WriteString(`"/>`)
 		last := samples[len(samples)-1]
 		fmt.Fprintf(&b, `<circle class="lag" cx="%.1f" cy="%.1f" r="2.5"><title>%s</title></circle>`,
-			x(last.At), y(last.Bytes), html.EscapeString(last.At.UTC().Format("15:04:05")+" UTC: "+units.Bytes(last.Bytes)))
+			x(last.At), y(last.Bytes), html.EscapeString(last.At.UTC().Format("15:04:05")+" UTC: "+report.Bytes(last.Bytes)))
 	} else {
 		fmt.Fprintf(&b, `<text class="empty" x="%d" y="%d">no samples yet</text>`, chartW/2-40, chartH/2)
 	}

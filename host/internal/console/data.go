@@ -2,77 +2,14 @@ package console
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
-	"github.com/walcast/walcast/pluginkit/cdc"
+	"github.com/walcast/walcast/host/internal/report"
 )
-
-// Pipeline is one pipeline the console shows.
-type Pipeline struct {
-	Name  string
-	Slot  string
-	Sinks []Sink
-	// Store is the pipeline's control plane and DB the source database
-	// it lives in (for pg_replication_slots).
-	Store *checkpoint.Store
-	DB    checkpoint.Querier
-}
-
-// Sink is a sink as the pipeline file declares it.
-type Sink struct {
-	ID, Type string
-	Durable  bool
-}
-
-// slotState is a row of pg_replication_slots.
-type slotState struct {
-	Exists    bool
-	Active    bool
-	ActivePID int
-	Confirmed string
-	// Retained is the WAL the slot keeps (from restart_lsn), Lag the WAL
-	// written after its confirmed position; both in bytes.
-	Retained int64
-	Lag      int64
-}
-
-// readSlot reads the slot, and the server's current WAL position.
-func readSlot(ctx context.Context, db checkpoint.Querier, slot string) (slotState, uint64, error) {
-	var s slotState
-	var pid *int32
-	var current string
-	err := db.QueryRow(ctx, `
-SELECT pg_current_wal_lsn()::text, s.active, s.active_pid, coalesce(s.confirmed_flush_lsn::text, ''),
-	coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn), 0)::bigint,
-	coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn), 0)::bigint
-FROM pg_replication_slots s WHERE s.slot_name = $1`, slot).Scan(&current, &s.Active, &pid, &s.Confirmed, &s.Retained, &s.Lag)
-	if errors.Is(err, pgx.ErrNoRows) {
-		err = db.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&current)
-		if err != nil {
-			return s, 0, fmt.Errorf("read the current WAL position: %w", err)
-		}
-		lsn, err := cdc.ParseLSN(current)
-		return s, lsn, err
-	}
-	if err != nil {
-		return s, 0, fmt.Errorf("read slot %s: %w", slot, err)
-	}
-	s.Exists = true
-	if pid != nil {
-		s.ActivePID = int(*pid)
-	}
-	lsn, err := cdc.ParseLSN(current)
-	return s, lsn, err
-}
 
 // sinkView is one row of a pipeline's sink table.
 type sinkView struct {
-	Sink
+	report.Sink
 	Paused      bool
 	PausedSince time.Time
 	Checkpoint  string
@@ -110,7 +47,7 @@ type pipelineView struct {
 	Name           string
 	Err            string
 	Slot           string
-	State          slotState
+	State          report.Slot
 	Paused         bool
 	PausedSince    time.Time
 	Sinks          []sinkView
@@ -127,80 +64,19 @@ type pipelineView struct {
 const maxParkedShown = 200
 
 // load reads what the page shows about p. An error is shown on the page,
-// in place of the pipeline's figures.
-func load(ctx context.Context, p *Pipeline, now time.Time) (pipelineView, error) {
-	v := pipelineView{Name: p.Name, Slot: p.Slot}
-	state, current, err := readSlot(ctx, p.DB, p.Slot)
+// in place of the pipeline's figures: the view then holds only what was
+// read before it.
+func load(ctx context.Context, p *report.Pipeline, now time.Time) (pipelineView, error) {
+	st, err := report.Gather(ctx, *p, report.Parts{RecentParked: maxParkedShown})
+	v := pipelineView{Name: p.Name, Slot: p.Slot, State: st.Slot, Paused: !st.Paused.IsZero(), PausedSince: st.Paused}
 	if err != nil {
 		return v, err
 	}
-	v.State = state
-	marks, err := p.Store.Load(ctx)
-	if err != nil {
-		return v, err
+	for _, s := range st.Sinks {
+		v.Sinks = append(v.Sinks, viewSink(st, s, now))
 	}
-	pauses, err := p.Store.LoadPauses(ctx)
-	if err != nil {
-		return v, err
-	}
-	v.Paused, v.PausedSince = !pauses.Pipeline.IsZero(), pauses.Pipeline
-	summary, err := p.Store.SummarizeParked(ctx)
-	if err != nil {
-		return v, err
-	}
-	parked, err := p.Store.RecentParked(ctx, maxParkedShown)
-	if err != nil {
-		return v, err
-	}
-	usage, err := p.Store.LoadUsage(ctx)
-	if err != nil {
-		return v, err
-	}
-	backlogs, dbNow, err := p.Store.LoadBacklogs(ctx)
-	if err != nil {
-		return v, err
-	}
-	firstHour := now.Truncate(time.Hour).Add(-23 * time.Hour)
-	for _, s := range p.Sinks {
-		sv := sinkView{Sink: s, Behind: -1, Undelivered: -1, Checkpoint: "-"}
-		// Reported every couple of seconds by the daemon that streams; an
-		// older report says nothing of now.
-		if b, ok := backlogs[s.ID]; ok && state.Active && b.FreshAt(dbNow) {
-			sv.Undelivered = b.Events
-		}
-		sv.PausedSince, sv.Paused = pauses.Paused(s.ID)
-		if id, ok := marks[s.ID]; ok {
-			sv.Checkpoint = id.String()
-			sv.Behind = max(0, int64(current)-int64(id.CommitLSN))
-		}
-		ps := summary[s.ID]
-		sv.Parked, sv.LastError, sv.LastFail = ps.Count, ps.LastError, ps.LastFailure
-		sv.Usage = make([]hourUsage, 24)
-		for i := range sv.Usage {
-			sv.Usage[i].Hour = firstHour.Add(time.Duration(i) * time.Hour)
-		}
-		for _, u := range usage {
-			i := int(u.Hour.Sub(firstHour) / time.Hour)
-			if u.Sink != s.ID || i < 0 || i >= len(sv.Usage) {
-				continue
-			}
-			h := &sv.Usage[i]
-			h.Attempts += u.Attempts
-			h.Delivered += u.Delivered
-			h.Failed += u.Failed
-			h.Bytes += u.Bytes
-			sv.Total.Attempts += u.Attempts
-			sv.Total.Delivered += u.Delivered
-			sv.Total.Failed += u.Failed
-			sv.Total.Bytes += u.Bytes
-		}
-		sv.Chart = usageChart(sv.Usage)
-		v.Sinks = append(v.Sinks, sv)
-	}
-	for _, ps := range summary {
-		v.ParkedTotal += ps.Count
-	}
-	for _, pe := range parked {
+	v.ParkedTotal = st.ParkedTotal
+	for _, pe := range st.RecentParked {
 		v.Parked = append(v.Parked, parkedView{
 			Sink: pe.Sink, ID: pe.Event.ID.String(), Table: pe.Event.Schema + "." + pe.Event.Table, Op: string(pe.Event.Op),
 			Key: string(pe.Event.Key), Payload: prettyJSON(pe.Event.Payload), Attempts: pe.Attempts, LastError: pe.LastError,
@@ -209,4 +85,41 @@ func load(ctx context.Context, p *Pipeline, now time.Time) (pipelineView, error)
 	}
 	v.ParkedShown = len(v.Parked)
 	return v, nil
+}
+
+// viewSink is a sink's row of the page, with its last 24 hours of usage
+// in hourly bars.
+func viewSink(st report.State, s report.SinkState, now time.Time) sinkView {
+	sv := sinkView{Sink: s.Sink, Behind: -1, Undelivered: -1, Checkpoint: "-",
+		Paused: s.Paused, PausedSince: s.PausedSince, Parked: s.Parked.Count, LastError: s.Parked.LastError, LastFail: s.Parked.LastFailure}
+	// A backlog is reported only by the daemon that streams the slot.
+	if s.Backlog != nil && st.Slot.Active {
+		sv.Undelivered = s.Backlog.Events
+	}
+	if id := s.Checkpoint; id != nil {
+		sv.Checkpoint = id.String()
+		sv.Behind = max(0, int64(st.Slot.Current)-int64(id.CommitLSN))
+	}
+	firstHour := now.Truncate(time.Hour).Add(-23 * time.Hour)
+	sv.Usage = make([]hourUsage, 24)
+	for i := range sv.Usage {
+		sv.Usage[i].Hour = firstHour.Add(time.Duration(i) * time.Hour)
+	}
+	for _, u := range s.Usage {
+		i := int(u.Hour.Sub(firstHour) / time.Hour)
+		if i < 0 || i >= len(sv.Usage) {
+			continue
+		}
+		h := &sv.Usage[i]
+		h.Attempts += u.Attempts
+		h.Delivered += u.Delivered
+		h.Failed += u.Failed
+		h.Bytes += u.Bytes
+		sv.Total.Attempts += u.Attempts
+		sv.Total.Delivered += u.Delivered
+		sv.Total.Failed += u.Failed
+		sv.Total.Bytes += u.Bytes
+	}
+	sv.Chart = usageChart(sv.Usage)
+	return sv
 }

@@ -4,9 +4,10 @@
 // buttons to replay parked events and to pause and resume.
 //
 // Everything shown comes from the source database (the walcast schema and
-// pg_replication_slots), so the console runs on any machine that reaches
-// the source, next to a daemon or not. The only state it keeps is the lag
-// samples it takes itself, in memory.
+// pg_replication_slots), read by report.Gather as walcast status reads
+// it, so the console runs on any machine that reaches the source, next to
+// a daemon or not. The only state it keeps is the lag samples it takes
+// itself, in memory.
 //
 // The buttons do not act on the database themselves: they call Actions,
 // which the command line implements with the code paths of `walcast

@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/host/internal/control/checkpoint"
-	"github.com/walcast/walcast/host/internal/units"
+	"github.com/walcast/walcast/host/internal/report"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
@@ -30,7 +30,7 @@ import (
 var assets embed.FS
 
 var page = template.Must(template.New("page.html").Funcs(template.FuncMap{
-	"bytes": units.Bytes,
+	"bytes": report.Bytes,
 	"time":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
 }).ParseFS(assets, "assets/page.html"))
 
@@ -45,7 +45,7 @@ type Actions interface {
 
 // Config is what New needs.
 type Config struct {
-	Pipelines []*Pipeline
+	Pipelines []*report.Pipeline
 	Actions   Actions
 	// Token, when set, is required on every request. Listening beyond
 	// loopback without one is refused by the command line (NeedsToken).
@@ -241,7 +241,7 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 }
 
 // form checks a POST's CSRF token and returns the pipeline it names.
-func (s *Server) form(w http.ResponseWriter, r *http.Request) (*Pipeline, bool) {
+func (s *Server) form(w http.ResponseWriter, r *http.Request) (*report.Pipeline, bool) {
 	if err := r.ParseForm(); err != nil {
 		http.Error(w, "bad form: "+err.Error(), http.StatusBadRequest)
 		return nil, false
@@ -303,7 +303,7 @@ func (s *Server) pause(paused bool) http.HandlerFunc {
 
 // done records an action's outcome for the page and sends the browser
 // back to it (POST, redirect, GET: a reload does not repeat the action).
-func (s *Server) done(w http.ResponseWriter, r *http.Request, p *Pipeline, what, msg string, err error) {
+func (s *Server) done(w http.ResponseWriter, r *http.Request, p *report.Pipeline, what, msg string, err error) {
 	n := note{At: time.Now(), Text: what + ": " + strings.TrimSpace(msg)}
 	if err != nil {
 		n.Err = true
@@ -339,7 +339,7 @@ func (s *Server) Run(ctx context.Context) {
 func (s *Server) sample(ctx context.Context) {
 	for _, p := range s.cfg.Pipelines {
 		qctx, cancel := context.WithTimeout(ctx, s.cfg.SampleEvery)
-		st, _, err := readSlot(qctx, p.DB, p.Slot)
+		st, err := report.ReadSlot(qctx, p.DB, p.Slot)
 		cancel()
 		if err != nil || !st.Exists {
 			if err != nil && ctx.Err() == nil {

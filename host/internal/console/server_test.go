@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/report"
 	"github.com/walcast/walcast/host/pgtest"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
@@ -102,8 +103,8 @@ func fixture(t *testing.T, token string) (*Server, *fakeActions, *pgxpool.Pool) 
 	}
 	fa := &fakeActions{}
 	s, err := New(Config{
-		Pipelines: []*Pipeline{{Name: "shop", Slot: slot, Store: store, DB: pool,
-			Sinks: []Sink{{ID: "hook", Type: "webhook", Durable: true}, {ID: "archive", Type: "batchfiles"}}}},
+		Pipelines: []*report.Pipeline{{Name: "shop", Slot: slot, Store: store, DB: pool,
+			Sinks: []report.Sink{{ID: "hook", Type: "webhook", Durable: true}, {ID: "archive", Type: "batchfiles"}}}},
 		Actions: fa, Token: token, SampleEvery: time.Hour,
 	})
 	if err != nil {

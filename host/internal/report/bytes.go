@@ -1,6 +1,4 @@
-// Package units formats quantities for people: what walcast status and the
-// console print.
-package units
+package report
 
 import "fmt"
 

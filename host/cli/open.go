@@ -1,0 +1,83 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/walcast/walcast/host/internal/config"
+	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/daemon"
+	"github.com/walcast/walcast/host/internal/report"
+	"github.com/walcast/walcast/host/internal/source/capture"
+)
+
+// target is a pipeline a command acts on, opened: its file, a pool on its
+// source database and its control plane there. The pool also serves the
+// command's own queries (pg_replication_slots, backfills); close releases
+// it.
+type target struct {
+	p     *config.Pipeline
+	store *checkpoint.Store
+	db    *pgxpool.Pool
+}
+
+func (t target) close() { t.db.Close() }
+
+// openTarget is every pipeline command's first step: load the pipeline
+// file at path, connect to its source and make sure the walcast schema is
+// there. Problems are printed to stderr (the file's diagnostics as they
+// are); ok is false after one.
+func openTarget(ctx context.Context, path string, stderr io.Writer) (t target, ok bool) {
+	p, ok := loadPipeline(path, stderr)
+	if !ok {
+		return target{}, false
+	}
+	t, err := dial(ctx, p)
+	if err == nil {
+		if err = t.store.Init(ctx); err != nil {
+			t.close()
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "walcast:", err)
+		return target{}, false
+	}
+	return t, true
+}
+
+// loadPipeline loads the pipeline file at path, printing its diagnostics
+// to stderr when it has errors.
+func loadPipeline(path string, stderr io.Writer) (*config.Pipeline, bool) {
+	p, diags := config.Load(path)
+	if diags.HasErrors() {
+		fmt.Fprint(stderr, config.FormatDiagnostics(diags))
+		return nil, false
+	}
+	return p, true
+}
+
+// dial connects to p's source database and its control plane, without
+// creating the walcast schema: openTarget does that, teardown must not
+// (it would create what it is about to drop).
+func dial(ctx context.Context, p *config.Pipeline) (target, error) {
+	pool, err := daemon.Connect(ctx, p.Source.DSN)
+	if err != nil {
+		return target{}, err
+	}
+	return target{p: p, store: checkpoint.New(pool, p.Name), db: pool}, nil
+}
+
+// report is what report.Gather reads of t: its pipeline as walcast status
+// and the console show it.
+func (t target) report() report.Pipeline {
+	p := t.p
+	rp := report.Pipeline{Name: p.Name, Slot: p.Source.Slot, Store: t.store, DB: t.db,
+		Capture: capture.Config{DSN: p.Source.DSN, Slot: p.Source.Slot, Publication: p.Source.Publication, Tables: p.Source.Tables}}
+	for _, s := range p.Sinks {
+		rp.Sinks = append(rp.Sinks, report.Sink{ID: s.ID, Type: s.Type, Durable: s.Durable})
+	}
+	return rp
+}

@@ -1,0 +1,127 @@
+package report
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/source/capture"
+	"github.com/walcast/walcast/host/pgtest"
+	"github.com/walcast/walcast/pluginkit/cdc"
+)
+
+var cluster *pgtest.Cluster
+
+func TestMain(m *testing.M) { pgtest.Main(m, &cluster) }
+
+// fixture is pipeline "shop" with sinks hook and archive in a fresh
+// database: a slot, hook's checkpoint, usage, archive paused, and parked
+// events of hook and of "gone", a sink no longer in the file.
+func fixture(t *testing.T) Pipeline {
+	t.Helper()
+	ctx := context.Background()
+	dsn := cluster.Database(t)
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	store := checkpoint.New(pool, "shop")
+	if err := store.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	slot := "walcast_report_" + time.Now().Format("150405000000")
+	if _, err := pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Exec(context.Background(), `SELECT pg_drop_replication_slot($1)`, slot) })
+	if err := store.Save(ctx, map[string]cdc.EventID{"hook": cdc.MustParseEventID("0/16B3F00:7")}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	var parked []checkpoint.Parked
+	for i, sink := range []string{"hook", "gone", "gone"} {
+		parked = append(parked, checkpoint.Parked{Sink: sink, Row: "r", Attempts: 1, LastError: "boom", FirstFailure: now, LastFailure: now,
+			Event: cdc.Event{ID: cdc.EventID{CommitLSN: 0x100, Index: uint64(i)}, Schema: "public", Table: "orders", Op: cdc.OpInsert,
+				Key: []byte(`{}`), Payload: []byte(`{}`)}})
+	}
+	if err := store.Park(ctx, parked); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.AddUsage(ctx, []checkpoint.Usage{{Sink: "hook", Hour: now.Truncate(time.Hour), Attempts: 2, Delivered: 9, Bytes: 512}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.SetPaused(ctx, "archive", true); err != nil {
+		t.Fatal(err)
+	}
+	return Pipeline{Name: "shop", Slot: slot, Store: store, DB: pool,
+		Sinks:   []Sink{{ID: "hook", Type: "webhook", Durable: true}, {ID: "archive", Type: "batchfiles"}},
+		Capture: capture.Config{DSN: dsn, Slot: slot, Publication: "walcast_shop", Tables: []string{"public.orders"}}}
+}
+
+func TestGatherJoinsTheTablesPerSink(t *testing.T) {
+	p := fixture(t)
+	st, err := Gather(context.Background(), p, Parts{RecentParked: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Slot.Exists || st.Slot.Active || st.Slot.Current == 0 || st.Slot.Name != p.Slot {
+		t.Errorf("slot %+v, want an inactive slot %s and the server's WAL position", st.Slot, p.Slot)
+	}
+	if len(st.Sinks) != 2 || st.Sinks[0].ID != "hook" || st.Sinks[1].ID != "archive" {
+		t.Fatalf("sinks %+v, want hook and archive in the file's order", st.Sinks)
+	}
+	hook, archive := st.Sinks[0], st.Sinks[1]
+	if hook.Checkpoint == nil || hook.Checkpoint.String() != "0/16B3F00:7" || archive.Checkpoint != nil {
+		t.Errorf("checkpoints %v, %v; want hook's only", hook.Checkpoint, archive.Checkpoint)
+	}
+	if hook.Paused || !archive.Paused || !st.Paused.IsZero() {
+		t.Errorf("paused: hook %v, archive %v, pipeline %v; want archive only", hook.Paused, archive.Paused, st.Paused)
+	}
+	if hook.Parked.Count != 1 || st.ParkedTotal != 3 || len(st.RecentParked) != 2 {
+		t.Errorf("parked: hook %d, total %d, recent %d; want 1, 3 (the removed sink's too), 2", hook.Parked.Count, st.ParkedTotal, len(st.RecentParked))
+	}
+	if len(hook.Usage) != 1 || hook.Usage[0].Delivered != 9 || len(archive.Usage) != 0 {
+		t.Errorf("usage: hook %+v, archive %+v", hook.Usage, archive.Usage)
+	}
+	if hook.Backlog != nil || st.Leader != nil || st.Standbys != nil || st.Refusal != nil || hook.Failure != nil {
+		t.Errorf("read what was not asked for, or a backlog no daemon reported: %+v", st)
+	}
+}
+
+func TestGatherOperations(t *testing.T) {
+	p := fixture(t)
+	st, err := Gather(context.Background(), p, Parts{Operations: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Leader != nil || len(st.Standbys) != 0 || len(st.Streams) != 0 || st.RecentParked != nil {
+		t.Errorf("no walcast run leads the pipeline, yet: leader %v, standbys %v, streams %v; recent parked %d", st.Leader, st.Standbys, st.Streams, len(st.RecentParked))
+	}
+	if len(st.Sinks) != 2 || len(st.Catchups) != 0 || len(st.Backfills) != 0 || len(st.Gaps) != 0 {
+		t.Errorf("state %+v", st)
+	}
+}
+
+// TestGatherKeepsWhatItReadBeforeAnError: the console shows the slot and
+// the pause of a pipeline whose later reads fail.
+func TestGatherKeepsWhatItReadBeforeAnError(t *testing.T) {
+	p := fixture(t)
+	ctx := context.Background()
+	if _, err := p.Store.SetPaused(ctx, "", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DB.Exec(ctx, `DROP TABLE walcast.usage`); err != nil {
+		t.Fatal(err)
+	}
+	st, err := Gather(ctx, p, Parts{})
+	if err == nil {
+		t.Fatal("no error without walcast.usage")
+	}
+	if !st.Slot.Exists || st.Paused.IsZero() || st.Sinks != nil {
+		t.Errorf("after %v: slot %+v, paused %v, sinks %+v; want the slot and the pause, no sinks", err, st.Slot, st.Paused, st.Sinks)
+	}
+}
