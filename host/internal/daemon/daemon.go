@@ -90,6 +90,11 @@ type sinkRun struct {
 	iso *isolate.Sink
 }
 
+// The fan-out is the consumer the pipeline's capture hands its stream to;
+// it is written against capture.Consumer without importing capture, which
+// is upstream of it.
+var _ capture.Consumer = (*fanout.Fanout)(nil)
+
 // Run runs one pipeline until ctx ends (a clean shutdown, returns nil) or
 // something fails that retrying cannot fix. Only the leader of the pipeline
 // streams (see host/internal/control/leader): Run stands by until it leads, and

@@ -67,7 +67,7 @@ func (b bounded) Event(ctx context.Context, ev change.Event, idle func()) error 
 		}
 		b.c.reached.Store(true)
 		if t == nil {
-			t = time.NewTicker(capture.IdleEvery)
+			t = time.NewTicker(change.IdleEvery)
 			defer t.Stop()
 		}
 		select {
