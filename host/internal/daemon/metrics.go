@@ -35,8 +35,10 @@ type pipelineCollector struct {
 	unlisted, receiveTimeouts                *prometheus.Desc
 	sinkCounters                             []sinkCounter
 	held, inFlight, queued, unresolved       *prometheus.Desc
-	paused, watermark, lastSuccess           *prometheus.Desc
-	backlogEvents, backlogBytes, oldestAge   *prometheus.Desc
+	// position is the sink's position, published as
+	// walcast_sink_watermark_lsn: the name dashboards and alerts use.
+	paused, position, lastSuccess          *prometheus.Desc
+	backlogEvents, backlogBytes, oldestAge *prometheus.Desc
 
 	// slotWAL, when set, asks PostgreSQL how much WAL the slot retains.
 	slotWAL     func(ctx context.Context) (int64, error)
@@ -106,7 +108,7 @@ func newPipelineCollector(runs []*sinkRun, tracker *ack.Tracker, fan *fanout.Fan
 		queued:      sink("queued_events", "Events in the sink's queue, not yet taken by its scheduler."),
 		unresolved:  sink("unresolved_events", "Events fanned out to the sink and not yet delivered, filtered, skipped or parked."),
 		paused:      sink("paused", "1 while the sink is paused by walcast pause."),
-		watermark:   sink("watermark_lsn", "Commit LSN of the sink's watermark: everything at or below it is resolved."),
+		position:    sink("watermark_lsn", "Commit LSN of the sink's watermark: everything at or below it is resolved."),
 		lastSuccess: sink("last_success_timestamp_seconds", "Unix time of the sink's last successful Deliver (0: none since start)."),
 		backlogEvents: sink("backlog_events",
 			"Events captured and not yet resolved (delivered, filtered, skipped, parked or dropped) for the sink."),
@@ -150,13 +152,13 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	now := time.Now()
 
-	var cuWAL map[string]int64
+	var retainedBySink map[string]int64
 	if c.catchupRetained != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), slotQueryTimeout)
-		cuWAL, _ = c.catchupRetained(ctx)
+		retainedBySink, _ = c.catchupRetained(ctx)
 		cancel()
 	}
-	marks := c.tracker.Peek()
+	positions := c.tracker.Positions()
 	for i, r := range c.runs {
 		l := []string{r.cfg.ID, r.cfg.Type}
 		for _, sc := range c.sinkCounters {
@@ -172,7 +174,7 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 			paused = 1
 		}
 		gauge(c.paused, paused, l...)
-		gauge(c.watermark, float64(marks[i].CommitLSN), l...)
+		gauge(c.position, float64(positions[i].CommitLSN), l...)
 		last := 0.0
 		if ns := st.LastSuccess.Load(); ns > 0 {
 			last = float64(ns) / 1e9
@@ -190,7 +192,7 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			behind, _ := r.iso.Lag()
 			gauge(c.catchupBehind, float64(behind), l...)
-			gauge(c.catchupWAL, float64(cuWAL[r.cfg.ID]), l...)
+			gauge(c.catchupWAL, float64(retainedBySink[r.cfg.ID]), l...)
 			ch <- prometheus.MustNewConstMetric(c.catchupTimeouts, prometheus.CounterValue, float64(r.iso.ReceiveTimeouts().Count()), l...)
 		}
 		gauge(c.backlogEvents, float64(events), l...)

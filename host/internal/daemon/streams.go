@@ -39,7 +39,7 @@ func (t *term) reportStreams(ctx context.Context) {
 func (t *term) streamReports() []checkpoint.Stream {
 	_, timeout := t.capt.Silence()
 	rt := t.capt.ReceiveTimeouts()
-	out := []checkpoint.Stream{{Slot: t.ccfg.Slot, Streaming: t.capt.Streaming(), ReceiveTimeout: timeout,
+	out := []checkpoint.Stream{{Slot: t.captureCfg.Slot, Streaming: t.capt.Streaming(), ReceiveTimeout: timeout,
 		ReceiveTimeouts: int64(rt.Count()), LastReceiveTimeout: rt.Last()}}
 	for _, r := range t.runs {
 		if r.iso == nil {

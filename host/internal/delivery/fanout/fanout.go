@@ -181,10 +181,10 @@ func (f *Fanout) Detach(i int) {
 }
 
 // Rejoin queues events for sink i again in q, from the next event added
-// on, with watermark as its position. It returns the last event added
-// before: everything up to it is the caller's to deliver.
-func (f *Fanout) Rejoin(i int, q *Queue, watermark cdc.EventID) cdc.EventID {
-	_, last := f.tracker.Rejoin(i, watermark, func(from ack.Seq) {
+// on, at position. It returns the last event added before: everything up
+// to it is the caller's to deliver.
+func (f *Fanout) Rejoin(i int, q *Queue, position cdc.EventID) cdc.EventID {
+	_, last := f.tracker.Rejoin(i, position, func(from ack.Seq) {
 		q.from = from
 		f.queues[i].Store(q)
 	})
