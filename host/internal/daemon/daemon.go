@@ -77,9 +77,9 @@ type sinkRun struct {
 	// failed: a failure that stopped the sink is on record (shown by
 	// walcast status); saveLoop clears it once the sink delivers again.
 	failed bool
-	// iso runs a durable sink through live, catching up and rejoining;
-	// nil for sinks that never hold the slot back.
-	iso *isolate.Sink
+	// isolation runs a durable sink through live, catching up and
+	// rejoining; nil for sinks that never hold the slot back.
+	isolation *isolate.Sink
 }
 
 // The fan-out is the consumer the pipeline's capture hands its stream to;
@@ -184,11 +184,11 @@ func saveCheckpoints(ctx context.Context, store *checkpoint.Store, tracker *ack.
 	checkpoints := make(map[string]pluginkit.EventID, len(runs))
 	for i, r := range runs {
 		checkpoints[r.cfg.ID] = positions[i]
-		if r.iso == nil {
+		if r.isolation == nil {
 			continue
 		}
 		// A detached sink's position is its catch-up stream's.
-		if id, ok := r.iso.Position(); ok {
+		if id, ok := r.isolation.Position(); ok {
 			checkpoints[r.cfg.ID] = id
 			changed = true
 		}

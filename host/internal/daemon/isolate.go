@@ -17,23 +17,23 @@ import (
 
 // scheduler is the sink's scheduler delivering now.
 func (r *sinkRun) scheduler() *schedule.Scheduler {
-	if r.iso != nil {
-		return r.iso.Scheduler()
+	if r.isolation != nil {
+		return r.isolation.Scheduler()
 	}
 	return r.sched
 }
 
 // stats are the sink's delivery counters over every scheduler it ran.
 func (r *sinkRun) stats() *schedule.Stats {
-	if r.iso != nil {
-		return r.iso.Stats()
+	if r.isolation != nil {
+		return r.isolation.Stats()
 	}
 	return &r.sched.Stats
 }
 
 func (r *sinkRun) setPaused(p bool) {
-	if r.iso != nil {
-		r.iso.SetPaused(p)
+	if r.isolation != nil {
+		r.isolation.SetPaused(p)
 		return
 	}
 	r.sched.SetPaused(p)
@@ -41,16 +41,16 @@ func (r *sinkRun) setPaused(p bool) {
 
 // run delivers until stop closes or ctx ends.
 func (r *sinkRun) run(ctx context.Context, stop <-chan struct{}) error {
-	if r.iso != nil {
-		return r.iso.Run(ctx, stop)
+	if r.isolation != nil {
+		return r.isolation.Run(ctx, stop)
 	}
 	return r.sched.Run(ctx, stop)
 }
 
 // mode is the sink's mode (live for sinks that never detach).
 func (r *sinkRun) mode() isolate.Mode {
-	if r.iso != nil {
-		return r.iso.Mode()
+	if r.isolation != nil {
+		return r.isolation.Mode()
 	}
 	return isolate.Live
 }
@@ -72,7 +72,7 @@ func (t *term) isolateSinks(resume map[string]string, slots *isolate.Slots, star
 		if slot != "" {
 			t.fan.Detach(i)
 		}
-		r.iso = isolate.NewSink(isolate.Config{
+		r.isolation = isolate.NewSink(isolate.Config{
 			SinkID:    r.cfg.ID,
 			Index:     i,
 			Policy:    isolate.Policy{After: r.cfg.Delivery.DetachAfter},

@@ -181,8 +181,8 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(c.lastSuccess, last, l...)
 		events, bytes, oldest := sinkBacklog(c.tracker, i, r)
-		if r.iso != nil {
-			cur := r.iso.Mode()
+		if r.isolation != nil {
+			cur := r.isolation.Mode()
 			for _, m := range []isolate.Mode{isolate.Live, isolate.CatchingUp, isolate.Rejoining} {
 				v := 0.0
 				if m == cur {
@@ -190,10 +190,10 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 				}
 				gauge(c.mode, v, r.cfg.ID, r.cfg.Type, m.String())
 			}
-			behind, _ := r.iso.Lag()
+			behind, _ := r.isolation.Lag()
 			gauge(c.catchupBehind, float64(behind), l...)
 			gauge(c.catchupWAL, float64(retainedBySink[r.cfg.ID]), l...)
-			ch <- prometheus.MustNewConstMetric(c.catchupTimeouts, prometheus.CounterValue, float64(r.iso.ReceiveTimeouts().Count()), l...)
+			ch <- prometheus.MustNewConstMetric(c.catchupTimeouts, prometheus.CounterValue, float64(r.isolation.ReceiveTimeouts().Count()), l...)
 		}
 		gauge(c.backlogEvents, float64(events), l...)
 		gauge(c.backlogBytes, float64(bytes), l...)
@@ -209,8 +209,8 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 // tracker, or, while the sink is detached, from its catch-up stream (whose
 // oldest event's age is not tracked).
 func sinkBacklog(tracker *ack.Tracker, i int, r *sinkRun) (events int, bytes int64, oldest time.Time) {
-	if r.iso != nil {
-		if e, b, ok := r.iso.Backlog(); ok {
+	if r.isolation != nil {
+		if e, b, ok := r.isolation.Backlog(); ok {
 			return e, b, time.Time{}
 		}
 	}
@@ -354,11 +354,11 @@ func (t *term) streamHealth() (string, error) {
 	b.WriteString("streaming")
 	writeTimeouts(&b, "", c.ReceiveTimeouts(), timeout)
 	for _, r := range t.runs {
-		if r.iso == nil {
+		if r.isolation == nil {
 			continue
 		}
-		_, _, cuTimeout := r.iso.CatchupStream()
-		writeTimeouts(&b, "catch-up stream of sink "+r.cfg.ID+": ", r.iso.ReceiveTimeouts(), cuTimeout)
+		_, _, cuTimeout := r.isolation.CatchupStream()
+		writeTimeouts(&b, "catch-up stream of sink "+r.cfg.ID+": ", r.isolation.ReceiveTimeouts(), cuTimeout)
 	}
 	return b.String(), nil
 }

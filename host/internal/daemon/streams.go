@@ -42,14 +42,14 @@ func (t *term) streamReports() []checkpoint.Stream {
 	out := []checkpoint.Stream{{Slot: t.captureCfg.Slot, Streaming: t.capt.Streaming(), ReceiveTimeout: timeout,
 		ReceiveTimeouts: int64(rt.Count()), LastReceiveTimeout: rt.Last()}}
 	for _, r := range t.runs {
-		if r.iso == nil {
+		if r.isolation == nil {
 			continue
 		}
-		slot, streaming, timeout := r.iso.CatchupStream()
+		slot, streaming, timeout := r.isolation.CatchupStream()
 		if slot == "" {
 			continue
 		}
-		rt := r.iso.ReceiveTimeouts()
+		rt := r.isolation.ReceiveTimeouts()
 		out = append(out, checkpoint.Stream{Slot: slot, Streaming: streaming, ReceiveTimeout: timeout,
 			ReceiveTimeouts: int64(rt.Count()), LastReceiveTimeout: rt.Last()})
 	}

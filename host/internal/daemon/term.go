@@ -675,10 +675,10 @@ func (t *term) logSinksStopped() {
 		unresolved, _, _ := t.tracker.Backlog(i)
 		ahead := t.tracker.Ahead(i)
 		position := positions[i]
-		if r.iso != nil {
+		if r.isolation != nil {
 			// A detached sink's position is its catch-up stream's
 			// (counted there, not here).
-			if id, ok := r.iso.Position(); ok {
+			if id, ok := r.isolation.Position(); ok {
 				position = id
 			}
 		}

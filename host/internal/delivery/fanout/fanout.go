@@ -1,14 +1,3 @@
-// Package fanout gives each sink its own bounded queue and copies every
-// captured event into all of them.
-//
-// A full queue of a durable sink pauses the stream (backpressure): the
-// capture loop blocks here, answering the server meanwhile through the idle
-// callback, and PostgreSQL keeps the changes in the slot. A non-durable
-// sink never holds the stream back: when its queue is full the event is
-// dropped for that sink and counted.
-//
-// Capture hands over every event once, reconnects included, so fanout
-// needs no deduplication of its own.
 package fanout
 
 import (
