@@ -335,9 +335,9 @@ func (t *term) buildRunner(ctx context.Context, prep capture.Prepared, slots *is
 	if err := t.ctl.applyPauses(ctx); err != nil {
 		return err
 	}
-	coll := newPipelineCollector(t.runs, t.tracker, t.fan, t.capt, slotRetainedWAL(t.pool, p.Source.Slot))
-	coll.catchupRetained = catchupRetained(t.pool, p.Name)
-	t.reg = newRegistry(p.Name, coll, t.deliverSeconds, t.watch.collectors()...)
+	collector := newPipelineCollector(t.runs, t.tracker, t.fan, t.capt, slotRetainedWAL(t.pool, p.Source.Slot))
+	collector.catchupRetained = catchupRetained(t.pool, p.Name)
+	t.reg = newRegistry(p.Name, collector, t.deliverSeconds, t.watch.collectors()...)
 	return nil
 }
 
