@@ -11,7 +11,7 @@ import (
 	"github.com/walcast/walcast/host/internal/delivery/fanout"
 	"github.com/walcast/walcast/host/internal/delivery/schedule"
 	"github.com/walcast/walcast/host/internal/source/capture"
-	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // catchupStream is one sink's own stream: a capture of its catch-up slot feeding
@@ -28,7 +28,7 @@ type catchupStream struct {
 	// over before the sink rejoined it: events past it are not this
 	// stream's to deliver. reached: everything up to it has been handed
 	// over.
-	boundary atomic.Pointer[pluginkit.EventID]
+	boundary atomic.Pointer[cdc.EventID]
 	reached  atomic.Bool
 	// done: every transaction committed at or below it has been handed
 	// over (the last commit seen, or just below the slot's confirmed
@@ -104,7 +104,7 @@ func (b catchupConsumer) AdvanceIdle(walEnd uint64) bool {
 // up to it has been handed over already. Commit stores done before it loads the
 // boundary, and this stores the boundary before it loads done: one of the
 // two sees the other.
-func (c *catchupStream) setBoundary(boundary pluginkit.EventID) {
+func (c *catchupStream) setBoundary(boundary cdc.EventID) {
 	c.reached.Store(false)
 	c.boundary.Store(&boundary)
 	if c.done.Load() >= boundary.CommitLSN {
@@ -115,11 +115,11 @@ func (c *catchupStream) setBoundary(boundary pluginkit.EventID) {
 // boundaryOf is the rejoin boundary: the last event the pipeline handed
 // over, or, when it has handed over none since it started at start, every
 // transaction that committed before start.
-func boundaryOf(last pluginkit.EventID, start uint64) pluginkit.EventID {
+func boundaryOf(last cdc.EventID, start uint64) cdc.EventID {
 	if !last.IsZero() || start == 0 {
 		return last
 	}
-	return pluginkit.EventID{CommitLSN: start - 1, Index: math.MaxUint64}
+	return cdc.EventID{CommitLSN: start - 1, Index: math.MaxUint64}
 }
 
 // start runs the scheduler and the capture.

@@ -12,7 +12,7 @@ import (
 	"github.com/walcast/walcast/host/internal/delivery/fanout"
 	"github.com/walcast/walcast/host/internal/delivery/schedule"
 	"github.com/walcast/walcast/host/internal/source/capture"
-	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // Config describes one durable sink of a pipeline to Sink.
@@ -37,7 +37,7 @@ type Config struct {
 	// NewScheduler returns a scheduler for the sink reading q and
 	// resolving into sink index of t, skipping the events at or below
 	// position (delivered before).
-	NewScheduler func(q *fanout.Queue, t *ack.Tracker, index int, position pluginkit.EventID) *schedule.Scheduler
+	NewScheduler func(q *fanout.Queue, t *ack.Tracker, index int, position cdc.EventID) *schedule.Scheduler
 	// Live is the scheduler the sink starts with (on the pipeline's
 	// queue), unless ResumeSlot is set.
 	Live *schedule.Scheduler
@@ -151,7 +151,7 @@ func (s *Sink) SetPaused(p bool) {
 // Position is the sink's position while it is detached (its catch-up
 // tracker's); ok is false while it is live, when the pipeline's tracker
 // has it.
-func (s *Sink) Position() (id pluginkit.EventID, ok bool) {
+func (s *Sink) Position() (id cdc.EventID, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.catchup == nil {
@@ -358,7 +358,7 @@ func (s *Sink) detach(ctx context.Context, o Observation) error {
 // startCatchup starts the catch-up stream. retired is the live scheduler
 // it replaces (stopped; nil when resuming): it is swapped out under the
 // same lock, so that Scheduler never returns nil.
-func (s *Sink) startCatchup(ctx context.Context, slot string, confirmed uint64, position pluginkit.EventID, retired *schedule.Scheduler) {
+func (s *Sink) startCatchup(ctx context.Context, slot string, confirmed uint64, position cdc.EventID, retired *schedule.Scheduler) {
 	tr := ack.New([]ack.SinkSpec{{ID: s.cfg.SinkID, Durable: true}}, confirmed)
 	tr.RaisePosition(0, position)
 	q := fanout.NewQueue(s.cfg.QueueSize, true)
