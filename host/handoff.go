@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/host/internal/change"
-	"github.com/walcast/walcast/host/internal/source/capture"
 )
 
 // wakeBatch is how many events wait before a Next that is waiting is woken
@@ -57,7 +56,7 @@ func notify(c chan struct{}) {
 
 // put appends ev, blocking while the buffer is full — the consumer is
 // behind, and the changes wait in the slot instead of in memory — and
-// calling idle every capture.IdleEvery meanwhile so that the capture loop
+// calling idle every change.IdleEvery meanwhile so that the capture loop
 // keeps answering the server. It returns ctx's error if ctx ends first.
 func (h *handoff) put(ctx context.Context, ev change.Event, idle func()) error {
 	var tick *time.Ticker
@@ -88,7 +87,7 @@ func (h *handoff) put(ctx context.Context, ev change.Event, idle func()) error {
 			notify(h.ready)
 		}
 		if tick == nil {
-			tick = time.NewTicker(capture.IdleEvery)
+			tick = time.NewTicker(change.IdleEvery)
 		}
 		select {
 		case <-h.space:

@@ -1,6 +1,3 @@
-// Package change holds the event as the engine carries it from decoding to
-// the sinks' schedulers: what a sink receives (pluginkit/cdc.Event) plus the
-// routing facts only the host uses, which never cross the plugin boundary.
 package change
 
 import (
@@ -22,7 +19,8 @@ type Event struct {
 	Sinks []string
 	// Layout, when Set, says where the envelope's parts are in Payload,
 	// as the decoder wrote them, so that library mode builds its Event
-	// without scanning the JSON back (a third of its CPU per change).
+	// without scanning the JSON back (what that scan cost:
+	// docs/benchmarks.md, "Issue 16: where each µs per change goes").
 	Layout Layout
 }
 
@@ -36,3 +34,10 @@ type Layout struct {
 	New, Old, Unchanged      [2]int
 	Cascade, RestartIdentity bool
 }
+
+// IdleEvery is how often a consumer of the capture's stream, blocked by
+// backpressure (a durable sink's full queue, library mode's full buffer),
+// calls the idle function the capture handed it with the event: well
+// within any sane wal_sender_timeout, so that the capture loop keeps
+// answering the server however long a sink holds the stream back.
+const IdleEvery = 200 * time.Millisecond

@@ -1,12 +1,3 @@
-// Package daemon wires one pipeline together and supervises it: capture →
-// decode → fan-out → one scheduler per sink → plugin process, with the ack
-// tracker feeding slot confirmations back to capture and watermarks to the
-// checkpoint store.
-//
-// Shutdown order (on ctx end): stop reading from the slot, let every
-// scheduler finish its batch in flight (bounded by ShutdownTimeout), write
-// the final checkpoints, confirm the final position to PostgreSQL, close
-// the plugins.
 package daemon
 
 import (
@@ -53,7 +44,8 @@ type Options struct {
 	// ShutdownTimeout bounds how long in-flight deliveries may take to
 	// finish after the stop signal. Default 30s.
 	ShutdownTimeout time.Duration
-	// CheckpointInterval is how often moved watermarks are written.
+	// CheckpointInterval is how often moved positions are written as
+	// checkpoints.
 	// Default 250ms.
 	CheckpointInterval time.Duration
 	// Ready, when set, is called once streaming starts (tests, demo).
@@ -85,10 +77,15 @@ type sinkRun struct {
 	// failed: a failure that stopped the sink is on record (shown by
 	// walcast status); saveLoop clears it once the sink delivers again.
 	failed bool
-	// iso runs a durable sink through live, catching up and rejoining;
-	// nil for sinks that never hold the slot back.
-	iso *isolate.Sink
+	// isolation runs a durable sink through live, catching up and
+	// rejoining; nil for sinks that never hold the slot back.
+	isolation *isolate.Sink
 }
+
+// The fan-out is the consumer the pipeline's capture hands its stream to;
+// it is written against capture.Consumer without importing capture, which
+// is upstream of it.
+var _ capture.Consumer = (*fanout.Fanout)(nil)
 
 // Run runs one pipeline until ctx ends (a clean shutdown, returns nil) or
 // something fails that retrying cannot fix. Only the leader of the pipeline
@@ -164,7 +161,7 @@ func saveLoop(ctx context.Context, store *checkpoint.Store, tracker *ack.Tracker
 		case <-t.C:
 		}
 		clearRecovered(ctx, store, runs, log)
-		if err := failed("write checkpoints", saveMarks(ctx, store, tracker, runs, false)); err != nil {
+		if err := failed("write checkpoints", saveCheckpoints(ctx, store, tracker, runs, false)); err != nil {
 			return err
 		}
 		// Usage is for humans and bills: every couple of seconds is enough.
@@ -180,25 +177,27 @@ func saveLoop(ctx context.Context, store *checkpoint.Store, tracker *ack.Tracker
 	}
 }
 
-func saveMarks(ctx context.Context, store *checkpoint.Store, tracker *ack.Tracker, runs []*sinkRun, force bool) error {
-	wm, changed := tracker.Watermarks()
-	marks := make(map[string]pluginkit.EventID, len(runs))
+// saveCheckpoints writes every sink's position as its checkpoint when one
+// moved since the last write (always with force).
+func saveCheckpoints(ctx context.Context, store *checkpoint.Store, tracker *ack.Tracker, runs []*sinkRun, force bool) error {
+	positions, changed := tracker.PositionsToSave()
+	checkpoints := make(map[string]pluginkit.EventID, len(runs))
 	for i, r := range runs {
-		marks[r.cfg.ID] = wm[i]
-		if r.iso == nil {
+		checkpoints[r.cfg.ID] = positions[i]
+		if r.isolation == nil {
 			continue
 		}
 		// A detached sink's position is its catch-up stream's.
-		if id, ok := r.iso.Watermark(); ok {
-			marks[r.cfg.ID] = id
+		if id, ok := r.isolation.Position(); ok {
+			checkpoints[r.cfg.ID] = id
 			changed = true
 		}
 	}
 	if !changed && !force {
 		return nil
 	}
-	if err := store.Save(ctx, marks); err != nil {
-		tracker.MarkChanged() // retry on the next tick
+	if err := store.Save(ctx, checkpoints); err != nil {
+		tracker.MarkUnsaved() // retry on the next tick
 		return err
 	}
 	return nil

@@ -2,14 +2,12 @@ package daemon
 
 import (
 	"context"
-	"log/slog"
 
 	"github.com/walcast/walcast/host/internal/control/checkpoint"
 	"github.com/walcast/walcast/host/internal/delivery/ack"
 	"github.com/walcast/walcast/host/internal/delivery/fanout"
 	"github.com/walcast/walcast/host/internal/delivery/isolate"
 	"github.com/walcast/walcast/host/internal/delivery/schedule"
-	"github.com/walcast/walcast/host/internal/source/capture"
 	"github.com/walcast/walcast/pluginkit"
 )
 
@@ -19,23 +17,23 @@ import (
 
 // scheduler is the sink's scheduler delivering now.
 func (r *sinkRun) scheduler() *schedule.Scheduler {
-	if r.iso != nil {
-		return r.iso.Scheduler()
+	if r.isolation != nil {
+		return r.isolation.Scheduler()
 	}
 	return r.sched
 }
 
 // stats are the sink's delivery counters over every scheduler it ran.
 func (r *sinkRun) stats() *schedule.Stats {
-	if r.iso != nil {
-		return r.iso.Stats()
+	if r.isolation != nil {
+		return r.isolation.Stats()
 	}
 	return &r.sched.Stats
 }
 
 func (r *sinkRun) setPaused(p bool) {
-	if r.iso != nil {
-		r.iso.SetPaused(p)
+	if r.isolation != nil {
+		r.isolation.SetPaused(p)
 		return
 	}
 	r.sched.SetPaused(p)
@@ -43,55 +41,54 @@ func (r *sinkRun) setPaused(p bool) {
 
 // run delivers until stop closes or ctx ends.
 func (r *sinkRun) run(ctx context.Context, stop <-chan struct{}) error {
-	if r.iso != nil {
-		return r.iso.Run(ctx, stop)
+	if r.isolation != nil {
+		return r.isolation.Run(ctx, stop)
 	}
 	return r.sched.Run(ctx, stop)
 }
 
 // mode is the sink's mode (live for sinks that never detach).
 func (r *sinkRun) mode() isolate.Mode {
-	if r.iso != nil {
-		return r.iso.Mode()
+	if r.isolation != nil {
+		return r.isolation.Mode()
 	}
 	return isolate.Live
 }
 
 // isolateSinks gives every durable sink of a pipeline with several sinks
-// its isolate.Sink; sinks that a
-// previous run left catching up (resume: sink id → catch-up slot) start
-// detached from the pipeline's stream.
-func isolateSinks(runs []*sinkRun, resume map[string]string, slots *isolate.Slots, fan *fanout.Fanout, tracker *ack.Tracker,
-	start uint64, capt *capture.Capture, ccfg capture.Config, newSched func(r *sinkRun, q *fanout.Queue, t *ack.Tracker, index int, skip pluginkit.EventID) *schedule.Scheduler, log *slog.Logger) {
-	for i, r := range runs {
+// its isolate.Sink; sinks that a previous run left catching up (resume:
+// sink id → catch-up slot) start detached from the pipeline's stream.
+// start is where the pipeline's tracker started.
+func (t *term) isolateSinks(resume map[string]string, slots *isolate.Slots, start uint64) {
+	for i, r := range t.runs {
 		slot := resume[r.cfg.ID]
 		// A sink alone in its pipeline holds no one else back: detaching
 		// it would cost a slot copy and gain nothing. It still resumes a
 		// catch-up slot a previous run left (the file may have had more
 		// sinks then).
-		if !r.cfg.Durable || (len(runs) < 2 && slot == "") {
+		if !r.cfg.Durable || (len(t.runs) < 2 && slot == "") {
 			continue
 		}
 		if slot != "" {
-			fan.Detach(i)
+			t.fan.Detach(i)
 		}
-		r.iso = isolate.NewSink(isolate.Config{
+		r.isolation = isolate.NewSink(isolate.Config{
 			SinkID:    r.cfg.ID,
 			Index:     i,
 			Policy:    isolate.Policy{After: r.cfg.Delivery.DetachAfter},
 			Slots:     slots,
-			Fanout:    fan,
-			Tracker:   tracker,
+			Fanout:    t.fan,
+			Tracker:   t.tracker,
 			Start:     start,
-			Received:  capt.Received,
-			Capture:   ccfg,
+			Received:  t.capt.Received,
+			Capture:   t.captureCfg,
 			QueueSize: cap(r.queue.C),
-			NewScheduler: func(q *fanout.Queue, t *ack.Tracker, index int, skip pluginkit.EventID) *schedule.Scheduler {
-				return newSched(r, q, t, index, skip)
+			NewScheduler: func(q *fanout.Queue, tr *ack.Tracker, index int, position pluginkit.EventID) *schedule.Scheduler {
+				return t.newScheduler(r, q, tr, index, position)
 			},
 			Live:       r.sched,
 			ResumeSlot: slot,
-			Logger:     log,
+			Logger:     t.log,
 		})
 	}
 }

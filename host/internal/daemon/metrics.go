@@ -35,8 +35,10 @@ type pipelineCollector struct {
 	unlisted, receiveTimeouts                *prometheus.Desc
 	sinkCounters                             []sinkCounter
 	held, inFlight, queued, unresolved       *prometheus.Desc
-	paused, watermark, lastSuccess           *prometheus.Desc
-	backlogEvents, backlogBytes, oldestAge   *prometheus.Desc
+	// position is the sink's position, published as
+	// walcast_sink_watermark_lsn: the name dashboards and alerts use.
+	paused, position, lastSuccess          *prometheus.Desc
+	backlogEvents, backlogBytes, oldestAge *prometheus.Desc
 
 	// slotWAL, when set, asks PostgreSQL how much WAL the slot retains.
 	slotWAL     func(ctx context.Context) (int64, error)
@@ -106,7 +108,7 @@ func newPipelineCollector(runs []*sinkRun, tracker *ack.Tracker, fan *fanout.Fan
 		queued:      sink("queued_events", "Events in the sink's queue, not yet taken by its scheduler."),
 		unresolved:  sink("unresolved_events", "Events fanned out to the sink and not yet delivered, filtered, skipped or parked."),
 		paused:      sink("paused", "1 while the sink is paused by walcast pause."),
-		watermark:   sink("watermark_lsn", "Commit LSN of the sink's watermark: everything at or below it is resolved."),
+		position:    sink("watermark_lsn", "Commit LSN of the sink's watermark: everything at or below it is resolved."),
 		lastSuccess: sink("last_success_timestamp_seconds", "Unix time of the sink's last successful Deliver (0: none since start)."),
 		backlogEvents: sink("backlog_events",
 			"Events captured and not yet resolved (delivered, filtered, skipped, parked or dropped) for the sink."),
@@ -150,13 +152,13 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	now := time.Now()
 
-	var cuWAL map[string]int64
+	var retainedBySink map[string]int64
 	if c.catchupRetained != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), slotQueryTimeout)
-		cuWAL, _ = c.catchupRetained(ctx)
+		retainedBySink, _ = c.catchupRetained(ctx)
 		cancel()
 	}
-	marks := c.tracker.Peek()
+	positions := c.tracker.Positions()
 	for i, r := range c.runs {
 		l := []string{r.cfg.ID, r.cfg.Type}
 		for _, sc := range c.sinkCounters {
@@ -172,15 +174,15 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 			paused = 1
 		}
 		gauge(c.paused, paused, l...)
-		gauge(c.watermark, float64(marks[i].CommitLSN), l...)
+		gauge(c.position, float64(positions[i].CommitLSN), l...)
 		last := 0.0
 		if ns := st.LastSuccess.Load(); ns > 0 {
 			last = float64(ns) / 1e9
 		}
 		gauge(c.lastSuccess, last, l...)
 		events, bytes, oldest := sinkBacklog(c.tracker, i, r)
-		if r.iso != nil {
-			cur := r.iso.Mode()
+		if r.isolation != nil {
+			cur := r.isolation.Mode()
 			for _, m := range []isolate.Mode{isolate.Live, isolate.CatchingUp, isolate.Rejoining} {
 				v := 0.0
 				if m == cur {
@@ -188,10 +190,10 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 				}
 				gauge(c.mode, v, r.cfg.ID, r.cfg.Type, m.String())
 			}
-			behind, _ := r.iso.Lag()
+			behind, _ := r.isolation.Lag()
 			gauge(c.catchupBehind, float64(behind), l...)
-			gauge(c.catchupWAL, float64(cuWAL[r.cfg.ID]), l...)
-			ch <- prometheus.MustNewConstMetric(c.catchupTimeouts, prometheus.CounterValue, float64(r.iso.ReceiveTimeouts().Count()), l...)
+			gauge(c.catchupWAL, float64(retainedBySink[r.cfg.ID]), l...)
+			ch <- prometheus.MustNewConstMetric(c.catchupTimeouts, prometheus.CounterValue, float64(r.isolation.ReceiveTimeouts().Count()), l...)
 		}
 		gauge(c.backlogEvents, float64(events), l...)
 		gauge(c.backlogBytes, float64(bytes), l...)
@@ -207,8 +209,8 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 // tracker, or, while the sink is detached, from its catch-up stream (whose
 // oldest event's age is not tracked).
 func sinkBacklog(tracker *ack.Tracker, i int, r *sinkRun) (events int, bytes int64, oldest time.Time) {
-	if r.iso != nil {
-		if e, b, ok := r.iso.Backlog(); ok {
+	if r.isolation != nil {
+		if e, b, ok := r.isolation.Backlog(); ok {
 			return e, b, time.Time{}
 		}
 	}
@@ -352,11 +354,11 @@ func (t *term) streamHealth() (string, error) {
 	b.WriteString("streaming")
 	writeTimeouts(&b, "", c.ReceiveTimeouts(), timeout)
 	for _, r := range t.runs {
-		if r.iso == nil {
+		if r.isolation == nil {
 			continue
 		}
-		_, _, cuTimeout := r.iso.CatchupStream()
-		writeTimeouts(&b, "catch-up stream of sink "+r.cfg.ID+": ", r.iso.ReceiveTimeouts(), cuTimeout)
+		_, _, cuTimeout := r.isolation.CatchupStream()
+		writeTimeouts(&b, "catch-up stream of sink "+r.cfg.ID+": ", r.isolation.ReceiveTimeouts(), cuTimeout)
 	}
 	return b.String(), nil
 }

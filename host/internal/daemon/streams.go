@@ -39,17 +39,17 @@ func (t *term) reportStreams(ctx context.Context) {
 func (t *term) streamReports() []checkpoint.Stream {
 	_, timeout := t.capt.Silence()
 	rt := t.capt.ReceiveTimeouts()
-	out := []checkpoint.Stream{{Slot: t.ccfg.Slot, Streaming: t.capt.Streaming(), ReceiveTimeout: timeout,
+	out := []checkpoint.Stream{{Slot: t.captureCfg.Slot, Streaming: t.capt.Streaming(), ReceiveTimeout: timeout,
 		ReceiveTimeouts: int64(rt.Count()), LastReceiveTimeout: rt.Last()}}
 	for _, r := range t.runs {
-		if r.iso == nil {
+		if r.isolation == nil {
 			continue
 		}
-		slot, streaming, timeout := r.iso.CatchupStream()
+		slot, streaming, timeout := r.isolation.CatchupStream()
 		if slot == "" {
 			continue
 		}
-		rt := r.iso.ReceiveTimeouts()
+		rt := r.isolation.ReceiveTimeouts()
 		out = append(out, checkpoint.Stream{Slot: slot, Streaming: streaming, ReceiveTimeout: timeout,
 			ReceiveTimeouts: int64(rt.Count()), LastReceiveTimeout: rt.Last()})
 	}

@@ -49,16 +49,16 @@ type term struct {
 	// that lost it (paused, cut off) can no longer move a checkpoint,
 	// park an event, detach a sink or record anything its successor
 	// would act on. Reads go to the pool either way.
-	db      controlDB
-	store   *checkpoint.Store // on db
-	ccfg    capture.Config
-	runs    []*sinkRun
-	tracker *ack.Tracker
-	fan     *fanout.Fanout
-	capt    *capture.Capture
-	filler  *backfill.Runner
-	ctl     *control
-	watch   *slotWatch
+	db         controlDB
+	store      *checkpoint.Store // on db
+	captureCfg capture.Config
+	runs       []*sinkRun
+	tracker    *ack.Tracker
+	fan        *fanout.Fanout
+	capt       *capture.Capture
+	filler     *backfill.Runner
+	ctl        *control
+	watch      *slotWatch
 	// setup undoes what this term's start created in the source when the
 	// term ends before streaming anything.
 	setup     *capture.Setup
@@ -71,13 +71,18 @@ type term struct {
 	halt   func()
 
 	// reg is what the process's /metrics shows for this pipeline while
-	// the term runs (/healthz: streamHealth).
-	reg *prometheus.Registry
+	// the term runs (/healthz: streamHealth); deliverSeconds is in it,
+	// observed by every scheduler the term builds.
+	reg            *prometheus.Registry
+	deliverSeconds *prometheus.HistogramVec
 }
 
-// openTerm prepares a term of the pipeline led through lease.
+// openTerm prepares a term of the pipeline led through lease, in the
+// order that keeps a failed start from leaving anything behind: check the
+// source, start the sinks, prepare the source (slot and publication),
+// load each sink's position, then build the schedulers and what runs
+// them.
 func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.Logger) (t *term, err error) {
-	p := opts.Pipeline
 	t = &term{opts: opts, log: log, lease: lease}
 	defer func() {
 		if err != nil {
@@ -85,15 +90,66 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 			t = nil
 		}
 	}()
-	if t.pool, err = Connect(ctx, p.Source.DSN); err != nil {
+	if err := t.checkSource(ctx); err != nil {
 		return t, err
 	}
+	// Plugins: launched, configured and opened before the slot and the
+	// publication are created, so that a missing plugin, a checksum
+	// mismatch or a config the plugin rejects fails the start without
+	// leaving a slot that retains WAL.
+	own, err := t.startSinks(ctx)
+	if err != nil {
+		return t, err
+	}
+	prep, err := t.prepareSource(ctx)
+	if err != nil {
+		return t, err
+	}
+	positions, err := t.loadPositions(ctx, own)
+	if err != nil {
+		return t, err
+	}
+	slots, resume, err := t.recoverCatchupSlots(ctx, prep)
+	if err != nil {
+		return t, err
+	}
+	if err := t.loadSinkFailures(ctx); err != nil {
+		return t, err
+	}
+	t.buildSchedulers(prep, positions)
+	if err := t.buildRunner(ctx, prep, slots, resume); err != nil {
+		return t, err
+	}
+	return t, nil
+}
+
+// checkSource connects to the source and checks every privilege and
+// setting the start needs before it creates anything (the walcast schema
+// included); what it then creates is removed if it fails before
+// streaming (close).
+func (t *term) checkSource(ctx context.Context) error {
+	p := t.opts.Pipeline
+	var err error
+	if t.pool, err = Connect(ctx, p.Source.DSN); err != nil {
+		return err
+	}
 	t.db = t.pool
-	if lease != nil {
-		t.db = fenced{Pool: t.pool, lease: lease}
+	if t.lease != nil {
+		t.db = fenced{Pool: t.pool, lease: t.lease}
 	}
 	t.store = checkpoint.New(t.db, p.Name)
-	t.ccfg = capture.Config{
+	t.captureCfg = t.newCaptureConfig()
+	if t.setup, err = capture.Check(ctx, t.pool, t.captureCfg); err != nil {
+		return fmt.Errorf("check source: %w", err)
+	}
+	return prepareBackfills(ctx, t.db, p, t.log)
+}
+
+// newCaptureConfig is the pipeline's capture as far as the pipeline file
+// and the options say; prepareSource and buildRunner complete it.
+func (t *term) newCaptureConfig() capture.Config {
+	p := t.opts.Pipeline
+	cfg := capture.Config{
 		DSN:             p.Source.DSN,
 		Slot:            p.Source.Slot,
 		Publication:     p.Source.Publication,
@@ -102,64 +158,83 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 		ApplicationName: "walcast-" + p.Name,
 		PrimaryKey:      capture.PrimaryKeyLookup(t.pool),
 		Pipeline:        p.Name,
-		Logger:          log,
-		AcceptGap:       opts.AcceptGap,
+		Logger:          t.log,
+		AcceptGap:       t.opts.AcceptGap,
 		ReceiveTimeout:  p.Source.ReceiveTimeout,
 	}
-	if lease != nil {
+	if t.lease != nil {
 		// A process that was frozen past its lease confirms nothing until
 		// it knows it still leads.
-		t.ccfg.Fence = lease.Fresh
+		cfg.Fence = t.lease.Fresh
 	}
 	for _, sk := range p.Sinks {
-		t.ccfg.Sinks = append(t.ccfg.Sinks, sk.ID)
+		cfg.Sinks = append(cfg.Sinks, sk.ID)
 	}
-	// Every privilege and setting the start needs is checked before it
-	// creates anything (the walcast schema included), and what it then
-	// creates is removed if it fails before streaming (close).
-	if t.setup, err = capture.Check(ctx, t.pool, t.ccfg); err != nil {
-		return t, fmt.Errorf("check source: %w", err)
-	}
-	if err := prepareBackfills(ctx, t.db, p, log); err != nil {
-		return t, err
-	}
+	return cfg
+}
 
-	// Plugins: launched, configured and opened before the slot and the
-	// publication are created, so that a missing plugin, a checksum
-	// mismatch or a config the plugin rejects fails the start without
-	// leaving a slot that retains WAL.
-	specs := make([]ack.SinkSpec, 0, len(p.Sinks))
-	skip := make([]pluginkit.EventID, 0, len(p.Sinks))
-	for i := range p.Sinks {
-		s := &p.Sinks[i]
-		plugin, cp, err := startSink(ctx, opts.Launch, s)
+// startSinks launches, configures and opens every sink's plugin, in the
+// pipeline's order (t.runs). It returns the position each destination
+// keeps itself (pluginkit.OpenResult.Checkpoint; zero when it keeps none).
+func (t *term) startSinks(ctx context.Context) (own []pluginkit.EventID, err error) {
+	sinks := t.opts.Pipeline.Sinks
+	own = make([]pluginkit.EventID, 0, len(sinks))
+	for i := range sinks {
+		s := &sinks[i]
+		plugin, position, err := startSink(ctx, t.opts.Launch, s)
 		if plugin != nil {
-			if lease != nil {
-				plugin = fencedPlugin{Plugin: plugin, lease: lease, halt: t.haltDeliveries}
+			if t.lease != nil {
+				plugin = fencedPlugin{Plugin: plugin, lease: t.lease, halt: t.haltDeliveries}
 			}
 			t.runs = append(t.runs, &sinkRun{cfg: s, plugin: plugin})
 		}
 		if err != nil {
-			return t, err
+			return nil, err
 		}
-		specs = append(specs, ack.SinkSpec{ID: s.ID, Durable: s.Durable})
-		skip = append(skip, cp)
+		own = append(own, position)
 	}
+	return own, nil
+}
 
+// prepareSource creates the slot and the publication when missing (or
+// refuses a slot it cannot trust) and completes the capture's
+// configuration with what it found.
+func (t *term) prepareSource(ctx context.Context) (capture.Prepared, error) {
 	prep, err := t.setup.Prepare(ctx, t.store)
 	if err != nil {
-		return t, fmt.Errorf("prepare source: %w", err)
+		return prep, fmt.Errorf("prepare source: %w", err)
 	}
 	t.logPrepared(prep)
-	t.ccfg.KeylessPublication = prep.KeylessPublication
-	t.ccfg.StatusInterval = min(10*time.Second, prep.WalSenderTimeout/4)
-	marks, err := t.store.Load(ctx)
+	t.captureCfg.KeylessPublication = prep.KeylessPublication
+	t.captureCfg.StatusInterval = min(10*time.Second, prep.WalSenderTimeout/4)
+	return prep, nil
+}
+
+// loadPositions returns each sink's position, indexed like t.runs: its
+// stored checkpoint, or the destination's own (own) when that is ahead.
+func (t *term) loadPositions(ctx context.Context, own []pluginkit.EventID) ([]pluginkit.EventID, error) {
+	checkpoints, err := t.store.Load(ctx)
 	if err != nil {
-		return t, err
+		return nil, err
 	}
+	positions := make([]pluginkit.EventID, len(t.runs))
+	for i, r := range t.runs {
+		positions[i] = own[i]
+		if stored := checkpoints[r.cfg.ID]; stored.Compare(positions[i]) > 0 {
+			positions[i] = stored
+		}
+	}
+	return positions, nil
+}
+
+// recoverCatchupSlots reconciles the catch-up slots of the pipeline with
+// their records (isolate.Slots.Recover) and returns them, with the sinks
+// that resume catching up (sink id → catch-up slot).
+func (t *term) recoverCatchupSlots(ctx context.Context, prep capture.Prepared) (*isolate.Slots, map[string]string, error) {
+	p := t.opts.Pipeline
 	slots := isolate.NewSlots(t.db, p.Name, p.Source.Slot)
 	if err := slots.Init(ctx); err != nil {
-		return t, err
+		return nil, nil, err
 	}
 	var durable []string
 	for _, s := range p.Sinks {
@@ -171,98 +246,123 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 	// pipeline's slot only with --accept-gap, its gap recorded up to
 	// where that slot starts.
 	var acceptGap func(ctx context.Context, reason, sink string) error
-	if opts.AcceptGap {
+	if t.opts.AcceptGap {
 		acceptGap = func(ctx context.Context, reason, sink string) error {
-			log.Warn("accepted a gap: the sink's catch-up slot was dropped; it resumes from the pipeline's slot and misses the changes in between (recorded in walcast.gaps)",
+			t.log.Warn("accepted a gap: the sink's catch-up slot was dropped; it resumes from the pipeline's slot and misses the changes in between (recorded in walcast.gaps)",
 				"sink", sink, "resumes_at", pluginkit.FormatLSN(prep.ConfirmedFlush))
 			return t.store.RecordGap(ctx, reason, []string{sink}, prep.ConfirmedFlush)
 		}
 	}
 	resume, err := slots.Recover(ctx, durable, acceptGap)
 	if err != nil {
-		return t, err
+		return nil, nil, err
 	}
-	for i := range t.runs {
-		// The destination's own checkpoint counts only when it is ahead.
-		if through := marks[t.runs[i].cfg.ID]; through.Compare(skip[i]) > 0 {
-			skip[i] = through
-		}
-	}
+	return slots, resume, nil
+}
 
+// loadSinkFailures marks the sinks whose failure stopped the last run
+// (saveLoop forgets it once they deliver again).
+func (t *term) loadSinkFailures(ctx context.Context) error {
 	failures, err := t.store.LoadSinkFailures(ctx)
 	if err != nil {
-		return t, err
+		return err
 	}
 	for _, r := range t.runs {
 		if f, ok := failures[r.cfg.ID]; ok {
 			r.failed = true
-			log.Warn("sink stopped the last run; delivering again", "sink", r.cfg.ID, "stopped_at", f.At, "err", f.Error)
+			t.log.Warn("sink stopped the last run; delivering again", "sink", r.cfg.ID, "stopped_at", f.At, "err", f.Error)
 		}
 	}
+	return nil
+}
 
-	t.tracker = ack.New(specs, prep.ConfirmedFlush)
-	deliverSeconds := newDeliverSeconds()
-	// newSched returns a scheduler for sink r reading q and resolving into
-	// sink index of tr: the pipeline's tracker, or a catch-up stream's.
-	newSched := func(r *sinkRun, q *fanout.Queue, tr *ack.Tracker, index int, skip pluginkit.EventID) *schedule.Scheduler {
-		scfg := ScheduleConfig(r.cfg, r.plugin.Info())
-		scfg.Index = index
-		scfg.SkipThrough = skip
-		scfg.Parked = t.store
-		scfg.Meter = r.meter
-		scfg.Logger = log
-		scfg.Observe = func(took time.Duration, outcome string) {
-			deliverSeconds.WithLabelValues(r.cfg.ID, r.cfg.Type, outcome).Observe(took.Seconds())
-		}
-		return schedule.New(scfg, q, tr, r.plugin)
+// buildSchedulers builds the pipeline's tracker, starting at the slot's
+// confirmed position with every sink at its position, and for each sink a
+// queue and a scheduler, then the fan-out over the queues.
+func (t *term) buildSchedulers(prep capture.Prepared, positions []pluginkit.EventID) {
+	specs := make([]ack.SinkSpec, len(t.runs))
+	for i, r := range t.runs {
+		specs[i] = ack.SinkSpec{ID: r.cfg.ID, Durable: r.cfg.Durable}
 	}
+	t.tracker = ack.New(specs, prep.ConfirmedFlush)
+	t.deliverSeconds = newDeliverSeconds()
 	queues := make([]*fanout.Queue, len(t.runs))
 	for i, r := range t.runs {
-		t.tracker.SetWatermark(i, skip[i])
-		// The scheduler keeps its own look-ahead (a batch per lane plus one);
-		// the queue absorbs the moments it is busy landing results (one batch
-		// measured ~7% slower than two with batch_size 1000, four no faster).
+		t.tracker.RaisePosition(i, positions[i])
+		// The scheduler keeps its own look-ahead (a batch per lane plus
+		// one); the queue absorbs the moments it is busy landing results
+		// (sizes measured: docs/benchmarks.md, "What was changed, and its
+		// effect", item 4).
 		r.queue = fanout.NewQueue(max(2*BatchSize(r.cfg.Delivery, r.plugin.Info()), 1024), r.cfg.Durable)
 		r.queue.Sink = r.cfg.ID
 		queues[i] = r.queue
 		if r.plugin.Info().Ordered && r.cfg.Delivery.Ordering != config.OrderingStrict {
-			log.Info("sink delivers one batch at a time in commit order, as its plugin requires", "sink", r.cfg.ID)
+			t.log.Info("sink delivers one batch at a time in commit order, as its plugin requires", "sink", r.cfg.ID)
 		}
 		r.meter = schedule.NewMeter(r.cfg.ID)
-		r.sched = newSched(r, r.queue, t.tracker, i, skip[i])
-		log.Info("sink ready", "sink", r.cfg.ID, "type", r.cfg.Type, "durable", r.cfg.Durable, "resume_after", skip[i].String())
+		r.sched = t.newScheduler(r, r.queue, t.tracker, i, positions[i])
+		t.log.Info("sink ready", "sink", r.cfg.ID, "type", r.cfg.Type, "durable", r.cfg.Durable, "position", positions[i].String())
 	}
 	t.fan = fanout.New(t.tracker, queues)
+}
+
+// newScheduler returns a scheduler for sink r reading q and resolving
+// into sink index of tr (the pipeline's tracker, or a catch-up stream's),
+// skipping the events at or below position.
+func (t *term) newScheduler(r *sinkRun, q *fanout.Queue, tr *ack.Tracker, index int, position pluginkit.EventID) *schedule.Scheduler {
+	cfg := ScheduleConfig(r.cfg, r.plugin.Info())
+	cfg.Index = index
+	cfg.SkipThrough = position
+	cfg.Parked = t.store
+	cfg.Meter = r.meter
+	cfg.Logger = t.log
+	cfg.Observe = func(took time.Duration, outcome string) {
+		t.deliverSeconds.WithLabelValues(r.cfg.ID, r.cfg.Type, outcome).Observe(took.Seconds())
+	}
+	return schedule.New(cfg, q, tr, r.plugin)
+}
+
+// buildRunner builds what run starts besides the schedulers: the capture
+// feeding the fan-out, the detach and rejoin of slow durable sinks, the
+// backfills, the control listener, and the term's metrics.
+func (t *term) buildRunner(ctx context.Context, prep capture.Prepared, slots *isolate.Slots, resume map[string]string) error {
+	p := t.opts.Pipeline
+	t.buildCapture(prep)
+	t.isolateSinks(resume, slots, prep.ConfirmedFlush)
+	t.filler = newFiller(p, prep.KeylessPublication, t.tracker, t.lease, t.log)
+	t.ctl = &control{store: t.store, runs: t.runs, log: t.log, backfill: t.filler}
+	// Pauses hold from the first event on, not from the first poll.
+	if err := t.ctl.applyPauses(ctx); err != nil {
+		return err
+	}
+	collector := newPipelineCollector(t.runs, t.tracker, t.fan, t.capt, slotRetainedWAL(t.pool, p.Source.Slot))
+	collector.catchupRetained = catchupRetained(t.pool, p.Name)
+	t.reg = newRegistry(p.Name, collector, t.deliverSeconds, t.watch.collectors()...)
+	return nil
+}
+
+// buildCapture completes the capture's configuration (confirmations, the
+// watch of the slots and the publication) and builds it on the fan-out.
+func (t *term) buildCapture(prep capture.Prepared) {
 	// Every confirmation is recorded first, through the fenced store, so
 	// that the next start can tell a slot someone else moved; the
 	// checkpoints are written before it (checkpointsFirst).
-	t.ccfg.Confirm = checkpointsFirst{store: t.store, tracker: t.tracker, runs: t.runs}
-	t.ccfg.ConfirmLimit = prep.ConfirmLimit
+	t.captureCfg.Confirm = checkpointsFirst{store: t.store, tracker: t.tracker, runs: t.runs}
+	t.captureCfg.ConfirmLimit = prep.ConfirmLimit
 	// What is watched while the pipeline streams, every SlotCheckInterval,
 	// on the capture's one watch loop, in this order: the WAL the slots
 	// retain (a warning and a metric before PostgreSQL invalidates one;
 	// never stops the stream), then the publication's tables (one removed
 	// by hand stops the pipeline, rather than its changes silently
 	// ceasing).
-	t.watch = newSlotWatch(t.pool, p.Name, t.ccfg.Slot, opts.WarnRetainedWAL, log)
-	published := capture.PublicationWatch(t.pool, t.ccfg, prep.Published)
-	t.ccfg.Watch = func(ctx context.Context) error {
+	t.watch = newSlotWatch(t.pool, t.opts.Pipeline.Name, t.captureCfg.Slot, t.opts.WarnRetainedWAL, t.log)
+	published := capture.PublicationWatch(t.pool, t.captureCfg, prep.Published)
+	t.captureCfg.Watch = func(ctx context.Context) error {
 		t.watch.check(ctx)
 		return published(ctx)
 	}
-	t.ccfg.WatchEvery = opts.SlotCheckInterval
-	t.capt = capture.New(t.ccfg, t.fan)
-	isolateSinks(t.runs, resume, slots, t.fan, t.tracker, prep.ConfirmedFlush, t.capt, t.ccfg, newSched, log)
-	t.filler = newFiller(p, prep.KeylessPublication, t.tracker, lease, log)
-	t.ctl = &control{store: t.store, runs: t.runs, log: log, backfill: t.filler}
-	// Pauses hold from the first event on, not from the first poll.
-	if err := t.ctl.applyPauses(ctx); err != nil {
-		return t, err
-	}
-	coll := newPipelineCollector(t.runs, t.tracker, t.fan, t.capt, slotRetainedWAL(t.pool, p.Source.Slot))
-	coll.catchupRetained = catchupRetained(t.pool, p.Name)
-	t.reg = newRegistry(p.Name, coll, deliverSeconds, t.watch.collectors()...)
-	return t, nil
+	t.captureCfg.WatchEvery = t.opts.SlotCheckInterval
+	t.capt = capture.New(t.captureCfg, t.fan)
 }
 
 // newFiller returns the runner of the pipeline's backfills, its window on
@@ -286,121 +386,70 @@ func newFiller(p *config.Pipeline, keyless string, tracker *ack.Tracker, lease *
 }
 
 func (t *term) logPrepared(prep capture.Prepared) {
-	log, ccfg := t.log, t.ccfg
+	log, cfg := t.log, t.captureCfg
 	if prep.CreatedPublication {
-		log.Info("created publication", "publication", ccfg.Publication)
+		log.Info("created publication", "publication", cfg.Publication)
 	}
 	if prep.CreatedSlot {
-		log.Info("created replication slot", "slot", ccfg.Slot)
+		log.Info("created replication slot", "slot", cfg.Slot)
 	}
 	if g := prep.AcceptedGap; g != nil {
 		log.Warn("accepted a gap: changes between the old checkpoints and the new slot's start are not delivered; recorded in walcast.gaps",
-			"reason", g.Kind, "slot", ccfg.Slot, "old_checkpoints", g.Checkpoints, "new_slot_start", pluginkit.FormatLSN(prep.ConfirmedFlush))
+			"reason", g.Kind, "slot", cfg.Slot, "old_checkpoints", g.Checkpoints, "new_slot_start", pluginkit.FormatLSN(prep.ConfirmedFlush))
 	}
 	for _, tb := range prep.Keyless {
 		log.Warn("table has no key: only its inserts and truncates are captured (publication "+prep.KeylessPublication+"), with key null", "table", tb)
 	}
 	if len(prep.Unlisted) > 0 {
 		log.Warn("the publication also publishes tables that are not in source.tables; their changes are dropped (metric walcast_events_unlisted_total)",
-			"publication", ccfg.Publication, "tables", strings.Join(prep.Unlisted, ", "))
+			"publication", cfg.Publication, "tables", strings.Join(prep.Unlisted, ", "))
 	}
 }
 
 // run streams until ctx ends (a clean stop: nil), the stream or a sink
 // fails (that error), or the leadership is lost (an error wrapping
 // leader.ErrLost). Every goroutine it starts has ended when it returns.
+//
+// It starts the schedulers, the control plane's loops and the stream, in
+// that order, waits for what ends the run (awaitEnd), then stops them in
+// the reverse order: the stream first, so that nothing new is queued,
+// then the schedulers with their batches in flight (drain), then the
+// checkpoint loop.
 func (t *term) run(ctx context.Context) (err error) {
-	opts, log := t.opts, t.log
 	// wg joins every goroutine of the term. Deferred first, so it runs
 	// last: after cancel below has told them all to end.
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// hard ends in-flight deliveries; it outlives ctx by ShutdownTimeout.
-	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelHard()
+	// deliveries is the context of every delivery and of the checkpoint
+	// loop: it outlives ctx by up to ShutdownTimeout (drain), so that the
+	// batches in flight at a stop can finish and be checkpointed.
+	deliveries, cancelDeliveries := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelDeliveries()
 	t.haltMu.Lock()
-	t.halt = func() { cancelHard(); cancel() }
+	t.halt = func() { cancelDeliveries(); cancel() }
 	t.haltMu.Unlock()
-	if t.lease != nil {
-		// Losing the session ends this run and its deliveries at once: a
-		// standby may be taking over.
-		wg.Go(func() {
-			select {
-			case <-t.lease.Lost():
-				t.haltDeliveries()
-			case <-ctx.Done():
-			}
-		})
-		// A frozen predecessor may still think it leads: nothing is
-		// streamed or delivered before its lease runs out.
-		if err := t.lease.WaitOutPredecessor(ctx); err != nil {
-			return nil
-		}
+	if t.lease != nil && !t.awaitLeadership(ctx, &wg) {
+		return nil
 	}
 	stop := make(chan struct{})
-
-	// The schedulers: the first error of a sink that cannot go on stops
-	// the pipeline.
-	var scheds sync.WaitGroup
-	schedErr := make(chan error, len(t.runs))
-	for _, r := range t.runs {
-		scheds.Go(func() {
-			err := r.run(hard, stop)
-			if err == nil {
-				return
-			}
-			if kind, _ := pluginkit.KindOf(err); kind == pluginkit.KindFatal {
-				recordFailure(t.store, r.cfg.ID, err, log)
-			}
-			schedErr <- fmt.Errorf("sink %s: %w", r.cfg.ID, err)
-		})
-	}
-	schedsDone := make(chan struct{})
-	wg.Go(func() {
-		scheds.Wait()
-		close(schedsDone)
-	})
+	schedErr, schedsDone := t.startSchedulers(deliveries, stop, &wg)
 	// The control-plane loops (checkpoints, the control listener,
 	// backfills) end early only on an error retrying cannot fix (a
 	// privilege revoked): it stops the term like a failed sink.
 	planeErr := make(chan error, 3)
-	flushDone := make(chan struct{})
-	wg.Go(func() {
-		defer close(flushDone)
-		if err := saveLoop(hard, t.store, t.tracker, t.runs, opts.CheckpointInterval, log); err != nil {
-			planeErr <- err
-		}
-	})
-	wg.Go(func() {
-		if err := t.ctl.listen(ctx, opts.Pipeline.Source.DSN, 5*time.Second); err != nil {
-			planeErr <- err
-		}
-	})
-	wg.Go(func() { t.reportStreams(ctx) })
-
-	captureErr := make(chan error, 1)
+	flushDone := t.startControlPlane(ctx, deliveries, planeErr, &wg)
 	captureCtx, cancelCapture := context.WithCancel(ctx)
 	defer cancelCapture()
-	wg.Go(func() { captureErr <- t.capt.Run(captureCtx) })
-	t.streaming = true
-	// Backfills write into the WAL only while the stream runs, so that
-	// their chunks are read back (and their window moves) promptly.
-	fillDone := make(chan struct{})
-	wg.Go(func() {
-		defer close(fillDone)
-		if err := t.filler.Run(captureCtx); err != nil {
-			planeErr <- err
-		}
-	})
-	if opts.Ready != nil {
-		opts.Ready()
+	captureErr, fillDone := t.startStream(captureCtx, planeErr, &wg)
+	if t.opts.Ready != nil {
+		t.opts.Ready()
 	}
 
 	captureDone, err := t.awaitEnd(ctx, captureErr, schedErr, planeErr)
 	if t.lost {
-		cancelHard()
+		cancelDeliveries()
 	}
 	cancelCapture()
 	<-fillDone
@@ -410,9 +459,95 @@ func (t *term) run(ctx context.Context) (err error) {
 		}
 	}
 	close(stop)
-	t.drain(schedsDone, cancelHard)
+	t.drain(schedsDone, cancelDeliveries)
 	<-flushDone
 	return err
+}
+
+// awaitLeadership makes sure this term leads alone before anything is
+// streamed or delivered, and has losing the lease's session end the run
+// and its deliveries at once (a watch on wg, until ctx ends). It reports
+// false when ctx ended first.
+func (t *term) awaitLeadership(ctx context.Context, wg *sync.WaitGroup) bool {
+	// Losing the session ends this run and its deliveries at once: a
+	// standby may be taking over.
+	wg.Go(func() {
+		select {
+		case <-t.lease.Lost():
+			t.haltDeliveries()
+		case <-ctx.Done():
+		}
+	})
+	// A frozen predecessor may still think it leads: nothing is
+	// streamed or delivered before its lease runs out.
+	return t.lease.WaitOutPredecessor(ctx) == nil
+}
+
+// startSchedulers starts every sink's scheduler on wg, delivering with
+// deliveries until stop is closed. The first error of a sink that cannot
+// go on comes on schedErr (it stops the pipeline; a fatal one is put on
+// record for walcast status); schedsDone is closed once all have ended.
+func (t *term) startSchedulers(deliveries context.Context, stop <-chan struct{}, wg *sync.WaitGroup) (schedErr <-chan error, schedsDone <-chan struct{}) {
+	var scheds sync.WaitGroup
+	errs := make(chan error, len(t.runs))
+	for _, r := range t.runs {
+		scheds.Go(func() {
+			err := r.run(deliveries, stop)
+			if err == nil {
+				return
+			}
+			if kind, _ := pluginkit.KindOf(err); kind == pluginkit.KindFatal {
+				recordFailure(t.store, r.cfg.ID, err, t.log)
+			}
+			errs <- fmt.Errorf("sink %s: %w", r.cfg.ID, err)
+		})
+	}
+	done := make(chan struct{})
+	wg.Go(func() {
+		scheds.Wait()
+		close(done)
+	})
+	return errs, done
+}
+
+// startControlPlane starts, on wg, the checkpoint loop (on deliveries, so
+// that it records what the drain delivers; flushDone is closed when it
+// ends), the control listener and the report of the streams (on ctx).
+// An error retrying cannot fix comes on planeErr.
+func (t *term) startControlPlane(ctx, deliveries context.Context, planeErr chan<- error, wg *sync.WaitGroup) (flushDone <-chan struct{}) {
+	done := make(chan struct{})
+	wg.Go(func() {
+		defer close(done)
+		if err := saveLoop(deliveries, t.store, t.tracker, t.runs, t.opts.CheckpointInterval, t.log); err != nil {
+			planeErr <- err
+		}
+	})
+	wg.Go(func() {
+		if err := t.ctl.listen(ctx, t.opts.Pipeline.Source.DSN, 5*time.Second); err != nil {
+			planeErr <- err
+		}
+	})
+	wg.Go(func() { t.reportStreams(ctx) })
+	return done
+}
+
+// startStream starts, on wg, the capture (its error comes on captureErr)
+// and the backfills (fillDone is closed when they end; an error retrying
+// cannot fix comes on planeErr), both until ctx ends. Backfills write into
+// the WAL only while the stream runs, so that their chunks are read back
+// (and their window moves) promptly.
+func (t *term) startStream(ctx context.Context, planeErr chan<- error, wg *sync.WaitGroup) (captureErr <-chan error, fillDone <-chan struct{}) {
+	errc := make(chan error, 1)
+	wg.Go(func() { errc <- t.capt.Run(ctx) })
+	t.streaming = true
+	done := make(chan struct{})
+	wg.Go(func() {
+		defer close(done)
+		if err := t.filler.Run(ctx); err != nil {
+			planeErr <- err
+		}
+	})
+	return errc, done
 }
 
 // awaitEnd waits for what ends the run: ctx (a stop, or the lease lost),
@@ -455,9 +590,9 @@ func (t *term) awaitEnd(ctx context.Context, captureErr, schedErr, planeErr <-ch
 }
 
 // drain waits for the schedulers to finish their batches in flight, at
-// most ShutdownTimeout, then cancels what is left (cancelHard).
-func (t *term) drain(schedsDone <-chan struct{}, cancelHard context.CancelFunc) {
-	defer cancelHard()
+// most ShutdownTimeout, then cancels what is left (cancelDeliveries).
+func (t *term) drain(schedsDone <-chan struct{}, cancelDeliveries context.CancelFunc) {
+	defer cancelDeliveries()
 	select {
 	case <-schedsDone:
 	case <-time.After(t.opts.ShutdownTimeout):
@@ -468,7 +603,7 @@ func (t *term) drain(schedsDone <-chan struct{}, cancelHard context.CancelFunc) 
 		// The sink stopped lines below count, per sink, what is left
 		// undelivered and what the next run delivers again.
 		t.log.Warn("deliveries still in flight at shutdown timeout; they will be replayed on restart", "batches_in_flight", batches)
-		cancelHard()
+		cancelDeliveries()
 		<-schedsDone
 	}
 }
@@ -489,49 +624,8 @@ func (t *term) close(ctx context.Context) {
 		cancel()
 	}
 	if t.capt != nil && t.streaming {
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		if t.lost {
-			t.capt.Abandon()
-		} else {
-			if serr := saveMarks(fctx, t.store, t.tracker, t.runs, true); serr != nil {
-				log.Warn("final checkpoint", "err", serr)
-			}
-			if uerr := saveUsage(fctx, t.store, t.runs); uerr != nil {
-				log.Warn("final usage", "err", uerr)
-			}
-			if cerr := t.capt.Close(fctx); cerr != nil {
-				log.Warn("final slot confirmation", "err", cerr)
-			}
-		}
-		cancel()
-		marks := t.tracker.Peek()
-		for i, r := range t.runs {
-			st := r.stats()
-			// unresolved: read from the slot and not delivered (queued,
-			// held behind an earlier event of their row, backing off, or
-			// abandoned at the shutdown timeout). ahead: delivered after
-			// such an event; the checkpoint is one position per sink and
-			// cannot cover them, so whoever streams next delivers both
-			// again (at-least-once).
-			unresolved, _, _ := t.tracker.Backlog(i)
-			ahead := t.tracker.Ahead(i)
-			mark := marks[i]
-			if r.iso != nil {
-				// A detached sink's position is its catch-up stream's
-				// (counted there, not here).
-				if id, ok := r.iso.Watermark(); ok {
-					mark = id
-				}
-			}
-			log.Info("sink stopped", "sink", r.cfg.ID, "delivered", st.Delivered.Load(), "skipped", st.Skipped.Load(),
-				"filtered", st.Filtered.Load(), "failed_attempts", st.Failures.Load(), "throttled", st.Throttles.Load(),
-				"parked", st.Parked.Load(), "replayed", st.Replayed.Load(), "duplicates", st.Duplicates.Load(), "dropped", r.queue.Dropped(),
-				"checkpoint", mark.String(), "unresolved", unresolved, "redelivered_next", ahead)
-			if ahead > 0 && !t.lost {
-				log.Info("sink stopped with deliveries past an undelivered event; the next run delivers them again",
-					"sink", r.cfg.ID, "checkpoint", mark.String(), "unresolved", unresolved, "redelivered_next", ahead)
-			}
-		}
+		t.finish(ctx)
+		t.logSinksStopped()
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
@@ -542,6 +636,60 @@ func (t *term) close(ctx context.Context) {
 	}
 	if t.pool != nil {
 		t.pool.Close()
+	}
+}
+
+// finish writes the final checkpoints and usage and confirms the final
+// position to the slot, with a fresh deadline; with the leadership lost
+// it abandons the stream instead and writes nothing.
+func (t *term) finish(ctx context.Context) {
+	if t.lost {
+		t.capt.Abandon()
+		return
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if serr := saveCheckpoints(fctx, t.store, t.tracker, t.runs, true); serr != nil {
+		t.log.Warn("final checkpoint", "err", serr)
+	}
+	if uerr := saveUsage(fctx, t.store, t.runs); uerr != nil {
+		t.log.Warn("final usage", "err", uerr)
+	}
+	if cerr := t.capt.Close(fctx); cerr != nil {
+		t.log.Warn("final slot confirmation", "err", cerr)
+	}
+}
+
+// logSinksStopped says, per sink, what the term delivered and what it
+// leaves to whoever streams next.
+func (t *term) logSinksStopped() {
+	positions := t.tracker.Positions()
+	for i, r := range t.runs {
+		st := r.stats()
+		// unresolved: read from the slot and not delivered (queued,
+		// held behind an earlier event of their row, backing off, or
+		// abandoned at the shutdown timeout). ahead: delivered after
+		// such an event; the checkpoint is one position per sink and
+		// cannot cover them, so whoever streams next delivers both
+		// again (at-least-once).
+		unresolved, _, _ := t.tracker.Backlog(i)
+		ahead := t.tracker.Ahead(i)
+		position := positions[i]
+		if r.isolation != nil {
+			// A detached sink's position is its catch-up stream's
+			// (counted there, not here).
+			if id, ok := r.isolation.Position(); ok {
+				position = id
+			}
+		}
+		t.log.Info("sink stopped", "sink", r.cfg.ID, "delivered", st.Delivered.Load(), "skipped", st.Skipped.Load(),
+			"filtered", st.Filtered.Load(), "failed_attempts", st.Failures.Load(), "throttled", st.Throttles.Load(),
+			"parked", st.Parked.Load(), "replayed", st.Replayed.Load(), "duplicates", st.Duplicates.Load(), "dropped", r.queue.Dropped(),
+			"position", position.String(), "unresolved", unresolved, "redelivered_next", ahead)
+		if ahead > 0 && !t.lost {
+			t.log.Info("sink stopped with deliveries past an undelivered event; the next run delivers them again",
+				"sink", r.cfg.ID, "position", position.String(), "unresolved", unresolved, "redelivered_next", ahead)
+		}
 	}
 }
 
@@ -569,8 +717,8 @@ type checkpointsFirst struct {
 }
 
 func (c checkpointsFirst) RaiseConfirmLimit(ctx context.Context, lsn uint64) error {
-	// Watermarks read now are at least those lsn was derived from.
-	if err := saveMarks(ctx, c.store, c.tracker, c.runs, true); err != nil {
+	// Positions read now are at least those lsn was derived from.
+	if err := saveCheckpoints(ctx, c.store, c.tracker, c.runs, true); err != nil {
 		return err
 	}
 	return c.store.RaiseConfirmLimit(ctx, lsn)

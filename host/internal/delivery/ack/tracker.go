@@ -34,21 +34,21 @@ type Tracker struct {
 	// committed is the tracker's next seq at the last Commit: events at or
 	// above it belong to a transaction whose commit has not been seen.
 	committed Seq
-	changed   bool // some watermark moved since the last Watermarks call
+	changed   bool // some position moved since the last PositionsToSave call
 }
 
 type sinkState struct {
 	SinkSpec
-	low       Seq    // first unresolved seq; all below are resolved
-	ring      []slot // ring[seq % len] for seq in [low, next)
-	watermark cdc.EventID
+	low      Seq    // first unresolved seq; all below are resolved
+	ring     []slot // ring[seq % len] for seq in [low, next)
+	position cdc.EventID
 	// open and openBytes count the events in [low, next) not resolved
 	// yet, and their payload bytes: the sink's backlog.
 	open      int
 	openBytes int64
 	// detached: the sink catches up on a slot of its own (package
 	// isolate); this tracker neither counts events for it nor lets it
-	// hold the flush position, and its watermark stays where it was.
+	// hold the flush position, and its position stays where it was.
 	detached bool
 }
 
@@ -145,8 +145,8 @@ func (t *Tracker) Resolve(i int, seqs ...Seq) {
 		if !sl.done {
 			break
 		}
-		if sl.id.Compare(s.watermark) > 0 {
-			s.watermark = sl.id
+		if sl.id.Compare(s.position) > 0 {
+			s.position = sl.id
 		}
 		*sl = slot{}
 		s.low++
@@ -216,7 +216,7 @@ func (t *Tracker) Pending(i int) int {
 	return int(t.next - t.sinks[i].low)
 }
 
-// Ahead returns how many events sink i resolved above its watermark: out
+// Ahead returns how many events sink i resolved above its position: out
 // of order, behind an earlier event it has not resolved. A checkpoint is
 // one position per sink, so these are delivered again by whoever streams
 // next if the pipeline stops before the gap closes.
@@ -247,7 +247,7 @@ func (t *Tracker) Backlog(i int) (events int, bytes int64, oldest time.Time) {
 
 // Detach stops counting events for sink i: every event added so far is
 // forgotten for it, later ones are not recorded, and it no longer holds
-// the flush position back. Its watermark stays where it was. The caller
+// the flush position back. Its position stays where it was. The caller
 // must keep what the sink still needs elsewhere first (a catch-up slot
 // copied while the sink still held this tracker's position).
 func (t *Tracker) Detach(i int) {
@@ -263,19 +263,19 @@ func (t *Tracker) Detach(i int) {
 	t.release()
 }
 
-// Rejoin counts sink i again from the next event added on, with watermark
-// as its position, and returns that event's seq and the last event added
+// Rejoin counts sink i again from the next event added on, at position,
+// and returns that event's seq and the last event added
 // before it: everything up to last is the caller's to deliver some other
 // way. joined, when set, runs under the tracker's lock before any later
 // event is added (the fan-out installs the sink's queue there).
-func (t *Tracker) Rejoin(i int, watermark cdc.EventID, joined func(from Seq)) (from Seq, last cdc.EventID) {
+func (t *Tracker) Rejoin(i int, position cdc.EventID, joined func(from Seq)) (from Seq, last cdc.EventID) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.sinks[i]
 	s.detached = false
 	clear(s.ring)
 	s.low, s.open, s.openBytes = t.next, 0, 0
-	s.watermark = watermark
+	s.position = position
 	t.changed = true
 	if joined != nil {
 		joined(t.next)
@@ -297,46 +297,49 @@ func (t *Tracker) LastAdded() cdc.EventID {
 	return t.lastAdd
 }
 
-// SetWatermark seeds sink i's watermark with its stored checkpoint, so
-// that the checkpoint store never writes a lower one before the first
-// replayed event above it is resolved.
-func (t *Tracker) SetWatermark(i int, id cdc.EventID) {
+// RaisePosition raises sink i's position to id when id is higher: seeded
+// with the sink's stored checkpoint, the checkpoint store never writes a
+// lower one before the first replayed event above it is resolved.
+func (t *Tracker) RaisePosition(i int, id cdc.EventID) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if id.Compare(t.sinks[i].watermark) > 0 {
-		t.sinks[i].watermark = id
+	if id.Compare(t.sinks[i].position) > 0 {
+		t.sinks[i].position = id
 	}
 }
 
-// Watermarks returns every sink's watermark, indexed like the sinks given
-// to New, and whether any moved since the previous call.
-func (t *Tracker) Watermarks() ([]cdc.EventID, bool) {
+// PositionsToSave returns every sink's position for the checkpoint
+// writer, indexed like the sinks given to New, and whether any moved
+// since the previous call.
+func (t *Tracker) PositionsToSave() ([]cdc.EventID, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make([]cdc.EventID, len(t.sinks))
-	for i, s := range t.sinks {
-		out[i] = s.watermark
-	}
 	changed := t.changed
 	t.changed = false
-	return out, changed
+	return t.positions(), changed
 }
 
-// Peek returns every sink's watermark like Watermarks, without consuming
-// the changed flag (for readers other than the checkpoint writer).
-func (t *Tracker) Peek() []cdc.EventID {
+// Positions returns every sink's position like PositionsToSave, for
+// readers other than the checkpoint writer: it leaves the moved flag to
+// that writer.
+func (t *Tracker) Positions() []cdc.EventID {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.positions()
+}
+
+// positions copies every sink's position. Caller holds mu.
+func (t *Tracker) positions() []cdc.EventID {
 	out := make([]cdc.EventID, len(t.sinks))
 	for i, s := range t.sinks {
-		out[i] = s.watermark
+		out[i] = s.position
 	}
 	return out
 }
 
-// MarkChanged makes the next Watermarks call report a change, so that a
-// failed checkpoint write is retried.
-func (t *Tracker) MarkChanged() {
+// MarkUnsaved makes the next PositionsToSave call report a move, so that
+// a failed checkpoint write is retried.
+func (t *Tracker) MarkUnsaved() {
 	t.mu.Lock()
 	t.changed = true
 	t.mu.Unlock()

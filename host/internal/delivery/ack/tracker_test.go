@@ -43,7 +43,7 @@ func TestReleaseNeedsEveryDurableSink(t *testing.T) {
 	if got := tr.Flush(); got != 110 {
 		t.Fatalf("flush = %d, want end of tx1 110", got)
 	}
-	wm, changed := tr.Watermarks()
+	wm, changed := tr.PositionsToSave()
 	if !changed || wm[0] != id(200, 0) || wm[1] != id(100, 1) || !wm[2].IsZero() {
 		t.Fatalf("watermarks = %v changed=%v", wm, changed)
 	}
@@ -223,7 +223,7 @@ func TestDetachedSinkHoldsNothingAndRejoinCountsFromNextEvent(t *testing.T) {
 	if got := tr.Flush(); got != 210 {
 		t.Fatalf("flush = %d, want 210", got)
 	}
-	if wm := tr.Peek(); !wm[1].IsZero() {
+	if wm := tr.Positions(); !wm[1].IsZero() {
 		t.Fatalf("detached sink's watermark moved to %v", wm[1])
 	}
 	if !tr.Detached(1) {
@@ -244,7 +244,7 @@ func TestDetachedSinkHoldsNothingAndRejoinCountsFromNextEvent(t *testing.T) {
 	if got := tr.Flush(); got != 210 {
 		t.Fatalf("flush with the rejoined sink behind = %d, want 210", got)
 	}
-	if wm := tr.Peek(); wm[1] != id(150, 0) {
+	if wm := tr.Positions(); wm[1] != id(150, 0) {
 		t.Fatalf("rejoined watermark = %v, want 150:0", wm[1])
 	}
 	tr.Resolve(1, s2)
@@ -290,7 +290,7 @@ func TestAhead(t *testing.T) {
 		if got := tr.Ahead(0); got != want {
 			t.Errorf("ahead = %d, want %d", got, want)
 		}
-		if got := tr.Peek()[0]; got != wm {
+		if got := tr.Positions()[0]; got != wm {
 			t.Errorf("watermark = %s, want %s", got, wm)
 		}
 	}

@@ -1,14 +1,3 @@
-// Package fanout gives each sink its own bounded queue and copies every
-// captured event into all of them.
-//
-// A full queue of a durable sink pauses the stream (backpressure): the
-// capture loop blocks here, answering the server meanwhile through the idle
-// callback, and PostgreSQL keeps the changes in the slot. A non-durable
-// sink never holds the stream back: when its queue is full the event is
-// dropped for that sink and counted.
-//
-// Capture hands over every event once, reconnects included, so fanout
-// needs no deduplication of its own.
 package fanout
 
 import (
@@ -21,14 +10,13 @@ import (
 
 	"github.com/walcast/walcast/host/internal/change"
 	"github.com/walcast/walcast/host/internal/delivery/ack"
-	"github.com/walcast/walcast/host/internal/source/capture"
-	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // Item is one event on its way to one sink.
 type Item struct {
 	Seq   ack.Seq
-	Event pluginkit.Event
+	Event cdc.Event
 	// OldKey is the key before an update that changed it (change.Event).
 	OldKey []byte
 	// GapBefore: events were dropped for this sink just before this one
@@ -100,11 +88,11 @@ func (q *Queue) roomFor(n int64) bool {
 	return b <= 0 || b+n <= q.maxBytes
 }
 
-// waitRoom blocks until n bytes fit, calling idle every capture.IdleEvery
+// waitRoom blocks until n bytes fit, calling idle every change.IdleEvery
 // so that the capture loop keeps answering the server.
 // It returns errGone when the queue is detached meanwhile.
 func (q *Queue) waitRoom(ctx context.Context, n int64, idle func()) error {
-	t := time.NewTicker(capture.IdleEvery)
+	t := time.NewTicker(change.IdleEvery)
 	defer t.Stop()
 	for !q.roomFor(n) {
 		select {
@@ -122,7 +110,7 @@ func (q *Queue) waitRoom(ctx context.Context, n int64, idle func()) error {
 
 // send puts it in the queue, waiting like waitRoom.
 func (q *Queue) send(ctx context.Context, it Item, idle func()) error {
-	t := time.NewTicker(capture.IdleEvery)
+	t := time.NewTicker(change.IdleEvery)
 	defer t.Stop()
 	for {
 		select {
@@ -143,7 +131,8 @@ var errGone = errors.New("queue detached")
 // Dropped is how many events a non-durable queue dropped because it was full.
 func (q *Queue) Dropped() int64 { return q.dropped.Load() }
 
-// Fanout implements capture.Consumer.
+// Fanout is the consumer of a capture's stream (it has the methods
+// capture.Consumer asks for; the daemon hands it to capture.New).
 type Fanout struct {
 	tracker *ack.Tracker
 	// queues[i] belongs to the tracker's sink i; nil while the sink is
@@ -154,8 +143,6 @@ type Fanout struct {
 
 // Events is how many events were fanned out (safe from any goroutine).
 func (f *Fanout) Events() int64 { return f.events.Load() }
-
-var _ capture.Consumer = (*Fanout)(nil)
 
 // New returns a fan-out over queues; queues[i] belongs to the tracker's
 // sink i.
@@ -183,10 +170,10 @@ func (f *Fanout) Detach(i int) {
 }
 
 // Rejoin queues events for sink i again in q, from the next event added
-// on, with watermark as its position. It returns the last event added
-// before: everything up to it is the caller's to deliver.
-func (f *Fanout) Rejoin(i int, q *Queue, watermark pluginkit.EventID) pluginkit.EventID {
-	_, last := f.tracker.Rejoin(i, watermark, func(from ack.Seq) {
+// on, at position. It returns the last event added before: everything up
+// to it is the caller's to deliver.
+func (f *Fanout) Rejoin(i int, q *Queue, position cdc.EventID) cdc.EventID {
+	_, last := f.tracker.Rejoin(i, position, func(from ack.Seq) {
 		q.from = from
 		f.queues[i].Store(q)
 	})
@@ -256,8 +243,9 @@ func (f *Fanout) wait(ctx context.Context, q *Queue, item Item, n int64, idle fu
 // Commit records a transaction's end.
 func (f *Fanout) Commit(commitLSN, endLSN uint64) { f.tracker.Commit(endLSN) }
 
-// Flush implements capture.Consumer.
+// Flush is the tracker's flush position: what capture may confirm.
 func (f *Fanout) Flush() uint64 { return f.tracker.Flush() }
 
-// AdvanceIdle implements capture.Consumer.
+// AdvanceIdle moves the tracker's flush position to a keepalive's WAL end
+// when nothing is in flight (ack.Tracker.AdvanceIdle).
 func (f *Fanout) AdvanceIdle(walEnd uint64) bool { return f.tracker.AdvanceIdle(walEnd) }

@@ -11,13 +11,13 @@ import (
 	"github.com/walcast/walcast/host/internal/delivery/fanout"
 	"github.com/walcast/walcast/host/internal/delivery/schedule"
 	"github.com/walcast/walcast/host/internal/source/capture"
-	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
-// catchup is one sink's own stream: a capture of its catch-up slot feeding
+// catchupStream is one sink's own stream: a capture of its catch-up slot feeding
 // a fan-out with one queue, a tracker with one sink, and a scheduler. Its
 // capture confirms to the catch-up slot what that tracker releases.
-type catchup struct {
+type catchupStream struct {
 	slot    string
 	tracker *ack.Tracker
 	queue   *fanout.Queue
@@ -28,7 +28,7 @@ type catchup struct {
 	// over before the sink rejoined it: events past it are not this
 	// stream's to deliver. reached: everything up to it has been handed
 	// over.
-	boundary atomic.Pointer[pluginkit.EventID]
+	boundary atomic.Pointer[cdc.EventID]
 	reached  atomic.Bool
 	// done: every transaction committed at or below it has been handed
 	// over (the last commit seen, or just below the slot's confirmed
@@ -47,27 +47,27 @@ type catchup struct {
 	stopCalled bool
 }
 
-// bounded is the catch-up capture's consumer: the catch-up fan-out, held
-// at the rejoin boundary.
-type bounded struct {
+// catchupConsumer is the catch-up capture's consumer: the catch-up
+// fan-out, held at the rejoin boundary.
+type catchupConsumer struct {
 	*fanout.Fanout
-	c *catchup
+	stream *catchupStream
 }
 
-var _ capture.Consumer = bounded{}
+var _ capture.Consumer = catchupConsumer{}
 
 // Event hands ev on unless it lies past the boundary; then it waits until
 // the rejoin completes (ctx ends) or is called off (the boundary cleared).
-func (b bounded) Event(ctx context.Context, ev change.Event, idle func()) error {
+func (b catchupConsumer) Event(ctx context.Context, ev change.Event, idle func()) error {
 	var t *time.Ticker
 	for {
-		bd := b.c.boundary.Load()
-		if bd == nil || ev.ID.Compare(*bd) <= 0 {
+		boundary := b.stream.boundary.Load()
+		if boundary == nil || ev.ID.Compare(*boundary) <= 0 {
 			break
 		}
-		b.c.reached.Store(true)
+		b.stream.reached.Store(true)
 		if t == nil {
-			t = time.NewTicker(capture.IdleEvery)
+			t = time.NewTicker(change.IdleEvery)
 			defer t.Stop()
 		}
 		select {
@@ -82,32 +82,32 @@ func (b bounded) Event(ctx context.Context, ev change.Event, idle func()) error 
 
 // Commit: once the transaction holding the boundary (or a later one) has
 // ended, everything up to the boundary has been handed over.
-func (b bounded) Commit(commitLSN, endLSN uint64) {
+func (b catchupConsumer) Commit(commitLSN, endLSN uint64) {
 	b.Fanout.Commit(commitLSN, endLSN)
-	b.c.done.Store(commitLSN)
-	if bd := b.c.boundary.Load(); bd != nil && commitLSN >= bd.CommitLSN {
-		b.c.reached.Store(true)
+	b.stream.done.Store(commitLSN)
+	if boundary := b.stream.boundary.Load(); boundary != nil && commitLSN >= boundary.CommitLSN {
+		b.stream.reached.Store(true)
 	}
 }
 
 // AdvanceIdle: the server has sent every transaction that committed
 // before walEnd, and none is open.
-func (b bounded) AdvanceIdle(walEnd uint64) bool {
+func (b catchupConsumer) AdvanceIdle(walEnd uint64) bool {
 	moved := b.Fanout.AdvanceIdle(walEnd)
-	if bd := b.c.boundary.Load(); bd != nil && walEnd > bd.CommitLSN {
-		b.c.reached.Store(true)
+	if boundary := b.stream.boundary.Load(); boundary != nil && walEnd > boundary.CommitLSN {
+		b.stream.reached.Store(true)
 	}
 	return moved
 }
 
-// setBoundary holds the stream at bd and notes whether everything up to
-// it has been handed over already. Commit stores done before it loads the
+// setBoundary holds the stream at boundary and notes whether everything
+// up to it has been handed over already. Commit stores done before it loads the
 // boundary, and this stores the boundary before it loads done: one of the
 // two sees the other.
-func (c *catchup) setBoundary(bd pluginkit.EventID) {
+func (c *catchupStream) setBoundary(boundary cdc.EventID) {
 	c.reached.Store(false)
-	c.boundary.Store(&bd)
-	if c.done.Load() >= bd.CommitLSN {
+	c.boundary.Store(&boundary)
+	if c.done.Load() >= boundary.CommitLSN {
 		c.reached.Store(true)
 	}
 }
@@ -115,15 +115,15 @@ func (c *catchup) setBoundary(bd pluginkit.EventID) {
 // boundaryOf is the rejoin boundary: the last event the pipeline handed
 // over, or, when it has handed over none since it started at start, every
 // transaction that committed before start.
-func boundaryOf(last pluginkit.EventID, start uint64) pluginkit.EventID {
+func boundaryOf(last cdc.EventID, start uint64) cdc.EventID {
 	if !last.IsZero() || start == 0 {
 		return last
 	}
-	return pluginkit.EventID{CommitLSN: start - 1, Index: math.MaxUint64}
+	return cdc.EventID{CommitLSN: start - 1, Index: math.MaxUint64}
 }
 
 // start runs the scheduler and the capture.
-func (c *catchup) start(ctx context.Context) {
+func (c *catchupStream) start(ctx context.Context) {
 	c.stopSched = make(chan struct{})
 	c.schedDone = make(chan struct{})
 	c.captDone = make(chan struct{})
@@ -136,7 +136,7 @@ func (c *catchup) start(ctx context.Context) {
 // stop stops reading, lets the batches in flight finish, and confirms
 // the final position to the catch-up slot. It returns the scheduler's or
 // the capture's error.
-func (c *catchup) stop(ctx context.Context) error {
+func (c *catchupStream) stop(ctx context.Context) error {
 	if c.stopCalled {
 		return nil
 	}
@@ -161,7 +161,7 @@ func (c *catchup) stop(ctx context.Context) error {
 // and a sink that has read its backlog has not delivered it: a rejoin on
 // either would hand over a backlog that fills the pipeline's queue and
 // holds the other sinks back again.
-func (c *catchup) behind(main uint64) int64 {
+func (c *catchupStream) behind(main uint64) int64 {
 	if c.capt.Received() == 0 {
 		return math.MaxInt64 // nothing heard from the slot yet
 	}

@@ -14,11 +14,11 @@ import (
 
 func eid(lsn, idx uint64) pluginkit.EventID { return pluginkit.EventID{CommitLSN: lsn, Index: idx} }
 
-func newBounded() (bounded, *fanout.Queue) {
+func newBounded() (catchupConsumer, *fanout.Queue) {
 	tr := ack.New([]ack.SinkSpec{{ID: "s", Durable: true}}, 0)
 	q := fanout.NewQueue(16, true)
-	c := &catchup{tracker: tr, queue: q}
-	return bounded{Fanout: fanout.New(tr, []*fanout.Queue{q}), c: c}, q
+	c := &catchupStream{tracker: tr, queue: q}
+	return catchupConsumer{Fanout: fanout.New(tr, []*fanout.Queue{q}), stream: c}, q
 }
 
 // The catch-up stream hands over everything up to the boundary and holds
@@ -27,18 +27,18 @@ func TestBoundedHoldsEventsPastTheBoundary(t *testing.T) {
 	b, q := newBounded()
 	ctx := context.Background()
 	idle := func() {}
-	b.c.setBoundary(eid(200, 1))
+	b.stream.setBoundary(eid(200, 1))
 	for _, id := range []pluginkit.EventID{eid(100, 0), eid(200, 0), eid(200, 1)} {
 		if err := b.Event(ctx, change.Event{Event: pluginkit.Event{ID: id}}, idle); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if b.c.reached.Load() {
+	if b.stream.reached.Load() {
 		t.Fatal("reached before anything past the boundary was seen")
 	}
 	held := make(chan error, 1)
 	go func() { held <- b.Event(ctx, change.Event{Event: pluginkit.Event{ID: eid(200, 2)}}, idle) }()
-	waitUntil(t, b.c.reached.Load)
+	waitUntil(t, b.stream.reached.Load)
 	select {
 	case err := <-held:
 		t.Fatalf("event past the boundary handed over (err %v)", err)
@@ -48,7 +48,7 @@ func TestBoundedHoldsEventsPastTheBoundary(t *testing.T) {
 		t.Fatalf("queue holds %d events, want 3", len(q.C))
 	}
 	// Called off: the stream goes on.
-	b.c.boundary.Store(nil)
+	b.stream.boundary.Store(nil)
 	if err := <-held; err != nil {
 		t.Fatal(err)
 	}
@@ -60,39 +60,39 @@ func TestBoundedHoldsEventsPastTheBoundary(t *testing.T) {
 func TestBoundedReachedByCommitAndIdle(t *testing.T) {
 	b, _ := newBounded()
 	ctx := context.Background()
-	b.c.setBoundary(eid(200, 0))
+	b.stream.setBoundary(eid(200, 0))
 	b.Event(ctx, change.Event{Event: pluginkit.Event{ID: eid(200, 0)}}, func() {})
 	b.Commit(100, 150) // an earlier transaction's commit cannot be
-	if b.c.reached.Load() {
+	if b.stream.reached.Load() {
 		t.Fatal("reached by the commit of an earlier transaction")
 	}
 	b.Commit(200, 250)
-	if !b.c.reached.Load() {
+	if !b.stream.reached.Load() {
 		t.Fatal("not reached by the commit of the boundary's transaction")
 	}
 
 	b, _ = newBounded()
-	b.c.setBoundary(eid(200, 3))
+	b.stream.setBoundary(eid(200, 3))
 	b.AdvanceIdle(200)
-	if b.c.reached.Load() {
+	if b.stream.reached.Load() {
 		t.Fatal("reached by a keepalive at the boundary's commit LSN")
 	}
 	b.AdvanceIdle(201)
-	if !b.c.reached.Load() {
+	if !b.stream.reached.Load() {
 		t.Fatal("not reached by a keepalive past the boundary's commit")
 	}
 
 	// A stream that already committed past the boundary reaches it at once.
 	b, _ = newBounded()
 	b.Commit(300, 350)
-	b.c.setBoundary(eid(200, 0))
-	if !b.c.reached.Load() {
+	b.stream.setBoundary(eid(200, 0))
+	if !b.stream.reached.Load() {
 		t.Fatal("boundary below what was already handed over not reached")
 	}
 	b, _ = newBounded()
-	b.c.done.Store(499) // slot confirmed at 500
-	b.c.setBoundary(eid(500, 0))
-	if b.c.reached.Load() {
+	b.stream.done.Store(499) // slot confirmed at 500
+	b.stream.setBoundary(eid(500, 0))
+	if b.stream.reached.Load() {
 		t.Fatal("boundary at the slot's confirmed position reached before its transaction")
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/walcast/walcast/host/internal/delivery/fanout"
 	"github.com/walcast/walcast/host/internal/delivery/schedule"
 	"github.com/walcast/walcast/host/internal/source/capture"
-	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // Config describes one durable sink of a pipeline to Sink.
@@ -35,8 +35,9 @@ type Config struct {
 	// QueueSize is the capacity of the sink's queues.
 	QueueSize int
 	// NewScheduler returns a scheduler for the sink reading q and
-	// resolving into sink index of t, skipping what skip covers.
-	NewScheduler func(q *fanout.Queue, t *ack.Tracker, index int, skip pluginkit.EventID) *schedule.Scheduler
+	// resolving into sink index of t, skipping the events at or below
+	// position (delivered before).
+	NewScheduler func(q *fanout.Queue, t *ack.Tracker, index int, position cdc.EventID) *schedule.Scheduler
 	// Live is the scheduler the sink starts with (on the pipeline's
 	// queue), unless ResumeSlot is set.
 	Live *schedule.Scheduler
@@ -53,10 +54,10 @@ type Sink struct {
 	log  *slog.Logger
 	mode atomic.Int32
 
-	mu     sync.Mutex
-	paused bool
-	live   *schedule.Scheduler // while live or rejoining (not yet running then)
-	cu     *catchup            // while catching up or rejoining
+	mu      sync.Mutex
+	paused  bool
+	live    *schedule.Scheduler // while live or rejoining (not yet running then)
+	catchup *catchupStream      // while catching up or rejoining
 	// slot of the sink (catching up, rejoining, or a drop that failed).
 	slot      string
 	dropLater bool
@@ -102,8 +103,8 @@ func (s *Sink) Mode() Mode { return Mode(s.mode.Load()) }
 func (s *Sink) Scheduler() *schedule.Scheduler {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cu != nil {
-		return s.cu.sched
+	if s.catchup != nil {
+		return s.catchup.sched
 	}
 	return s.live
 }
@@ -142,21 +143,21 @@ func (s *Sink) SetPaused(p bool) {
 	if s.live != nil {
 		s.live.SetPaused(p)
 	}
-	if s.cu != nil {
-		s.cu.sched.SetPaused(p)
+	if s.catchup != nil {
+		s.catchup.sched.SetPaused(p)
 	}
 }
 
-// Watermark is the sink's position while it is detached (its catch-up
-// tracker's watermark); ok is false while it is live, when the pipeline's
-// tracker has it.
-func (s *Sink) Watermark() (id pluginkit.EventID, ok bool) {
+// Position is the sink's position while it is detached (its catch-up
+// tracker's); ok is false while it is live, when the pipeline's tracker
+// has it.
+func (s *Sink) Position() (id cdc.EventID, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cu == nil {
+	if s.catchup == nil {
 		return id, false
 	}
-	return s.cu.tracker.Peek()[0], true
+	return s.catchup.tracker.Positions()[0], true
 }
 
 // Lag is what /metrics shows: the catch-up stream's distance behind the
@@ -164,14 +165,14 @@ func (s *Sink) Watermark() (id pluginkit.EventID, ok bool) {
 func (s *Sink) Lag() (behindBytes int64, slot string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cu == nil {
+	if s.catchup == nil {
 		return 0, ""
 	}
-	b := s.cu.behind(s.cfg.Received())
+	b := s.catchup.behind(s.cfg.Received())
 	if b < 0 || b == 1<<63-1 {
 		b = 0
 	}
-	return b, s.cu.slot
+	return b, s.catchup.slot
 }
 
 // ReceiveTimeouts counts the sink's catch-up streams that were ended
@@ -184,11 +185,11 @@ func (s *Sink) ReceiveTimeouts() *capture.ReceiveTimeouts { return &s.timeouts }
 func (s *Sink) CatchupStream() (slot string, streaming bool, timeout time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cu == nil {
+	if s.catchup == nil {
 		return "", false, 0
 	}
-	_, timeout = s.cu.capt.Silence()
-	return s.cu.slot, s.cu.capt.Streaming(), timeout
+	_, timeout = s.catchup.capt.Silence()
+	return s.catchup.slot, s.catchup.capt.Streaming(), timeout
 }
 
 // tick is how often Run looks at the sink: a small part of the default
@@ -201,22 +202,22 @@ const tick = 25 * time.Millisecond
 // (it abandons them), or a scheduler or the catch-up stream fails.
 func (s *Sink) Run(ctx context.Context, stop <-chan struct{}) (err error) {
 	if s.cfg.ResumeSlot != "" {
-		skip := s.cfg.Tracker.Peek()[s.cfg.Index]
-		conf, err := Confirmed(ctx, s.cfg.Slots.db, s.cfg.ResumeSlot)
+		position := s.cfg.Tracker.Positions()[s.cfg.Index]
+		confirmed, err := Confirmed(ctx, s.cfg.Slots.db, s.cfg.ResumeSlot)
 		if err != nil {
 			return err
 		}
-		s.log.Info("sink resumes catching up from its slot", "slot", s.cfg.ResumeSlot, "resume_after", skip.String())
-		s.startCatchup(ctx, s.cfg.ResumeSlot, conf, skip, nil)
+		s.log.Info("sink resumes catching up from its slot", "slot", s.cfg.ResumeSlot, "position", position.String())
+		s.startCatchup(ctx, s.cfg.ResumeSlot, confirmed, position, nil)
 	} else {
 		s.startLive(ctx, s.live)
 	}
 	defer func() {
 		s.mu.Lock()
-		cu := s.cu
+		stream := s.catchup
 		s.mu.Unlock()
-		if cu != nil {
-			if cerr := cu.stop(ctx); err == nil && ctx.Err() == nil {
+		if stream != nil {
+			if cerr := stream.stop(ctx); err == nil && ctx.Err() == nil {
 				err = cerr
 			}
 		}
@@ -235,9 +236,9 @@ func (s *Sink) Run(ctx context.Context, stop <-chan struct{}) (err error) {
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	for {
-		var cuSched, cuCapt <-chan struct{}
-		if cu := s.cu; cu != nil {
-			cuSched, cuCapt = cu.schedDone, cu.captDone
+		var catchupSched, catchupCapt <-chan struct{}
+		if stream := s.catchup; stream != nil {
+			catchupSched, catchupCapt = stream.schedDone, stream.captDone
 		}
 		select {
 		case <-stop:
@@ -249,11 +250,11 @@ func (s *Sink) Run(ctx context.Context, stop <-chan struct{}) (err error) {
 				return s.liveErr
 			}
 			return nil
-		case <-cuSched:
-			return s.cu.schedErr
-		case <-cuCapt:
-			if s.cu.captErr != nil {
-				return fmt.Errorf("catch-up slot %s: %w", s.cu.slot, s.cu.captErr)
+		case <-catchupSched:
+			return s.catchup.schedErr
+		case <-catchupCapt:
+			if s.catchup.captErr != nil {
+				return fmt.Errorf("catch-up slot %s: %w", s.catchup.slot, s.catchup.captErr)
 			}
 			return nil
 		case <-t.C:
@@ -289,14 +290,14 @@ func (s *Sink) step(ctx context.Context) error {
 			s.dropLeftover(ctx)
 		}
 	case CatchingUp:
-		o.BehindBytes = s.cu.behind(s.cfg.Received())
-		o.CatchupFull = s.cu.tracker.Pending(0) > s.cfg.QueueSize/2
-		if f := s.cu.sched.Stats.Failures.Load(); f != s.failures {
+		o.BehindBytes = s.catchup.behind(s.cfg.Received())
+		o.CatchupFull = s.catchup.tracker.Pending(0) > s.cfg.QueueSize/2
+		if f := s.catchup.sched.Stats.Failures.Load(); f != s.failures {
 			s.failures, s.failedAt = f, now
 		}
 		o.Failing = now.Sub(s.failedAt) < time.Second
 		o.Backoff = now.Before(s.rejoinAfter)
-		o.Delivering = now.UnixNano()-s.cu.sched.Stats.LastSuccess.Load() < int64(time.Second)
+		o.Delivering = now.UnixNano()-s.catchup.sched.Stats.LastSuccess.Load() < int64(time.Second)
 	}
 	switch s.cfg.Policy.Decide(o) {
 	case Detach:
@@ -311,7 +312,7 @@ func (s *Sink) step(ctx context.Context) error {
 	case Rejoin:
 		s.rejoin(ctx)
 	}
-	if s.Mode() == Rejoining && s.cu.reached.Load() && s.cu.tracker.Idle() {
+	if s.Mode() == Rejoining && s.catchup.reached.Load() && s.catchup.tracker.Idle() {
 		return s.completeRejoin(ctx)
 	}
 	return nil
@@ -331,7 +332,7 @@ func (s *Sink) startLive(ctx context.Context, sched *schedule.Scheduler) {
 func (s *Sink) detach(ctx context.Context, o Observation) error {
 	s.log.Warn("sink falls behind: detaching it to catch up on its own slot",
 		"blocked_for", o.BlockedFor.Round(time.Millisecond), "paused", o.Paused, "failing", o.Failing, "backlog_bytes", o.BacklogBytes)
-	slot, conf, err := s.cfg.Slots.Create(ctx, s.cfg.SinkID)
+	slot, confirmed, err := s.cfg.Slots.Create(ctx, s.cfg.SinkID)
 	if err != nil {
 		// Nothing changed: the sink stays live and holds the stream back
 		// as before; the next tick tries again.
@@ -348,8 +349,8 @@ func (s *Sink) detach(ctx context.Context, o Observation) error {
 		return s.liveErr
 	}
 	s.liveDone = nil
-	skip := s.cfg.Tracker.Peek()[s.cfg.Index]
-	s.startCatchup(ctx, slot, conf, skip, s.live)
+	position := s.cfg.Tracker.Positions()[s.cfg.Index]
+	s.startCatchup(ctx, slot, confirmed, position, s.live)
 	s.Detached.Add(1)
 	return nil
 }
@@ -357,16 +358,16 @@ func (s *Sink) detach(ctx context.Context, o Observation) error {
 // startCatchup starts the catch-up stream. retired is the live scheduler
 // it replaces (stopped; nil when resuming): it is swapped out under the
 // same lock, so that Scheduler never returns nil.
-func (s *Sink) startCatchup(ctx context.Context, slot string, confirmed uint64, skip pluginkit.EventID, retired *schedule.Scheduler) {
+func (s *Sink) startCatchup(ctx context.Context, slot string, confirmed uint64, position cdc.EventID, retired *schedule.Scheduler) {
 	tr := ack.New([]ack.SinkSpec{{ID: s.cfg.SinkID, Durable: true}}, confirmed)
-	tr.SetWatermark(0, skip)
+	tr.RaisePosition(0, position)
 	q := fanout.NewQueue(s.cfg.QueueSize, true)
-	cu := &catchup{slot: slot, tracker: tr, queue: q}
+	stream := &catchupStream{slot: slot, tracker: tr, queue: q}
 	s.failures = 0
 	if confirmed > 0 {
-		cu.done.Store(confirmed - 1)
+		stream.done.Store(confirmed - 1)
 	}
-	cu.sched = s.cfg.NewScheduler(q, tr, 0, skip)
+	stream.sched = s.cfg.NewScheduler(q, tr, 0, position)
 	ccfg := s.cfg.Capture
 	ccfg.Slot = slot
 	ccfg.ApplicationName += "-catchup"
@@ -376,34 +377,34 @@ func (s *Sink) startCatchup(ctx context.Context, slot string, confirmed uint64, 
 	// A silent catch-up stream is ended and reconnected like the
 	// pipeline's (same receive_timeout), and counted for the sink.
 	ccfg.Timeouts = &s.timeouts
-	cu.capt = capture.New(ccfg, bounded{Fanout: fanout.New(tr, []*fanout.Queue{q}), c: cu})
+	stream.capt = capture.New(ccfg, catchupConsumer{Fanout: fanout.New(tr, []*fanout.Queue{q}), stream: stream})
 	s.mu.Lock()
 	if retired != nil {
 		addStats(&s.stats, &retired.Stats)
 	}
 	s.live = nil
-	cu.sched.SetPaused(s.paused)
-	s.cu = cu
+	stream.sched.SetPaused(s.paused)
+	s.catchup = stream
 	s.slot = slot
 	s.mu.Unlock()
 	s.mode.Store(int32(CatchingUp))
-	cu.start(ctx)
-	s.log.Info("sink catching up", "slot", slot, "from", skip.String())
+	stream.start(ctx)
+	s.log.Info("sink catching up", "slot", slot, "position", position.String())
 }
 
 // rejoin queues the pipeline's events for the sink again from the next
 // one on, and sets the catch-up stream's boundary before them.
 func (s *Sink) rejoin(ctx context.Context) {
 	q := fanout.NewQueue(s.cfg.QueueSize, true)
-	wm := s.cu.tracker.Peek()[0]
-	last := s.cfg.Fanout.Rejoin(s.cfg.Index, q, wm)
-	bd := boundaryOf(last, s.cfg.Start)
-	s.cu.setBoundary(bd)
+	position := s.catchup.tracker.Positions()[0]
+	last := s.cfg.Fanout.Rejoin(s.cfg.Index, q, position)
+	boundary := boundaryOf(last, s.cfg.Start)
+	s.catchup.setBoundary(boundary)
 	s.mode.Store(int32(Rejoining))
 	if err := s.cfg.Slots.SetMode(ctx, s.cfg.SinkID, Rejoining); err != nil {
 		s.log.Warn("record mode", "err", err)
 	}
-	s.log.Info("sink rejoining the live stream", "after", bd.String())
+	s.log.Info("sink rejoining the live stream", "boundary", boundary.String())
 }
 
 // abortRejoin sends a rejoining sink back to catching up: the pipeline's
@@ -411,8 +412,8 @@ func (s *Sink) rejoin(ctx context.Context) {
 // boundary it was held at.
 func (s *Sink) abortRejoin(ctx context.Context, o Observation) {
 	s.cfg.Fanout.Detach(s.cfg.Index)
-	s.cu.boundary.Store(nil)
-	s.cu.reached.Store(false)
+	s.catchup.boundary.Store(nil)
+	s.catchup.reached.Store(false)
 	s.mode.Store(int32(CatchingUp))
 	// Every call-off held the pipeline back for Policy.After: wait longer
 	// each time (1 s doubling to a minute) before the next attempt.
@@ -429,24 +430,24 @@ func (s *Sink) abortRejoin(ctx context.Context, o Observation) {
 // everything after it. The live scheduler starts only after the catch-up
 // one stopped; then the slot is dropped and forgotten.
 func (s *Sink) completeRejoin(ctx context.Context) error {
-	cu := s.cu
-	if err := cu.stop(ctx); err != nil {
+	stream := s.catchup
+	if err := stream.stop(ctx); err != nil {
 		return err
 	}
-	wm := cu.tracker.Peek()[0]
-	s.cfg.Tracker.SetWatermark(s.cfg.Index, wm)
-	live := s.cfg.NewScheduler(s.cfg.Fanout.Queue(s.cfg.Index), s.cfg.Tracker, s.cfg.Index, wm)
+	position := stream.tracker.Positions()[0]
+	s.cfg.Tracker.RaisePosition(s.cfg.Index, position)
+	live := s.cfg.NewScheduler(s.cfg.Fanout.Queue(s.cfg.Index), s.cfg.Tracker, s.cfg.Index, position)
 	s.mu.Lock()
-	addStats(&s.stats, &cu.sched.Stats)
+	addStats(&s.stats, &stream.sched.Stats)
 	live.SetPaused(s.paused)
 	s.live = live
-	s.cu = nil
+	s.catchup = nil
 	s.mu.Unlock()
 	s.mode.Store(int32(Live))
 	s.startLive(ctx, live)
 	s.Rejoined.Add(1)
 	s.rejoinBackoff = 0
-	s.log.Info("sink rejoined the live stream", "through", wm.String())
+	s.log.Info("sink rejoined the live stream", "position", position.String())
 	s.dropLater = true
 	s.dropLeftover(ctx)
 	return nil
@@ -469,9 +470,9 @@ func (s *Sink) dropLeftover(ctx context.Context) {
 func (s *Sink) Backlog() (events int, bytes int64, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cu == nil {
+	if s.catchup == nil {
 		return 0, 0, false
 	}
-	events, bytes, _ = s.cu.tracker.Backlog(0)
+	events, bytes, _ = s.catchup.tracker.Backlog(0)
 	return events, bytes, true
 }

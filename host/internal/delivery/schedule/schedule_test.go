@@ -241,7 +241,7 @@ func TestRowLanesKeepPerRowOrder(t *testing.T) {
 	h.waitResolved(30 * time.Second)
 	got := sink.delivered()
 	checkRowOrder(t, got)
-	if wm, _ := h.tracker.Watermarks(); wm[0] != h.last {
+	if wm, _ := h.tracker.PositionsToSave(); wm[0] != h.last {
 		t.Fatalf("watermark %s, want %s", wm[0], h.last)
 	}
 }

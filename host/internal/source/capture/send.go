@@ -3,14 +3,12 @@ package capture
 import (
 	"context"
 	"time"
+
+	"github.com/walcast/walcast/host/internal/change"
 )
 
-// IdleEvery is how often a Consumer blocked by backpressure calls the idle
-// function Event gave it: well within any sane wal_sender_timeout.
-const IdleEvery = 200 * time.Millisecond
-
 // Send puts v on ch, blocking while ch is full — the way a Consumer applies
-// backpressure — and calls idle every IdleEvery meanwhile, so that the
+// backpressure — and calls idle every change.IdleEvery meanwhile, so that the
 // capture loop keeps answering the server. It returns ctx's error if ctx
 // ends first.
 func Send[T any](ctx context.Context, ch chan<- T, v T, idle func()) error {
@@ -19,7 +17,7 @@ func Send[T any](ctx context.Context, ch chan<- T, v T, idle func()) error {
 		return nil
 	default:
 	}
-	t := time.NewTicker(IdleEvery)
+	t := time.NewTicker(change.IdleEvery)
 	defer t.Stop()
 	for {
 		select {
