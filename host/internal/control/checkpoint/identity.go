@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/walcast/walcast/host/internal/control"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
@@ -89,7 +90,7 @@ func (s *Store) ForgetSlot(ctx context.Context) error {
 // checkpoint to the new slot's start at to), deletes the checkpoints that
 // belonged to the old slot, and records the new identity.
 func (s *Store) AcceptGap(ctx context.Context, reason string, sinks []string, to uint64, id Identity) error {
-	b, ok := s.db.(beginner)
+	b, ok := s.db.(control.Beginner)
 	if !ok {
 		return fmt.Errorf("record gap: %T cannot begin a transaction", s.db)
 	}

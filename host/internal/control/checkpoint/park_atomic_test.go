@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
@@ -38,7 +39,7 @@ func TestParkKillMidWriteLeavesAllOrNone(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { admin.Close(context.Background()) })
-	if err := Migrate(ctx, admin); err != nil {
+	if err := schema.Migrate(ctx, admin); err != nil {
 		t.Fatal(err)
 	}
 	// The sequence is not transactional: it shows how far a write got even

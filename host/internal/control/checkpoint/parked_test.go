@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
@@ -73,16 +74,16 @@ func TestParkListUnpark(t *testing.T) {
 }
 
 // An update that changed the key is parked under both rows: both count as
-// parked, and listing either row finds it. Init also upgrades a table made
+// parked, and listing either row finds it. Migrate also upgrades a table made
 // before old_row_key existed.
 func TestParkedKeyChangeBelongsToBothRows(t *testing.T) {
 	ctx := context.Background()
 	s, pool := initStore(t, "shop")
-	// A table made by an older walcast (schema version 3), then Init again.
+	// A table made by an older walcast (schema version 3), then Migrate again.
 	if _, err := pool.Exec(ctx, `ALTER TABLE walcast.parked DROP COLUMN old_row_key; DELETE FROM walcast.schema_version WHERE version >= 4`); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Init(ctx); err != nil {
+	if err := schema.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/walcast/walcast/host/internal/control"
 )
 
 // pauseDDL holds operator pauses: a row per paused sink, and a row with
@@ -17,10 +19,8 @@ CREATE TABLE IF NOT EXISTS walcast.pauses (
 );
 `
 
-// ControlChannel is the NOTIFY channel the CLI wakes a running daemon with
-// after a replay request or a pause/resume; the payload is the pipeline
-// name. The daemon also polls, so a lost notification only delays.
-const ControlChannel = "walcast_control"
+// ControlChannel is control.Channel, until the stores move.
+const ControlChannel = control.Channel
 
 // Pauses is a pipeline's pause state.
 type Pauses struct {

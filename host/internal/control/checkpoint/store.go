@@ -17,42 +17,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/walcast/walcast/host/internal/control"
+	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
-// ddl is the first control-plane schema (migration 1), exactly as walcast
-// created it before the schema was versioned. Idempotent.
-const ddl = `
-CREATE SCHEMA IF NOT EXISTS walcast;
-CREATE TABLE IF NOT EXISTS walcast.pipelines (
-	pipeline            text PRIMARY KEY,
-	slot                text NOT NULL,
-	publication         text NOT NULL,
-	created_publication boolean NOT NULL DEFAULT false,
-	created_at          timestamptz NOT NULL DEFAULT now()
-);
-CREATE TABLE IF NOT EXISTS walcast.checkpoints (
-	pipeline   text NOT NULL,
-	sink       text NOT NULL,
-	event_id   text NOT NULL,
-	commit_lsn pg_lsn NOT NULL,
-	idx        bigint NOT NULL,
-	updated_at timestamptz NOT NULL DEFAULT now(),
-	PRIMARY KEY (pipeline, sink)
-);
-`
-
-// Querier is the part of pgx the store needs; *pgxpool.Pool and *pgx.Conn
-// both satisfy it.
-type Querier interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-var _ Querier = (*pgxpool.Pool)(nil)
+// Querier is control.Querier, until the stores move to their packages.
+type Querier = control.Querier
 
 // Store reads and writes one pipeline's checkpoints.
 type Store struct {
@@ -60,7 +32,7 @@ type Store struct {
 	pipeline string
 }
 
-// New returns a store for pipeline. Call Init before first use.
+// New returns a store for pipeline. schema.Migrate must have run.
 func New(db Querier, pipeline string) *Store {
 	return &Store{db: db, pipeline: pipeline}
 }
@@ -68,10 +40,11 @@ func New(db Querier, pipeline string) *Store {
 // Pipeline is the name of the pipeline the store belongs to.
 func (s *Store) Pipeline() string { return s.pipeline }
 
-// Init creates the walcast schema or brings it up to date (Migrate).
-func (s *Store) Init(ctx context.Context) error {
-	return Migrate(ctx, s.db)
-}
+// Init is schema.Migrate on the store's Querier, until the stores move.
+func (s *Store) Init(ctx context.Context) error { return schema.Migrate(ctx, s.db) }
+
+// Forget is schema.Forget of the store's pipeline, until the stores move.
+func (s *Store) Forget(ctx context.Context) error { return schema.Forget(ctx, s.db, s.pipeline) }
 
 // Load returns the stored watermark of every sink of the pipeline.
 func (s *Store) Load(ctx context.Context) (map[string]cdc.EventID, error) {
@@ -193,23 +166,6 @@ FROM walcast.pipelines WHERE pipeline = $1`,
 		return Pipeline{}, false, fmt.Errorf("load pipeline %s: confirm limit: %w", s.pipeline, err)
 	}
 	return p, true, nil
-}
-
-// Forget deletes the pipeline's record, checkpoints, parked events, replay
-// requests, usage, pauses, sink failures, accepted gaps, backfills,
-// catch-up slots, reported backlogs and streams, published tables and
-// leadership record.
-func (s *Store) Forget(ctx context.Context) error {
-	for _, table := range []string{"checkpoints", "parked", "replay_requests", "usage", "pauses", "sink_failures", "gaps", "backfills", "backfill_tables", "catchup_slots", "sink_backlog", "streams", "published_tables", "leaderships", "pipelines"} {
-		if _, err := s.db.Exec(ctx, `DELETE FROM walcast.`+table+` WHERE pipeline = $1`, s.pipeline); err != nil {
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {
-				continue // never initialised: nothing to forget
-			}
-			return fmt.Errorf("delete walcast.%s rows of pipeline %s: %w", table, s.pipeline, err)
-		}
-	}
-	return nil
 }
 
 // CountParked returns how many events of the pipeline are parked; zero when

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/host/pgtest"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
@@ -24,7 +25,7 @@ func initStore(t *testing.T, pipeline string) (*Store, *pgxpool.Pool) {
 	}
 	t.Cleanup(pool.Close)
 	s := New(pool, pipeline)
-	if err := s.Init(context.Background()); err != nil {
+	if err := schema.Migrate(context.Background(), pool); err != nil {
 		t.Fatal(err)
 	}
 	return s, pool
@@ -33,8 +34,8 @@ func initStore(t *testing.T, pipeline string) (*Store, *pgxpool.Pool) {
 func TestSaveNeverMovesBackwards(t *testing.T) {
 	ctx := context.Background()
 	s, pool := initStore(t, "shop")
-	if err := s.Init(ctx); err != nil {
-		t.Fatalf("Init is not idempotent: %v", err)
+	if err := schema.Migrate(ctx, pool); err != nil {
+		t.Fatalf("Migrate is not idempotent: %v", err)
 	}
 	hi := cdc.MustParseEventID("0/1A:3")
 	if err := s.Save(ctx, map[string]cdc.EventID{"a": hi, "b": cdc.MustParseEventID("0/A:0")}); err != nil {
@@ -55,7 +56,7 @@ func TestSaveNeverMovesBackwards(t *testing.T) {
 	if err != nil || len(other) != 0 {
 		t.Fatalf("other pipeline sees %v, %v", other, err)
 	}
-	if err := s.Forget(ctx); err != nil {
+	if err := schema.Forget(ctx, pool, "shop"); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := s.Load(ctx); len(got) != 0 {
@@ -72,9 +73,9 @@ func TestPipelineRecord(t *testing.T) {
 	defer pool.Close()
 	s := New(pool, "shop")
 	if _, ok, err := s.LoadPipeline(ctx); ok || err != nil {
-		t.Fatalf("before Init: ok=%v err=%v", ok, err)
+		t.Fatalf("before Migrate: ok=%v err=%v", ok, err)
 	}
-	if err := s.Init(ctx); err != nil {
+	if err := schema.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.RecordPipeline(ctx, Pipeline{Slot: "s", Publication: "p", CreatedPublication: true}); err != nil {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/schema"
 )
 
 // A successor that stood by starts at once after a released term, and
@@ -146,7 +146,7 @@ func slowLeases(ctx context.Context, t *testing.T) (*pgx.Conn, func(holder strin
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close(context.Background()) })
-	if err := checkpoint.Migrate(ctx, db); err != nil {
+	if err := schema.Migrate(ctx, db); err != nil {
 		t.Fatal(err)
 	}
 	return db, func(holder string) Config {

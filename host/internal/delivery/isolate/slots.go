@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/host/internal/source/capture"
 )
 
@@ -59,9 +60,9 @@ func NewSlots(db checkpoint.Querier, pipeline, main string) *Slots {
 }
 
 // Init brings the walcast schema, walcast.catchup_slots included, up to
-// date (checkpoint.Migrate).
+// date (schema.Migrate).
 func (s *Slots) Init(ctx context.Context) error {
-	return checkpoint.Migrate(ctx, s.db)
+	return schema.Migrate(ctx, s.db)
 }
 
 // Recover reconciles records and slots after a start: it returns the

@@ -11,13 +11,14 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/schema"
 )
 
 // Init brings the walcast schema, the backfill tables included, up to date
-// (checkpoint.Migrate: ordered migrations under an advisory lock, so the
+// (schema.Migrate: ordered migrations under an advisory lock, so the
 // daemon and a CLI command starting at once do not race).
 func Init(ctx context.Context, db checkpoint.Querier) error {
-	return checkpoint.Migrate(ctx, db)
+	return schema.Migrate(ctx, db)
 }
 
 // States of a backfill.

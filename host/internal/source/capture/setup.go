@@ -15,6 +15,7 @@ import (
 
 	"github.com/walcast/walcast/host/internal/control/checkpoint"
 	"github.com/walcast/walcast/host/internal/control/leader"
+	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/host/internal/pg"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
@@ -88,7 +89,7 @@ func Check(ctx context.Context, db Querier, cfg Config) (*Setup, error) {
 	if s.tables, _, err = inspectTables(ctx, db, cfg); err != nil {
 		return nil, err
 	}
-	access, err := checkpoint.CheckAccess(ctx, db)
+	access, err := schema.CheckAccess(ctx, db)
 	if err != nil {
 		return nil, err
 	}
@@ -342,7 +343,7 @@ SELECT EXISTS (SELECT 1 FROM pg_locks
 	if others {
 		return false, nil
 	}
-	return checkpoint.DropUnused(ctx, s.db, s.cfg.Pipeline)
+	return schema.DropUnused(ctx, s.db, s.cfg.Pipeline)
 }
 
 // state is what Prepare and Diagnose read before changing anything.
