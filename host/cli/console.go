@@ -16,6 +16,7 @@ import (
 
 	"github.com/walcast/walcast/host/internal/console"
 	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/reports"
 )
 
 // EnvConsoleToken is read when --token is not given.
@@ -82,7 +83,7 @@ func cmdConsole(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		actions.pipelines[p.Name] = replayTarget{p: p, store: store, db: pool}
-		cp := &console.Pipeline{Name: p.Name, Slot: p.Source.Slot, Store: store, DB: pool}
+		cp := &console.Pipeline{Name: p.Name, Slot: p.Source.Slot, Store: store, Reports: reports.New(pool, p.Name), DB: pool}
 		for _, s := range p.Sinks {
 			cp.Sinks = append(cp.Sinks, console.Sink{ID: s.ID, Type: s.Type, Durable: s.Durable})
 		}

@@ -14,8 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
 	"github.com/walcast/walcast/host/internal/control/leader"
+	"github.com/walcast/walcast/host/internal/control/reports"
 	"github.com/walcast/walcast/host/internal/delivery/isolate"
 	"github.com/walcast/walcast/host/internal/source/capture"
 	"github.com/walcast/walcast/host/internal/units"
@@ -48,6 +48,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer pool.Close()
+	reported := reports.New(pool, p.Name)
 
 	fmt.Fprintf(text, "pipeline %s\n", p.Name)
 	rep.Pipeline, rep.Slot.Name = p.Name, p.Source.Slot
@@ -104,7 +105,7 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 		}
 		fmt.Fprintln(text)
 	}
-	if rep.Streams, err = printStreams(ctx, store, p.Source.Slot, streamed, text); err != nil {
+	if rep.Streams, err = printStreams(ctx, reported, p.Source.Slot, streamed, text); err != nil {
 		fmt.Fprintln(stderr, "walcast status:", err)
 		return 1
 	}
@@ -159,12 +160,12 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 	if !pauses.Pipeline.IsZero() {
 		fmt.Fprintf(text, "paused since %s (walcast resume %s)\n", pauses.Pipeline.UTC().Format(time.RFC3339), path)
 	}
-	failures, err := store.LoadSinkFailures(ctx)
+	failures, err := reported.LoadSinkFailures(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "walcast status:", err)
 		return 1
 	}
-	usage, err := store.LoadUsage(ctx)
+	usage, err := reported.LoadUsage(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "walcast status:", err)
 		return 1
@@ -185,7 +186,7 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 		d.failed += u.Failed
 		d.bytes += u.Bytes
 	}
-	backlogs, dbNow, err := store.LoadBacklogs(ctx)
+	backlogs, dbNow, err := reported.LoadBacklogs(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "walcast status:", err)
 		return 1
@@ -319,12 +320,12 @@ type statusStream struct {
 // (the pipeline's slot first) and returns them for --json. Without a
 // leader there is nothing to say; a leader that has not reported for a
 // while is named as such.
-func printStreams(ctx context.Context, store *checkpoint.Store, slot string, streamed bool, text io.Writer) ([]statusStream, error) {
+func printStreams(ctx context.Context, reported *reports.Store, slot string, streamed bool, text io.Writer) ([]statusStream, error) {
 	out := []statusStream{}
 	if !streamed {
 		return out, nil
 	}
-	reports, now, err := store.LoadStreams(ctx)
+	reports, now, err := reported.LoadStreams(ctx)
 	if err != nil {
 		return nil, err
 	}

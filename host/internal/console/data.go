@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/reports"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
@@ -17,10 +18,12 @@ type Pipeline struct {
 	Name  string
 	Slot  string
 	Sinks []Sink
-	// Store is the pipeline's control plane and DB the source database
-	// it lives in (for pg_replication_slots).
-	Store *checkpoint.Store
-	DB    checkpoint.Querier
+	// Store is the pipeline's control plane, Reports what its leading
+	// daemon reported, and DB the source database they live in (for
+	// pg_replication_slots).
+	Store   *checkpoint.Store
+	Reports *reports.Store
+	DB      checkpoint.Querier
 }
 
 // Sink is a sink as the pipeline file declares it.
@@ -152,11 +155,11 @@ func load(ctx context.Context, p *Pipeline, now time.Time) (pipelineView, error)
 	if err != nil {
 		return v, err
 	}
-	usage, err := p.Store.LoadUsage(ctx)
+	usage, err := p.Reports.LoadUsage(ctx)
 	if err != nil {
 		return v, err
 	}
-	backlogs, dbNow, err := p.Store.LoadBacklogs(ctx)
+	backlogs, dbNow, err := p.Reports.LoadBacklogs(ctx)
 	if err != nil {
 		return v, err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/reports"
 	"github.com/walcast/walcast/host/pgtest"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
@@ -90,7 +91,8 @@ func fixture(t *testing.T, token string) (*Server, *fakeActions, *pgxpool.Pool) 
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.AddUsage(ctx, []checkpoint.Usage{
+	reported := reports.New(pool, "shop")
+	if err := reported.AddUsage(ctx, []reports.Usage{
 		{Sink: "hook", Hour: now.Truncate(time.Hour), Attempts: 12, Delivered: 9, Failed: 3, Bytes: 4096},
 		{Sink: "hook", Hour: now.Truncate(time.Hour).Add(-2 * time.Hour), Attempts: 5, Delivered: 5, Bytes: 1024},
 		{Sink: "hook", Hour: now.Truncate(time.Hour).Add(-48 * time.Hour), Attempts: 1000, Delivered: 1000, Bytes: 1 << 20},
@@ -102,7 +104,7 @@ func fixture(t *testing.T, token string) (*Server, *fakeActions, *pgxpool.Pool) 
 	}
 	fa := &fakeActions{}
 	s, err := New(Config{
-		Pipelines: []*Pipeline{{Name: "shop", Slot: slot, Store: store, DB: pool,
+		Pipelines: []*Pipeline{{Name: "shop", Slot: slot, Store: store, Reports: reported, DB: pool,
 			Sinks: []Sink{{ID: "hook", Type: "webhook", Durable: true}, {ID: "archive", Type: "batchfiles"}}}},
 		Actions: fa, Token: token, SampleEvery: time.Hour,
 	})

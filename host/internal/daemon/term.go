@@ -15,6 +15,7 @@ import (
 	"github.com/walcast/walcast/host/internal/config"
 	"github.com/walcast/walcast/host/internal/control/checkpoint"
 	"github.com/walcast/walcast/host/internal/control/leader"
+	"github.com/walcast/walcast/host/internal/control/reports"
 	"github.com/walcast/walcast/host/internal/delivery/ack"
 	"github.com/walcast/walcast/host/internal/delivery/fanout"
 	"github.com/walcast/walcast/host/internal/delivery/isolate"
@@ -51,6 +52,7 @@ type term struct {
 	// would act on. Reads go to the pool either way.
 	db      controlDB
 	store   *checkpoint.Store // on db
+	reports *reports.Store    // on db
 	ccfg    capture.Config
 	runs    []*sinkRun
 	tracker *ack.Tracker
@@ -93,6 +95,7 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 		t.db = fenced{Pool: t.pool, lease: lease}
 	}
 	t.store = checkpoint.New(t.db, p.Name)
+	t.reports = reports.New(t.db, p.Name)
 	t.ccfg = capture.Config{
 		DSN:             p.Source.DSN,
 		Slot:            p.Source.Slot,
@@ -189,7 +192,7 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 		}
 	}
 
-	failures, err := t.store.LoadSinkFailures(ctx)
+	failures, err := t.reports.LoadSinkFailures(ctx)
 	if err != nil {
 		return t, err
 	}
@@ -352,7 +355,7 @@ func (t *term) run(ctx context.Context) (err error) {
 				return
 			}
 			if kind, _ := pluginkit.KindOf(err); kind == pluginkit.KindFatal {
-				recordFailure(t.store, r.cfg.ID, err, log)
+				recordFailure(t.reports, r.cfg.ID, err, log)
 			}
 			schedErr <- fmt.Errorf("sink %s: %w", r.cfg.ID, err)
 		})
@@ -369,7 +372,7 @@ func (t *term) run(ctx context.Context) (err error) {
 	flushDone := make(chan struct{})
 	wg.Go(func() {
 		defer close(flushDone)
-		if err := saveLoop(hard, t.store, t.tracker, t.runs, opts.CheckpointInterval, log); err != nil {
+		if err := saveLoop(hard, t.store, t.reports, t.tracker, t.runs, opts.CheckpointInterval, log); err != nil {
 			planeErr <- err
 		}
 	})
@@ -496,7 +499,7 @@ func (t *term) close(ctx context.Context) {
 			if serr := saveMarks(fctx, t.store, t.tracker, t.runs, true); serr != nil {
 				log.Warn("final checkpoint", "err", serr)
 			}
-			if uerr := saveUsage(fctx, t.store, t.runs); uerr != nil {
+			if uerr := saveUsage(fctx, t.reports, t.runs); uerr != nil {
 				log.Warn("final usage", "err", uerr)
 			}
 			if cerr := t.capt.Close(fctx); cerr != nil {

@@ -7,12 +7,13 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/host/internal/control/schema"
+	"github.com/walcast/walcast/host/internal/control/reports"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 func TestParkListUnpark(t *testing.T) {
 	ctx := context.Background()
-	s, _ := initStore(t, "shop")
+	s, pool := initStore(t, "shop")
 	now := time.Now()
 	ev := func(id string) cdc.Event {
 		return cdc.Event{ID: cdc.MustParseEventID(id), Schema: "public", Table: "t", Op: cdc.OpUpdate,
@@ -61,13 +62,14 @@ func TestParkListUnpark(t *testing.T) {
 	if left, err := s.ReplayRequests(ctx); err != nil || len(left) != 0 {
 		t.Fatalf("requests after done %v %v", left, err)
 	}
-	if err := s.AddUsage(ctx, []Usage{{Sink: "hook", Hour: now.Truncate(time.Hour), Attempts: 2, Delivered: 10, Bytes: 100}}); err != nil {
+	usage := reports.New(pool, "shop")
+	if err := usage.AddUsage(ctx, []reports.Usage{{Sink: "hook", Hour: now.Truncate(time.Hour), Attempts: 2, Delivered: 10, Bytes: 100}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.AddUsage(ctx, []Usage{{Sink: "hook", Hour: now.Truncate(time.Hour), Attempts: 1, Failed: 1}}); err != nil {
+	if err := usage.AddUsage(ctx, []reports.Usage{{Sink: "hook", Hour: now.Truncate(time.Hour), Attempts: 1, Failed: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	us, err := s.LoadUsage(ctx)
+	us, err := usage.LoadUsage(ctx)
 	if err != nil || len(us) != 1 || us[0].Attempts != 3 || us[0].Delivered != 10 || us[0].Failed != 1 {
 		t.Fatalf("usage %+v %v", us, err)
 	}
