@@ -16,6 +16,7 @@ import (
 
 	"github.com/walcast/walcast/host/internal/console"
 	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/pauses"
 	"github.com/walcast/walcast/host/internal/control/reports"
 )
 
@@ -82,8 +83,9 @@ func cmdConsole(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "walcast console: pipeline %q is named by two files\n", p.Name)
 			return 2
 		}
-		actions.pipelines[p.Name] = replayTarget{p: p, store: store, db: pool}
-		cp := &console.Pipeline{Name: p.Name, Slot: p.Source.Slot, Store: store, Reports: reports.New(pool, p.Name), DB: pool}
+		pauseStore := pauses.New(pool, p.Name)
+		actions.pipelines[p.Name] = replayTarget{p: p, store: store, pauses: pauseStore, db: pool}
+		cp := &console.Pipeline{Name: p.Name, Slot: p.Source.Slot, Store: store, Pauses: pauseStore, Reports: reports.New(pool, p.Name), DB: pool}
 		for _, s := range p.Sinks {
 			cp.Sinks = append(cp.Sinks, console.Sink{ID: s.ID, Type: s.Type, Durable: s.Durable})
 		}
@@ -148,5 +150,5 @@ func (a consoleActions) SetPaused(ctx context.Context, pipeline, sink string, pa
 	if !ok {
 		return "", fmt.Errorf("no pipeline %q", pipeline)
 	}
-	return applyPause(ctx, t.p, t.store, sink, paused)
+	return applyPause(ctx, t.p, t.pauses, sink, paused)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/walcast/walcast/host/internal/config"
 	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/pauses"
 	"github.com/walcast/walcast/host/internal/daemon"
 	"github.com/walcast/walcast/host/internal/delivery/schedule"
 	"github.com/walcast/walcast/pluginkit"
@@ -124,11 +125,13 @@ func cmdReplay(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// replayTarget is the pipeline a replay acts on and its control plane.
+// replayTarget is the pipeline a replay (or a pause) acts on and its
+// control plane.
 type replayTarget struct {
-	p     *config.Pipeline
-	store *checkpoint.Store
-	db    checkpoint.Querier
+	p      *config.Pipeline
+	store  *checkpoint.Store
+	pauses *pauses.Store
+	db     checkpoint.Querier
 }
 
 // errStillParked says that a direct replay left rows parked; each failure

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/host/internal/config"
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/pauses"
 )
 
 // cmdPause and cmdResume record an operator pause in walcast.pauses and
@@ -31,12 +31,12 @@ func setPaused(name string, paused bool, args []string, stdout, stderr io.Writer
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	p, store, pool, ok := openStore(ctx, path, stderr)
+	p, _, pool, ok := openStore(ctx, path, stderr)
 	if !ok {
 		return 1
 	}
 	defer pool.Close()
-	msg, err := applyPause(ctx, p, store, *sinkID, paused)
+	msg, err := applyPause(ctx, p, pauses.New(pool, p.Name), *sinkID, paused)
 	if err != nil {
 		fmt.Fprintf(stderr, "walcast %s: %v\n", name, err)
 		return 1
@@ -48,7 +48,7 @@ func setPaused(name string, paused bool, args []string, stdout, stderr io.Writer
 // applyPause pauses or resumes one sink of p (the whole pipeline when
 // sinkID is empty), as `walcast pause`/`resume` and the console's buttons
 // do, and returns what it did in words, one or more lines.
-func applyPause(ctx context.Context, p *config.Pipeline, store *checkpoint.Store, sinkID string, paused bool) (string, error) {
+func applyPause(ctx context.Context, p *config.Pipeline, pauseStore *pauses.Store, sinkID string, paused bool) (string, error) {
 	what := "pipeline " + p.Name
 	if sinkID != "" {
 		found := false
@@ -61,11 +61,11 @@ func applyPause(ctx context.Context, p *config.Pipeline, store *checkpoint.Store
 		what = "sink " + sinkID + " of pipeline " + p.Name
 	}
 	if !paused && sinkID != "" {
-		if pauses, err := store.LoadPauses(ctx); err == nil && !pauses.Pipeline.IsZero() {
+		if state, err := pauseStore.LoadPauses(ctx); err == nil && !state.Pipeline.IsZero() {
 			return "", fmt.Errorf("the whole pipeline %s is paused; resume it without --sink", p.Name)
 		}
 	}
-	changed, err := store.SetPaused(ctx, sinkID, paused)
+	changed, err := pauseStore.SetPaused(ctx, sinkID, paused)
 	if err != nil {
 		return "", err
 	}

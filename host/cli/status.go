@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walcast/walcast/host/internal/control/leader"
+	"github.com/walcast/walcast/host/internal/control/pauses"
 	"github.com/walcast/walcast/host/internal/control/reports"
 	"github.com/walcast/walcast/host/internal/delivery/isolate"
 	"github.com/walcast/walcast/host/internal/source/capture"
@@ -48,7 +49,8 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer pool.Close()
-	reported := reports.New(pool, p.Name)
+	reportStore := reports.New(pool, p.Name)
+	pauseStore := pauses.New(pool, p.Name)
 
 	fmt.Fprintf(text, "pipeline %s\n", p.Name)
 	rep.Pipeline, rep.Slot.Name = p.Name, p.Source.Slot
@@ -105,7 +107,7 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 		}
 		fmt.Fprintln(text)
 	}
-	if rep.Streams, err = printStreams(ctx, reported, p.Source.Slot, streamed, text); err != nil {
+	if rep.Streams, err = printStreams(ctx, reportStore, p.Source.Slot, streamed, text); err != nil {
 		fmt.Fprintln(stderr, "walcast status:", err)
 		return 1
 	}
@@ -152,7 +154,7 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 	for _, pe := range parked {
 		perSink[pe.Sink]++
 	}
-	pauses, err := store.LoadPauses(ctx)
+	pauses, err := pauseStore.LoadPauses(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "walcast status:", err)
 		return 1
@@ -160,12 +162,12 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 	if !pauses.Pipeline.IsZero() {
 		fmt.Fprintf(text, "paused since %s (walcast resume %s)\n", pauses.Pipeline.UTC().Format(time.RFC3339), path)
 	}
-	failures, err := reported.LoadSinkFailures(ctx)
+	failures, err := reportStore.LoadSinkFailures(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "walcast status:", err)
 		return 1
 	}
-	usage, err := reported.LoadUsage(ctx)
+	usage, err := reportStore.LoadUsage(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "walcast status:", err)
 		return 1
@@ -186,7 +188,7 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 		d.failed += u.Failed
 		d.bytes += u.Bytes
 	}
-	backlogs, dbNow, err := reported.LoadBacklogs(ctx)
+	backlogs, dbNow, err := reportStore.LoadBacklogs(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "walcast status:", err)
 		return 1
@@ -320,12 +322,12 @@ type statusStream struct {
 // (the pipeline's slot first) and returns them for --json. Without a
 // leader there is nothing to say; a leader that has not reported for a
 // while is named as such.
-func printStreams(ctx context.Context, reported *reports.Store, slot string, streamed bool, text io.Writer) ([]statusStream, error) {
+func printStreams(ctx context.Context, reportStore *reports.Store, slot string, streamed bool, text io.Writer) ([]statusStream, error) {
 	out := []statusStream{}
 	if !streamed {
 		return out, nil
 	}
-	reports, now, err := reported.LoadStreams(ctx)
+	reports, now, err := reportStore.LoadStreams(ctx)
 	if err != nil {
 		return nil, err
 	}

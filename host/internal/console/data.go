@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/pauses"
 	"github.com/walcast/walcast/host/internal/control/reports"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
@@ -18,10 +19,11 @@ type Pipeline struct {
 	Name  string
 	Slot  string
 	Sinks []Sink
-	// Store is the pipeline's control plane, Reports what its leading
-	// daemon reported, and DB the source database they live in (for
+	// Store is the pipeline's control plane, Pauses the operator's
+	// pauses, Reports what its leading daemon reported, and DB the source database they live in (for
 	// pg_replication_slots).
 	Store   *checkpoint.Store
+	Pauses  *pauses.Store
 	Reports *reports.Store
 	DB      checkpoint.Querier
 }
@@ -142,7 +144,7 @@ func load(ctx context.Context, p *Pipeline, now time.Time) (pipelineView, error)
 	if err != nil {
 		return v, err
 	}
-	pauses, err := p.Store.LoadPauses(ctx)
+	pauses, err := p.Pauses.LoadPauses(ctx)
 	if err != nil {
 		return v, err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/pauses"
 	"github.com/walcast/walcast/host/internal/control/reports"
 	"github.com/walcast/walcast/host/pgtest"
 	"github.com/walcast/walcast/pluginkit/cdc"
@@ -91,20 +92,21 @@ func fixture(t *testing.T, token string) (*Server, *fakeActions, *pgxpool.Pool) 
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	reported := reports.New(pool, "shop")
-	if err := reported.AddUsage(ctx, []reports.Usage{
+	reportStore := reports.New(pool, "shop")
+	if err := reportStore.AddUsage(ctx, []reports.Usage{
 		{Sink: "hook", Hour: now.Truncate(time.Hour), Attempts: 12, Delivered: 9, Failed: 3, Bytes: 4096},
 		{Sink: "hook", Hour: now.Truncate(time.Hour).Add(-2 * time.Hour), Attempts: 5, Delivered: 5, Bytes: 1024},
 		{Sink: "hook", Hour: now.Truncate(time.Hour).Add(-48 * time.Hour), Attempts: 1000, Delivered: 1000, Bytes: 1 << 20},
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.SetPaused(ctx, "archive", true); err != nil {
+	pauseStore := pauses.New(pool, "shop")
+	if _, err := pauseStore.SetPaused(ctx, "archive", true); err != nil {
 		t.Fatal(err)
 	}
 	fa := &fakeActions{}
 	s, err := New(Config{
-		Pipelines: []*Pipeline{{Name: "shop", Slot: slot, Store: store, Reports: reported, DB: pool,
+		Pipelines: []*Pipeline{{Name: "shop", Slot: slot, Store: store, Pauses: pauseStore, Reports: reportStore, DB: pool,
 			Sinks: []Sink{{ID: "hook", Type: "webhook", Durable: true}, {ID: "archive", Type: "batchfiles"}}}},
 		Actions: fa, Token: token, SampleEvery: time.Hour,
 	})

@@ -10,7 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	controlplane "github.com/walcast/walcast/host/internal/control"
 	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/pauses"
 	"github.com/walcast/walcast/host/internal/delivery/schedule"
 	"github.com/walcast/walcast/host/internal/pg"
 )
@@ -21,9 +23,10 @@ import (
 // also polled now and then, so a notification lost while the listening
 // connection was down only delays.
 type control struct {
-	store *checkpoint.Store
-	runs  []*sinkRun
-	log   *slog.Logger
+	store  *checkpoint.Store
+	pauses *pauses.Store
+	runs   []*sinkRun
+	log    *slog.Logger
 	// backfill is woken on every notification: a backfill may have been
 	// requested or cancelled.
 	backfill interface{ Wake() }
@@ -37,7 +40,7 @@ type control struct {
 
 // applyPauses reads the pause state and hands it to every scheduler.
 func (c *control) applyPauses(ctx context.Context) error {
-	p, err := c.store.LoadPauses(ctx)
+	p, err := c.pauses.LoadPauses(ctx)
 	if err != nil {
 		return err
 	}
@@ -181,7 +184,7 @@ func (c *control) listen(ctx context.Context, dsn string, poll time.Duration) er
 	for ctx.Err() == nil {
 		conn, err := pgx.Connect(ctx, dsn)
 		if err == nil {
-			_, err = conn.Exec(ctx, "LISTEN "+checkpoint.ControlChannel)
+			_, err = conn.Exec(ctx, "LISTEN "+controlplane.Channel)
 		}
 		if err != nil {
 			if conn != nil {

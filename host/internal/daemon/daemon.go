@@ -107,24 +107,24 @@ func Run(ctx context.Context, opts Options) error {
 // recordFailure puts the error that stopped a sink on record in the control
 // plane, where `walcast status` shows it. It runs as the pipeline stops, so
 // it has its own deadline.
-func recordFailure(reported *reports.Store, sink string, err error, log *slog.Logger) {
+func recordFailure(reportStore *reports.Store, sink string, err error, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	// The error itself is what Run returns, and the caller prints it once.
 	log.Error("the sink stopped the pipeline; walcast status shows why", "sink", sink)
-	if rerr := reported.RecordSinkFailure(ctx, sink, err.Error()); rerr != nil {
+	if rerr := reportStore.RecordSinkFailure(ctx, sink, err.Error()); rerr != nil {
 		log.Warn("record sink failure", "sink", sink, "err", rerr)
 	}
 }
 
 // clearRecovered forgets the recorded failure of every sink that has
 // delivered since the start.
-func clearRecovered(ctx context.Context, reported *reports.Store, runs []*sinkRun, log *slog.Logger) {
+func clearRecovered(ctx context.Context, reportStore *reports.Store, runs []*sinkRun, log *slog.Logger) {
 	for _, r := range runs {
 		if !r.failed || r.stats().Delivered.Load() == 0 {
 			continue
 		}
-		if err := reported.ClearSinkFailure(ctx, r.cfg.ID); err != nil {
+		if err := reportStore.ClearSinkFailure(ctx, r.cfg.ID); err != nil {
 			log.Warn("clear sink failure", "sink", r.cfg.ID, "err", err)
 			continue
 		}
@@ -145,7 +145,7 @@ func startSink(ctx context.Context, launch Launcher, s *config.Sink) (Plugin, pl
 // at the next tick (the database may be restarting), unless retrying
 // cannot fix it (pg.Permanent: a privilege revoked): that error is
 // returned, and stops the term.
-func saveLoop(ctx context.Context, store *checkpoint.Store, reported *reports.Store, tracker *ack.Tracker, runs []*sinkRun, every time.Duration, log *slog.Logger) error {
+func saveLoop(ctx context.Context, store *checkpoint.Store, reportStore *reports.Store, tracker *ack.Tracker, runs []*sinkRun, every time.Duration, log *slog.Logger) error {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	failed := func(what string, err error) error {
@@ -164,17 +164,17 @@ func saveLoop(ctx context.Context, store *checkpoint.Store, reported *reports.St
 			return nil
 		case <-t.C:
 		}
-		clearRecovered(ctx, reported, runs, log)
+		clearRecovered(ctx, reportStore, runs, log)
 		if err := failed("write checkpoints", saveMarks(ctx, store, tracker, runs, false)); err != nil {
 			return err
 		}
 		// Usage is for humans and bills: every couple of seconds is enough.
 		if time.Duration(tick)*every >= 2*time.Second {
 			tick = 0
-			if err := failed("write usage", saveUsage(ctx, reported, runs)); err != nil {
+			if err := failed("write usage", saveUsage(ctx, reportStore, runs)); err != nil {
 				return err
 			}
-			if err := failed("write sink backlogs", saveBacklogs(ctx, reported, tracker, runs)); err != nil {
+			if err := failed("write sink backlogs", saveBacklogs(ctx, reportStore, tracker, runs)); err != nil {
 				return err
 			}
 		}
@@ -207,22 +207,22 @@ func saveMarks(ctx context.Context, store *checkpoint.Store, tracker *ack.Tracke
 
 // saveBacklogs reports each sink's backlog for `walcast status`, which runs
 // in another process and cannot ask this one.
-func saveBacklogs(ctx context.Context, reported *reports.Store, tracker *ack.Tracker, runs []*sinkRun) error {
+func saveBacklogs(ctx context.Context, reportStore *reports.Store, tracker *ack.Tracker, runs []*sinkRun) error {
 	backlogs := make(map[string]reports.Backlog, len(runs))
 	for i, r := range runs {
 		events, bytes, oldest := sinkBacklog(tracker, i, r)
 		backlogs[r.cfg.ID] = reports.Backlog{Events: int64(events), Bytes: bytes, Oldest: oldest}
 	}
-	return reported.ReportBacklogs(ctx, backlogs)
+	return reportStore.ReportBacklogs(ctx, backlogs)
 }
 
-func saveUsage(ctx context.Context, reported *reports.Store, runs []*sinkRun) error {
+func saveUsage(ctx context.Context, reportStore *reports.Store, runs []*sinkRun) error {
 	for _, r := range runs {
 		us := r.meter.Take()
 		if len(us) == 0 {
 			continue
 		}
-		if err := reported.AddUsage(ctx, us); err != nil {
+		if err := reportStore.AddUsage(ctx, us); err != nil {
 			r.meter.Restore(us)
 			return err
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/walcast/walcast/host/internal/config"
 	"github.com/walcast/walcast/host/internal/control/checkpoint"
 	"github.com/walcast/walcast/host/internal/control/leader"
+	"github.com/walcast/walcast/host/internal/control/pauses"
 	"github.com/walcast/walcast/host/internal/control/reports"
 	"github.com/walcast/walcast/host/internal/delivery/ack"
 	"github.com/walcast/walcast/host/internal/delivery/fanout"
@@ -257,7 +258,7 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 	t.capt = capture.New(t.ccfg, t.fan)
 	isolateSinks(t.runs, resume, slots, t.fan, t.tracker, prep.ConfirmedFlush, t.capt, t.ccfg, newSched, log)
 	t.filler = newFiller(p, prep.KeylessPublication, t.tracker, lease, log)
-	t.ctl = &control{store: t.store, runs: t.runs, log: log, backfill: t.filler}
+	t.ctl = &control{store: t.store, pauses: pauses.New(t.db, p.Name), runs: t.runs, log: log, backfill: t.filler}
 	// Pauses hold from the first event on, not from the first poll.
 	if err := t.ctl.applyPauses(ctx); err != nil {
 		return t, err

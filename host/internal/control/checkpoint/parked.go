@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/walcast/walcast/host/internal/control"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
@@ -346,7 +347,7 @@ func (s *Store) RequestReplay(ctx context.Context, r ReplayRequest) error {
 	if _, err := s.db.Exec(ctx, `INSERT INTO walcast.replay_requests (pipeline, sink, event_id) VALUES ($1, $2, $3)`, s.pipeline, r.Sink, id); err != nil {
 		return fmt.Errorf("request replay: %w", err)
 	}
-	return s.notify(ctx)
+	return control.Notify(ctx, s.db, s.pipeline)
 }
 
 // ReplayRequests returns the pipeline's pending requests, oldest first.

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/pauses"
 	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/host/internal/pg"
 	"github.com/walcast/walcast/host/pgtest"
@@ -153,7 +154,7 @@ INSERT INTO walcast.pauses (pipeline, sink) VALUES ('shop', 'hook')`); err != ni
 	if err != nil || !ok || p.Slot != "walcast_shop" || !p.CreatedPublication || p.Identity != (checkpoint.Identity{}) {
 		t.Fatalf("pipeline after upgrade: %+v %v %v", p, ok, err)
 	}
-	pauses, err := s.LoadPauses(ctx)
+	pauses, err := pauses.New(pool, "shop").LoadPauses(ctx)
 	if _, paused := pauses.Paused("hook"); err != nil || !paused {
 		t.Fatalf("pause after upgrade: %+v %v", pauses, err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/walcast/walcast/host/internal/control"
 	"github.com/walcast/walcast/host/internal/control/checkpoint"
 	"github.com/walcast/walcast/host/internal/control/schema"
 )
@@ -172,7 +173,7 @@ VALUES ($1, $2, $3, $4) RETURNING id`, pipeline, t.Schema, t.Name, sinks).Scan(&
 		}
 		ids = append(ids, id)
 	}
-	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, 'backfill')`, checkpoint.ControlChannel); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, 'backfill')`, control.Channel); err != nil {
 		return nil, fmt.Errorf("request backfill: notify: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
