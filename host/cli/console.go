@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/host/internal/console"
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/parking"
 	"github.com/walcast/walcast/host/internal/control/pauses"
 	"github.com/walcast/walcast/host/internal/control/reports"
 )
@@ -83,9 +83,9 @@ func cmdConsole(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "walcast console: pipeline %q is named by two files\n", p.Name)
 			return 2
 		}
-		pauseStore := pauses.New(pool, p.Name)
-		actions.pipelines[p.Name] = replayTarget{p: p, store: store, pauses: pauseStore, db: pool}
-		cp := &console.Pipeline{Name: p.Name, Slot: p.Source.Slot, Store: store, Pauses: pauseStore, Reports: reports.New(pool, p.Name), DB: pool}
+		parkedStore, pauseStore := parking.New(pool, p.Name), pauses.New(pool, p.Name)
+		actions.pipelines[p.Name] = replayTarget{p: p, parked: parkedStore, pauses: pauseStore, db: pool}
+		cp := &console.Pipeline{Name: p.Name, Slot: p.Source.Slot, Store: store, Parked: parkedStore, Pauses: pauseStore, Reports: reports.New(pool, p.Name), DB: pool}
 		for _, s := range p.Sinks {
 			cp.Sinks = append(cp.Sinks, console.Sink{ID: s.ID, Type: s.Type, Durable: s.Durable})
 		}
@@ -132,7 +132,7 @@ type consoleActions struct {
 
 var _ console.Actions = consoleActions{}
 
-func (a consoleActions) Replay(ctx context.Context, pipeline string, req checkpoint.ReplayRequest) (string, error) {
+func (a consoleActions) Replay(ctx context.Context, pipeline string, req parking.ReplayRequest) (string, error) {
 	t, ok := a.pipelines[pipeline]
 	if !ok {
 		return "", fmt.Errorf("no pipeline %q", pipeline)

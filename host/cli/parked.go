@@ -15,6 +15,7 @@ import (
 
 	"github.com/walcast/walcast/host/internal/config"
 	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/parking"
 	"github.com/walcast/walcast/host/internal/control/pauses"
 	"github.com/walcast/walcast/host/internal/daemon"
 	"github.com/walcast/walcast/host/internal/delivery/schedule"
@@ -52,12 +53,12 @@ func cmdParked(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, store, pool, ok := openStore(ctx, path, stderr)
+	p, _, pool, ok := openStore(ctx, path, stderr)
 	if !ok {
 		return 1
 	}
 	defer pool.Close()
-	ps, err := store.ListParked(ctx, *sink, "")
+	ps, err := parking.New(pool, p.Name).ListParked(ctx, *sink, "")
 	if err != nil {
 		fmt.Fprintln(stderr, "walcast parked:", err)
 		return 1
@@ -96,7 +97,7 @@ func cmdReplay(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "walcast replay: want --sink ID and exactly one of --all or --id EVENT_ID")
 		return 2
 	}
-	var req checkpoint.ReplayRequest
+	var req parking.ReplayRequest
 	req.Sink = *sinkID
 	if *idFlag != "" {
 		id, err := pluginkit.ParseEventID(*idFlag)
@@ -108,13 +109,13 @@ func cmdReplay(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	p, store, pool, ok := openStore(ctx, path, stderr)
+	p, _, pool, ok := openStore(ctx, path, stderr)
 	if !ok {
 		return 1
 	}
 	defer pool.Close()
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	err := replayParked(ctx, replayTarget{p: p, store: store, db: pool}, req, *wait, *pluginDir, log, stdout, stderr)
+	err := replayParked(ctx, replayTarget{p: p, parked: parking.New(pool, p.Name), db: pool}, req, *wait, *pluginDir, log, stdout, stderr)
 	switch {
 	case errors.Is(err, errStillParked):
 		return 1 // each failure has been reported
@@ -129,7 +130,7 @@ func cmdReplay(args []string, stdout, stderr io.Writer) int {
 // control plane.
 type replayTarget struct {
 	p      *config.Pipeline
-	store  *checkpoint.Store
+	parked *parking.Store
 	pauses *pauses.Store
 	db     checkpoint.Querier
 }
@@ -144,9 +145,9 @@ var errStillParked = errors.New("rows still parked")
 // to wait for the events to leave walcast.parked), else directly with the
 // sink's plugin from pluginDir. Progress goes to out, the failures of a
 // direct replay to errOut.
-func replayParked(ctx context.Context, t replayTarget, req checkpoint.ReplayRequest, wait time.Duration,
+func replayParked(ctx context.Context, t replayTarget, req parking.ReplayRequest, wait time.Duration,
 	pluginDir string, log *slog.Logger, out, errOut io.Writer) error {
-	p, store := t.p, t.store
+	p, store := t.p, t.parked
 	var sink *config.Sink
 	for i := range p.Sinks {
 		if p.Sinks[i].ID == req.Sink {
@@ -207,7 +208,7 @@ func replayParked(ctx context.Context, t replayTarget, req checkpoint.ReplayRequ
 }
 
 // stillParked reports whether any of the events asked for is still parked.
-func stillParked(asked, left []checkpoint.Parked) bool {
+func stillParked(asked, left []parking.Event) bool {
 	ids := map[pluginkit.EventID]bool{}
 	for _, p := range asked {
 		ids[p.Event.ID] = true
@@ -224,8 +225,8 @@ func stillParked(asked, left []checkpoint.Parked) bool {
 // the scheduler the daemon replays with (schedule.ReplayParked): the sink's
 // batching, rate limit, row order, retries and parking again all apply. It
 // stops after wait (0: when the replay ends); what is left stays parked.
-func replayDirect(ctx context.Context, p *config.Pipeline, sink *config.Sink, store *checkpoint.Store, req checkpoint.ReplayRequest,
-	before []checkpoint.Parked, wait time.Duration, pluginDir string, log *slog.Logger, stdout, stderr io.Writer) error {
+func replayDirect(ctx context.Context, p *config.Pipeline, sink *config.Sink, store *parking.Store, req parking.ReplayRequest,
+	before []parking.Event, wait time.Duration, pluginDir string, log *slog.Logger, stdout, stderr io.Writer) error {
 	ps := newPluginSet(pluginDir, log, stdout)
 	ps.Pipeline = p.Name
 	ps.Source = &p.Source
@@ -253,7 +254,7 @@ func replayDirect(ctx context.Context, p *config.Pipeline, sink *config.Sink, st
 	}
 	still := 0
 	for _, pe := range left {
-		if !stillParked([]checkpoint.Parked{pe}, before) {
+		if !stillParked([]parking.Event{pe}, before) {
 			continue // parked since, not asked for
 		}
 		still++

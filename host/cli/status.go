@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walcast/walcast/host/internal/control/leader"
+	"github.com/walcast/walcast/host/internal/control/parking"
 	"github.com/walcast/walcast/host/internal/control/pauses"
 	"github.com/walcast/walcast/host/internal/control/reports"
 	"github.com/walcast/walcast/host/internal/delivery/isolate"
@@ -51,6 +52,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	defer pool.Close()
 	reportStore := reports.New(pool, p.Name)
 	pauseStore := pauses.New(pool, p.Name)
+	parkedStore := parking.New(pool, p.Name)
 
 	fmt.Fprintf(text, "pipeline %s\n", p.Name)
 	rep.Pipeline, rep.Slot.Name = p.Name, p.Source.Slot
@@ -145,7 +147,7 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 		fmt.Fprintln(stderr, "walcast status:", err)
 		return 1
 	}
-	parked, err := store.ListParked(ctx, "", "")
+	parked, err := parkedStore.ListParked(ctx, "", "")
 	if err != nil {
 		fmt.Fprintln(stderr, "walcast status:", err)
 		return 1

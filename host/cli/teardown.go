@@ -8,6 +8,7 @@ import (
 
 	"github.com/walcast/walcast/host/internal/config"
 	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/parking"
 	"github.com/walcast/walcast/host/internal/daemon"
 	"github.com/walcast/walcast/host/internal/delivery/isolate"
 	"github.com/walcast/walcast/host/internal/source/capture"
@@ -45,7 +46,7 @@ Run again with --yes to do it.
 	}
 	defer pool.Close()
 	store := checkpoint.New(pool, p.Name)
-	n, err := store.CountParked(ctx)
+	n, err := parking.New(pool, p.Name).CountParked(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "walcast teardown:", err)
 		return 1

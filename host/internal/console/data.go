@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/parking"
 	"github.com/walcast/walcast/host/internal/control/pauses"
 	"github.com/walcast/walcast/host/internal/control/reports"
 	"github.com/walcast/walcast/pluginkit/cdc"
@@ -19,10 +20,11 @@ type Pipeline struct {
 	Name  string
 	Slot  string
 	Sinks []Sink
-	// Store is the pipeline's control plane, Pauses the operator's
-	// pauses, Reports what its leading daemon reported, and DB the source database they live in (for
+	// Store holds the pipeline's checkpoints, Parked its parked events,
+	// Pauses the operator's pauses, Reports what its leading daemon reported, and DB the source database they live in (for
 	// pg_replication_slots).
 	Store   *checkpoint.Store
+	Parked  *parking.Store
 	Pauses  *pauses.Store
 	Reports *reports.Store
 	DB      checkpoint.Querier
@@ -149,11 +151,11 @@ func load(ctx context.Context, p *Pipeline, now time.Time) (pipelineView, error)
 		return v, err
 	}
 	v.Paused, v.PausedSince = !pauses.Pipeline.IsZero(), pauses.Pipeline
-	summary, err := p.Store.SummarizeParked(ctx)
+	summary, err := p.Parked.SummarizeParked(ctx)
 	if err != nil {
 		return v, err
 	}
-	parked, err := p.Store.RecentParked(ctx, maxParkedShown)
+	parked, err := p.Parked.RecentParked(ctx, maxParkedShown)
 	if err != nil {
 		return v, err
 	}

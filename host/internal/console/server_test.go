@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/parking"
 	"github.com/walcast/walcast/host/internal/control/pauses"
 	"github.com/walcast/walcast/host/internal/control/reports"
 	"github.com/walcast/walcast/host/pgtest"
@@ -30,7 +31,7 @@ type fakeActions struct {
 	calls []string
 }
 
-func (f *fakeActions) Replay(_ context.Context, pipeline string, req checkpoint.ReplayRequest) (string, error) {
+func (f *fakeActions) Replay(_ context.Context, pipeline string, req parking.ReplayRequest) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	id := "all"
@@ -84,7 +85,8 @@ func fixture(t *testing.T, token string) (*Server, *fakeActions, *pgxpool.Pool) 
 		t.Fatal(err)
 	}
 	now := time.Now()
-	if err := store.Park(ctx, []checkpoint.Parked{{
+	parkedStore := parking.New(pool, "shop")
+	if err := parkedStore.Park(ctx, []parking.Event{{
 		Sink: "hook", Row: "public.orders{\"id\":13}", Attempts: 3, LastError: "webhook: 500 Internal Server Error <b>boom</b>",
 		FirstFailure: now.Add(-time.Minute), LastFailure: now,
 		Event: cdc.Event{ID: parkedID, Schema: "public", Table: "orders", Op: cdc.OpUpdate, Key: []byte(`{"id":13}`),
@@ -106,7 +108,7 @@ func fixture(t *testing.T, token string) (*Server, *fakeActions, *pgxpool.Pool) 
 	}
 	fa := &fakeActions{}
 	s, err := New(Config{
-		Pipelines: []*Pipeline{{Name: "shop", Slot: slot, Store: store, Pauses: pauseStore, Reports: reportStore, DB: pool,
+		Pipelines: []*Pipeline{{Name: "shop", Slot: slot, Store: store, Parked: parkedStore, Pauses: pauseStore, Reports: reportStore, DB: pool,
 			Sinks: []Sink{{ID: "hook", Type: "webhook", Durable: true}, {ID: "archive", Type: "batchfiles"}}}},
 		Actions: fa, Token: token, SampleEvery: time.Hour,
 	})
@@ -335,11 +337,11 @@ func TestCharts(t *testing.T) {
 // full count and only the most recent events.
 func TestPageBoundsTheParkedList(t *testing.T) {
 	s, _, _ := fixture(t, "")
-	store := s.cfg.Pipelines[0].Store
-	var ps []checkpoint.Parked
+	store := s.cfg.Pipelines[0].Parked
+	var ps []parking.Event
 	old := time.Now().Add(-time.Hour)
 	for i := range 250 {
-		ps = append(ps, checkpoint.Parked{Sink: "hook", Row: "r", Attempts: 1, LastError: "old", FirstFailure: old, LastFailure: old,
+		ps = append(ps, parking.Event{Sink: "hook", Row: "r", Attempts: 1, LastError: "old", FirstFailure: old, LastFailure: old,
 			Event: cdc.Event{ID: cdc.EventID{CommitLSN: 0x100, Index: uint64(i)}, Schema: "public", Table: "orders", Op: cdc.OpInsert,
 				Key: []byte(`{}`), Payload: []byte(`{}`)}})
 	}

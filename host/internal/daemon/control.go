@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	controlplane "github.com/walcast/walcast/host/internal/control"
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/parking"
 	"github.com/walcast/walcast/host/internal/control/pauses"
 	"github.com/walcast/walcast/host/internal/delivery/schedule"
 	"github.com/walcast/walcast/host/internal/pg"
@@ -23,7 +23,7 @@ import (
 // also polled now and then, so a notification lost while the listening
 // connection was down only delays.
 type control struct {
-	store  *checkpoint.Store
+	parked *parking.Store
 	pauses *pauses.Store
 	runs   []*sinkRun
 	log    *slog.Logger
@@ -68,7 +68,7 @@ func (c *control) serve(ctx context.Context) error {
 		}
 		return nil
 	}
-	reqs, err := c.store.ReplayRequests(ctx)
+	reqs, err := c.parked.ReplayRequests(ctx)
 	if err != nil {
 		if pg.Permanent(err) {
 			return err
@@ -111,7 +111,7 @@ func (c *control) serve(ctx context.Context) error {
 // not delivered stays parked. The request then goes to the scheduler that
 // delivers now. When ctx ends first the request stays stored for the next
 // run.
-func (c *control) replay(ctx context.Context, r *sinkRun, req checkpoint.ReplayRequest) {
+func (c *control) replay(ctx context.Context, r *sinkRun, req parking.ReplayRequest) {
 	defer func() {
 		c.mu.Lock()
 		delete(c.handling, req.Seq)
@@ -122,7 +122,7 @@ func (c *control) replay(ctx context.Context, r *sinkRun, req checkpoint.ReplayR
 	// still asked for.
 	row := ""
 	if !req.ID.IsZero() {
-		row, _ = c.store.ParkedRowOf(ctx, req.Sink, req.ID)
+		row, _ = c.parked.ParkedRowOf(ctx, req.Sink, req.ID)
 	}
 	retried := false
 	for {
@@ -154,7 +154,7 @@ func (c *control) replay(ctx context.Context, r *sinkRun, req checkpoint.ReplayR
 		case <-time.After(100 * time.Millisecond):
 		}
 		if row != "" {
-			left, err := c.store.ListParked(ctx, req.Sink, row)
+			left, err := c.parked.ListParked(ctx, req.Sink, row)
 			if err != nil {
 				continue
 			}
@@ -169,8 +169,8 @@ func (c *control) replay(ctx context.Context, r *sinkRun, req checkpoint.ReplayR
 
 // done forgets a handled request. Should that fail, the next serve reads
 // it again and replays what is still parked: harmless.
-func (c *control) done(ctx context.Context, req checkpoint.ReplayRequest) {
-	if err := c.store.DoneReplayRequest(ctx, req.Seq); err != nil && ctx.Err() == nil {
+func (c *control) done(ctx context.Context, req parking.ReplayRequest) {
+	if err := c.parked.DoneReplayRequest(ctx, req.Seq); err != nil && ctx.Err() == nil {
 		c.log.Warn("forget replay request", "err", err)
 	}
 }

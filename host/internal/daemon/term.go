@@ -15,6 +15,7 @@ import (
 	"github.com/walcast/walcast/host/internal/config"
 	"github.com/walcast/walcast/host/internal/control/checkpoint"
 	"github.com/walcast/walcast/host/internal/control/leader"
+	"github.com/walcast/walcast/host/internal/control/parking"
 	"github.com/walcast/walcast/host/internal/control/pauses"
 	"github.com/walcast/walcast/host/internal/control/reports"
 	"github.com/walcast/walcast/host/internal/delivery/ack"
@@ -53,6 +54,7 @@ type term struct {
 	// would act on. Reads go to the pool either way.
 	db      controlDB
 	store   *checkpoint.Store // on db
+	parked  *parking.Store    // on db
 	reports *reports.Store    // on db
 	ccfg    capture.Config
 	runs    []*sinkRun
@@ -97,6 +99,7 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 	}
 	t.store = checkpoint.New(t.db, p.Name)
 	t.reports = reports.New(t.db, p.Name)
+	t.parked = parking.New(t.db, p.Name)
 	t.ccfg = capture.Config{
 		DSN:             p.Source.DSN,
 		Slot:            p.Source.Slot,
@@ -212,7 +215,7 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 		scfg := ScheduleConfig(r.cfg, r.plugin.Info())
 		scfg.Index = index
 		scfg.SkipThrough = skip
-		scfg.Parked = t.store
+		scfg.Parked = t.parked
 		scfg.Meter = r.meter
 		scfg.Logger = log
 		scfg.Observe = func(took time.Duration, outcome string) {
@@ -258,7 +261,7 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 	t.capt = capture.New(t.ccfg, t.fan)
 	isolateSinks(t.runs, resume, slots, t.fan, t.tracker, prep.ConfirmedFlush, t.capt, t.ccfg, newSched, log)
 	t.filler = newFiller(p, prep.KeylessPublication, t.tracker, lease, log)
-	t.ctl = &control{store: t.store, pauses: pauses.New(t.db, p.Name), runs: t.runs, log: log, backfill: t.filler}
+	t.ctl = &control{parked: t.parked, pauses: pauses.New(t.db, p.Name), runs: t.runs, log: log, backfill: t.filler}
 	// Pauses hold from the first event on, not from the first poll.
 	if err := t.ctl.applyPauses(ctx); err != nil {
 		return t, err

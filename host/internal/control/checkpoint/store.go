@@ -168,21 +168,6 @@ FROM walcast.pipelines WHERE pipeline = $1`,
 	return p, true, nil
 }
 
-// CountParked returns how many events of the pipeline are parked; zero when
-// the walcast schema does not exist.
-func (s *Store) CountParked(ctx context.Context) (int, error) {
-	var n int
-	err := s.db.QueryRow(ctx, `SELECT count(*) FROM walcast.parked WHERE pipeline = $1`, s.pipeline).Scan(&n)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("count parked events: %w", err)
-	}
-	return n, nil
-}
-
 // ForgetSetup deletes what a start records about a pipeline before it
 // streams (its record and how its tables were published), after walcast
 // removed what that start created: the start failed, and the pipeline had
