@@ -85,7 +85,7 @@ func cmdConsole(args []string, stdout, stderr io.Writer) int {
 		}
 		parkedStore, pauseStore := parking.New(pool, p.Name), pauses.New(pool, p.Name)
 		actions.pipelines[p.Name] = replayTarget{p: p, parked: parkedStore, pauses: pauseStore, db: pool}
-		cp := &console.Pipeline{Name: p.Name, Slot: p.Source.Slot, Store: store, Parked: parkedStore, Pauses: pauseStore, Reports: reports.New(pool, p.Name), DB: pool}
+		cp := &console.Pipeline{Name: p.Name, Slot: p.Source.Slot, Checkpoints: store, Parked: parkedStore, Pauses: pauseStore, Reports: reports.New(pool, p.Name), DB: pool}
 		for _, s := range p.Sinks {
 			cp.Sinks = append(cp.Sinks, console.Sink{ID: s.ID, Type: s.Type, Durable: s.Durable})
 		}

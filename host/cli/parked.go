@@ -14,17 +14,20 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/walcast/walcast/host/internal/config"
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control"
+	"github.com/walcast/walcast/host/internal/control/checkpoints"
 	"github.com/walcast/walcast/host/internal/control/parking"
 	"github.com/walcast/walcast/host/internal/control/pauses"
+	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/host/internal/daemon"
 	"github.com/walcast/walcast/host/internal/delivery/schedule"
 	"github.com/walcast/walcast/pluginkit"
 )
 
-// openStore loads a pipeline and connects to its control plane. The pool
-// also serves the command's other queries; the caller closes it.
-func openStore(ctx context.Context, path string, stderr io.Writer) (*config.Pipeline, *checkpoint.Store, *pgxpool.Pool, bool) {
+// openStore loads a pipeline, connects to its control plane (migrated)
+// and returns its checkpoints. The pool also serves the command's other
+// queries and stores; the caller closes it.
+func openStore(ctx context.Context, path string, stderr io.Writer) (*config.Pipeline, *checkpoints.Store, *pgxpool.Pool, bool) {
 	p, diags := config.Load(path)
 	if diags.HasErrors() {
 		fmt.Fprint(stderr, config.FormatDiagnostics(diags))
@@ -35,8 +38,8 @@ func openStore(ctx context.Context, path string, stderr io.Writer) (*config.Pipe
 		fmt.Fprintln(stderr, "walcast:", err)
 		return nil, nil, nil, false
 	}
-	store := checkpoint.New(pool, p.Name)
-	if err := store.Init(ctx); err != nil {
+	store := checkpoints.New(pool, p.Name)
+	if err := schema.Migrate(ctx, pool); err != nil {
 		pool.Close()
 		fmt.Fprintln(stderr, "walcast:", err)
 		return nil, nil, nil, false
@@ -132,7 +135,7 @@ type replayTarget struct {
 	p      *config.Pipeline
 	parked *parking.Store
 	pauses *pauses.Store
-	db     checkpoint.Querier
+	db     control.Querier
 }
 
 // errStillParked says that a direct replay left rows parked; each failure
@@ -272,7 +275,7 @@ func replayDirect(ctx context.Context, p *config.Pipeline, sink *config.Sink, st
 
 // slotActive reports whether a walsender streams from the slot, i.e.
 // whether a daemon runs the pipeline.
-func slotActive(ctx context.Context, db checkpoint.Querier, slot string) (bool, error) {
+func slotActive(ctx context.Context, db control.Querier, slot string) (bool, error) {
 	var active bool
 	err := db.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walcast/walcast/host/internal/control/leader"
+	"github.com/walcast/walcast/host/internal/control/lineage"
 	"github.com/walcast/walcast/host/internal/control/parking"
 	"github.com/walcast/walcast/host/internal/control/pauses"
 	"github.com/walcast/walcast/host/internal/control/reports"
@@ -113,8 +114,8 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 		fmt.Fprintln(stderr, "walcast status:", err)
 		return 1
 	}
-	ccfg := capture.Config{DSN: p.Source.DSN, Slot: p.Source.Slot, Publication: p.Source.Publication, Tables: p.Source.Tables}
-	gap, err := capture.Diagnose(ctx, pool, store, ccfg)
+	ccfg := capture.Config{DSN: p.Source.DSN, Slot: p.Source.Slot, Publication: p.Source.Publication, Tables: p.Source.Tables, Pipeline: p.Name}
+	gap, err := capture.Diagnose(ctx, pool, ccfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "walcast status:", err)
 		return 1
@@ -132,7 +133,7 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 		rep.Refusal = gap.What
 		fmt.Fprintf(text, "walcast run refuses to start (%s): %s\n", gap.Kind, gap.What)
 	}
-	gaps, err := store.Gaps(ctx)
+	gaps, err := lineage.New(pool, p.Name).Gaps(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "walcast status:", err)
 		return 1

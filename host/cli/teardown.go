@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/host/internal/config"
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
 	"github.com/walcast/walcast/host/internal/control/parking"
 	"github.com/walcast/walcast/host/internal/daemon"
 	"github.com/walcast/walcast/host/internal/delivery/isolate"
@@ -45,7 +44,6 @@ Run again with --yes to do it.
 		return 1
 	}
 	defer pool.Close()
-	store := checkpoint.New(pool, p.Name)
 	n, err := parking.New(pool, p.Name).CountParked(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "walcast teardown:", err)
@@ -59,7 +57,7 @@ Run again with --yes to do it.
 		fmt.Fprintln(stderr, "walcast teardown:", err)
 		return 1
 	}
-	if err := capture.Teardown(ctx, pool, store, p.Source.Slot, p.Source.Publication); err != nil {
+	if err := capture.Teardown(ctx, pool, p.Name, p.Source.Slot, p.Source.Publication); err != nil {
 		fmt.Fprintln(stderr, "walcast teardown:", err)
 		return 1
 	}

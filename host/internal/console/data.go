@@ -8,7 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control"
+	"github.com/walcast/walcast/host/internal/control/checkpoints"
 	"github.com/walcast/walcast/host/internal/control/parking"
 	"github.com/walcast/walcast/host/internal/control/pauses"
 	"github.com/walcast/walcast/host/internal/control/reports"
@@ -20,14 +21,14 @@ type Pipeline struct {
 	Name  string
 	Slot  string
 	Sinks []Sink
-	// Store holds the pipeline's checkpoints, Parked its parked events,
-	// Pauses the operator's pauses, Reports what its leading daemon reported, and DB the source database they live in (for
-	// pg_replication_slots).
-	Store   *checkpoint.Store
-	Parked  *parking.Store
-	Pauses  *pauses.Store
-	Reports *reports.Store
-	DB      checkpoint.Querier
+	// The pipeline's control plane: its checkpoints, parked events,
+	// pauses, and what its leading daemon reported. DB is the source
+	// database they live in (for pg_replication_slots).
+	Checkpoints *checkpoints.Store
+	Parked      *parking.Store
+	Pauses      *pauses.Store
+	Reports     *reports.Store
+	DB          control.Querier
 }
 
 // Sink is a sink as the pipeline file declares it.
@@ -49,7 +50,7 @@ type slotState struct {
 }
 
 // readSlot reads the slot, and the server's current WAL position.
-func readSlot(ctx context.Context, db checkpoint.Querier, slot string) (slotState, uint64, error) {
+func readSlot(ctx context.Context, db control.Querier, slot string) (slotState, uint64, error) {
 	var s slotState
 	var pid *int32
 	var current string
@@ -142,7 +143,7 @@ func load(ctx context.Context, p *Pipeline, now time.Time) (pipelineView, error)
 		return v, err
 	}
 	v.State = state
-	marks, err := p.Store.Load(ctx)
+	marks, err := p.Checkpoints.Load(ctx)
 	if err != nil {
 		return v, err
 	}

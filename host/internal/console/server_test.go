@@ -13,10 +13,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/checkpoints"
 	"github.com/walcast/walcast/host/internal/control/parking"
 	"github.com/walcast/walcast/host/internal/control/pauses"
 	"github.com/walcast/walcast/host/internal/control/reports"
+	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/host/pgtest"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
@@ -72,8 +73,8 @@ func fixture(t *testing.T, token string) (*Server, *fakeActions, *pgxpool.Pool) 
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	store := checkpoint.New(pool, "shop")
-	if err := store.Init(ctx); err != nil {
+	store := checkpoints.New(pool, "shop")
+	if err := schema.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
 	slot := "walcast_console_" + strings.ToLower(regexp.MustCompile(`[^A-Za-z0-9]`).ReplaceAllString(t.Name(), "_"))
@@ -108,7 +109,7 @@ func fixture(t *testing.T, token string) (*Server, *fakeActions, *pgxpool.Pool) 
 	}
 	fa := &fakeActions{}
 	s, err := New(Config{
-		Pipelines: []*Pipeline{{Name: "shop", Slot: slot, Store: store, Parked: parkedStore, Pauses: pauseStore, Reports: reportStore, DB: pool,
+		Pipelines: []*Pipeline{{Name: "shop", Slot: slot, Checkpoints: store, Parked: parkedStore, Pauses: pauseStore, Reports: reportStore, DB: pool,
 			Sinks: []Sink{{ID: "hook", Type: "webhook", Durable: true}, {ID: "archive", Type: "batchfiles"}}}},
 		Actions: fa, Token: token, SampleEvery: time.Hour,
 	})

@@ -20,7 +20,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/walcast/walcast/host/internal/config"
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	controlplane "github.com/walcast/walcast/host/internal/control"
+	"github.com/walcast/walcast/host/internal/control/checkpoints"
 	"github.com/walcast/walcast/host/internal/control/leader"
 	"github.com/walcast/walcast/host/internal/control/reports"
 	"github.com/walcast/walcast/host/internal/delivery/ack"
@@ -145,7 +146,7 @@ func startSink(ctx context.Context, launch Launcher, s *config.Sink) (Plugin, pl
 // at the next tick (the database may be restarting), unless retrying
 // cannot fix it (pg.Permanent: a privilege revoked): that error is
 // returned, and stops the term.
-func saveLoop(ctx context.Context, store *checkpoint.Store, reportStore *reports.Store, tracker *ack.Tracker, runs []*sinkRun, every time.Duration, log *slog.Logger) error {
+func saveLoop(ctx context.Context, checkpointStore *checkpoints.Store, reportStore *reports.Store, tracker *ack.Tracker, runs []*sinkRun, every time.Duration, log *slog.Logger) error {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	failed := func(what string, err error) error {
@@ -165,7 +166,7 @@ func saveLoop(ctx context.Context, store *checkpoint.Store, reportStore *reports
 		case <-t.C:
 		}
 		clearRecovered(ctx, reportStore, runs, log)
-		if err := failed("write checkpoints", saveMarks(ctx, store, tracker, runs, false)); err != nil {
+		if err := failed("write checkpoints", saveMarks(ctx, checkpointStore, tracker, runs, false)); err != nil {
 			return err
 		}
 		// Usage is for humans and bills: every couple of seconds is enough.
@@ -181,7 +182,7 @@ func saveLoop(ctx context.Context, store *checkpoint.Store, reportStore *reports
 	}
 }
 
-func saveMarks(ctx context.Context, store *checkpoint.Store, tracker *ack.Tracker, runs []*sinkRun, force bool) error {
+func saveMarks(ctx context.Context, checkpointStore *checkpoints.Store, tracker *ack.Tracker, runs []*sinkRun, force bool) error {
 	wm, changed := tracker.Watermarks()
 	marks := make(map[string]pluginkit.EventID, len(runs))
 	for i, r := range runs {
@@ -198,7 +199,7 @@ func saveMarks(ctx context.Context, store *checkpoint.Store, tracker *ack.Tracke
 	if !changed && !force {
 		return nil
 	}
-	if err := store.Save(ctx, marks); err != nil {
+	if err := checkpointStore.Save(ctx, marks); err != nil {
 		tracker.MarkChanged() // retry on the next tick
 		return err
 	}
@@ -284,7 +285,7 @@ func set[T comparable](xs []T) map[T]bool {
 // controlDB is the control plane as a term reads and writes it: the pool,
 // or fenced.
 type controlDB interface {
-	checkpoint.Querier
+	controlplane.Querier
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 

@@ -13,8 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/walcast/walcast/host/internal/config"
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/checkpoints"
 	"github.com/walcast/walcast/host/internal/control/leader"
+	"github.com/walcast/walcast/host/internal/control/lineage"
 	"github.com/walcast/walcast/host/internal/control/parking"
 	"github.com/walcast/walcast/host/internal/control/pauses"
 	"github.com/walcast/walcast/host/internal/control/reports"
@@ -52,18 +53,19 @@ type term struct {
 	// that lost it (paused, cut off) can no longer move a checkpoint,
 	// park an event, detach a sink or record anything its successor
 	// would act on. Reads go to the pool either way.
-	db      controlDB
-	store   *checkpoint.Store // on db
-	parked  *parking.Store    // on db
-	reports *reports.Store    // on db
-	ccfg    capture.Config
-	runs    []*sinkRun
-	tracker *ack.Tracker
-	fan     *fanout.Fanout
-	capt    *capture.Capture
-	filler  *backfill.Runner
-	ctl     *control
-	watch   *slotWatch
+	db          controlDB
+	checkpoints *checkpoints.Store // on db
+	lineage     *lineage.Store     // on db
+	parked      *parking.Store     // on db
+	reports     *reports.Store     // on db
+	ccfg        capture.Config
+	runs        []*sinkRun
+	tracker     *ack.Tracker
+	fan         *fanout.Fanout
+	capt        *capture.Capture
+	filler      *backfill.Runner
+	ctl         *control
+	watch       *slotWatch
 	// setup undoes what this term's start created in the source when the
 	// term ends before streaming anything.
 	setup     *capture.Setup
@@ -97,7 +99,8 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 	if lease != nil {
 		t.db = fenced{Pool: t.pool, lease: lease}
 	}
-	t.store = checkpoint.New(t.db, p.Name)
+	t.checkpoints = checkpoints.New(t.db, p.Name)
+	t.lineage = lineage.New(t.db, p.Name)
 	t.reports = reports.New(t.db, p.Name)
 	t.parked = parking.New(t.db, p.Name)
 	t.ccfg = capture.Config{
@@ -153,14 +156,14 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 		skip = append(skip, cp)
 	}
 
-	prep, err := t.setup.Prepare(ctx, t.store)
+	prep, err := t.setup.Prepare(ctx, t.db)
 	if err != nil {
 		return t, fmt.Errorf("prepare source: %w", err)
 	}
 	t.logPrepared(prep)
 	t.ccfg.KeylessPublication = prep.KeylessPublication
 	t.ccfg.StatusInterval = min(10*time.Second, prep.WalSenderTimeout/4)
-	marks, err := t.store.Load(ctx)
+	marks, err := t.checkpoints.Load(ctx)
 	if err != nil {
 		return t, err
 	}
@@ -182,7 +185,7 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 		acceptGap = func(ctx context.Context, reason, sink string) error {
 			log.Warn("accepted a gap: the sink's catch-up slot was dropped; it resumes from the pipeline's slot and misses the changes in between (recorded in walcast.gaps)",
 				"sink", sink, "resumes_at", pluginkit.FormatLSN(prep.ConfirmedFlush))
-			return t.store.RecordGap(ctx, reason, []string{sink}, prep.ConfirmedFlush)
+			return t.lineage.RecordGap(ctx, reason, []string{sink}, prep.ConfirmedFlush)
 		}
 	}
 	resume, err := slots.Recover(ctx, durable, acceptGap)
@@ -243,7 +246,7 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 	// Every confirmation is recorded first, through the fenced store, so
 	// that the next start can tell a slot someone else moved; the
 	// checkpoints are written before it (checkpointsFirst).
-	t.ccfg.Confirm = checkpointsFirst{store: t.store, tracker: t.tracker, runs: t.runs}
+	t.ccfg.Confirm = checkpointsFirst{checkpoints: t.checkpoints, lineage: t.lineage, tracker: t.tracker, runs: t.runs}
 	t.ccfg.ConfirmLimit = prep.ConfirmLimit
 	// What is watched while the pipeline streams, every SlotCheckInterval,
 	// on the capture's one watch loop, in this order: the WAL the slots
@@ -376,7 +379,7 @@ func (t *term) run(ctx context.Context) (err error) {
 	flushDone := make(chan struct{})
 	wg.Go(func() {
 		defer close(flushDone)
-		if err := saveLoop(hard, t.store, t.reports, t.tracker, t.runs, opts.CheckpointInterval, log); err != nil {
+		if err := saveLoop(hard, t.checkpoints, t.reports, t.tracker, t.runs, opts.CheckpointInterval, log); err != nil {
 			planeErr <- err
 		}
 	})
@@ -500,7 +503,7 @@ func (t *term) close(ctx context.Context) {
 		if t.lost {
 			t.capt.Abandon()
 		} else {
-			if serr := saveMarks(fctx, t.store, t.tracker, t.runs, true); serr != nil {
+			if serr := saveMarks(fctx, t.checkpoints, t.tracker, t.runs, true); serr != nil {
 				log.Warn("final checkpoint", "err", serr)
 			}
 			if uerr := saveUsage(fctx, t.reports, t.runs); uerr != nil {
@@ -570,17 +573,18 @@ func (t *term) haltDeliveries() {
 // confirmed past a change (walcast backfill --wait) finds it covered by
 // the checkpoint of every sink that holds the slot back.
 type checkpointsFirst struct {
-	store   *checkpoint.Store
-	tracker *ack.Tracker
-	runs    []*sinkRun
+	checkpoints *checkpoints.Store
+	lineage     *lineage.Store
+	tracker     *ack.Tracker
+	runs        []*sinkRun
 }
 
 func (c checkpointsFirst) RaiseConfirmLimit(ctx context.Context, lsn uint64) error {
 	// Watermarks read now are at least those lsn was derived from.
-	if err := saveMarks(ctx, c.store, c.tracker, c.runs, true); err != nil {
+	if err := saveMarks(ctx, c.checkpoints, c.tracker, c.runs, true); err != nil {
 		return err
 	}
-	return c.store.RaiseConfirmLimit(ctx, lsn)
+	return c.lineage.RaiseConfirmLimit(ctx, lsn)
 }
 
 // fencedPlugin lets a delivery through only while the lease is known to be

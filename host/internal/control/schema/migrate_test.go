@@ -11,7 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/checkpoints"
+	"github.com/walcast/walcast/host/internal/control/lineage"
 	"github.com/walcast/walcast/host/internal/control/pauses"
 	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/host/internal/pg"
@@ -120,7 +121,7 @@ INSERT INTO walcast.checkpoints (pipeline, sink, event_id, commit_lsn, idx) VALU
 INSERT INTO walcast.pauses (pipeline, sink) VALUES ('shop', 'hook')`); err != nil {
 		t.Fatal(err)
 	}
-	s := checkpoint.New(pool, "shop")
+	s := lineage.New(pool, "shop")
 	// Two starts at once: the advisory lock applies each step once.
 	errs := make(chan error, 2)
 	for range 2 {
@@ -146,19 +147,19 @@ INSERT INTO walcast.pauses (pipeline, sink) VALUES ('shop', 'hook')`); err != ni
 	if len(versions) != schema.Version() || versions[len(versions)-1] != schema.Version() {
 		t.Fatalf("schema versions recorded: %v, want 1..%d once each", versions, schema.Version())
 	}
-	marks, err := s.Load(ctx)
+	marks, err := checkpoints.New(pool, "shop").Load(ctx)
 	if err != nil || marks["hook"] != cdc.MustParseEventID("0/1A2B:3") {
 		t.Fatalf("checkpoints after upgrade: %v, %v", marks, err)
 	}
 	p, ok, err := s.LoadPipeline(ctx)
-	if err != nil || !ok || p.Slot != "walcast_shop" || !p.CreatedPublication || p.Identity != (checkpoint.Identity{}) {
+	if err != nil || !ok || p.Slot != "walcast_shop" || !p.CreatedPublication || p.Identity != (lineage.Identity{}) {
 		t.Fatalf("pipeline after upgrade: %+v %v %v", p, ok, err)
 	}
 	pauses, err := pauses.New(pool, "shop").LoadPauses(ctx)
 	if _, paused := pauses.Paused("hook"); err != nil || !paused {
 		t.Fatalf("pause after upgrade: %+v %v", pauses, err)
 	}
-	id := checkpoint.Identity{SystemIdentifier: "7301", DatabaseOID: 16384, SlotCreatedLSN: 0x1A00}
+	id := lineage.Identity{SystemIdentifier: "7301", DatabaseOID: 16384, SlotCreatedLSN: 0x1A00}
 	if err := s.SetIdentity(ctx, id); err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +223,7 @@ GRANT USAGE ON ALL SEQUENCES IN SCHEMA walcast TO `+role); err != nil {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	s := checkpoint.New(pool, "second")
+	s := checkpoints.New(pool, "second")
 	if err := schema.Migrate(ctx, pool); err != nil {
 		t.Fatalf("Migrate as a role with the documented grants on a current schema: %v", err)
 	}
@@ -275,7 +276,7 @@ func TestDropUnusedKeepsASchemaAnotherPipelineUses(t *testing.T) {
 	if err := schema.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	if err := checkpoint.New(pool, "other").Save(ctx, map[string]cdc.EventID{"hook": cdc.MustParseEventID("0/1:0")}); err != nil {
+	if err := checkpoints.New(pool, "other").Save(ctx, map[string]cdc.EventID{"hook": cdc.MustParseEventID("0/1:0")}); err != nil {
 		t.Fatal(err)
 	}
 	if dropped, err := schema.DropUnused(ctx, pool, "mine"); err != nil || dropped || !exists() {

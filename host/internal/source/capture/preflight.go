@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/lineage"
 	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/host/internal/pg"
 )
@@ -207,7 +207,7 @@ func publicationFindings(ctx context.Context, db Querier, cfg Config, access sch
 	}
 	ours := false
 	if exists && access.Exists && len(access.Denied) == 0 {
-		rec, known, err := checkpoint.New(db, cfg.Pipeline).LoadPipeline(ctx)
+		rec, known, err := lineage.New(db, cfg.Pipeline).LoadPipeline(ctx)
 		if err != nil {
 			return nil, err
 		}
