@@ -600,7 +600,7 @@ type fencedPlugin struct {
 }
 
 func (f fencedPlugin) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error) {
-	if err := f.lease.Confirm(ctx); err != nil {
+	if err := f.lease.WaitFresh(ctx); err != nil {
 		if errors.Is(err, leader.ErrLost) {
 			// Not the sink's failure: the term ends. Its deliveries are
 			// cancelled before this one returns, so that the scheduler

@@ -112,7 +112,7 @@ func TestFrozenLeaderIsStaleBeforeItsSuccessorStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Wait for a fresh ping, then freeze a and cut its session.
-	for !a.Fresh() || time.Since(a.base)-time.Duration(a.confirmed.Load()) > 200*time.Millisecond {
+	for !a.Fresh() || time.Since(a.base)-time.Duration(a.alive.Load()) > 200*time.Millisecond {
 		time.Sleep(10 * time.Millisecond)
 	}
 	a.mu.Lock()
