@@ -22,9 +22,6 @@ func New(db control.Querier, pipeline string) *Store {
 	return &Store{db: db, pipeline: pipeline}
 }
 
-// Pipeline is the name of the pipeline the store belongs to.
-func (s *Store) Pipeline() string { return s.pipeline }
-
 // Pipeline is what walcast recorded about a pipeline it set up.
 type Pipeline struct {
 	Slot               string
