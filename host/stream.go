@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/walcast/walcast/host/internal/change"
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/lineage"
 	"github.com/walcast/walcast/host/internal/pg"
 	"github.com/walcast/walcast/host/internal/source/backfill"
 	"github.com/walcast/walcast/host/internal/source/capture"
@@ -137,8 +137,8 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 		AcceptGap:       cfg.AcceptGap,
 		ReceiveTimeout:  cfg.ReceiveTimeout,
 	}
-	store := checkpoint.New(pool, ccfg.Pipeline)
-	prep, err := capture.Prepare(ctx, pool, store, ccfg)
+	store := lineage.New(pool, ccfg.Pipeline)
+	prep, err := capture.Prepare(ctx, pool, pool, ccfg)
 	if err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open walcast stream: prepare source for slot %s: %w", cfg.Slot, err)

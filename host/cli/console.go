@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/host/internal/console"
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/parking"
 	"github.com/walcast/walcast/host/internal/report"
 )
 
@@ -179,7 +179,7 @@ type consoleActions struct {
 
 var _ console.Actions = consoleActions{}
 
-func (a consoleActions) Replay(ctx context.Context, pipeline string, req checkpoint.ReplayRequest) (string, error) {
+func (a consoleActions) Replay(ctx context.Context, pipeline string, req parking.ReplayRequest) (string, error) {
 	t, ok := a.pipelines[pipeline]
 	if !ok {
 		return "", fmt.Errorf("no pipeline %q", pipeline)

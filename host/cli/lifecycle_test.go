@@ -13,7 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/host/pgtest"
 )
 
@@ -300,7 +300,7 @@ func TestFailedStartLeavesNoSlot(t *testing.T) {
 	t.Run("failure after the slot was created", func(t *testing.T) {
 		// The control plane answers the checkpoints but not the pauses,
 		// which are read after the slot is created.
-		if err := checkpoint.Migrate(context.Background(), db); err != nil {
+		if err := schema.Migrate(context.Background(), db); err != nil {
 			t.Fatal(err)
 		}
 		exec1(t, db, `ALTER TABLE walcast.pauses RENAME COLUMN since TO since_broken`)

@@ -8,20 +8,23 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/walcast/walcast/host/internal/config"
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/parking"
+	"github.com/walcast/walcast/host/internal/control/pauses"
+	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/host/internal/daemon"
 	"github.com/walcast/walcast/host/internal/report"
 	"github.com/walcast/walcast/host/internal/source/capture"
 )
 
 // target is a pipeline a command acts on, opened: its file, a pool on its
-// source database and its control plane there. The pool also serves the
-// command's own queries (pg_replication_slots, backfills); close releases
-// it.
+// source database and the parts of its control plane there that commands
+// change (parked events, pauses). The pool also serves the command's own
+// queries (pg_replication_slots, backfills); close releases it.
 type target struct {
-	p     *config.Pipeline
-	store *checkpoint.Store
-	db    *pgxpool.Pool
+	p      *config.Pipeline
+	parked *parking.Store
+	pauses *pauses.Store
+	db     *pgxpool.Pool
 }
 
 func (t target) close() { t.db.Close() }
@@ -37,7 +40,7 @@ func openTarget(ctx context.Context, path string, stderr io.Writer) (t target, o
 	}
 	t, err := dial(ctx, p)
 	if err == nil {
-		if err = t.store.Init(ctx); err != nil {
+		if err = schema.Migrate(ctx, t.db); err != nil {
 			t.close()
 		}
 	}
@@ -67,15 +70,15 @@ func dial(ctx context.Context, p *config.Pipeline) (target, error) {
 	if err != nil {
 		return target{}, err
 	}
-	return target{p: p, store: checkpoint.New(pool, p.Name), db: pool}, nil
+	return target{p: p, parked: parking.New(pool, p.Name), pauses: pauses.New(pool, p.Name), db: pool}, nil
 }
 
 // report is what report.Gather reads of t: its pipeline as walcast status
 // and the console show it.
 func (t target) report() report.Pipeline {
 	p := t.p
-	rp := report.Pipeline{Name: p.Name, Slot: p.Source.Slot, Store: t.store, DB: t.db,
-		Capture: capture.Config{DSN: p.Source.DSN, Slot: p.Source.Slot, Publication: p.Source.Publication, Tables: p.Source.Tables}}
+	rp := report.Pipeline{Name: p.Name, Slot: p.Source.Slot, DB: t.db,
+		Capture: capture.Config{DSN: p.Source.DSN, Slot: p.Source.Slot, Publication: p.Source.Publication, Tables: p.Source.Tables, Pipeline: p.Name}}
 	for _, s := range p.Sinks {
 		rp.Sinks = append(rp.Sinks, report.Sink{ID: s.ID, Type: s.Type, Durable: s.Durable})
 	}

@@ -13,7 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walcast/walcast/host/internal/config"
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control"
+	"github.com/walcast/walcast/host/internal/control/parking"
 	"github.com/walcast/walcast/host/internal/daemon"
 	"github.com/walcast/walcast/host/internal/delivery/schedule"
 	"github.com/walcast/walcast/pluginkit"
@@ -33,7 +34,7 @@ func cmdParked(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer t.close()
-	ps, err := t.store.ListParked(ctx, *sink, "")
+	ps, err := t.parked.ListParked(ctx, *sink, "")
 	if err != nil {
 		fmt.Fprintln(stderr, "walcast parked:", err)
 		return 1
@@ -72,7 +73,7 @@ func cmdReplay(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "walcast replay: want --sink ID and exactly one of --all or --id EVENT_ID")
 		return 2
 	}
-	var req checkpoint.ReplayRequest
+	var req parking.ReplayRequest
 	req.Sink = *sinkID
 	if *idFlag != "" {
 		id, err := pluginkit.ParseEventID(*idFlag)
@@ -111,9 +112,9 @@ var errStillParked = errors.New("rows still parked")
 // to wait for the events to leave walcast.parked), else directly with the
 // sink's plugin from pluginDir. Progress goes to out, the failures of a
 // direct replay to errOut.
-func replayParked(ctx context.Context, t target, req checkpoint.ReplayRequest, wait time.Duration,
+func replayParked(ctx context.Context, t target, req parking.ReplayRequest, wait time.Duration,
 	pluginDir string, log *slog.Logger, out, errOut io.Writer) error {
-	p, store := t.p, t.store
+	p, store := t.p, t.parked
 	var sink *config.Sink
 	for i := range p.Sinks {
 		if p.Sinks[i].ID == req.Sink {
@@ -174,7 +175,7 @@ func replayParked(ctx context.Context, t target, req checkpoint.ReplayRequest, w
 }
 
 // stillParked reports whether any of the events asked for is still parked.
-func stillParked(asked, left []checkpoint.Parked) bool {
+func stillParked(asked, left []parking.Event) bool {
 	ids := map[pluginkit.EventID]bool{}
 	for _, p := range asked {
 		ids[p.Event.ID] = true
@@ -191,8 +192,8 @@ func stillParked(asked, left []checkpoint.Parked) bool {
 // the scheduler the daemon replays with (schedule.ReplayParked): the sink's
 // batching, rate limit, row order, retries and parking again all apply. It
 // stops after wait (0: when the replay ends); what is left stays parked.
-func replayDirect(ctx context.Context, p *config.Pipeline, sink *config.Sink, store *checkpoint.Store, req checkpoint.ReplayRequest,
-	before []checkpoint.Parked, wait time.Duration, pluginDir string, log *slog.Logger, stdout, stderr io.Writer) error {
+func replayDirect(ctx context.Context, p *config.Pipeline, sink *config.Sink, store *parking.Store, req parking.ReplayRequest,
+	before []parking.Event, wait time.Duration, pluginDir string, log *slog.Logger, stdout, stderr io.Writer) error {
 	ps := newPluginSet(pluginDir, log, stdout)
 	ps.Pipeline = p.Name
 	ps.Source = &p.Source
@@ -220,7 +221,7 @@ func replayDirect(ctx context.Context, p *config.Pipeline, sink *config.Sink, st
 	}
 	still := 0
 	for _, pe := range left {
-		if !stillParked([]checkpoint.Parked{pe}, before) {
+		if !stillParked([]parking.Event{pe}, before) {
 			continue // parked since, not asked for
 		}
 		still++
@@ -238,7 +239,7 @@ func replayDirect(ctx context.Context, p *config.Pipeline, sink *config.Sink, st
 
 // slotActive reports whether a walsender streams from the slot, i.e.
 // whether a daemon runs the pipeline.
-func slotActive(ctx context.Context, db checkpoint.Querier, slot string) (bool, error) {
+func slotActive(ctx context.Context, db control.Querier, slot string) (bool, error) {
 	var active bool
 	err := db.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -46,7 +46,7 @@ func setPaused(name string, paused bool, args []string, stdout, stderr io.Writer
 // sinkID is empty), as `walcast pause`/`resume` and the console's buttons
 // do, and returns what it did in words, one or more lines.
 func applyPause(ctx context.Context, t target, sinkID string, paused bool) (string, error) {
-	p, store := t.p, t.store
+	p, store := t.p, t.pauses
 	what := "pipeline " + p.Name
 	if sinkID != "" {
 		found := false
@@ -59,7 +59,7 @@ func applyPause(ctx context.Context, t target, sinkID string, paused bool) (stri
 		what = "sink " + sinkID + " of pipeline " + p.Name
 	}
 	if !paused && sinkID != "" {
-		if pauses, err := store.LoadPauses(ctx); err == nil && !pauses.Pipeline.IsZero() {
+		if state, err := store.LoadPauses(ctx); err == nil && !state.Pipeline.IsZero() {
 			return "", fmt.Errorf("the whole pipeline %s is paused; resume it without --sink", p.Name)
 		}
 	}

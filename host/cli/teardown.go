@@ -40,7 +40,7 @@ Run again with --yes to do it.
 		return 1
 	}
 	defer t.close()
-	n, err := t.store.CountParked(ctx)
+	n, err := t.parked.CountParked(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "walcast teardown:", err)
 		return 1
@@ -53,7 +53,7 @@ Run again with --yes to do it.
 		fmt.Fprintln(stderr, "walcast teardown:", err)
 		return 1
 	}
-	if err := capture.Teardown(ctx, t.db, t.store, p.Source.Slot, p.Source.Publication); err != nil {
+	if err := capture.Teardown(ctx, t.db, p.Name, p.Source.Slot, p.Source.Publication); err != nil {
 		fmt.Fprintln(stderr, "walcast teardown:", err)
 		return 1
 	}

@@ -21,7 +21,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/parking"
 	"github.com/walcast/walcast/host/internal/report"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
@@ -39,7 +39,7 @@ var page = template.Must(template.New("page.html").Funcs(template.FuncMap{
 // Each returns what happened in words, shown on the page. The context
 // ends with the HTTP request.
 type Actions interface {
-	Replay(ctx context.Context, pipeline string, req checkpoint.ReplayRequest) (string, error)
+	Replay(ctx context.Context, pipeline string, req parking.ReplayRequest) (string, error)
 	SetPaused(ctx context.Context, pipeline, sink string, paused bool) (string, error)
 }
 
@@ -265,7 +265,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	req := checkpoint.ReplayRequest{Sink: r.PostForm.Get("sink")}
+	req := parking.ReplayRequest{Sink: r.PostForm.Get("sink")}
 	if id := r.PostForm.Get("id"); id != "" {
 		var err error
 		if req.ID, err = cdc.ParseEventID(id); err != nil {

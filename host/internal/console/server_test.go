@@ -13,7 +13,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/checkpoints"
+	"github.com/walcast/walcast/host/internal/control/parking"
+	"github.com/walcast/walcast/host/internal/control/pauses"
+	"github.com/walcast/walcast/host/internal/control/reports"
+	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/host/internal/report"
 	"github.com/walcast/walcast/host/pgtest"
 	"github.com/walcast/walcast/pluginkit/cdc"
@@ -29,7 +33,7 @@ type fakeActions struct {
 	calls []string
 }
 
-func (f *fakeActions) Replay(_ context.Context, pipeline string, req checkpoint.ReplayRequest) (string, error) {
+func (f *fakeActions) Replay(_ context.Context, pipeline string, req parking.ReplayRequest) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	id := "all"
@@ -70,8 +74,7 @@ func fixture(t *testing.T, token string) (*Server, *fakeActions, *pgxpool.Pool) 
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	store := checkpoint.New(pool, "shop")
-	if err := store.Init(ctx); err != nil {
+	if err := schema.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
 	slot := "walcast_console_" + strings.ToLower(regexp.MustCompile(`[^A-Za-z0-9]`).ReplaceAllString(t.Name(), "_"))
@@ -79,11 +82,11 @@ func fixture(t *testing.T, token string) (*Server, *fakeActions, *pgxpool.Pool) 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pool.Exec(context.Background(), `SELECT pg_drop_replication_slot($1)`, slot) })
-	if err := store.Save(ctx, map[string]cdc.EventID{"hook": cdc.MustParseEventID("0/16B3F00:7")}); err != nil {
+	if err := checkpoints.New(pool, "shop").Save(ctx, map[string]cdc.EventID{"hook": cdc.MustParseEventID("0/16B3F00:7")}); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	if err := store.Park(ctx, []checkpoint.Parked{{
+	if err := parking.New(pool, "shop").Park(ctx, []parking.Event{{
 		Sink: "hook", Row: "public.orders{\"id\":13}", Attempts: 3, LastError: "webhook: 500 Internal Server Error <b>boom</b>",
 		FirstFailure: now.Add(-time.Minute), LastFailure: now,
 		Event: cdc.Event{ID: parkedID, Schema: "public", Table: "orders", Op: cdc.OpUpdate, Key: []byte(`{"id":13}`),
@@ -91,19 +94,19 @@ func fixture(t *testing.T, token string) (*Server, *fakeActions, *pgxpool.Pool) 
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.AddUsage(ctx, []checkpoint.Usage{
+	if err := reports.New(pool, "shop").AddUsage(ctx, []reports.Usage{
 		{Sink: "hook", Hour: now.Truncate(time.Hour), Attempts: 12, Delivered: 9, Failed: 3, Bytes: 4096},
 		{Sink: "hook", Hour: now.Truncate(time.Hour).Add(-2 * time.Hour), Attempts: 5, Delivered: 5, Bytes: 1024},
 		{Sink: "hook", Hour: now.Truncate(time.Hour).Add(-48 * time.Hour), Attempts: 1000, Delivered: 1000, Bytes: 1 << 20},
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.SetPaused(ctx, "archive", true); err != nil {
+	if _, err := pauses.New(pool, "shop").SetPaused(ctx, "archive", true); err != nil {
 		t.Fatal(err)
 	}
 	fa := &fakeActions{}
 	s, err := New(Config{
-		Pipelines: []*report.Pipeline{{Name: "shop", Slot: slot, Store: store, DB: pool,
+		Pipelines: []*report.Pipeline{{Name: "shop", Slot: slot, DB: pool,
 			Sinks: []report.Sink{{ID: "hook", Type: "webhook", Durable: true}, {ID: "archive", Type: "batchfiles"}}}},
 		Actions: fa, Token: token, SampleEvery: time.Hour,
 	})
@@ -332,15 +335,15 @@ func TestCharts(t *testing.T) {
 // full count and only the most recent events.
 func TestPageBoundsTheParkedList(t *testing.T) {
 	s, _, _ := fixture(t, "")
-	store := s.cfg.Pipelines[0].Store
-	var ps []checkpoint.Parked
+	p := s.cfg.Pipelines[0]
+	var ps []parking.Event
 	old := time.Now().Add(-time.Hour)
 	for i := range 250 {
-		ps = append(ps, checkpoint.Parked{Sink: "hook", Row: "r", Attempts: 1, LastError: "old", FirstFailure: old, LastFailure: old,
+		ps = append(ps, parking.Event{Sink: "hook", Row: "r", Attempts: 1, LastError: "old", FirstFailure: old, LastFailure: old,
 			Event: cdc.Event{ID: cdc.EventID{CommitLSN: 0x100, Index: uint64(i)}, Schema: "public", Table: "orders", Op: cdc.OpInsert,
 				Key: []byte(`{}`), Payload: []byte(`{}`)}})
 	}
-	if err := store.Park(context.Background(), ps); err != nil {
+	if err := parking.New(p.DB, p.Name).Park(context.Background(), ps); err != nil {
 		t.Fatal(err)
 	}
 	body := get(s, "/", nil).Body.String()

@@ -10,7 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	controlplane "github.com/walcast/walcast/host/internal/control"
+	"github.com/walcast/walcast/host/internal/control/parking"
+	"github.com/walcast/walcast/host/internal/control/pauses"
 	"github.com/walcast/walcast/host/internal/delivery/schedule"
 	"github.com/walcast/walcast/host/internal/pg"
 )
@@ -21,9 +23,10 @@ import (
 // also polled now and then, so a notification lost while the listening
 // connection was down only delays.
 type control struct {
-	store *checkpoint.Store
-	runs  []*sinkRun
-	log   *slog.Logger
+	parked *parking.Store
+	pauses *pauses.Store
+	runs   []*sinkRun
+	log    *slog.Logger
 	// backfill is woken on every notification: a backfill may have been
 	// requested or cancelled.
 	backfill interface{ Wake() }
@@ -37,7 +40,7 @@ type control struct {
 
 // applyPauses reads the pause state and hands it to every scheduler.
 func (c *control) applyPauses(ctx context.Context) error {
-	p, err := c.store.LoadPauses(ctx)
+	p, err := c.pauses.LoadPauses(ctx)
 	if err != nil {
 		return err
 	}
@@ -65,7 +68,7 @@ func (c *control) serve(ctx context.Context) error {
 		}
 		return nil
 	}
-	reqs, err := c.store.ReplayRequests(ctx)
+	reqs, err := c.parked.ReplayRequests(ctx)
 	if err != nil {
 		if pg.Permanent(err) {
 			return err
@@ -108,7 +111,7 @@ func (c *control) serve(ctx context.Context) error {
 // not delivered stays parked. The request then goes to the scheduler that
 // delivers now. When ctx ends first the request stays stored for the next
 // run.
-func (c *control) replay(ctx context.Context, r *sinkRun, req checkpoint.ReplayRequest) {
+func (c *control) replay(ctx context.Context, r *sinkRun, req parking.ReplayRequest) {
 	defer func() {
 		c.mu.Lock()
 		delete(c.handling, req.Seq)
@@ -119,7 +122,7 @@ func (c *control) replay(ctx context.Context, r *sinkRun, req checkpoint.ReplayR
 	// still asked for.
 	row := ""
 	if !req.ID.IsZero() {
-		row, _ = c.store.ParkedRowOf(ctx, req.Sink, req.ID)
+		row, _ = c.parked.ParkedRowOf(ctx, req.Sink, req.ID)
 	}
 	retried := false
 	for {
@@ -151,7 +154,7 @@ func (c *control) replay(ctx context.Context, r *sinkRun, req checkpoint.ReplayR
 		case <-time.After(100 * time.Millisecond):
 		}
 		if row != "" {
-			left, err := c.store.ListParked(ctx, req.Sink, row)
+			left, err := c.parked.ListParked(ctx, req.Sink, row)
 			if err != nil {
 				continue
 			}
@@ -166,8 +169,8 @@ func (c *control) replay(ctx context.Context, r *sinkRun, req checkpoint.ReplayR
 
 // done forgets a handled request. Should that fail, the next serve reads
 // it again and replays what is still parked: harmless.
-func (c *control) done(ctx context.Context, req checkpoint.ReplayRequest) {
-	if err := c.store.DoneReplayRequest(ctx, req.Seq); err != nil && ctx.Err() == nil {
+func (c *control) done(ctx context.Context, req parking.ReplayRequest) {
+	if err := c.parked.DoneReplayRequest(ctx, req.Seq); err != nil && ctx.Err() == nil {
 		c.log.Warn("forget replay request", "err", err)
 	}
 }
@@ -181,7 +184,7 @@ func (c *control) listen(ctx context.Context, dsn string, poll time.Duration) er
 	for ctx.Err() == nil {
 		conn, err := pgx.Connect(ctx, dsn)
 		if err == nil {
-			_, err = conn.Exec(ctx, "LISTEN "+checkpoint.ControlChannel)
+			_, err = conn.Exec(ctx, "LISTEN "+controlplane.Channel)
 		}
 		if err != nil {
 			if conn != nil {

@@ -11,7 +11,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/walcast/walcast/host/internal/config"
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/parking"
+	"github.com/walcast/walcast/host/internal/control/pauses"
+	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/host/internal/delivery/ack"
 	"github.com/walcast/walcast/host/internal/delivery/fanout"
 	"github.com/walcast/walcast/host/internal/delivery/schedule"
@@ -60,14 +62,14 @@ func TestControlAcrossRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	store := checkpoint.New(pool, "p")
-	if err := store.Init(ctx); err != nil {
+	if err := schema.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
 	tracker := ack.New([]ack.SinkSpec{{ID: "s", Durable: true}}, 0)
 	sched := schedule.New(schedule.Config{SinkID: "s"}, fanout.NewQueue(10, true), tracker, &memSink{})
 	h := &countingHandler{warns: map[string]int{}, all: map[string]int{}}
-	ctl := &control{store: store, runs: []*sinkRun{{cfg: &config.Sink{ID: "s"}, sched: sched}}, log: slog.New(h)}
+	pauseStore := pauses.New(pool, "p")
+	ctl := &control{parked: parking.New(pool, "p"), pauses: pauseStore, runs: []*sinkRun{{cfg: &config.Sink{ID: "s"}, sched: sched}}, log: slog.New(h)}
 	lctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); ctl.listen(lctx, dsn, 500*time.Millisecond) }()
@@ -93,7 +95,7 @@ func TestControlAcrossRestart(t *testing.T) {
 	if err := pg.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.SetPaused(ctx, "s", true); err != nil {
+	if _, err := pauseStore.SetPaused(ctx, "s", true); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the pause to reach the scheduler", 30*time.Second, sched.Paused)

@@ -11,8 +11,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/walcast/walcast/host/internal/config"
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	controlplane "github.com/walcast/walcast/host/internal/control"
+	"github.com/walcast/walcast/host/internal/control/checkpoints"
 	"github.com/walcast/walcast/host/internal/control/leader"
+	"github.com/walcast/walcast/host/internal/control/reports"
 	"github.com/walcast/walcast/host/internal/delivery/ack"
 	"github.com/walcast/walcast/host/internal/delivery/fanout"
 	"github.com/walcast/walcast/host/internal/delivery/isolate"
@@ -103,24 +105,24 @@ func Run(ctx context.Context, opts Options) error {
 // recordFailure puts the error that stopped a sink on record in the control
 // plane, where `walcast status` shows it. It runs as the pipeline stops, so
 // it has its own deadline.
-func recordFailure(store *checkpoint.Store, sink string, err error, log *slog.Logger) {
+func recordFailure(reportStore *reports.Store, sink string, err error, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	// The error itself is what Run returns, and the caller prints it once.
 	log.Error("the sink stopped the pipeline; walcast status shows why", "sink", sink)
-	if rerr := store.RecordSinkFailure(ctx, sink, err.Error()); rerr != nil {
+	if rerr := reportStore.RecordSinkFailure(ctx, sink, err.Error()); rerr != nil {
 		log.Warn("record sink failure", "sink", sink, "err", rerr)
 	}
 }
 
 // clearRecovered forgets the recorded failure of every sink that has
 // delivered since the start.
-func clearRecovered(ctx context.Context, store *checkpoint.Store, runs []*sinkRun, log *slog.Logger) {
+func clearRecovered(ctx context.Context, reportStore *reports.Store, runs []*sinkRun, log *slog.Logger) {
 	for _, r := range runs {
 		if !r.failed || r.stats().Delivered.Load() == 0 {
 			continue
 		}
-		if err := store.ClearSinkFailure(ctx, r.cfg.ID); err != nil {
+		if err := reportStore.ClearSinkFailure(ctx, r.cfg.ID); err != nil {
 			log.Warn("clear sink failure", "sink", r.cfg.ID, "err", err)
 			continue
 		}
@@ -141,7 +143,7 @@ func startSink(ctx context.Context, launch Launcher, s *config.Sink) (Plugin, pl
 // at the next tick (the database may be restarting), unless retrying
 // cannot fix it (pg.Permanent: a privilege revoked): that error is
 // returned, and stops the term.
-func saveLoop(ctx context.Context, store *checkpoint.Store, tracker *ack.Tracker, runs []*sinkRun, every time.Duration, log *slog.Logger) error {
+func saveLoop(ctx context.Context, checkpointStore *checkpoints.Store, reportStore *reports.Store, tracker *ack.Tracker, runs []*sinkRun, every time.Duration, log *slog.Logger) error {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	failed := func(what string, err error) error {
@@ -160,17 +162,17 @@ func saveLoop(ctx context.Context, store *checkpoint.Store, tracker *ack.Tracker
 			return nil
 		case <-t.C:
 		}
-		clearRecovered(ctx, store, runs, log)
-		if err := failed("write checkpoints", saveCheckpoints(ctx, store, tracker, runs, false)); err != nil {
+		clearRecovered(ctx, reportStore, runs, log)
+		if err := failed("write checkpoints", saveCheckpoints(ctx, checkpointStore, tracker, runs, false)); err != nil {
 			return err
 		}
 		// Usage is for humans and bills: every couple of seconds is enough.
 		if time.Duration(tick)*every >= 2*time.Second {
 			tick = 0
-			if err := failed("write usage", saveUsage(ctx, store, runs)); err != nil {
+			if err := failed("write usage", saveUsage(ctx, reportStore, runs)); err != nil {
 				return err
 			}
-			if err := failed("write sink backlogs", saveBacklogs(ctx, store, tracker, runs)); err != nil {
+			if err := failed("write sink backlogs", saveBacklogs(ctx, reportStore, tracker, runs)); err != nil {
 				return err
 			}
 		}
@@ -179,7 +181,7 @@ func saveLoop(ctx context.Context, store *checkpoint.Store, tracker *ack.Tracker
 
 // saveCheckpoints writes every sink's position as its checkpoint when one
 // moved since the last write (always with force).
-func saveCheckpoints(ctx context.Context, store *checkpoint.Store, tracker *ack.Tracker, runs []*sinkRun, force bool) error {
+func saveCheckpoints(ctx context.Context, checkpointStore *checkpoints.Store, tracker *ack.Tracker, runs []*sinkRun, force bool) error {
 	positions, changed := tracker.PositionsToSave()
 	checkpoints := make(map[string]pluginkit.EventID, len(runs))
 	for i, r := range runs {
@@ -196,7 +198,7 @@ func saveCheckpoints(ctx context.Context, store *checkpoint.Store, tracker *ack.
 	if !changed && !force {
 		return nil
 	}
-	if err := store.Save(ctx, checkpoints); err != nil {
+	if err := checkpointStore.Save(ctx, checkpoints); err != nil {
 		tracker.MarkUnsaved() // retry on the next tick
 		return err
 	}
@@ -205,22 +207,22 @@ func saveCheckpoints(ctx context.Context, store *checkpoint.Store, tracker *ack.
 
 // saveBacklogs reports each sink's backlog for `walcast status`, which runs
 // in another process and cannot ask this one.
-func saveBacklogs(ctx context.Context, store *checkpoint.Store, tracker *ack.Tracker, runs []*sinkRun) error {
-	backlogs := make(map[string]checkpoint.Backlog, len(runs))
+func saveBacklogs(ctx context.Context, reportStore *reports.Store, tracker *ack.Tracker, runs []*sinkRun) error {
+	backlogs := make(map[string]reports.Backlog, len(runs))
 	for i, r := range runs {
 		events, bytes, oldest := sinkBacklog(tracker, i, r)
-		backlogs[r.cfg.ID] = checkpoint.Backlog{Events: int64(events), Bytes: bytes, Oldest: oldest}
+		backlogs[r.cfg.ID] = reports.Backlog{Events: int64(events), Bytes: bytes, Oldest: oldest}
 	}
-	return store.ReportBacklogs(ctx, backlogs)
+	return reportStore.ReportBacklogs(ctx, backlogs)
 }
 
-func saveUsage(ctx context.Context, store *checkpoint.Store, runs []*sinkRun) error {
+func saveUsage(ctx context.Context, reportStore *reports.Store, runs []*sinkRun) error {
 	for _, r := range runs {
 		us := r.meter.Take()
 		if len(us) == 0 {
 			continue
 		}
-		if err := store.AddUsage(ctx, us); err != nil {
+		if err := reportStore.AddUsage(ctx, us); err != nil {
 			r.meter.Restore(us)
 			return err
 		}
@@ -282,7 +284,7 @@ func set[T comparable](xs []T) map[T]bool {
 // controlDB is the control plane as a term reads and writes it: the pool,
 // or fenced.
 type controlDB interface {
-	checkpoint.Querier
+	controlplane.Querier
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 

@@ -3,7 +3,7 @@ package daemon
 import (
 	"context"
 
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	controlplane "github.com/walcast/walcast/host/internal/control"
 	"github.com/walcast/walcast/host/internal/delivery/ack"
 	"github.com/walcast/walcast/host/internal/delivery/fanout"
 	"github.com/walcast/walcast/host/internal/delivery/isolate"
@@ -95,7 +95,7 @@ func (t *term) isolateSinks(resume map[string]string, slots *isolate.Slots, star
 
 // catchupRetained reads the WAL each detached sink's catch-up slot
 // retains, by sink.
-func catchupRetained(db checkpoint.Querier, pipeline string) func(ctx context.Context) (map[string]int64, error) {
+func catchupRetained(db controlplane.Querier, pipeline string) func(ctx context.Context) (map[string]int64, error) {
 	return func(ctx context.Context) (map[string]int64, error) {
 		sts, err := isolate.States(ctx, db, pipeline)
 		if err != nil {

@@ -10,8 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/walcast/walcast/host/internal/change"
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
 	"github.com/walcast/walcast/host/internal/control/leader"
+	"github.com/walcast/walcast/host/internal/control/parking"
+	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/host/internal/delivery/ack"
 	"github.com/walcast/walcast/host/internal/delivery/fanout"
 	"github.com/walcast/walcast/host/internal/delivery/schedule"
@@ -38,8 +39,8 @@ func TestLostLeaseIsNoSinkFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lease.Release(context.Background())
-	store := checkpoint.New(fenced{Pool: pool, lease: lease}, "p")
-	if err := store.Init(ctx); err != nil {
+	store := parking.New(fenced{Pool: pool, lease: lease}, "p")
+	if err := schema.Migrate(ctx, fenced{Pool: pool, lease: lease}); err != nil {
 		t.Fatal(err)
 	}
 

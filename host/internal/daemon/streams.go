@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/reports"
 )
 
 // streamReportEvery is how often the leader reports its replication
@@ -19,7 +19,7 @@ func (t *term) reportStreams(ctx context.Context) {
 	defer tick.Stop()
 	warned := false
 	for {
-		if err := t.store.ReportStreams(ctx, t.streamReports()); err != nil && ctx.Err() == nil && !warned {
+		if err := t.reports.ReportStreams(ctx, t.streamReports()); err != nil && ctx.Err() == nil && !warned {
 			// The database may be restarting; the next tick tries again.
 			t.log.Warn("report replication streams", "err", err)
 			warned = true
@@ -36,10 +36,10 @@ func (t *term) reportStreams(ctx context.Context) {
 
 // streamReports describes the pipeline's stream and the catch-up stream
 // of every detached sink.
-func (t *term) streamReports() []checkpoint.Stream {
+func (t *term) streamReports() []reports.Stream {
 	_, timeout := t.capt.Silence()
 	rt := t.capt.ReceiveTimeouts()
-	out := []checkpoint.Stream{{Slot: t.captureCfg.Slot, Streaming: t.capt.Streaming(), ReceiveTimeout: timeout,
+	out := []reports.Stream{{Slot: t.captureCfg.Slot, Streaming: t.capt.Streaming(), ReceiveTimeout: timeout,
 		ReceiveTimeouts: int64(rt.Count()), LastReceiveTimeout: rt.Last()}}
 	for _, r := range t.runs {
 		if r.isolation == nil {
@@ -50,7 +50,7 @@ func (t *term) streamReports() []checkpoint.Stream {
 			continue
 		}
 		rt := r.isolation.ReceiveTimeouts()
-		out = append(out, checkpoint.Stream{Slot: slot, Streaming: streaming, ReceiveTimeout: timeout,
+		out = append(out, reports.Stream{Slot: slot, Streaming: streaming, ReceiveTimeout: timeout,
 			ReceiveTimeouts: int64(rt.Count()), LastReceiveTimeout: rt.Last()})
 	}
 	return out

@@ -13,8 +13,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/walcast/walcast/host/internal/config"
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/checkpoints"
 	"github.com/walcast/walcast/host/internal/control/leader"
+	"github.com/walcast/walcast/host/internal/control/lineage"
+	"github.com/walcast/walcast/host/internal/control/parking"
+	"github.com/walcast/walcast/host/internal/control/pauses"
+	"github.com/walcast/walcast/host/internal/control/reports"
 	"github.com/walcast/walcast/host/internal/delivery/ack"
 	"github.com/walcast/walcast/host/internal/delivery/fanout"
 	"github.com/walcast/walcast/host/internal/delivery/isolate"
@@ -49,16 +53,19 @@ type term struct {
 	// that lost it (paused, cut off) can no longer move a checkpoint,
 	// park an event, detach a sink or record anything its successor
 	// would act on. Reads go to the pool either way.
-	db         controlDB
-	store      *checkpoint.Store // on db
-	captureCfg capture.Config
-	runs       []*sinkRun
-	tracker    *ack.Tracker
-	fan        *fanout.Fanout
-	capt       *capture.Capture
-	filler     *backfill.Runner
-	ctl        *control
-	watch      *slotWatch
+	db          controlDB
+	checkpoints *checkpoints.Store // on db
+	lineage     *lineage.Store     // on db
+	parked      *parking.Store     // on db
+	reports     *reports.Store     // on db
+	captureCfg  capture.Config
+	runs        []*sinkRun
+	tracker     *ack.Tracker
+	fan         *fanout.Fanout
+	capt        *capture.Capture
+	filler      *backfill.Runner
+	ctl         *control
+	watch       *slotWatch
 	// setup undoes what this term's start created in the source when the
 	// term ends before streaming anything.
 	setup     *capture.Setup
@@ -137,7 +144,10 @@ func (t *term) checkSource(ctx context.Context) error {
 	if t.lease != nil {
 		t.db = fenced{Pool: t.pool, lease: t.lease}
 	}
-	t.store = checkpoint.New(t.db, p.Name)
+	t.checkpoints = checkpoints.New(t.db, p.Name)
+	t.lineage = lineage.New(t.db, p.Name)
+	t.parked = parking.New(t.db, p.Name)
+	t.reports = reports.New(t.db, p.Name)
 	t.captureCfg = t.newCaptureConfig()
 	if t.setup, err = capture.Check(ctx, t.pool, t.captureCfg); err != nil {
 		return fmt.Errorf("check source: %w", err)
@@ -200,7 +210,7 @@ func (t *term) startSinks(ctx context.Context) (own []pluginkit.EventID, err err
 // refuses a slot it cannot trust) and completes the capture's
 // configuration with what it found.
 func (t *term) prepareSource(ctx context.Context) (capture.Prepared, error) {
-	prep, err := t.setup.Prepare(ctx, t.store)
+	prep, err := t.setup.Prepare(ctx, t.db)
 	if err != nil {
 		return prep, fmt.Errorf("prepare source: %w", err)
 	}
@@ -213,15 +223,15 @@ func (t *term) prepareSource(ctx context.Context) (capture.Prepared, error) {
 // loadPositions returns each sink's position, indexed like t.runs: its
 // stored checkpoint, or the destination's own (own) when that is ahead.
 func (t *term) loadPositions(ctx context.Context, own []pluginkit.EventID) ([]pluginkit.EventID, error) {
-	checkpoints, err := t.store.Load(ctx)
+	stored, err := t.checkpoints.Load(ctx)
 	if err != nil {
 		return nil, err
 	}
 	positions := make([]pluginkit.EventID, len(t.runs))
 	for i, r := range t.runs {
 		positions[i] = own[i]
-		if stored := checkpoints[r.cfg.ID]; stored.Compare(positions[i]) > 0 {
-			positions[i] = stored
+		if cp := stored[r.cfg.ID]; cp.Compare(positions[i]) > 0 {
+			positions[i] = cp
 		}
 	}
 	return positions, nil
@@ -250,7 +260,7 @@ func (t *term) recoverCatchupSlots(ctx context.Context, prep capture.Prepared) (
 		acceptGap = func(ctx context.Context, reason, sink string) error {
 			t.log.Warn("accepted a gap: the sink's catch-up slot was dropped; it resumes from the pipeline's slot and misses the changes in between (recorded in walcast.gaps)",
 				"sink", sink, "resumes_at", pluginkit.FormatLSN(prep.ConfirmedFlush))
-			return t.store.RecordGap(ctx, reason, []string{sink}, prep.ConfirmedFlush)
+			return t.lineage.RecordGap(ctx, reason, []string{sink}, prep.ConfirmedFlush)
 		}
 	}
 	resume, err := slots.Recover(ctx, durable, acceptGap)
@@ -263,7 +273,7 @@ func (t *term) recoverCatchupSlots(ctx context.Context, prep capture.Prepared) (
 // loadSinkFailures marks the sinks whose failure stopped the last run
 // (saveLoop forgets it once they deliver again).
 func (t *term) loadSinkFailures(ctx context.Context) error {
-	failures, err := t.store.LoadSinkFailures(ctx)
+	failures, err := t.reports.LoadSinkFailures(ctx)
 	if err != nil {
 		return err
 	}
@@ -313,7 +323,7 @@ func (t *term) newScheduler(r *sinkRun, q *fanout.Queue, tr *ack.Tracker, index 
 	cfg := ScheduleConfig(r.cfg, r.plugin.Info())
 	cfg.Index = index
 	cfg.SkipThrough = position
-	cfg.Parked = t.store
+	cfg.Parked = t.parked
 	cfg.Meter = r.meter
 	cfg.Logger = t.log
 	cfg.Observe = func(took time.Duration, outcome string) {
@@ -330,7 +340,7 @@ func (t *term) buildRunner(ctx context.Context, prep capture.Prepared, slots *is
 	t.buildCapture(prep)
 	t.isolateSinks(resume, slots, prep.ConfirmedFlush)
 	t.filler = newFiller(p, prep.KeylessPublication, t.tracker, t.lease, t.log)
-	t.ctl = &control{store: t.store, runs: t.runs, log: t.log, backfill: t.filler}
+	t.ctl = &control{parked: t.parked, pauses: pauses.New(t.db, t.opts.Pipeline.Name), runs: t.runs, log: t.log, backfill: t.filler}
 	// Pauses hold from the first event on, not from the first poll.
 	if err := t.ctl.applyPauses(ctx); err != nil {
 		return err
@@ -347,7 +357,7 @@ func (t *term) buildCapture(prep capture.Prepared) {
 	// Every confirmation is recorded first, through the fenced store, so
 	// that the next start can tell a slot someone else moved; the
 	// checkpoints are written before it (checkpointsFirst).
-	t.captureCfg.Confirm = checkpointsFirst{store: t.store, tracker: t.tracker, runs: t.runs}
+	t.captureCfg.Confirm = checkpointsFirst{checkpoints: t.checkpoints, lineage: t.lineage, tracker: t.tracker, runs: t.runs}
 	t.captureCfg.ConfirmLimit = prep.ConfirmLimit
 	// What is watched while the pipeline streams, every SlotCheckInterval,
 	// on the capture's one watch loop, in this order: the WAL the slots
@@ -497,7 +507,7 @@ func (t *term) startSchedulers(deliveries context.Context, stop <-chan struct{},
 				return
 			}
 			if kind, _ := pluginkit.KindOf(err); kind == pluginkit.KindFatal {
-				recordFailure(t.store, r.cfg.ID, err, t.log)
+				recordFailure(t.reports, r.cfg.ID, err, t.log)
 			}
 			errs <- fmt.Errorf("sink %s: %w", r.cfg.ID, err)
 		})
@@ -518,7 +528,7 @@ func (t *term) startControlPlane(ctx, deliveries context.Context, planeErr chan<
 	done := make(chan struct{})
 	wg.Go(func() {
 		defer close(done)
-		if err := saveLoop(deliveries, t.store, t.tracker, t.runs, t.opts.CheckpointInterval, t.log); err != nil {
+		if err := saveLoop(deliveries, t.checkpoints, t.reports, t.tracker, t.runs, t.opts.CheckpointInterval, t.log); err != nil {
 			planeErr <- err
 		}
 	})
@@ -649,10 +659,10 @@ func (t *term) finish(ctx context.Context) {
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if serr := saveCheckpoints(fctx, t.store, t.tracker, t.runs, true); serr != nil {
+	if serr := saveCheckpoints(fctx, t.checkpoints, t.tracker, t.runs, true); serr != nil {
 		t.log.Warn("final checkpoint", "err", serr)
 	}
-	if uerr := saveUsage(fctx, t.store, t.runs); uerr != nil {
+	if uerr := saveUsage(fctx, t.reports, t.runs); uerr != nil {
 		t.log.Warn("final usage", "err", uerr)
 	}
 	if cerr := t.capt.Close(fctx); cerr != nil {
@@ -711,17 +721,18 @@ func (t *term) haltDeliveries() {
 // confirmed past a change (walcast backfill --wait) finds it covered by
 // the checkpoint of every sink that holds the slot back.
 type checkpointsFirst struct {
-	store   *checkpoint.Store
-	tracker *ack.Tracker
-	runs    []*sinkRun
+	checkpoints *checkpoints.Store
+	lineage     *lineage.Store
+	tracker     *ack.Tracker
+	runs        []*sinkRun
 }
 
 func (c checkpointsFirst) RaiseConfirmLimit(ctx context.Context, lsn uint64) error {
 	// Positions read now are at least those lsn was derived from.
-	if err := saveCheckpoints(ctx, c.store, c.tracker, c.runs, true); err != nil {
+	if err := saveCheckpoints(ctx, c.checkpoints, c.tracker, c.runs, true); err != nil {
 		return err
 	}
-	return c.store.RaiseConfirmLimit(ctx, lsn)
+	return c.lineage.RaiseConfirmLimit(ctx, lsn)
 }
 
 // fencedPlugin lets a delivery through only while the lease is known to be
@@ -737,7 +748,7 @@ type fencedPlugin struct {
 }
 
 func (f fencedPlugin) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error) {
-	if err := f.lease.Confirm(ctx); err != nil {
+	if err := f.lease.WaitFresh(ctx); err != nil {
 		if errors.Is(err, leader.ErrLost) {
 			// Not the sink's failure: the term ends. Its deliveries are
 			// cancelled before this one returns, so that the scheduler

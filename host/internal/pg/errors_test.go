@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/schema"
 	. "github.com/walcast/walcast/host/internal/pg"
 	"github.com/walcast/walcast/host/pgtest"
 )
@@ -55,7 +55,7 @@ func TestExplainRealRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer admin.Close()
-	if err := checkpoint.Migrate(ctx, admin); err != nil {
+	if err := schema.Migrate(ctx, admin); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := admin.Exec(ctx, `CREATE TABLE owned_by_admin (id int PRIMARY KEY)`); err != nil {
@@ -207,7 +207,7 @@ func TestControlTablesAreWalcasts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	if err := checkpoint.Migrate(ctx, pool); err != nil {
+	if err := schema.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := pool.Query(ctx, `SELECT tablename FROM pg_tables WHERE schemaname = 'walcast' ORDER BY 1`)

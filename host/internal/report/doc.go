@@ -11,7 +11,7 @@
 // Invariants:
 //   - Gather only reads: it changes nothing in the source database, so it
 //     runs from any machine, next to a daemon or not. The walcast schema
-//     must exist (checkpoint.Store.Init).
+//     must exist (schema.Migrate).
 //   - Each part is read once, in a fixed order; on an error Gather returns
 //     the parts read before it, and the error.
 //   - What only the leading daemon knows (a sink's backlog, its

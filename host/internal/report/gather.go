@@ -6,8 +6,12 @@ import (
 	"slices"
 	"time"
 
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/checkpoints"
 	"github.com/walcast/walcast/host/internal/control/leader"
+	"github.com/walcast/walcast/host/internal/control/lineage"
+	"github.com/walcast/walcast/host/internal/control/parking"
+	"github.com/walcast/walcast/host/internal/control/pauses"
+	"github.com/walcast/walcast/host/internal/control/reports"
 	"github.com/walcast/walcast/host/internal/delivery/isolate"
 	"github.com/walcast/walcast/host/internal/source/backfill"
 	"github.com/walcast/walcast/host/internal/source/capture"
@@ -36,11 +40,11 @@ type gathering struct {
 	st   State
 
 	marks    map[string]cdc.EventID
-	pauses   checkpoint.Pauses
-	parked   map[string]checkpoint.ParkedSummary
-	failures map[string]checkpoint.SinkFailure
-	usage    []checkpoint.Usage
-	backlogs map[string]checkpoint.Backlog
+	pauses   pauses.State
+	parked   map[string]parking.Summary
+	failures map[string]reports.SinkFailure
+	usage    []reports.Usage
+	backlogs map[string]reports.Backlog
 	dbNow    time.Time // the database's clock, which dates the backlogs
 }
 
@@ -89,16 +93,16 @@ func (g *gathering) streams(ctx context.Context) error {
 	if g.st.Leader == nil {
 		return nil
 	}
-	reports, now, err := g.p.Store.LoadStreams(ctx)
+	streams, now, err := reports.New(g.p.DB, g.p.Name).LoadStreams(ctx)
 	if err != nil {
 		return err
 	}
-	slots := slices.Sorted(maps.Keys(reports))
+	slots := slices.Sorted(maps.Keys(streams))
 	if i := slices.Index(slots, g.p.Slot); i > 0 {
 		slots = append(append([]string{g.p.Slot}, slots[:i]...), slots[i+1:]...)
 	}
 	for _, s := range slots {
-		if st := reports[s]; st.FreshAt(now) {
+		if st := streams[s]; st.FreshAt(now) {
 			g.st.Streams = append(g.st.Streams, st)
 		}
 	}
@@ -106,27 +110,27 @@ func (g *gathering) streams(ctx context.Context) error {
 }
 
 func (g *gathering) refusal(ctx context.Context) (err error) {
-	g.st.Refusal, err = capture.Diagnose(ctx, g.p.DB, g.p.Store, g.p.Capture)
+	g.st.Refusal, err = capture.Diagnose(ctx, g.p.DB, g.p.Capture)
 	return err
 }
 
 func (g *gathering) gaps(ctx context.Context) (err error) {
-	g.st.Gaps, err = g.p.Store.Gaps(ctx)
+	g.st.Gaps, err = lineage.New(g.p.DB, g.p.Name).Gaps(ctx)
 	return err
 }
 
 func (g *gathering) checkpoints(ctx context.Context) (err error) {
-	g.marks, err = g.p.Store.Load(ctx)
+	g.marks, err = checkpoints.New(g.p.DB, g.p.Name).Load(ctx)
 	return err
 }
 
 func (g *gathering) pausesAndParked(ctx context.Context) error {
-	pauses, err := g.p.Store.LoadPauses(ctx)
+	paused, err := pauses.New(g.p.DB, g.p.Name).LoadPauses(ctx)
 	if err != nil {
 		return err
 	}
-	g.pauses, g.st.Paused = pauses, pauses.Pipeline
-	if g.parked, err = g.p.Store.SummarizeParked(ctx); err != nil {
+	g.pauses, g.st.Paused = paused, paused.Pipeline
+	if g.parked, err = parking.New(g.p.DB, g.p.Name).SummarizeParked(ctx); err != nil {
 		return err
 	}
 	for _, ps := range g.parked {
@@ -136,20 +140,21 @@ func (g *gathering) pausesAndParked(ctx context.Context) error {
 }
 
 func (g *gathering) recentParked(ctx context.Context) (err error) {
-	g.st.RecentParked, err = g.p.Store.RecentParked(ctx, g.want.RecentParked)
+	g.st.RecentParked, err = parking.New(g.p.DB, g.p.Name).RecentParked(ctx, g.want.RecentParked)
 	return err
 }
 
 func (g *gathering) failed(ctx context.Context) (err error) {
-	g.failures, err = g.p.Store.LoadSinkFailures(ctx)
+	g.failures, err = reports.New(g.p.DB, g.p.Name).LoadSinkFailures(ctx)
 	return err
 }
 
 func (g *gathering) usageAndBacklogs(ctx context.Context) (err error) {
-	if g.usage, err = g.p.Store.LoadUsage(ctx); err != nil {
+	r := reports.New(g.p.DB, g.p.Name)
+	if g.usage, err = r.LoadUsage(ctx); err != nil {
 		return err
 	}
-	g.backlogs, g.dbNow, err = g.p.Store.LoadBacklogs(ctx)
+	g.backlogs, g.dbNow, err = r.LoadBacklogs(ctx)
 	return err
 }
 

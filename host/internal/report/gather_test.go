@@ -7,7 +7,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/checkpoints"
+	"github.com/walcast/walcast/host/internal/control/parking"
+	"github.com/walcast/walcast/host/internal/control/pauses"
+	"github.com/walcast/walcast/host/internal/control/reports"
+	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/host/internal/source/capture"
 	"github.com/walcast/walcast/host/pgtest"
 	"github.com/walcast/walcast/pluginkit/cdc"
@@ -29,8 +33,7 @@ func fixture(t *testing.T) Pipeline {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	store := checkpoint.New(pool, "shop")
-	if err := store.Init(ctx); err != nil {
+	if err := schema.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
 	slot := "walcast_report_" + time.Now().Format("150405000000")
@@ -38,26 +41,26 @@ func fixture(t *testing.T) Pipeline {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pool.Exec(context.Background(), `SELECT pg_drop_replication_slot($1)`, slot) })
-	if err := store.Save(ctx, map[string]cdc.EventID{"hook": cdc.MustParseEventID("0/16B3F00:7")}); err != nil {
+	if err := checkpoints.New(pool, "shop").Save(ctx, map[string]cdc.EventID{"hook": cdc.MustParseEventID("0/16B3F00:7")}); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	var parked []checkpoint.Parked
+	var parked []parking.Event
 	for i, sink := range []string{"hook", "gone", "gone"} {
-		parked = append(parked, checkpoint.Parked{Sink: sink, Row: "r", Attempts: 1, LastError: "boom", FirstFailure: now, LastFailure: now,
+		parked = append(parked, parking.Event{Sink: sink, Row: "r", Attempts: 1, LastError: "boom", FirstFailure: now, LastFailure: now,
 			Event: cdc.Event{ID: cdc.EventID{CommitLSN: 0x100, Index: uint64(i)}, Schema: "public", Table: "orders", Op: cdc.OpInsert,
 				Key: []byte(`{}`), Payload: []byte(`{}`)}})
 	}
-	if err := store.Park(ctx, parked); err != nil {
+	if err := parking.New(pool, "shop").Park(ctx, parked); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.AddUsage(ctx, []checkpoint.Usage{{Sink: "hook", Hour: now.Truncate(time.Hour), Attempts: 2, Delivered: 9, Bytes: 512}}); err != nil {
+	if err := reports.New(pool, "shop").AddUsage(ctx, []reports.Usage{{Sink: "hook", Hour: now.Truncate(time.Hour), Attempts: 2, Delivered: 9, Bytes: 512}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.SetPaused(ctx, "archive", true); err != nil {
+	if _, err := pauses.New(pool, "shop").SetPaused(ctx, "archive", true); err != nil {
 		t.Fatal(err)
 	}
-	return Pipeline{Name: "shop", Slot: slot, Store: store, DB: pool,
+	return Pipeline{Name: "shop", Slot: slot, DB: pool,
 		Sinks:   []Sink{{ID: "hook", Type: "webhook", Durable: true}, {ID: "archive", Type: "batchfiles"}},
 		Capture: capture.Config{DSN: dsn, Slot: slot, Publication: "walcast_shop", Tables: []string{"public.orders"}}}
 }
@@ -111,7 +114,7 @@ func TestGatherOperations(t *testing.T) {
 func TestGatherKeepsWhatItReadBeforeAnError(t *testing.T) {
 	p := fixture(t)
 	ctx := context.Background()
-	if _, err := p.Store.SetPaused(ctx, "", true); err != nil {
+	if _, err := pauses.New(p.DB, p.Name).SetPaused(ctx, "", true); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p.DB.Exec(ctx, `DROP TABLE walcast.usage`); err != nil {

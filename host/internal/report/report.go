@@ -3,8 +3,11 @@ package report
 import (
 	"time"
 
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control"
 	"github.com/walcast/walcast/host/internal/control/leader"
+	"github.com/walcast/walcast/host/internal/control/lineage"
+	"github.com/walcast/walcast/host/internal/control/parking"
+	"github.com/walcast/walcast/host/internal/control/reports"
 	"github.com/walcast/walcast/host/internal/delivery/isolate"
 	"github.com/walcast/walcast/host/internal/source/backfill"
 	"github.com/walcast/walcast/host/internal/source/capture"
@@ -16,11 +19,10 @@ type Pipeline struct {
 	Name  string
 	Slot  string // the pipeline's replication slot
 	Sinks []Sink // in the pipeline file's order
-	// Store is the pipeline's control plane and DB the source database
-	// it lives in, also read for pg_replication_slots, the leadership,
-	// the catch-up slots and the backfills.
-	Store *checkpoint.Store
-	DB    checkpoint.Querier
+	// DB is the source database: its walcast schema (the pipeline's
+	// control plane), pg_replication_slots, the leadership, the catch-up
+	// slots and the backfills.
+	DB control.Querier
 	// Capture is the source block as walcast run would capture it: with
 	// Parts.Operations, Gather diagnoses against it whether walcast run
 	// would refuse to start.
@@ -58,7 +60,7 @@ type State struct {
 	ParkedTotal int
 	// RecentParked are the most recently failed parked events, newest
 	// first (Parts.RecentParked).
-	RecentParked []checkpoint.Parked
+	RecentParked []parking.Event
 
 	// The rest is read with Parts.Operations.
 
@@ -71,11 +73,11 @@ type State struct {
 	// Streams are the leader's replication streams as it last reported
 	// them, fresh reports only: the pipeline's slot first, then the
 	// catch-up slots by name. Empty without a leader.
-	Streams []checkpoint.Stream
+	Streams []reports.Stream
 	// Refusal is why walcast run would refuse to stream from the slot;
 	// nil when it would not.
 	Refusal   *capture.GapError
-	Gaps      []checkpoint.Gap
+	Gaps      []lineage.Gap
 	Catchups  []isolate.SlotState
 	Backfills []backfill.Backfill
 }
@@ -109,13 +111,13 @@ type SinkState struct {
 	// Paused: by itself or with the whole pipeline, since PausedSince.
 	Paused      bool
 	PausedSince time.Time
-	Parked      checkpoint.ParkedSummary
+	Parked      parking.Summary
 	// Backlog is what the daemon streaming the pipeline reported lately;
 	// nil without a fresh report.
-	Backlog *checkpoint.Backlog
+	Backlog *reports.Backlog
 	// Usage are the sink's hourly counters, newest first.
-	Usage []checkpoint.Usage
+	Usage []reports.Usage
 	// Failure is why the sink stopped; nil while it has not
 	// (Parts.Operations).
-	Failure *checkpoint.SinkFailure
+	Failure *reports.SinkFailure
 }

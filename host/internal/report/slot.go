@@ -7,14 +7,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // ReadSlot reads the slot named from pg_replication_slots, and the
 // server's current WAL position. A slot that does not exist is no error:
 // Exists is false.
-func ReadSlot(ctx context.Context, db checkpoint.Querier, name string) (Slot, error) {
+func ReadSlot(ctx context.Context, db control.Querier, name string) (Slot, error) {
 	s := Slot{Name: name}
 	var pid *int32
 	var current string

@@ -1,41 +1,3 @@
-// Package leader decides which walcast process streams a pipeline when
-// several run it: the one whose dedicated connection to the source
-// database holds the pipeline's session-level advisory lock. The source
-// database is the coordinator every pipeline already depends on, so there
-// is no other service and no consensus of our own.
-//
-// States of one process:
-//
-//	standby ──lock acquired──▶ leader ──session lost──▶ lost (stop delivering at once)
-//	   ▲                          │
-//	   └────────── Release ◀──────┘ (graceful stop: the lock goes with the session)
-//
-// How a term ended is recorded in walcast.leaderships, through the lock
-// session: a new leader clears released_at when it takes the lock, and
-// Release sets it just before closing the session. A successor that finds
-// it set knows the previous leader stopped on purpose and starts at once;
-// one that finds it clear (the previous leader was killed, frozen or cut
-// off) waits out that leader's lease first.
-//
-// Invariants:
-//
-//   - At most one session holds the lock: PostgreSQL guarantees it.
-//   - A leader learns it lost its session within CheckInterval plus a ping
-//     timeout, and Lost is closed then; the daemon stops delivering.
-//   - A write made through the lease (Exec, Begin) runs on the lock's own
-//     session, so it cannot succeed once that session is gone: a paused
-//     old leader that wakes up after a standby took over cannot move a
-//     checkpoint or park an event. Slot confirmations are fenced by PostgreSQL itself:
-//     a slot streams to one walsender at a time (its active_pid).
-//   - A successor that stood by for another leader streams only once that
-//     leader can no longer deliver: it released the lock after its term
-//     ended (the released mark, written on its own session, cannot be
-//     written by a leader that lost that session), or its lease's
-//     freshness window has passed since the successor took the lock.
-//   - The server notices a dead client through TCP keepalives set on the
-//     lock session (KeepaliveIdle + KeepaliveInterval × KeepaliveCount),
-//     which bounds how long a crashed machine keeps the lock; a process
-//     that exits or is killed closes its socket and frees it at once.
 package leader
 
 import (
@@ -53,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/walcast/walcast/host/internal/control"
 	"github.com/walcast/walcast/host/internal/pg"
 )
 
@@ -142,9 +105,10 @@ type Lease struct {
 	err  error // why it was lost
 	done chan struct{}
 	stop context.CancelFunc
-	// confirmed is when a ping last succeeded (monotonic, since base).
-	base      time.Time
-	confirmed atomic.Int64
+	// alive is when the session last proved alive, by a ping or a
+	// statement that succeeded (monotonic, since base).
+	base  time.Time
+	alive atomic.Int64
 	// predecessor: another process led while this one stood by.
 	predecessor bool
 	// released: the previous term ended with Release (walcast.leaderships).
@@ -161,100 +125,139 @@ var ErrLost = errors.New("leadership lost")
 // a missing privilege, a wrong password) ends it with that error.
 func Acquire(ctx context.Context, cfg Config) (*Lease, error) {
 	cfg.defaults()
-	class, obj := Keys(cfg.Pipeline)
-	var standingBy Holder
-	warned, full, unled := false, false, 0
+	s := &standby{cfg: cfg}
 	for {
-		conn, err := connect(ctx, cfg)
-		var got bool
-		release := func() {}
-		if err == nil && cfg.Admit != nil {
-			// Ask for a place only when nobody leads: a standby of a led
-			// pipeline is not at capacity, it waits for the leader.
-			var h Holder
-			var held bool
-			if h, held, err = Current(ctx, conn, cfg.Pipeline); err == nil {
-				if held {
-					unled = 0
-					conn.Close(context.WithoutCancel(ctx))
-					standingBy = cfg.standBy(h, standingBy)
-					full = false
-					if !sleep(ctx, cfg.PollInterval) {
-						return nil, ctx.Err()
-					}
-					continue
-				}
-				unled++
-				var ok bool
-				if release, ok = cfg.Admit(unled); !ok {
-					conn.Close(context.WithoutCancel(ctx))
-					if !full {
-						cfg.Logger.Info("standing by: this walcast leads as many pipelines as it may (--max-pipelines, or its fair share of the instances running the same pipelines)")
-						full = true
-					}
-					if !sleep(ctx, cfg.PollInterval) {
-						return nil, ctx.Err()
-					}
-					continue
-				}
-				full = false
-			} else {
-				conn.Close(context.WithoutCancel(ctx))
-			}
-		}
-		if err == nil {
-			if err = conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, $2)`, class, obj).Scan(&got); err != nil {
-				conn.Close(context.WithoutCancel(ctx))
-				err = fmt.Errorf("try the leadership lock of pipeline %s: %w", cfg.Pipeline, err)
-			}
-		}
-		var released bool
-		if err == nil && got {
-			if released, err = claim(ctx, conn, cfg); err != nil {
-				// Closing the session gives the lock back.
-				conn.Close(context.WithoutCancel(ctx))
-				got = false
-			}
-		}
-		if err != nil || !got {
-			release()
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			// A missing privilege, a wrong password: standing by would
-			// wait forever for what only an operator can fix.
-			if pg.Permanent(err) {
+		l, err := s.try(ctx)
+		switch {
+		case err != nil:
+			if err := s.failed(ctx, err); err != nil {
 				return nil, err
 			}
-			// PostgreSQL restarting, the network: keep standing by, and
-			// say so once.
-			if !warned {
-				cfg.Logger.Warn("cannot reach the source database to take the pipeline's leadership; retrying", "err", err)
-				warned = true
-			}
-			if !sleep(ctx, cfg.PollInterval) {
-				return nil, ctx.Err()
-			}
-			continue
-		}
-		warned = false
-		if got {
-			l := start(cfg, conn)
-			l.predecessor = standingBy != (Holder{})
-			l.released = released
+		case l != nil:
 			return l, nil
-		}
-		h, err := current(ctx, conn, cfg.Pipeline)
-		conn.Close(context.WithoutCancel(ctx))
-		if err == nil {
-			standingBy = cfg.standBy(h, standingBy)
 		}
 		if !sleep(ctx, cfg.PollInterval) {
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// standby is what Acquire remembers from one try of the lock to the next.
+type standby struct {
+	cfg Config
+	// leader is the holder this process last stood by for; zero when it
+	// saw no other leader, and then a lease it takes has no predecessor.
+	leader Holder
+	// warned: the source was said to be unreachable; full: this process
+	// was said to lead as many pipelines as it may. Each is said once.
+	warned, full bool
+	// unled counts the tries in a row that found the pipeline without a
+	// leader (Config.Admit).
+	unled int
+}
+
+// try makes one attempt at the lock: the lease when it took it; nil when
+// another process leads, or this one may not lead one more pipeline; or
+// the error that ended the attempt. The session is closed unless it
+// holds the lock.
+func (s *standby) try(ctx context.Context) (*Lease, error) {
+	conn, err := connect(ctx, s.cfg)
+	if err != nil {
+		return nil, err
+	}
+	release, ok, err := s.admit(ctx, conn)
+	if err != nil || !ok {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	got, released, err := s.lock(ctx, conn)
+	if err != nil || !got {
+		release()
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.warned = false
+	if !got {
+		h, err := current(ctx, conn, s.cfg.Pipeline)
+		conn.Close(context.WithoutCancel(ctx))
+		if err == nil {
+			s.follow(h)
+		}
+		return nil, nil
+	}
+	l := start(s.cfg, conn)
+	l.predecessor = s.leader != (Holder{})
+	l.released = released
+	return l, nil
+}
+
+// admit asks Config.Admit for a place, only when nobody leads: a standby
+// of a led pipeline is not at capacity, it waits for the leader. ok is
+// false when this process stands by without trying the lock; release
+// gives the place back when the try fails.
+func (s *standby) admit(ctx context.Context, conn *pgx.Conn) (release func(), ok bool, err error) {
+	if s.cfg.Admit == nil {
+		return func() {}, true, nil
+	}
+	h, held, err := Current(ctx, conn, s.cfg.Pipeline)
+	if err != nil {
+		return nil, false, err
+	}
+	if held {
+		s.unled = 0
+		s.follow(h)
+		s.full = false
+		return nil, false, nil
+	}
+	s.unled++
+	if release, ok = s.cfg.Admit(s.unled); !ok {
+		if !s.full {
+			s.cfg.Logger.Info("standing by: this walcast leads as many pipelines as it may (--max-pipelines, or its fair share of the instances running the same pipelines)")
+			s.full = true
+		}
+		return nil, false, nil
+	}
+	s.full = false
+	return release, true, nil
+}
+
+// lock tries the pipeline's lock on conn and, when it got it, claims the
+// term. On an error conn is closed, which gives the lock back.
+func (s *standby) lock(ctx context.Context, conn *pgx.Conn) (got, released bool, err error) {
+	class, obj := Keys(s.cfg.Pipeline)
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, $2)`, class, obj).Scan(&got); err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return false, false, fmt.Errorf("try the leadership lock of pipeline %s: %w", s.cfg.Pipeline, err)
+	}
+	if !got {
+		return false, false, nil
+	}
+	if released, err = claim(ctx, conn, s.cfg); err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return false, false, err
+	}
+	return true, released, nil
+}
+
+// failed says whether the error of a try ends Acquire: ctx ended, or
+// retrying cannot fix it. Anything else is said once and tried again.
+func (s *standby) failed(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	// A missing privilege, a wrong password: standing by would wait
+	// forever for what only an operator can fix.
+	if pg.Permanent(err) {
+		return err
+	}
+	// PostgreSQL restarting, the network: keep standing by, and say so
+	// once.
+	if !s.warned {
+		s.cfg.Logger.Warn("cannot reach the source database to take the pipeline's leadership; retrying", "err", err)
+		s.warned = true
+	}
+	return nil
 }
 
 // claim records, on the lock session just taken, that this process leads,
@@ -269,7 +272,7 @@ WITH prev AS (SELECT released_at FROM walcast.leaderships WHERE pipeline = $1)
 INSERT INTO walcast.leaderships AS l (pipeline, holder, taken_at) VALUES ($1, $2, now())
 ON CONFLICT (pipeline) DO UPDATE SET holder = EXCLUDED.holder, taken_at = EXCLUDED.taken_at, released_at = NULL
 RETURNING coalesce((SELECT released_at IS NOT NULL FROM prev), false)`, cfg.Pipeline, cfg.Holder).Scan(&released)
-	if noSchema(err) {
+	if control.NoSchema(err) {
 		return false, nil
 	}
 	if err != nil {
@@ -278,19 +281,13 @@ RETURNING coalesce((SELECT released_at IS NOT NULL FROM prev), false)`, cfg.Pipe
 	return released, nil
 }
 
-// noSchema reports an error saying the walcast schema or table is missing.
-func noSchema(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000")
-}
-
-// standBy logs whom this process stands by for, once per leader.
-func (c *Config) standBy(h, before Holder) Holder {
-	if h != before {
-		c.Logger.Info("standing by: another walcast streams this pipeline; taking over when it stops",
+// follow logs whom this process stands by for, once per leader.
+func (s *standby) follow(h Holder) {
+	if h != s.leader {
+		s.cfg.Logger.Info("standing by: another walcast streams this pipeline; taking over when it stops",
 			"leader", h.Name, "leader_pid", h.PID, "since", h.Since.UTC().Format(time.RFC3339))
 	}
-	return h
+	s.leader = h
 }
 
 // sleep waits d; false when ctx ended first.
@@ -382,7 +379,7 @@ func (l *Lease) watch(ctx context.Context) {
 			return
 		}
 		if err == nil {
-			l.confirmed.Store(int64(time.Since(l.base)))
+			l.alive.Store(int64(time.Since(l.base)))
 		}
 	}
 }
@@ -424,13 +421,13 @@ func (l *Lease) Fresh() bool {
 	if l.Err() != nil {
 		return false
 	}
-	return time.Since(l.base)-time.Duration(l.confirmed.Load()) <= l.freshFor()
+	return time.Since(l.base)-time.Duration(l.alive.Load()) <= l.freshFor()
 }
 
-// Confirm waits until the lease is fresh, or returns ErrLost once it is
+// WaitFresh waits until the lease is fresh, or returns ErrLost once it is
 // lost, or ctx's error. Deliveries pass through it: on a healthy leader it
 // returns at once.
-func (l *Lease) Confirm(ctx context.Context) error {
+func (l *Lease) WaitFresh(ctx context.Context) error {
 	for {
 		if l.Fresh() {
 			return nil
@@ -500,7 +497,7 @@ func (l *Lease) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comma
 	tag, err := l.conn.Exec(ectx, sql, args...)
 	switch {
 	case err == nil:
-		l.confirmed.Store(int64(sent))
+		l.alive.Store(int64(sent))
 	case l.conn.IsClosed():
 		l.markLost(err)
 	}
@@ -602,7 +599,7 @@ func (l *Lease) Release(ctx context.Context) error {
 INSERT INTO walcast.leaderships (pipeline, holder, taken_at, released_at) VALUES ($1, $2, now(), now())
 ON CONFLICT (pipeline) DO UPDATE SET released_at = now()`, l.cfg.Pipeline, l.cfg.Holder)
 		cancel()
-		if err != nil && !noSchema(err) {
+		if err != nil && !control.NoSchema(err) {
 			// The successor waits out this lease instead: slower, not wrong.
 			l.cfg.Logger.Warn("cannot mark the leadership released; a standby waits a few seconds longer to take over", "err", err)
 		}

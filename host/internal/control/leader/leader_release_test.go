@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/schema"
 )
 
 // A successor that stood by starts at once after a released term, and
@@ -112,7 +112,7 @@ func TestFrozenLeaderIsStaleBeforeItsSuccessorStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Wait for a fresh ping, then freeze a and cut its session.
-	for !a.Fresh() || time.Since(a.base)-time.Duration(a.confirmed.Load()) > 200*time.Millisecond {
+	for !a.Fresh() || time.Since(a.base)-time.Duration(a.alive.Load()) > 200*time.Millisecond {
 		time.Sleep(10 * time.Millisecond)
 	}
 	a.mu.Lock()
@@ -146,7 +146,7 @@ func slowLeases(ctx context.Context, t *testing.T) (*pgx.Conn, func(holder strin
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close(context.Background()) })
-	if err := checkpoint.Migrate(ctx, db); err != nil {
+	if err := schema.Migrate(ctx, db); err != nil {
 		t.Fatal(err)
 	}
 	return db, func(holder string) Config {

@@ -3,22 +3,21 @@ package leader
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// interestClass keys the shared advisory locks of Presence: one per
-// pipeline a process runs, leader or standby.
-const interestClass = 0x77636174 // "wcat"
+// presenceClass keys the shared advisory locks of Presence: one per
+// pipeline a process runs, leader or standby, with the same object key
+// as the pipeline's leadership lock (Keys).
+const presenceClass = 0x77636174 // "wcat"
 
-func interestKeys(pipelines []string) []int32 {
+// presenceKeys returns the object keys of pipelines' presence locks.
+func presenceKeys(pipelines []string) []int32 {
 	objs := make([]int32, len(pipelines))
 	for i, p := range pipelines {
-		h := fnv.New32a()
-		h.Write([]byte(p))
-		objs[i] = int32(h.Sum32())
+		_, objs[i] = Keys(p)
 	}
 	return objs
 }
@@ -56,7 +55,7 @@ func (p *Presence) connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock_shared($1, k) FROM unnest($2::int[]) k`, int32(interestClass), interestKeys(p.pipelines)); err != nil {
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock_shared($1, k) FROM unnest($2::int[]) k`, int32(presenceClass), presenceKeys(p.pipelines)); err != nil {
 		conn.Close(context.WithoutCancel(ctx))
 		return fmt.Errorf("announce this walcast's pipelines: %w", err)
 	}
@@ -86,7 +85,7 @@ WITH held AS (
     AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
 SELECT p.name, (SELECT count(*) FROM held h WHERE h.classid = $2::int::oid AND h.name = p.name)
 FROM (SELECT DISTINCT name FROM held WHERE classid = $1::int::oid) p`,
-		int32(interestClass), class, interestKeys(p.pipelines))
+		int32(presenceClass), class, presenceKeys(p.pipelines))
 	if err != nil {
 		p.conn.Close(context.WithoutCancel(ctx))
 		p.conn = nil
@@ -132,7 +131,7 @@ FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
 WHERE l.locktype = 'advisory' AND l.granted AND l.classid = $1::int::oid AND l.objid = $2::int::oid AND l.objsubid = 2
   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND a.application_name <> $3
-ORDER BY a.backend_start`, int32(interestClass), interestKeys([]string{pipeline})[0], leaderName)
+ORDER BY a.backend_start`, int32(presenceClass), presenceKeys([]string{pipeline})[0], leaderName)
 	if err != nil {
 		return nil, fmt.Errorf("list the standbys of pipeline %s: %w", pipeline, err)
 	}

@@ -11,7 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control"
+	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/host/internal/source/capture"
 )
 
@@ -48,20 +49,20 @@ func hash8(s string) string {
 // after it is dropped, so that whatever a kill leaves behind is found on
 // the next start.
 type Slots struct {
-	db       checkpoint.Querier
+	db       control.Querier
 	pipeline string
 	main     string
 }
 
 // NewSlots returns the catch-up slots of pipeline, whose slot is main.
-func NewSlots(db checkpoint.Querier, pipeline, main string) *Slots {
+func NewSlots(db control.Querier, pipeline, main string) *Slots {
 	return &Slots{db: db, pipeline: pipeline, main: main}
 }
 
 // Init brings the walcast schema, walcast.catchup_slots included, up to
-// date (checkpoint.Migrate).
+// date (schema.Migrate).
 func (s *Slots) Init(ctx context.Context) error {
-	return checkpoint.Migrate(ctx, s.db)
+	return schema.Migrate(ctx, s.db)
 }
 
 // Recover reconciles records and slots after a start: it returns the
@@ -194,7 +195,7 @@ ON CONFLICT (pipeline, sink) DO UPDATE SET slot = excluded.slot, mode = 'catchin
 }
 
 // Confirmed returns slot's confirmed_flush_lsn.
-func Confirmed(ctx context.Context, db checkpoint.Querier, slot string) (uint64, error) {
+func Confirmed(ctx context.Context, db control.Querier, slot string) (uint64, error) {
 	var lsn uint64
 	err := db.QueryRow(ctx, `SELECT (confirmed_flush_lsn - '0/0')::bigint FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&lsn)
 	if err != nil {
@@ -235,7 +236,7 @@ func (s *Slots) Forget(ctx context.Context, sink string) error {
 	return nil
 }
 
-func dropSlot(ctx context.Context, db checkpoint.Querier, slot string) error {
+func dropSlot(ctx context.Context, db control.Querier, slot string) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		_, err := db.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
@@ -258,7 +259,7 @@ func dropSlot(ctx context.Context, db checkpoint.Querier, slot string) error {
 
 // Teardown drops every catch-up slot of the pipeline and its records
 // (walcast teardown). The table may not exist yet.
-func Teardown(ctx context.Context, db checkpoint.Querier, pipeline, main string) error {
+func Teardown(ctx context.Context, db control.Querier, pipeline, main string) error {
 	s := NewSlots(db, pipeline, main)
 	if err := s.Init(ctx); err != nil {
 		return err
@@ -294,7 +295,7 @@ type SlotState struct {
 }
 
 // States returns the recorded catch-up slots of pipeline.
-func States(ctx context.Context, db checkpoint.Querier, pipeline string) ([]SlotState, error) {
+func States(ctx context.Context, db control.Querier, pipeline string) ([]SlotState, error) {
 	rows, err := db.Query(ctx, `
 SELECT c.sink, c.slot, c.mode, c.since,
        coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn), 0)::bigint,

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/parking"
 	"github.com/walcast/walcast/host/internal/delivery/fanout"
 	"github.com/walcast/walcast/pluginkit"
 )
@@ -197,7 +197,7 @@ func TestParkedTruncateHoldsItsTable(t *testing.T) {
 	mu.Lock()
 	failing = false
 	mu.Unlock()
-	if err := h.sched.Replay(context.Background(), checkpoint.ReplayRequest{Sink: "s"}); err != nil {
+	if err := h.sched.Replay(context.Background(), parking.ReplayRequest{Sink: "s"}); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)

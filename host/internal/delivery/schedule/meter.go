@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/reports"
 )
 
 // Meter counts delivery attempts per hour (attempts, delivered events,
@@ -13,12 +13,12 @@ import (
 type Meter struct {
 	sink string
 	mu   sync.Mutex
-	cur  map[time.Time]*checkpoint.Usage
+	cur  map[time.Time]*reports.Usage
 }
 
 // NewMeter returns a meter for sink.
 func NewMeter(sink string) *Meter {
-	return &Meter{sink: sink, cur: map[time.Time]*checkpoint.Usage{}}
+	return &Meter{sink: sink, cur: map[time.Time]*reports.Usage{}}
 }
 
 func (m *Meter) attempt(events, bytes int, ok bool) {
@@ -30,7 +30,7 @@ func (m *Meter) attempt(events, bytes int, ok bool) {
 	defer m.mu.Unlock()
 	u := m.cur[hour]
 	if u == nil {
-		u = &checkpoint.Usage{Sink: m.sink, Hour: hour}
+		u = &reports.Usage{Sink: m.sink, Hour: hour}
 		m.cur[hour] = u
 	}
 	u.Attempts++
@@ -43,13 +43,13 @@ func (m *Meter) attempt(events, bytes int, ok bool) {
 }
 
 // Take returns the counts since the last Take and resets them.
-func (m *Meter) Take() []checkpoint.Usage {
+func (m *Meter) Take() []reports.Usage {
 	if m == nil {
 		return nil
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]checkpoint.Usage, 0, len(m.cur))
+	out := make([]reports.Usage, 0, len(m.cur))
 	for _, u := range m.cur {
 		out = append(out, *u)
 	}
@@ -58,7 +58,7 @@ func (m *Meter) Take() []checkpoint.Usage {
 }
 
 // Restore puts counts back after a failed write so they are not lost.
-func (m *Meter) Restore(us []checkpoint.Usage) {
+func (m *Meter) Restore(us []reports.Usage) {
 	if m == nil {
 		return
 	}
@@ -67,7 +67,7 @@ func (m *Meter) Restore(us []checkpoint.Usage) {
 	for _, u := range us {
 		c := m.cur[u.Hour]
 		if c == nil {
-			c = &checkpoint.Usage{Sink: u.Sink, Hour: u.Hour}
+			c = &reports.Usage{Sink: u.Sink, Hour: u.Hour}
 			m.cur[u.Hour] = c
 		}
 		c.Attempts += u.Attempts

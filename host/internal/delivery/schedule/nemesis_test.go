@@ -17,7 +17,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/parking"
+	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/host/internal/delivery/ack"
 	"github.com/walcast/walcast/host/internal/delivery/fanout"
 	"github.com/walcast/walcast/host/pgtest"
@@ -55,7 +56,7 @@ func envInt(t *testing.T, name string, def uint64) uint64 {
 // WALCAST_NEMESIS_RUNS the number of sequences, to replay a failure.
 func TestParkReplayTruncateNemesis(t *testing.T) {
 	pool := pgDatabase(t)
-	if err := checkpoint.New(pool, "nemesis").Init(context.Background()); err != nil {
+	if err := schema.Migrate(context.Background(), pool); err != nil {
 		t.Fatal(err)
 	}
 	runs := envInt(t, "WALCAST_NEMESIS_RUNS", uint64(pgtest.Chaos(t, 1000)))
@@ -121,7 +122,7 @@ func (s nemesisStats) String() string {
 type nemesis struct {
 	rnd     *rand.Rand
 	pool    *pgxpool.Pool
-	store   *checkpoint.Store
+	store   *parking.Store
 	name    string
 	sink    *truncSink
 	tracker *ack.Tracker
@@ -144,7 +145,7 @@ var nemesisTables = []string{"a", "b"}
 
 func runNemesis(pool *pgxpool.Pool, seed uint64, name string) (st nemesisStats, err error) {
 	r := rand.New(rand.NewPCG(seed, 0x6e656d65))
-	n := &nemesis{rnd: r, pool: pool, store: checkpoint.New(pool, name), name: name, sink: newTruncSink(seed),
+	n := &nemesis{rnd: r, pool: pool, store: parking.New(pool, name), name: name, sink: newTruncSink(seed),
 		tracker: ack.New([]ack.SinkSpec{{ID: "s", Durable: true}}, 0), queue: fanout.NewQueue(100000, true),
 		lsn: 0x1000, src: newModel(), keys: map[string]map[int]bool{}, log: &lockedBuffer{}}
 	n.sink.latency = time.Duration(r.IntN(3)) * 200 * time.Microsecond
@@ -234,11 +235,11 @@ func (n *nemesis) replay(ctx context.Context, id pluginkit.EventID) error {
 	}
 	if n.rnd.IntN(2) == 0 {
 		n.tracef("replay %s", what)
-		return n.sched.Replay(ctx, checkpoint.ReplayRequest{Sink: "s", ID: id})
+		return n.sched.Replay(ctx, parking.ReplayRequest{Sink: "s", ID: id})
 	}
 	n.tracef("replay %s, waiting", what)
 	select {
-	case err := <-n.sched.ReplayWait(ctx, checkpoint.ReplayRequest{Sink: "s", ID: id}):
+	case err := <-n.sched.ReplayWait(ctx, parking.ReplayRequest{Sink: "s", ID: id}):
 		if err != nil && !strings.Contains(err.Error(), "is not parked") {
 			return fmt.Errorf("replay %s: %w", what, err)
 		}
@@ -419,7 +420,7 @@ func (n *nemesis) finish() error {
 		// for the replay joins it; anything else is left for the next.
 		for try := 0; ; try++ {
 			n.tracef("replay all, waiting")
-			done := n.sched.ReplayWait(ctx, checkpoint.ReplayRequest{Sink: "s"})
+			done := n.sched.ReplayWait(ctx, parking.ReplayRequest{Sink: "s"})
 			if try == 0 {
 				for range n.rnd.IntN(4) {
 					if err := n.commit(); err != nil {
@@ -471,7 +472,7 @@ func (n *nemesis) finish() error {
 			id = ps[n.rnd.IntN(len(ps))].Event.ID
 		}
 		n.tracef("daemon-less replay %v", id)
-		if _, err := ReplayParked(ctx, n.cfg, n.sink, checkpoint.ReplayRequest{Sink: "s", ID: id}); err != nil {
+		if _, err := ReplayParked(ctx, n.cfg, n.sink, parking.ReplayRequest{Sink: "s", ID: id}); err != nil {
 			return fmt.Errorf("daemon-less replay %v: %w", id, err)
 		}
 	}

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/parking"
 	"github.com/walcast/walcast/host/internal/delivery/ack"
 )
 
@@ -59,9 +59,9 @@ func (s *Scheduler) park(ctx context.Context, es []*entry, reason string, failed
 		}
 	}
 	now := time.Now()
-	recs := make([]checkpoint.Parked, 0, len(all))
+	recs := make([]parking.Event, 0, len(all))
 	for _, e := range all {
-		p := checkpoint.Parked{Sink: s.cfg.SinkID, Event: e.ev, Row: e.row, OldRow: e.oldRow, Attempts: e.attempts,
+		p := parking.Event{Sink: s.cfg.SinkID, Event: e.ev, Row: e.row, OldRow: e.oldRow, Attempts: e.attempts,
 			LastError: e.lastErr, FirstFailure: e.firstFail, LastFailure: now}
 		if p.LastError == "" {
 			p.LastError = reason

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/parking"
 	"github.com/walcast/walcast/host/internal/delivery/ack"
 	"github.com/walcast/walcast/host/internal/delivery/fanout"
 	"github.com/walcast/walcast/pluginkit"
@@ -30,7 +30,7 @@ import (
 // every row it loaded has left replay (delivered, or parked again), or the
 // error that kept it from starting.
 type replayReq struct {
-	checkpoint.ReplayRequest
+	parking.ReplayRequest
 	done chan error
 }
 
@@ -48,7 +48,7 @@ var ErrStopped = errors.New("the sink's scheduler stopped before the replay ende
 
 // Replay asks the scheduler to deliver parked events again. It does not
 // wait for them to be delivered.
-func (s *Scheduler) Replay(ctx context.Context, r checkpoint.ReplayRequest) error {
+func (s *Scheduler) Replay(ctx context.Context, r parking.ReplayRequest) error {
 	return s.replay(ctx, replayReq{ReplayRequest: r})
 }
 
@@ -58,7 +58,7 @@ func (s *Scheduler) Replay(ctx context.Context, r checkpoint.ReplayRequest) erro
 // ErrStopped when the scheduler stopped first, or ctx's error when ctx
 // ended before the scheduler took the request. Only the first case and a
 // start error mean the request was handled.
-func (s *Scheduler) ReplayWait(ctx context.Context, r checkpoint.ReplayRequest) <-chan error {
+func (s *Scheduler) ReplayWait(ctx context.Context, r parking.ReplayRequest) <-chan error {
 	done := make(chan error, 1)
 	if err := s.replay(ctx, replayReq{ReplayRequest: r, done: done}); err != nil {
 		done <- err
@@ -120,7 +120,7 @@ func (s *Scheduler) startReplay(ctx context.Context, req replayReq) error {
 // every parked event that must go before one of those (withAncestors).
 // It returns nil when id is not parked. `walcast replay` uses it to say
 // what a replay by id covers.
-func ReplaySet(ctx context.Context, store ParkStore, sink string, id pluginkit.EventID) ([]checkpoint.Parked, error) {
+func ReplaySet(ctx context.Context, store ParkStore, sink string, id pluginkit.EventID) ([]parking.Event, error) {
 	if id.IsZero() {
 		return store.ListParked(ctx, sink, "")
 	}
@@ -137,10 +137,10 @@ func ReplaySet(ctx context.Context, store ParkStore, sink string, id pluginkit.E
 
 // parkedGroup returns the parked events of row and of every row linked to
 // it through parked updates that changed a key, in id order.
-func parkedGroup(ctx context.Context, store ParkStore, sink, row string) ([]checkpoint.Parked, error) {
+func parkedGroup(ctx context.Context, store ParkStore, sink, row string) ([]parking.Event, error) {
 	seen := map[string]bool{}
 	ids := map[pluginkit.EventID]bool{}
-	var out []checkpoint.Parked
+	var out []parking.Event
 	for todo := []string{row}; len(todo) > 0; {
 		r := todo[len(todo)-1]
 		todo = todo[:len(todo)-1]
@@ -165,7 +165,7 @@ func parkedGroup(ctx context.Context, store ParkStore, sink, row string) ([]chec
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b checkpoint.Parked) int { return a.Event.ID.Compare(b.Event.ID) })
+	slices.SortFunc(out, func(a, b parking.Event) int { return a.Event.ID.Compare(b.Event.ID) })
 	return out, nil
 }
 
@@ -177,7 +177,7 @@ func parkedGroup(ctx context.Context, store ParkStore, sink, row string) ([]chec
 // is needed when it is asked for, shares a row with a needed later one,
 // is a truncate with any needed later event, or lies before a needed
 // truncate.
-func withAncestors(ctx context.Context, store ParkStore, sink string, ps []checkpoint.Parked) ([]checkpoint.Parked, error) {
+func withAncestors(ctx context.Context, store ParkStore, sink string, ps []parking.Event) ([]parking.Event, error) {
 	type table struct{ schema, name string }
 	asked := map[table]map[pluginkit.EventID]bool{}
 	for _, p := range ps {
@@ -187,7 +187,7 @@ func withAncestors(ctx context.Context, store ParkStore, sink string, ps []check
 		}
 		asked[t][p.Event.ID] = true
 	}
-	var out []checkpoint.Parked
+	var out []parking.Event
 	for t, ids := range asked {
 		all, err := store.ListParkedTable(ctx, sink, t.schema, t.name)
 		if err != nil {
@@ -210,7 +210,7 @@ func withAncestors(ctx context.Context, store ParkStore, sink string, ps []check
 			truncLater = truncLater || trunc
 		}
 	}
-	slices.SortFunc(out, func(a, b checkpoint.Parked) int { return a.Event.ID.Compare(b.Event.ID) })
+	slices.SortFunc(out, func(a, b parking.Event) int { return a.Event.ID.Compare(b.Event.ID) })
 	return out, nil
 }
 
@@ -218,7 +218,7 @@ func withAncestors(ctx context.Context, store ParkStore, sink string, ps []check
 // pending or in flight already) and returns how many. Their rows stay
 // parked (live events keep parking behind) until continueReplay finds
 // nothing of them left.
-func (s *Scheduler) loadReplay(ps []checkpoint.Parked) int {
+func (s *Scheduler) loadReplay(ps []parking.Event) int {
 	var es []*entry
 	for _, p := range ps {
 		if s.replayIDs[p.Event.ID] {
@@ -245,7 +245,7 @@ func (s *Scheduler) continueReplay(ctx context.Context, row string) error {
 	if !s.replaying[row] || s.pend.hasReplay(row) || s.pend.inFlight[s.pend.id(row)] > 0 {
 		return nil // still going, or stopped by a failure (parked again)
 	}
-	var left []checkpoint.Parked
+	var left []parking.Event
 	err := retryStore(ctx, s.log, func(ctx context.Context) error {
 		var err error
 		left, err = parkedGroup(ctx, s.cfg.Parked, s.cfg.SinkID, row)
@@ -371,7 +371,7 @@ func (s *Scheduler) endReplay(row string) {
 // returns once every row the request loaded has left replay or when ctx
 // ends (batches in flight finish first, each within its deliver timeout),
 // with the number of events delivered; walcast.parked tells what is left.
-func ReplayParked(ctx context.Context, cfg Config, sink Deliverer, req checkpoint.ReplayRequest) (int64, error) {
+func ReplayParked(ctx context.Context, cfg Config, sink Deliverer, req parking.ReplayRequest) (int64, error) {
 	if cfg.Parked == nil {
 		return 0, errors.New("replay: no store for parked events")
 	}

@@ -64,7 +64,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/parking"
 	"github.com/walcast/walcast/host/internal/delivery/ack"
 	"github.com/walcast/walcast/host/internal/delivery/fanout"
 	"github.com/walcast/walcast/pluginkit"
@@ -79,12 +79,12 @@ type Deliverer interface {
 
 // ParkStore persists parked events (walcast.parked).
 type ParkStore interface {
-	Park(ctx context.Context, ps []checkpoint.Parked) error
+	Park(ctx context.Context, ps []parking.Event) error
 	Unpark(ctx context.Context, sink string, ids []pluginkit.EventID) error
 	ParkedRows(ctx context.Context, sink string) ([]string, error)
-	ListParked(ctx context.Context, sink, row string) ([]checkpoint.Parked, error)
+	ListParked(ctx context.Context, sink, row string) ([]parking.Event, error)
 	// ListParkedTable returns the parked events of one table, in id order.
-	ListParkedTable(ctx context.Context, sink, schema, table string) ([]checkpoint.Parked, error)
+	ListParkedTable(ctx context.Context, sink, schema, table string) ([]parking.Event, error)
 	ParkedRowOf(ctx context.Context, sink string, id pluginkit.EventID) (string, error)
 }
 

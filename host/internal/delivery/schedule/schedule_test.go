@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/parking"
 	"github.com/walcast/walcast/host/internal/delivery/ack"
 	"github.com/walcast/walcast/host/internal/delivery/fanout"
 	"github.com/walcast/walcast/pluginkit"
@@ -77,14 +77,14 @@ func (f *fakeSink) delivered() []pluginkit.Event {
 // memParked is an in-memory walcast.parked.
 type memParked struct {
 	mu sync.Mutex
-	ps []checkpoint.Parked
+	ps []parking.Event
 }
 
-func (m *memParked) Park(_ context.Context, ps []checkpoint.Parked) error {
+func (m *memParked) Park(_ context.Context, ps []parking.Event) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, p := range ps {
-		i := slices.IndexFunc(m.ps, func(q checkpoint.Parked) bool { return q.Event.ID == p.Event.ID })
+		i := slices.IndexFunc(m.ps, func(q parking.Event) bool { return q.Event.ID == p.Event.ID })
 		if i >= 0 {
 			m.ps[i].Attempts += p.Attempts
 			m.ps[i].LastError = p.LastError
@@ -97,7 +97,7 @@ func (m *memParked) Park(_ context.Context, ps []checkpoint.Parked) error {
 func (m *memParked) Unpark(_ context.Context, _ string, ids []pluginkit.EventID) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.ps = slices.DeleteFunc(m.ps, func(p checkpoint.Parked) bool { return slices.Contains(ids, p.Event.ID) })
+	m.ps = slices.DeleteFunc(m.ps, func(p parking.Event) bool { return slices.Contains(ids, p.Event.ID) })
 	return nil
 }
 func (m *memParked) ParkedRows(context.Context, string) ([]string, error) {
@@ -113,28 +113,28 @@ func (m *memParked) ParkedRows(context.Context, string) ([]string, error) {
 	}
 	return rows, nil
 }
-func (m *memParked) ListParked(_ context.Context, _ string, row string) ([]checkpoint.Parked, error) {
+func (m *memParked) ListParked(_ context.Context, _ string, row string) ([]parking.Event, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []checkpoint.Parked
+	var out []parking.Event
 	for _, p := range m.ps {
 		if row == "" || p.Row == row || p.OldRow == row {
 			out = append(out, p)
 		}
 	}
-	slices.SortFunc(out, func(a, b checkpoint.Parked) int { return a.Event.ID.Compare(b.Event.ID) })
+	slices.SortFunc(out, func(a, b parking.Event) int { return a.Event.ID.Compare(b.Event.ID) })
 	return out, nil
 }
-func (m *memParked) ListParkedTable(_ context.Context, _ string, schema, table string) ([]checkpoint.Parked, error) {
+func (m *memParked) ListParkedTable(_ context.Context, _ string, schema, table string) ([]parking.Event, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []checkpoint.Parked
+	var out []parking.Event
 	for _, p := range m.ps {
 		if p.Event.Schema == schema && p.Event.Table == table {
 			out = append(out, p)
 		}
 	}
-	slices.SortFunc(out, func(a, b checkpoint.Parked) int { return a.Event.ID.Compare(b.Event.ID) })
+	slices.SortFunc(out, func(a, b parking.Event) int { return a.Event.ID.Compare(b.Event.ID) })
 	return out, nil
 }
 func (m *memParked) ParkedRowOf(_ context.Context, _ string, id pluginkit.EventID) (string, error) {
@@ -283,7 +283,7 @@ func TestFailingRowIsIsolatedAndParked(t *testing.T) {
 	// Replay with the receiver healthy: row 13's history in order, then
 	// its later live events flow normally.
 	bad = []byte("none")
-	if err := h.sched.Replay(context.Background(), checkpoint.ReplayRequest{Sink: "s"}); err != nil {
+	if err := h.sched.Replay(context.Background(), parking.ReplayRequest{Sink: "s"}); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -670,7 +670,7 @@ func TestReplayIsFlaggedAndNeverUnparksADuplicate(t *testing.T) {
 			sink.mu.Lock()
 			replayFrom := len(sink.batches)
 			sink.mu.Unlock()
-			if err := h.sched.Replay(context.Background(), checkpoint.ReplayRequest{Sink: "s"}); err != nil {
+			if err := h.sched.Replay(context.Background(), parking.ReplayRequest{Sink: "s"}); err != nil {
 				t.Fatal(err)
 			}
 			h.push(4, 5) // live events while the replay runs
@@ -773,7 +773,7 @@ func TestKeyChangeWaitsForParkedOldKey(t *testing.T) {
 	// Replaying the old key's row brings the new key's row along: the key
 	// change belongs to both.
 	reject.Store(false)
-	if err := h.sched.Replay(context.Background(), checkpoint.ReplayRequest{Sink: "s", ID: first}); err != nil {
+	if err := h.sched.Replay(context.Background(), parking.ReplayRequest{Sink: "s", ID: first}); err != nil {
 		t.Fatal(err)
 	}
 	waitParked(t, store, 0)
@@ -823,18 +823,18 @@ func TestAttemptsNeverGoDown(t *testing.T) {
 // scheduler: batched, rate limited, flagged as a replay, in row order.
 func TestReplayParkedBatchesAndLimits(t *testing.T) {
 	store := &memParked{}
-	var ps []checkpoint.Parked
+	var ps []parking.Event
 	for i := range 40 {
 		ev := pluginkit.Event{ID: pluginkit.EventID{CommitLSN: 0x100, Index: uint64(i)}, Schema: "public", Table: "t", Op: pluginkit.OpUpdate,
 			Key: fmt.Appendf(nil, `{"id":%d}`, i%4), Payload: []byte("{}")}
-		ps = append(ps, checkpoint.Parked{Sink: "s", Event: ev, Row: rowKey(ev), Attempts: 3, LastError: "x"})
+		ps = append(ps, parking.Event{Sink: "s", Event: ev, Row: rowKey(ev), Attempts: 3, LastError: "x"})
 	}
 	for _, rate := range []float64{0, 20} {
 		store.Park(context.Background(), ps)
 		sink := &checkpointSink{honourReplay: true, checkpoint: pluginkit.EventID{CommitLSN: 0x200}}
 		begin := time.Now()
 		n, err := ReplayParked(context.Background(), Config{SinkID: "s", BatchSize: 10, MaxInFlight: 2, RateLimit: rate, Parked: store}, sink,
-			checkpoint.ReplayRequest{Sink: "s"})
+			parking.ReplayRequest{Sink: "s"})
 		took := time.Since(begin)
 		if err != nil || n != 40 || store.len() != 0 {
 			t.Fatalf("rate %v: replayed %d (%v), %d still parked", rate, n, err, store.len())

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/parking"
 	"github.com/walcast/walcast/pluginkit"
 )
 
@@ -317,7 +317,7 @@ func trunc(table string) pluginkit.Event {
 func replayWait(t *testing.T, s *Scheduler, id pluginkit.EventID) {
 	t.Helper()
 	select {
-	case err := <-s.ReplayWait(context.Background(), checkpoint.ReplayRequest{Sink: "s", ID: id}):
+	case err := <-s.ReplayWait(context.Background(), parking.ReplayRequest{Sink: "s", ID: id}):
 		if err != nil {
 			t.Fatalf("replay %v: %v", id, err)
 		}
@@ -474,7 +474,7 @@ func TestArrivalsBehindAReplayJoinIt(t *testing.T) {
 			sink.set(func(s *truncSink) {
 				s.hold, s.held, s.release = tc.held, make(chan struct{}), make(chan struct{})
 			})
-			done := h.sched.ReplayWait(context.Background(), checkpoint.ReplayRequest{Sink: "s"})
+			done := h.sched.ReplayWait(context.Background(), parking.ReplayRequest{Sink: "s"})
 			select {
 			case <-sink.held:
 			case <-time.After(10 * time.Second):

@@ -10,7 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control/lineage"
+	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/host/internal/pg"
 )
 
@@ -63,7 +64,7 @@ func Preflight(ctx context.Context, db Querier, cfg Config) ([]Finding, error) {
 			Problem: fmt.Sprintf("wal_level is %q but logical decoding needs \"logical\"", level),
 			Fix:     "run ALTER SYSTEM SET wal_level = logical (or set it in postgresql.conf) and restart PostgreSQL"})
 	}
-	access, err := checkpoint.CheckAccess(ctx, db)
+	access, err := schema.CheckAccess(ctx, db)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +110,7 @@ func checkReplication(ctx context.Context, dsn, role string) ([]Finding, error) 
 
 // accessFindings says what the role lacks to create the walcast schema or
 // use the one another role created.
-func accessFindings(a checkpoint.Access) []Finding {
+func accessFindings(a schema.Access) []Finding {
 	switch {
 	case !a.Exists && !a.CanCreate:
 		return []Finding{{Object: "database " + a.Database,
@@ -121,7 +122,7 @@ func accessFindings(a checkpoint.Access) []Finding {
 			Fix:     pg.GrantsOnControlSchema(pg.Ident(a.Role))}}
 	case a.MigrateAs != "":
 		return []Finding{{Object: "schema " + pg.ControlSchema,
-			Problem: fmt.Sprintf("the walcast schema is at version %d and this walcast must migrate it to version %d, which only role %s (the owner of its tables) may do, not role %s", a.Version, checkpoint.SchemaVersion(), a.MigrateAs, a.Role),
+			Problem: fmt.Sprintf("the walcast schema is at version %d and this walcast must migrate it to version %d, which only role %s (the owner of its tables) may do, not role %s", a.Version, schema.Version(), a.MigrateAs, a.Role),
 			Fix:     fmt.Sprintf("start this walcast once as role %s (or a superuser), then grant role %s the new tables again (see \"Roles and grants\" in docs/operations.md)", a.MigrateAs, a.Role)}}
 	}
 	return nil
@@ -192,7 +193,7 @@ func keylessOf(tables []tableInfo) []string {
 // altered, and the ownership of every table it must add. One someone
 // else made must already publish every table, partitioned ones under
 // their root's name.
-func publicationFindings(ctx context.Context, db Querier, cfg Config, access checkpoint.Access, tables []tableInfo) ([]Finding, error) {
+func publicationFindings(ctx context.Context, db Querier, cfg Config, access schema.Access, tables []tableInfo) ([]Finding, error) {
 	var exists bool
 	var owner string
 	var mine bool
@@ -206,7 +207,7 @@ func publicationFindings(ctx context.Context, db Querier, cfg Config, access che
 	}
 	ours := false
 	if exists && access.Exists && len(access.Denied) == 0 {
-		rec, known, err := checkpoint.New(db, cfg.Pipeline).LoadPipeline(ctx)
+		rec, known, err := lineage.New(db, cfg.Pipeline).LoadPipeline(ctx)
 		if err != nil {
 			return nil, err
 		}

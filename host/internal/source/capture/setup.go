@@ -13,14 +13,17 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/control"
+	"github.com/walcast/walcast/host/internal/control/checkpoints"
 	"github.com/walcast/walcast/host/internal/control/leader"
+	"github.com/walcast/walcast/host/internal/control/lineage"
+	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/host/internal/pg"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // Querier is the part of pgx setup needs (*pgxpool.Pool, *pgx.Conn).
-type Querier = checkpoint.Querier
+type Querier = control.Querier
 
 // Prepared is the outcome of Prepare.
 type Prepared struct {
@@ -61,7 +64,7 @@ type Prepared struct {
 type Setup struct {
 	db     Querier
 	cfg    Config
-	store  *checkpoint.Store // set by Prepare
+	store  *lineage.Store // set by Prepare
 	tables []tableInfo
 
 	// What existed when Check ran.
@@ -88,13 +91,13 @@ func Check(ctx context.Context, db Querier, cfg Config) (*Setup, error) {
 	if s.tables, _, err = inspectTables(ctx, db, cfg); err != nil {
 		return nil, err
 	}
-	access, err := checkpoint.CheckAccess(ctx, db)
+	access, err := schema.CheckAccess(ctx, db)
 	if err != nil {
 		return nil, err
 	}
 	s.hadSchema = access.Exists
 	if s.hadSchema {
-		if _, s.hadPipeline, err = checkpoint.New(db, cfg.Pipeline).LoadPipeline(ctx); err != nil {
+		if _, s.hadPipeline, err = lineage.New(db, cfg.Pipeline).LoadPipeline(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -103,12 +106,13 @@ func Check(ctx context.Context, db Querier, cfg Config) (*Setup, error) {
 
 // Prepare checks the source (Check), creates the publication and the slot
 // when they are missing, and removes what it created when it fails (Undo).
-func Prepare(ctx context.Context, db Querier, store *checkpoint.Store, cfg Config) (Prepared, error) {
+// ctl is the control plane the pipeline is recorded in (Setup.Prepare).
+func Prepare(ctx context.Context, db, ctl Querier, cfg Config) (Prepared, error) {
 	s, err := Check(ctx, db, cfg)
 	if err != nil {
 		return Prepared{}, err
 	}
-	p, err := s.Prepare(ctx, store)
+	p, err := s.Prepare(ctx, ctl)
 	if err != nil {
 		if uerr := s.Undo(context.WithoutCancel(ctx)); uerr != nil {
 			return p, errors.Join(err, uerr)
@@ -121,9 +125,11 @@ func Prepare(ctx context.Context, db Querier, store *checkpoint.Store, cfg Confi
 // Prepare creates the publication and the slot when they are missing,
 // and records the pipeline in the walcast schema (creating the schema when
 // missing). The publication is created before the slot: a slot only
-// decodes with publications that existed at its starting point.
-func (s *Setup) Prepare(ctx context.Context, store *checkpoint.Store) (Prepared, error) {
+// decodes with publications that existed at its starting point. ctl is
+// the control plane: the daemon's writes go through the leader's lease.
+func (s *Setup) Prepare(ctx context.Context, ctl Querier) (Prepared, error) {
 	db, cfg := s.db, s.cfg
+	store := lineage.New(ctl, cfg.Pipeline)
 	s.store = store
 	var p Prepared
 	var timeoutMS int64
@@ -133,10 +139,10 @@ func (s *Setup) Prepare(ctx context.Context, store *checkpoint.Store) (Prepared,
 	p.WalSenderTimeout = time.Duration(timeoutMS) * time.Millisecond
 	keyless := keylessOf(s.tables)
 	p.Keyless = keyless
-	if err := store.Init(ctx); err != nil {
+	if err := schema.Migrate(ctx, ctl); err != nil {
 		return p, err
 	}
-	st, err := inspect(ctx, db, store, cfg)
+	st, err := inspect(ctx, db, ctl, cfg)
 	if err != nil {
 		return p, err
 	}
@@ -175,7 +181,7 @@ func (s *Setup) Prepare(ctx context.Context, store *checkpoint.Store) (Prepared,
 	if p.Unlisted, err = unlistedTables(ctx, db, cfg); err != nil {
 		return p, err
 	}
-	if err := store.RecordPipeline(ctx, checkpoint.Pipeline{Slot: cfg.Slot, Publication: cfg.Publication, CreatedPublication: created || ours}); err != nil {
+	if err := store.RecordPipeline(ctx, lineage.Pipeline{Slot: cfg.Slot, Publication: cfg.Publication, CreatedPublication: created || ours}); err != nil {
 		return p, err
 	}
 	if err := s.ensureSlot(ctx, &p, rec, slot); err != nil {
@@ -189,7 +195,7 @@ func (s *Setup) Prepare(ctx context.Context, store *checkpoint.Store) (Prepared,
 
 // ensureSlot adopts the pipeline's slot where it stands, or creates it,
 // and records the furthest position walcast may confirm to it.
-func (s *Setup) ensureSlot(ctx context.Context, p *Prepared, rec checkpoint.Pipeline, slot slotInfo) error {
+func (s *Setup) ensureSlot(ctx context.Context, p *Prepared, rec lineage.Pipeline, slot slotInfo) error {
 	store, name := s.store, s.cfg.Slot
 	if slot.exists {
 		if err := slot.usable(name); err != nil {
@@ -278,7 +284,7 @@ func (s *Setup) Undo(ctx context.Context) error {
 	}
 	store := s.store
 	if store == nil {
-		store = checkpoint.New(s.db, s.cfg.Pipeline)
+		store = lineage.New(s.db, s.cfg.Pipeline)
 	}
 	// A slot in use means another walcast streams the pipeline by now
 	// (this one lost its leadership while starting): what this start
@@ -342,19 +348,21 @@ SELECT EXISTS (SELECT 1 FROM pg_locks
 	if others {
 		return false, nil
 	}
-	return checkpoint.DropUnused(ctx, s.db, s.cfg.Pipeline)
+	return schema.DropUnused(ctx, s.db, s.cfg.Pipeline)
 }
 
 // state is what Prepare and Diagnose read before changing anything.
 type state struct {
-	rec   checkpoint.Pipeline
+	rec   lineage.Pipeline
 	known bool
-	here  checkpoint.Identity
+	here  lineage.Identity
 	slot  slotInfo
 	gap   *GapError
 }
 
-func inspect(ctx context.Context, db Querier, store *checkpoint.Store, cfg Config) (state, error) {
+// inspect reads the source through db and the control plane through ctl.
+func inspect(ctx context.Context, db, ctl Querier, cfg Config) (state, error) {
+	store := lineage.New(ctl, cfg.Pipeline)
 	var st state
 	var err error
 	if st.rec, st.known, err = store.LoadPipeline(ctx); err != nil {
@@ -366,7 +374,7 @@ func inspect(ctx context.Context, db Querier, store *checkpoint.Store, cfg Confi
 	if st.slot, err = lookupSlot(ctx, db, cfg.Slot); err != nil {
 		return st, err
 	}
-	marks, err := store.Load(ctx)
+	marks, err := checkpoints.New(ctl, cfg.Pipeline).Load(ctx)
 	if err != nil {
 		return st, err
 	}
@@ -374,7 +382,7 @@ func inspect(ctx context.Context, db Querier, store *checkpoint.Store, cfg Confi
 	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, cfg.Publication).Scan(&pubExists); err != nil {
 		return st, fmt.Errorf("look up publication %s: %w", cfg.Publication, err)
 	}
-	st.gap = checkHistory(cfg, store.Pipeline(), st.rec, st.known, st.here, st.slot, marks, pubExists)
+	st.gap = checkHistory(cfg, cfg.Pipeline, st.rec, st.known, st.here, st.slot, marks, pubExists)
 	if st.gap == nil && st.slot.exists && pubExists {
 		// Checked before Prepare brings a walcast-made publication back
 		// in step with the table list, which would hide a removal.
@@ -395,9 +403,9 @@ func inspect(ctx context.Context, db Querier, store *checkpoint.Store, cfg Confi
 
 // Diagnose reports, without changing anything, why walcast run would
 // refuse to stream from the pipeline's slot (nil when it would not). The
-// walcast schema must be initialised.
-func Diagnose(ctx context.Context, db Querier, store *checkpoint.Store, cfg Config) (*GapError, error) {
-	st, err := inspect(ctx, db, store, cfg)
+// walcast schema must be initialised; cfg.Pipeline names the pipeline.
+func Diagnose(ctx context.Context, db Querier, cfg Config) (*GapError, error) {
+	st, err := inspect(ctx, db, db, cfg)
 	return st.gap, err
 }
 
@@ -433,7 +441,7 @@ func (e *GapError) Reason() string {
 // checkHistory compares what the walcast schema remembers of the pipeline
 // with the slot as it is now, and returns why streaming would hide lost
 // changes, or nil.
-func checkHistory(cfg Config, pipeline string, rec checkpoint.Pipeline, known bool, here checkpoint.Identity, slot slotInfo, marks map[string]cdc.EventID, pubExists bool) *GapError {
+func checkHistory(cfg Config, pipeline string, rec lineage.Pipeline, known bool, here lineage.Identity, slot slotInfo, marks map[string]cdc.EventID, pubExists bool) *GapError {
 	// The pipeline has streamed before when it has checkpoints or walcast
 	// recorded a slot for it.
 	streamed := len(marks) > 0 || (known && rec.Identity.SlotCreatedLSN != 0)
@@ -534,8 +542,8 @@ func (s slotInfo) usable(slot string) error {
 
 // clusterIdentity is where this database lives: the cluster's
 // system_identifier and the database's OID.
-func clusterIdentity(ctx context.Context, db Querier, dsn string) (checkpoint.Identity, error) {
-	var id checkpoint.Identity
+func clusterIdentity(ctx context.Context, db Querier, dsn string) (lineage.Identity, error) {
+	var id lineage.Identity
 	var oid int64
 	if err := db.QueryRow(ctx, `SELECT oid::bigint FROM pg_database WHERE datname = current_database()`).Scan(&oid); err != nil {
 		return id, fmt.Errorf("read database oid: %w", err)
@@ -775,8 +783,8 @@ func createSlot(ctx context.Context, db Querier, slot string) (uint64, error) {
 
 // Teardown drops the slot and, when walcast created it, the publication.
 // Undelivered changes in the slot are gone afterwards.
-func Teardown(ctx context.Context, db Querier, store *checkpoint.Store, slot, publication string) error {
-	rec, known, err := store.LoadPipeline(ctx)
+func Teardown(ctx context.Context, db Querier, pipeline, slot, publication string) error {
+	rec, known, err := lineage.New(db, pipeline).LoadPipeline(ctx)
 	if err != nil {
 		return err
 	}
@@ -800,5 +808,5 @@ func Teardown(ctx context.Context, db Querier, store *checkpoint.Store, slot, pu
 			}
 		}
 	}
-	return store.Forget(ctx)
+	return schema.Forget(ctx, db, pipeline)
 }

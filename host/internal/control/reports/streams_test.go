@@ -1,4 +1,4 @@
-package checkpoint
+package reports
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/walcast/walcast/host/internal/control/schema"
 )
 
 // TestReportStreams: what the daemon reports of its streams reads back per
@@ -42,7 +44,7 @@ func TestReportStreams(t *testing.T) {
 	if other, _, err := New(pool, "other").LoadStreams(ctx); err != nil || len(other) != 0 {
 		t.Errorf("other pipeline sees %v, %v", other, err)
 	}
-	if err := s.Forget(ctx); err != nil {
+	if err := schema.Forget(ctx, pool, "shop"); err != nil {
 		t.Fatal(err)
 	}
 	if got, _, _ := s.LoadStreams(ctx); len(got) != 0 {

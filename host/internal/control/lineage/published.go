@@ -1,36 +1,19 @@
-package checkpoint
+package lineage
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-)
 
-// publishedDDL records how each of a pipeline's tables was published when
-// walcast last checked (package capture, membership). PostgreSQL decodes a
-// change with the publications as they were at that change, so a table
-// removed from the publication by hand (ALTER PUBLICATION … DROP TABLE),
-// even if added back later, has changes no sink will ever receive; the
-// record is how the next start, or the running daemon, tells.
-const publishedDDL = `
-CREATE TABLE IF NOT EXISTS walcast.published_tables (
-	pipeline    text NOT NULL,
-	table_name  text NOT NULL,
-	membership  text NOT NULL,
-	recorded_at timestamptz NOT NULL DEFAULT now(),
-	PRIMARY KEY (pipeline, table_name)
-);
-`
+	"github.com/walcast/walcast/host/internal/control"
+)
 
 // Published returns the recorded membership of each table (empty when
 // none was recorded, or by a walcast that did not record it).
 func (s *Store) Published(ctx context.Context) (map[string]string, error) {
 	rows, err := s.db.Query(ctx, `SELECT table_name, membership FROM walcast.published_tables WHERE pipeline = $1`, s.pipeline)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {
+	if control.NoSchema(err) {
 		return map[string]string{}, nil
 	}
 	if err != nil {

@@ -1,4 +1,4 @@
-package checkpoint
+package lineage
 
 import (
 	"context"
@@ -6,17 +6,6 @@ import (
 
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
-
-// confirmLimitDDL records, per pipeline, the furthest position walcast may
-// have confirmed to its slot. walcast writes it before it confirms a
-// position, so a slot confirmed beyond it was moved by someone else while
-// walcast did not stream: recreated under the same name, or advanced by
-// hand (pg_replication_slot_advance). Both skip changes no sink received,
-// and the slot's own fields cannot tell: PostgreSQL 15 keeps no creation
-// time or id for a slot.
-const confirmLimitDDL = `
-ALTER TABLE walcast.pipelines ADD COLUMN IF NOT EXISTS confirm_limit pg_lsn;
-`
 
 // SetConfirmLimit records lsn as the furthest position walcast may have
 // confirmed; 0 clears it (unknown: before walcast creates a new slot, so

@@ -1,32 +1,12 @@
-package checkpoint
+package reports
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/walcast/walcast/host/internal/control"
 )
-
-// streamsDDL holds what the leading daemon last reported of each of its
-// replication streams (the pipeline's, and the catch-up stream of each
-// detached sink), keyed by slot: whether it streams, its receive timeout,
-// and how many silent streams it ended and reconnected. Like the backlog,
-// only the daemon knows it, `walcast status` runs elsewhere, and readers
-// trust a report only while it is fresh.
-const streamsDDL = `
-CREATE TABLE IF NOT EXISTS walcast.streams (
-	pipeline                text NOT NULL,
-	slot                    text NOT NULL,
-	streaming               boolean NOT NULL,
-	receive_timeout_ms      bigint NOT NULL,
-	receive_timeouts        bigint NOT NULL,
-	last_receive_timeout_at timestamptz,
-	updated_at              timestamptz NOT NULL DEFAULT now(),
-	PRIMARY KEY (pipeline, slot)
-);
-`
 
 // Stream is a replication stream as the leading daemon last reported it.
 type Stream struct {
@@ -47,7 +27,7 @@ type Stream struct {
 // FreshAt reports whether the report still says something at now (the
 // database's clock, which wrote Updated): the daemon reports every couple
 // of seconds while it leads.
-func (s Stream) FreshAt(now time.Time) bool { return now.Sub(s.Updated) < backlogFresh }
+func (s Stream) FreshAt(now time.Time) bool { return now.Sub(s.Updated) < fresh }
 
 // ReportStreams records the state of the pipeline's streams in one
 // statement.
@@ -91,8 +71,7 @@ func (s *Store) LoadStreams(ctx context.Context) (map[string]Stream, time.Time, 
 	rows, err := s.db.Query(ctx, `
 SELECT slot, streaming, receive_timeout_ms, receive_timeouts, last_receive_timeout_at, updated_at
 FROM walcast.streams WHERE pipeline = $1`, s.pipeline)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {
+	if control.NoSchema(err) {
 		return map[string]Stream{}, now, nil // never reported
 	}
 	if err != nil {

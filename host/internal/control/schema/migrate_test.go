@@ -1,4 +1,4 @@
-package checkpoint
+package schema_test
 
 import (
 	"context"
@@ -11,7 +11,12 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/walcast/walcast/host/internal/control/checkpoints"
+	"github.com/walcast/walcast/host/internal/control/lineage"
+	"github.com/walcast/walcast/host/internal/control/pauses"
+	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/host/internal/pg"
+	"github.com/walcast/walcast/host/pgtest"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
@@ -81,6 +86,25 @@ CREATE TABLE IF NOT EXISTS walcast.pauses (
 );
 `
 
+var cluster *pgtest.Cluster
+
+func TestMain(m *testing.M) { pgtest.Main(m, &cluster) }
+
+// migrated returns a pool on a database of its own with the walcast
+// schema migrated (closed when the test ends).
+func migrated(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), cluster.Database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := schema.Migrate(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
+	return pool
+}
+
 func TestMigrateUpgradesTheUnversionedSchema(t *testing.T) {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, cluster.Database(t))
@@ -97,11 +121,11 @@ INSERT INTO walcast.checkpoints (pipeline, sink, event_id, commit_lsn, idx) VALU
 INSERT INTO walcast.pauses (pipeline, sink) VALUES ('shop', 'hook')`); err != nil {
 		t.Fatal(err)
 	}
-	s := New(pool, "shop")
+	s := lineage.New(pool, "shop")
 	// Two starts at once: the advisory lock applies each step once.
 	errs := make(chan error, 2)
 	for range 2 {
-		go func() { errs <- s.Init(ctx) }()
+		go func() { errs <- schema.Migrate(ctx, pool) }()
 	}
 	for range 2 {
 		if err := <-errs; err != nil {
@@ -120,22 +144,22 @@ INSERT INTO walcast.pauses (pipeline, sink) VALUES ('shop', 'hook')`); err != ni
 		}
 		versions = append(versions, v)
 	}
-	if len(versions) != SchemaVersion() || versions[len(versions)-1] != SchemaVersion() {
-		t.Fatalf("schema versions recorded: %v, want 1..%d once each", versions, SchemaVersion())
+	if len(versions) != schema.Version() || versions[len(versions)-1] != schema.Version() {
+		t.Fatalf("schema versions recorded: %v, want 1..%d once each", versions, schema.Version())
 	}
-	marks, err := s.Load(ctx)
+	marks, err := checkpoints.New(pool, "shop").Load(ctx)
 	if err != nil || marks["hook"] != cdc.MustParseEventID("0/1A2B:3") {
 		t.Fatalf("checkpoints after upgrade: %v, %v", marks, err)
 	}
 	p, ok, err := s.LoadPipeline(ctx)
-	if err != nil || !ok || p.Slot != "walcast_shop" || !p.CreatedPublication || p.Identity != (Identity{}) {
+	if err != nil || !ok || p.Slot != "walcast_shop" || !p.CreatedPublication || p.Identity != (lineage.Identity{}) {
 		t.Fatalf("pipeline after upgrade: %+v %v %v", p, ok, err)
 	}
-	pauses, err := s.LoadPauses(ctx)
+	pauses, err := pauses.New(pool, "shop").LoadPauses(ctx)
 	if _, paused := pauses.Paused("hook"); err != nil || !paused {
 		t.Fatalf("pause after upgrade: %+v %v", pauses, err)
 	}
-	id := Identity{SystemIdentifier: "7301", DatabaseOID: 16384, SlotCreatedLSN: 0x1A00}
+	id := lineage.Identity{SystemIdentifier: "7301", DatabaseOID: 16384, SlotCreatedLSN: 0x1A00}
 	if err := s.SetIdentity(ctx, id); err != nil {
 		t.Fatal(err)
 	}
@@ -146,16 +170,16 @@ INSERT INTO walcast.pauses (pipeline, sink) VALUES ('shop', 'hook')`); err != ni
 
 func TestMigrateRefusesANewerSchema(t *testing.T) {
 	ctx := context.Background()
-	s, pool := initStore(t, "shop")
-	next := SchemaVersion() + 1
+	pool := migrated(t)
+	next := schema.Version() + 1
 	if _, err := pool.Exec(ctx, `INSERT INTO walcast.schema_version (version, name) VALUES ($1, 'from the future')`, next); err != nil {
 		t.Fatal(err)
 	}
-	err := s.Init(ctx)
-	if !errors.Is(err, ErrSchemaTooNew) {
-		t.Fatalf("Init on a newer schema = %v, want ErrSchemaTooNew", err)
+	err := schema.Migrate(ctx, pool)
+	if !errors.Is(err, schema.ErrTooNew) {
+		t.Fatalf("Migrate on a newer schema = %v, want ErrTooNew", err)
 	}
-	for _, want := range []string{"at version " + strconv.Itoa(next), "knows versions up to " + strconv.Itoa(SchemaVersion())} {
+	for _, want := range []string{"at version " + strconv.Itoa(next), "knows versions up to " + strconv.Itoa(schema.Version())} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}
@@ -164,7 +188,7 @@ func TestMigrateRefusesANewerSchema(t *testing.T) {
 
 // TestMigrateWithTheGrantsOfASecondRole: a role granted only the use of
 // the walcast tables another role created (docs/operations.md, "Roles and
-// grants") passes Init when the schema is current, and writes its
+// grants") passes Migrate when the schema is current, and writes its
 // checkpoints; when the schema needs a step, it is told which role can
 // migrate it, as a permanent error.
 func TestMigrateWithTheGrantsOfASecondRole(t *testing.T) {
@@ -183,7 +207,7 @@ func TestMigrateWithTheGrantsOfASecondRole(t *testing.T) {
 		admin.Exec(ctx, "DROP OWNED BY "+role)
 		admin.Exec(ctx, "DROP ROLE "+role)
 	})
-	if err := New(admin, "first").Init(ctx); err != nil {
+	if err := schema.Migrate(ctx, admin); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := admin.Exec(ctx, `
@@ -199,29 +223,29 @@ GRANT USAGE ON ALL SEQUENCES IN SCHEMA walcast TO `+role); err != nil {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	s := New(pool, "second")
-	if err := s.Init(ctx); err != nil {
-		t.Fatalf("Init as a role with the documented grants on a current schema: %v", err)
+	s := checkpoints.New(pool, "second")
+	if err := schema.Migrate(ctx, pool); err != nil {
+		t.Fatalf("Migrate as a role with the documented grants on a current schema: %v", err)
 	}
 	if err := s.Save(ctx, map[string]cdc.EventID{"hook": cdc.MustParseEventID("0/1A2B:3")}); err != nil {
 		t.Fatalf("save checkpoints as the second role: %v", err)
 	}
 
 	// One step behind: only the tables' owner may migrate.
-	if _, err := admin.Exec(ctx, `DELETE FROM walcast.schema_version WHERE version = $1`, SchemaVersion()); err != nil {
+	if _, err := admin.Exec(ctx, `DELETE FROM walcast.schema_version WHERE version = $1`, schema.Version()); err != nil {
 		t.Fatal(err)
 	}
-	err = s.Init(ctx)
+	err = schema.Migrate(ctx, pool)
 	var perm *pg.Error
 	if !errors.As(err, &perm) || !pg.Permanent(err) {
-		t.Fatalf("Init as the second role on a schema one step behind = %v, want a permanent *pg.Error", err)
+		t.Fatalf("Migrate as the second role on a schema one step behind = %v, want a permanent *pg.Error", err)
 	}
 	for _, want := range []string{"role postgres", "role " + role, "start this walcast once as role postgres"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}
 	}
-	if err := New(admin, "first").Init(ctx); err != nil {
+	if err := schema.Migrate(ctx, admin); err != nil {
 		t.Fatalf("the owner migrates: %v", err)
 	}
 }
@@ -240,22 +264,22 @@ func TestDropUnusedKeepsASchemaAnotherPipelineUses(t *testing.T) {
 		pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = 'walcast')`).Scan(&ok)
 		return ok
 	}
-	if err := Migrate(ctx, pool); err != nil {
+	if err := schema.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `INSERT INTO walcast.backfill_tables VALUES ('mine', 'public.t')`); err != nil {
 		t.Fatal(err)
 	}
-	if dropped, err := DropUnused(ctx, pool, "mine"); err != nil || !dropped || exists() {
+	if dropped, err := schema.DropUnused(ctx, pool, "mine"); err != nil || !dropped || exists() {
 		t.Fatalf("DropUnused of a schema holding only the pipeline's rows = %v, %v; schema left: %v", dropped, err, exists())
 	}
-	if err := Migrate(ctx, pool); err != nil {
+	if err := schema.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	if err := New(pool, "other").Save(ctx, map[string]cdc.EventID{"hook": cdc.MustParseEventID("0/1:0")}); err != nil {
+	if err := checkpoints.New(pool, "other").Save(ctx, map[string]cdc.EventID{"hook": cdc.MustParseEventID("0/1:0")}); err != nil {
 		t.Fatal(err)
 	}
-	if dropped, err := DropUnused(ctx, pool, "mine"); err != nil || dropped || !exists() {
+	if dropped, err := schema.DropUnused(ctx, pool, "mine"); err != nil || dropped || !exists() {
 		t.Fatalf("DropUnused of a schema another pipeline wrote to = %v, %v; schema left: %v", dropped, err, exists())
 	}
 }

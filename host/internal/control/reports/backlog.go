@@ -1,30 +1,12 @@
-package checkpoint
+package reports
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/walcast/walcast/host/internal/control"
 )
-
-// backlogDDL holds what the leading daemon last reported of each sink's
-// backlog: the events read from the slot and not yet resolved for the
-// sink. Only the daemon knows it (it lives in memory), and `walcast status`
-// runs in another process, perhaps on another machine: the daemon writes it
-// every few seconds, and readers trust it only while it is fresh.
-const backlogDDL = `
-CREATE TABLE IF NOT EXISTS walcast.sink_backlog (
-	pipeline   text NOT NULL,
-	sink       text NOT NULL,
-	events     bigint NOT NULL,
-	bytes      bigint NOT NULL,
-	oldest_at  timestamptz,
-	updated_at timestamptz NOT NULL DEFAULT now(),
-	PRIMARY KEY (pipeline, sink)
-);
-`
 
 // Backlog is a sink's backlog as the daemon last reported it.
 type Backlog struct {
@@ -36,14 +18,14 @@ type Backlog struct {
 	Updated time.Time
 }
 
-// backlogFresh is how old a report may be and still be shown: the daemon
-// reports every couple of seconds while it leads, so an older one is from
-// a daemon that stopped or lost the lead.
-const backlogFresh = 15 * time.Second
+// fresh is how old a report (a backlog, a stream) may be and still be
+// shown: the daemon reports every couple of seconds while it leads, so an
+// older one is from a daemon that stopped or lost the lead.
+const fresh = 15 * time.Second
 
 // FreshAt reports whether the report still says something at now (the
 // database's clock, which wrote Updated).
-func (b Backlog) FreshAt(now time.Time) bool { return now.Sub(b.Updated) < backlogFresh }
+func (b Backlog) FreshAt(now time.Time) bool { return now.Sub(b.Updated) < fresh }
 
 // ReportBacklogs records the backlog of every sink in one statement.
 func (s *Store) ReportBacklogs(ctx context.Context, backlogs map[string]Backlog) error {
@@ -82,8 +64,7 @@ func (s *Store) LoadBacklogs(ctx context.Context) (map[string]Backlog, time.Time
 		return nil, now, fmt.Errorf("load sink backlogs of pipeline %s: read clock: %w", s.pipeline, err)
 	}
 	rows, err := s.db.Query(ctx, `SELECT sink, events, bytes, oldest_at, updated_at FROM walcast.sink_backlog WHERE pipeline = $1`, s.pipeline)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {
+	if control.NoSchema(err) {
 		return map[string]Backlog{}, now, nil // never reported
 	}
 	if err != nil {

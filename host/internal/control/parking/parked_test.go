@@ -1,4 +1,4 @@
-package checkpoint
+package parking
 
 import (
 	"context"
@@ -6,18 +6,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walcast/walcast/host/internal/control/reports"
+	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 func TestParkListUnpark(t *testing.T) {
 	ctx := context.Background()
-	s, _ := initStore(t, "shop")
+	s, pool := initStore(t, "shop")
 	now := time.Now()
 	ev := func(id string) cdc.Event {
 		return cdc.Event{ID: cdc.MustParseEventID(id), Schema: "public", Table: "t", Op: cdc.OpUpdate,
 			Key: []byte(`{"id":1}`), Payload: []byte(`{"x":1}`)}
 	}
-	ps := []Parked{
+	ps := []Event{
 		{Sink: "hook", Event: ev("0/1A:0"), Row: "r1", Attempts: 5, LastError: "boom", FirstFailure: now, LastFailure: now},
 		{Sink: "hook", Event: ev("0/A:3"), Row: "r1", LastError: "behind", FirstFailure: now, LastFailure: now},
 	}
@@ -60,34 +62,35 @@ func TestParkListUnpark(t *testing.T) {
 	if left, err := s.ReplayRequests(ctx); err != nil || len(left) != 0 {
 		t.Fatalf("requests after done %v %v", left, err)
 	}
-	if err := s.AddUsage(ctx, []Usage{{Sink: "hook", Hour: now.Truncate(time.Hour), Attempts: 2, Delivered: 10, Bytes: 100}}); err != nil {
+	usage := reports.New(pool, "shop")
+	if err := usage.AddUsage(ctx, []reports.Usage{{Sink: "hook", Hour: now.Truncate(time.Hour), Attempts: 2, Delivered: 10, Bytes: 100}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.AddUsage(ctx, []Usage{{Sink: "hook", Hour: now.Truncate(time.Hour), Attempts: 1, Failed: 1}}); err != nil {
+	if err := usage.AddUsage(ctx, []reports.Usage{{Sink: "hook", Hour: now.Truncate(time.Hour), Attempts: 1, Failed: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	us, err := s.LoadUsage(ctx)
+	us, err := usage.LoadUsage(ctx)
 	if err != nil || len(us) != 1 || us[0].Attempts != 3 || us[0].Delivered != 10 || us[0].Failed != 1 {
 		t.Fatalf("usage %+v %v", us, err)
 	}
 }
 
 // An update that changed the key is parked under both rows: both count as
-// parked, and listing either row finds it. Init also upgrades a table made
+// parked, and listing either row finds it. Migrate also upgrades a table made
 // before old_row_key existed.
 func TestParkedKeyChangeBelongsToBothRows(t *testing.T) {
 	ctx := context.Background()
 	s, pool := initStore(t, "shop")
-	// A table made by an older walcast (schema version 3), then Init again.
+	// A table made by an older walcast (schema version 3), then Migrate again.
 	if _, err := pool.Exec(ctx, `ALTER TABLE walcast.parked DROP COLUMN old_row_key; DELETE FROM walcast.schema_version WHERE version >= 4`); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Init(ctx); err != nil {
+	if err := schema.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now()
 	ev := cdc.Event{ID: cdc.MustParseEventID("0/1B:0"), Schema: "public", Table: "t", Op: cdc.OpUpdate, Key: []byte(`{"id":2}`), Payload: []byte(`{}`)}
-	if err := s.Park(ctx, []Parked{{Sink: "hook", Event: ev, Row: "new", OldRow: "old", LastError: "x", FirstFailure: now, LastFailure: now}}); err != nil {
+	if err := s.Park(ctx, []Event{{Sink: "hook", Event: ev, Row: "new", OldRow: "old", LastError: "x", FirstFailure: now, LastFailure: now}}); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := s.ParkedRows(ctx, "hook")
@@ -108,17 +111,17 @@ func TestRecentParkedAndSummary(t *testing.T) {
 	ctx := context.Background()
 	s, pool := initStore(t, "shop")
 	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
-	park := func(sink, id, msg string, at time.Duration) Parked {
-		return Parked{Sink: sink, Row: "r", Attempts: 1, LastError: msg, FirstFailure: t0, LastFailure: t0.Add(at),
+	park := func(sink, id, msg string, at time.Duration) Event {
+		return Event{Sink: sink, Row: "r", Attempts: 1, LastError: msg, FirstFailure: t0, LastFailure: t0.Add(at),
 			Event: cdc.Event{ID: cdc.MustParseEventID(id), Schema: "public", Table: "t", Op: cdc.OpInsert, Key: []byte(`{}`), Payload: []byte(`{}`)}}
 	}
-	if err := s.Park(ctx, []Parked{
+	if err := s.Park(ctx, []Event{
 		park("hook", "0/A:0", "first", 0), park("hook", "0/B:0", "latest", 3*time.Minute), park("hook", "0/C:0", "middle", time.Minute),
 		park("kafka", "0/A:1", "only", 2*time.Minute),
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := New(pool, "other").Park(ctx, []Parked{park("hook", "0/D:0", "other pipeline", 10*time.Minute)}); err != nil {
+	if err := New(pool, "other").Park(ctx, []Event{park("hook", "0/D:0", "other pipeline", 10*time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
 	sum, err := s.SummarizeParked(ctx)
@@ -149,15 +152,15 @@ func TestListParkedTable(t *testing.T) {
 	ctx := context.Background()
 	s, pool := initStore(t, "shop")
 	now := time.Now()
-	park := func(sink, table, id string) Parked {
-		return Parked{Sink: sink, Row: table + "/r", LastError: "x", FirstFailure: now, LastFailure: now,
+	park := func(sink, table, id string) Event {
+		return Event{Sink: sink, Row: table + "/r", LastError: "x", FirstFailure: now, LastFailure: now,
 			Event: cdc.Event{ID: cdc.MustParseEventID(id), Schema: "public", Table: table, Op: cdc.OpInsert, Key: []byte(`{}`), Payload: []byte(`{}`)}}
 	}
-	if err := s.Park(ctx, []Parked{park("hook", "t", "0/1A:0"), park("hook", "t", "0/A:1"), park("hook", "u", "0/B:0"),
+	if err := s.Park(ctx, []Event{park("hook", "t", "0/1A:0"), park("hook", "t", "0/A:1"), park("hook", "u", "0/B:0"),
 		park("kafka", "t", "0/C:0")}); err != nil {
 		t.Fatal(err)
 	}
-	if err := New(pool, "other").Park(ctx, []Parked{park("hook", "t", "0/D:0")}); err != nil {
+	if err := New(pool, "other").Park(ctx, []Event{park("hook", "t", "0/D:0")}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.ListParkedTable(ctx, "hook", "public", "t")

@@ -1,10 +1,12 @@
-package checkpoint
+package pauses
 
 import (
 	"context"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/walcast/walcast/host/internal/control/schema"
 )
 
 func TestPauses(t *testing.T) {
@@ -15,7 +17,7 @@ func TestPauses(t *testing.T) {
 	}
 	defer pool.Close()
 	shop, other := New(pool, "shop"), New(pool, "other")
-	if err := shop.Init(ctx); err != nil {
+	if err := schema.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
 	set := func(s *Store, sink string, paused, wantChanged bool) {
@@ -49,7 +51,7 @@ func TestPauses(t *testing.T) {
 	}
 	set(shop, "b", false, false)
 	set(shop, "b", true, true)
-	if err := shop.Forget(ctx); err != nil {
+	if err := schema.Forget(ctx, pool, "shop"); err != nil {
 		t.Fatal(err)
 	}
 	if paused(shop, "b") {

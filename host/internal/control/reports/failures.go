@@ -1,4 +1,4 @@
-package checkpoint
+package reports
 
 import (
 	"context"
@@ -8,21 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
-
-// failureDDL holds, per sink, the error that last stopped it: a sink whose
-// plugin reported that it cannot go on (pluginkit.Fatal, such as a webhook
-// answering 410 Gone). The daemon stops on such an error; the row is how
-// `walcast status` shows why, from any machine, until the sink delivers
-// again.
-const failureDDL = `
-CREATE TABLE IF NOT EXISTS walcast.sink_failures (
-	pipeline text NOT NULL,
-	sink     text NOT NULL,
-	error    text NOT NULL,
-	at       timestamptz NOT NULL DEFAULT now(),
-	PRIMARY KEY (pipeline, sink)
-);
-`
 
 // SinkFailure is the error that last stopped a sink.
 type SinkFailure struct {

@@ -1,29 +1,15 @@
-package checkpoint
+package pauses
 
 import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/walcast/walcast/host/internal/control"
 )
 
-// pauseDDL holds operator pauses: a row per paused sink, and a row with
-// sink = ” when the whole pipeline is paused.
-const pauseDDL = `
-CREATE TABLE IF NOT EXISTS walcast.pauses (
-	pipeline text NOT NULL,
-	sink     text NOT NULL,
-	since    timestamptz NOT NULL DEFAULT now(),
-	PRIMARY KEY (pipeline, sink)
-);
-`
-
-// ControlChannel is the NOTIFY channel the CLI wakes a running daemon with
-// after a replay request or a pause/resume; the payload is the pipeline
-// name. The daemon also polls, so a lost notification only delays.
-const ControlChannel = "walcast_control"
-
-// Pauses is a pipeline's pause state.
-type Pauses struct {
+// State is a pipeline's pause state.
+type State struct {
 	// Pipeline is set when every sink of the pipeline is paused.
 	Pipeline time.Time
 	// Sinks holds the sinks paused one by one.
@@ -32,12 +18,23 @@ type Pauses struct {
 
 // Paused reports whether sink is paused, by itself or with its pipeline,
 // and since when.
-func (p Pauses) Paused(sink string) (time.Time, bool) {
+func (p State) Paused(sink string) (time.Time, bool) {
 	if !p.Pipeline.IsZero() {
 		return p.Pipeline, true
 	}
 	t, ok := p.Sinks[sink]
 	return t, ok
+}
+
+// Store reads and writes one pipeline's pauses.
+type Store struct {
+	db       control.Querier
+	pipeline string
+}
+
+// New returns the pauses of pipeline, read and written on db.
+func New(db control.Querier, pipeline string) *Store {
+	return &Store{db: db, pipeline: pipeline}
 }
 
 // SetPaused pauses or resumes one sink, or the whole pipeline when sink is
@@ -58,25 +55,25 @@ func (s *Store) SetPaused(ctx context.Context, sink string, paused bool) (bool, 
 	if err != nil {
 		return false, fmt.Errorf("record pause of pipeline %s: %w", s.pipeline, err)
 	}
-	if err := s.notify(ctx); err != nil {
+	if err := control.Notify(ctx, s.db, s.pipeline); err != nil {
 		return false, err
 	}
 	return tag.RowsAffected() > 0, nil
 }
 
 // LoadPauses returns the pipeline's pause state.
-func (s *Store) LoadPauses(ctx context.Context) (Pauses, error) {
+func (s *Store) LoadPauses(ctx context.Context) (State, error) {
 	rows, err := s.db.Query(ctx, `SELECT sink, since FROM walcast.pauses WHERE pipeline = $1`, s.pipeline)
 	if err != nil {
-		return Pauses{}, fmt.Errorf("load pauses of pipeline %s: %w", s.pipeline, err)
+		return State{}, fmt.Errorf("load pauses of pipeline %s: %w", s.pipeline, err)
 	}
 	defer rows.Close()
-	p := Pauses{Sinks: map[string]time.Time{}}
+	p := State{Sinks: map[string]time.Time{}}
 	for rows.Next() {
 		var sink string
 		var since time.Time
 		if err := rows.Scan(&sink, &since); err != nil {
-			return Pauses{}, fmt.Errorf("load pauses of pipeline %s: %w", s.pipeline, err)
+			return State{}, fmt.Errorf("load pauses of pipeline %s: %w", s.pipeline, err)
 		}
 		if sink == "" {
 			p.Pipeline = since
@@ -85,15 +82,7 @@ func (s *Store) LoadPauses(ctx context.Context) (Pauses, error) {
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return Pauses{}, fmt.Errorf("load pauses of pipeline %s: %w", s.pipeline, err)
+		return State{}, fmt.Errorf("load pauses of pipeline %s: %w", s.pipeline, err)
 	}
 	return p, nil
-}
-
-// notify wakes the pipeline's running daemon, if any.
-func (s *Store) notify(ctx context.Context) error {
-	if _, err := s.db.Exec(ctx, `SELECT pg_notify($1, $2)`, ControlChannel, s.pipeline); err != nil {
-		return fmt.Errorf("notify the daemon of pipeline %s: %w", s.pipeline, err)
-	}
-	return nil
 }

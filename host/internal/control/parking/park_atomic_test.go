@@ -1,4 +1,4 @@
-package checkpoint
+package parking
 
 import (
 	"context"
@@ -8,16 +8,17 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // parkedBatch is n events of one sink, each a row of its own, with a
 // payload of a few hundred bytes.
-func parkedBatch(sink string, n int) []Parked {
+func parkedBatch(sink string, n int) []Event {
 	now := time.Now()
-	ps := make([]Parked, n)
+	ps := make([]Event, n)
 	for i := range ps {
-		ps[i] = Parked{Sink: sink, Row: fmt.Sprintf(`public.t{"id":%d}`, i), Attempts: 5, LastError: "boom", FirstFailure: now, LastFailure: now,
+		ps[i] = Event{Sink: sink, Row: fmt.Sprintf(`public.t{"id":%d}`, i), Attempts: 5, LastError: "boom", FirstFailure: now, LastFailure: now,
 			Event: cdc.Event{ID: cdc.EventID{CommitLSN: 0x1000 + uint64(i/10)*0x100, Index: uint64(i % 10)}, Schema: "public", Table: "t", Op: cdc.OpInsert,
 				Key: fmt.Appendf(nil, `{"id":%d}`, i), Payload: fmt.Appendf(nil, `{"id":%d,"pad":"%0300d"}`, i, i)}}
 	}
@@ -38,7 +39,7 @@ func TestParkKillMidWriteLeavesAllOrNone(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { admin.Close(context.Background()) })
-	if err := Migrate(ctx, admin); err != nil {
+	if err := schema.Migrate(ctx, admin); err != nil {
 		t.Fatal(err)
 	}
 	// The sequence is not transactional: it shows how far a write got even
