@@ -12,6 +12,7 @@ import (
 
 	"github.com/walcast/walcast/host/internal/change"
 	"github.com/walcast/walcast/host/internal/control/checkpoint"
+	"github.com/walcast/walcast/host/internal/ledger"
 	"github.com/walcast/walcast/host/internal/pg"
 	"github.com/walcast/walcast/host/internal/source/backfill"
 	"github.com/walcast/walcast/host/internal/source/capture"
@@ -138,7 +139,7 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 		ReceiveTimeout:  cfg.ReceiveTimeout,
 	}
 	store := checkpoint.New(pool, ccfg.Pipeline)
-	prep, err := capture.Prepare(ctx, pool, store, ccfg)
+	prep, err := capture.Prepare(ctx, pool, ledger.New(pool, ccfg.Pipeline), ccfg)
 	if err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open walcast stream: prepare source for slot %s: %w", cfg.Slot, err)

@@ -17,6 +17,7 @@ import (
 	"github.com/walcast/walcast/host/internal/control/checkpoint"
 	"github.com/walcast/walcast/host/internal/control/leader"
 	"github.com/walcast/walcast/host/internal/delivery/isolate"
+	"github.com/walcast/walcast/host/internal/ledger"
 	"github.com/walcast/walcast/host/internal/source/capture"
 	"github.com/walcast/walcast/host/internal/units"
 	"github.com/walcast/walcast/pluginkit"
@@ -108,8 +109,8 @@ FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&active, &c
 		fmt.Fprintln(stderr, "walcast status:", err)
 		return 1
 	}
-	ccfg := capture.Config{DSN: p.Source.DSN, Slot: p.Source.Slot, Publication: p.Source.Publication, Tables: p.Source.Tables}
-	gap, err := capture.Diagnose(ctx, pool, store, ccfg)
+	ccfg := capture.Config{DSN: p.Source.DSN, Slot: p.Source.Slot, Publication: p.Source.Publication, Tables: p.Source.Tables, Pipeline: p.Name}
+	gap, err := capture.Diagnose(ctx, pool, ledger.New(pool, p.Name), ccfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "walcast status:", err)
 		return 1

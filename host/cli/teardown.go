@@ -10,6 +10,7 @@ import (
 	"github.com/walcast/walcast/host/internal/control/checkpoint"
 	"github.com/walcast/walcast/host/internal/daemon"
 	"github.com/walcast/walcast/host/internal/delivery/isolate"
+	"github.com/walcast/walcast/host/internal/ledger"
 	"github.com/walcast/walcast/host/internal/source/capture"
 )
 
@@ -58,7 +59,7 @@ Run again with --yes to do it.
 		fmt.Fprintln(stderr, "walcast teardown:", err)
 		return 1
 	}
-	if err := capture.Teardown(ctx, pool, store, p.Source.Slot, p.Source.Publication); err != nil {
+	if err := capture.Teardown(ctx, pool, ledger.New(pool, p.Name), p.Source.Slot, p.Source.Publication); err != nil {
 		fmt.Fprintln(stderr, "walcast teardown:", err)
 		return 1
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/walcast/walcast/host/internal/delivery/fanout"
 	"github.com/walcast/walcast/host/internal/delivery/isolate"
 	"github.com/walcast/walcast/host/internal/delivery/schedule"
+	"github.com/walcast/walcast/host/internal/ledger"
 	"github.com/walcast/walcast/host/internal/source/backfill"
 	"github.com/walcast/walcast/host/internal/source/capture"
 	"github.com/walcast/walcast/pluginkit"
@@ -117,7 +118,7 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 	// Every privilege and setting the start needs is checked before it
 	// creates anything (the walcast schema included), and what it then
 	// creates is removed if it fails before streaming (close).
-	if t.setup, err = capture.Check(ctx, t.pool, t.ccfg); err != nil {
+	if t.setup, err = capture.Check(ctx, t.pool, ledger.New(t.pool, p.Name), t.ccfg); err != nil {
 		return t, fmt.Errorf("check source: %w", err)
 	}
 	if err := prepareBackfills(ctx, t.db, p, log); err != nil {
@@ -146,7 +147,7 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 		skip = append(skip, cp)
 	}
 
-	prep, err := t.setup.Prepare(ctx, t.store)
+	prep, err := t.setup.Prepare(ctx, ledger.New(t.db, p.Name))
 	if err != nil {
 		return t, fmt.Errorf("prepare source: %w", err)
 	}

@@ -65,8 +65,8 @@ type Config struct {
 	// confirmed (a leader frozen past its lease, see package leader).
 	Fence func() bool
 	// Confirm, when set, records a position before it is confirmed to the
-	// slot (checkpoint.Store.RaiseConfirmLimit), so that the next Prepare
-	// can tell a slot moved by someone else. ConfirmLimit is the position
+	// slot (the confirm limit of the pipeline's Record), so that the next
+	// Prepare can tell a slot moved by someone else. ConfirmLimit is the position
 	// already recorded (Prepared.ConfirmLimit).
 	Confirm      ConfirmRecorder
 	ConfirmLimit uint64
