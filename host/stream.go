@@ -148,10 +148,6 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 	ccfg.KeylessPublication = prep.KeylessPublication
 	ccfg.Confirm, ccfg.ConfirmLimit = store, prep.ConfirmLimit
 	ccfg.Watch = capture.PublicationWatch(pool, ccfg, prep.Published)
-	if err := backfill.Init(ctx, pool); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("open walcast stream: %w", err)
-	}
 
 	events := newHandoff(cfg.Buffer)
 	a := newAcks(prep.ConfirmedFlush)

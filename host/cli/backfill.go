@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/walcast/walcast/host/internal/config"
+	"github.com/walcast/walcast/host/internal/control/checkpoint"
 	"github.com/walcast/walcast/host/internal/source/backfill"
 	"github.com/walcast/walcast/host/internal/source/capture"
 	"github.com/walcast/walcast/pluginkit"
@@ -61,7 +62,7 @@ func cmdBackfill(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
-	if err := backfill.Init(ctx, pool); err != nil {
+	if err := checkpoint.Migrate(ctx, pool); err != nil {
 		return fail(err)
 	}
 	if *cancelFlag {
@@ -344,7 +345,7 @@ func isTerminal(w io.Writer) bool {
 
 // printBackfills is walcast status's backfill table.
 func printBackfills(ctx context.Context, pool *pgxpool.Pool, pipeline string, out io.Writer) error {
-	if err := backfill.Init(ctx, pool); err != nil {
+	if err := checkpoint.Migrate(ctx, pool); err != nil {
 		return err
 	}
 	bs, err := backfill.List(ctx, pool, pipeline)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/walcast/walcast/host/internal/pg"
 )
 
 // pauseDDL holds operator pauses: a row per paused sink, and a row with
@@ -20,7 +22,7 @@ CREATE TABLE IF NOT EXISTS walcast.pauses (
 // ControlChannel is the NOTIFY channel the CLI wakes a running daemon with
 // after a replay request or a pause/resume; the payload is the pipeline
 // name. The daemon also polls, so a lost notification only delays.
-const ControlChannel = "walcast_control"
+const ControlChannel = pg.ControlChannel
 
 // Pauses is a pipeline's pause state.
 type Pauses struct {

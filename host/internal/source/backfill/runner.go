@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/walcast/walcast/host/internal/control/checkpoint"
 	"github.com/walcast/walcast/host/internal/pg"
 	"github.com/walcast/walcast/host/internal/source/decode"
 	"github.com/walcast/walcast/pluginkit/cdc"
@@ -652,7 +651,7 @@ WHERE id = $1`, id, next, res.rows, min(res.rows, 1), state)
 
 // boundary returns the key of the limit-th row after last (in pagination
 // order), or nil when fewer rows are left.
-func (t Table) boundary(ctx context.Context, db checkpoint.Querier, last []string, limit int) ([]string, error) {
+func (t Table) boundary(ctx context.Context, db Querier, last []string, limit int) ([]string, error) {
 	keys := t.pageKeyList()
 	cols := make([]string, len(keys))
 	for i, k := range keys {
