@@ -8,7 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"syscall"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -51,8 +51,46 @@ func (e *env) drainBackfill(ctx context.Context, poll *pgx.Conn, run int) (Drain
 		return Drain{}, err
 	}
 	defer rcv.close()
-	name := fmt.Sprintf("backfill_%d", run)
-	slot := "b_fill_" + fmt.Sprint(run)
+	name, slot := fmt.Sprintf("backfill_%d", run), "b_fill_"+fmt.Sprint(run)
+	path, err := e.writeBackfillPipeline(name, slot, rcv.url)
+	if err != nil {
+		return Drain{}, err
+	}
+	p, err := e.spawn(ctx, name, filepath.Join(e.cfg.BinDir, "walcast"), "run", "-log-level", "info", path)
+	if err != nil {
+		return Drain{}, err
+	}
+	defer func() {
+		p.kill()
+		// The pipeline's slot would keep WAL for the paths after it.
+		e.dropSlot(context.Background(), slot)
+	}()
+	if err := e.waitSlotCreated(ctx, poll, p, slot); err != nil {
+		return Drain{}, err
+	}
+	// The live writer runs from before the request until every sink has
+	// the backfill.
+	stopWriter, err := e.startLiveWriter(ctx)
+	if err != nil {
+		return Drain{}, err
+	}
+	defer stopWriter()
+	time.Sleep(time.Second) // the live stream is flowing before the backfill starts
+	m, err := e.backfillOnce(ctx, poll, p, path, slot, rcv)
+	if err != nil {
+		return Drain{}, err
+	}
+	if err := stopWriter(); err != nil {
+		return Drain{}, err
+	}
+	d := e.backfillFigures(p, m, rcv)
+	return d, e.stopDaemon(p)
+}
+
+// writeBackfillPipeline writes the backfill path's pipeline: the bench
+// table backfilled to a stdout sink, bench_live's changes to a webhook
+// sink posting to url.
+func (e *env) writeBackfillPipeline(name, slot, url string) (string, error) {
 	pipeline := fmt.Sprintf(`pipeline = %q
 
 source "postgres" {
@@ -79,62 +117,43 @@ sink "webhook" "live" {
     url = %q
   }
 }
-`, name, e.dsn, slot, rcv.url)
+`, name, e.dsn, slot, url)
 	path := filepath.Join(e.work, name+".hcl")
-	if err := os.WriteFile(path, []byte(pipeline), 0o644); err != nil {
-		return Drain{}, err
-	}
-	logf, err := os.Create(filepath.Join(e.work, name+".log"))
-	if err != nil {
-		return Drain{}, err
-	}
-	cmd := exec.CommandContext(ctx, filepath.Join(e.cfg.BinDir, "walcast"), "run", "-log-level", "info", path)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = time.Minute
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return Drain{}, err
-	}
-	exited := make(chan struct{})
-	waitErr := new(error)
-	go func() { *waitErr = cmd.Wait(); logf.Close(); close(exited) }()
-	defer func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-exited
-		}
-		// The pipeline's slot would keep WAL for the paths after it.
-		e.dropSlot(context.Background(), slot)
-	}()
-	// walcast creates the slot as it starts.
+	return path, os.WriteFile(path, []byte(pipeline), 0o644)
+}
+
+// waitSlotCreated waits until the slot walcast creates as it starts is
+// streaming.
+func (e *env) waitSlotCreated(ctx context.Context, poll *pgx.Conn, p *process, slot string) error {
 	for deadline := time.Now().Add(time.Minute); ; {
 		var active bool
 		err := poll.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return Drain{}, fmt.Errorf("poll slot %s: %w", slot, err)
+			return fmt.Errorf("poll slot %s: %w", slot, err)
 		}
 		if active {
-			break
+			return nil
 		}
 		select {
-		case <-exited:
-			return Drain{}, fmt.Errorf("walcast exited before streaming\n%s", e.tailLog(name))
+		case <-p.exited:
+			return fmt.Errorf("walcast exited before streaming\n%s", e.tailLog(p.name))
 		default:
 		}
 		if time.Now().After(deadline) {
-			return Drain{}, fmt.Errorf("walcast did not stream within a minute\n%s", e.tailLog(name))
+			return fmt.Errorf("walcast did not stream within a minute\n%s", e.tailLog(p.name))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
 
-	// The live writer runs from before the request until every sink has
-	// the backfill.
-	wconn, err := pgx.Connect(ctx, e.dsn)
+// startLiveWriter commits backfillLiveRate single-row transactions a
+// second into bench_live, on a connection of its own, until stop, which
+// reports the writer's error and may be called again.
+func (e *env) startLiveWriter(ctx context.Context) (stop func() error, err error) {
+	conn, err := pgx.Connect(ctx, e.dsn)
 	if err != nil {
-		return Drain{}, err
+		return nil, err
 	}
-	defer wconn.Close(context.Background())
 	stopLive := make(chan struct{})
 	liveErr := make(chan error, 1)
 	go func() {
@@ -147,98 +166,110 @@ sink "webhook" "live" {
 				return
 			case <-tick.C:
 			}
-			if _, err := wconn.Exec(ctx, `INSERT INTO bench_live VALUES ($1, 0) ON CONFLICT (id) DO UPDATE SET v = bench_live.v + 1`, i); err != nil {
+			if _, err := conn.Exec(ctx, `INSERT INTO bench_live VALUES ($1, 0) ON CONFLICT (id) DO UPDATE SET v = bench_live.v + 1`, i); err != nil {
 				liveErr <- fmt.Errorf("live writer: %w", err)
 				return
 			}
 		}
 	}()
-	stopWriter := func() error {
-		select {
-		case <-stopLive:
-			return nil
-		default:
-		}
+	return sync.OnceValue(func() error {
 		close(stopLive)
-		return <-liveErr
-	}
-	defer stopWriter()
-	time.Sleep(time.Second) // the live stream is flowing before the backfill starts
+		err := <-liveErr
+		conn.Close(context.Background())
+		return err
+	}), nil
+}
 
-	var walStart uint64
-	if err := poll.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn`).Scan(&walStart); err != nil {
-		return Drain{}, err
+// backfillRun is what one backfill request took: from the request (t0) to
+// every sink confirming its last chunk (t1), the rows backfilled and the
+// WAL written meanwhile.
+type backfillRun struct {
+	t0, t1            time.Time
+	rows              int64
+	walStart, walDone uint64
+}
+
+// backfillOnce requests the backfill of the bench table to sink "out" and
+// waits until the slot is confirmed past its last chunk. The receiver's
+// latencies start afresh with the request.
+func (e *env) backfillOnce(ctx context.Context, poll *pgx.Conn, p *process, path, slot string, rcv *receiver) (backfillRun, error) {
+	var m backfillRun
+	if err := poll.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn`).Scan(&m.walStart); err != nil {
+		return m, err
 	}
 	rcv.mu.Lock()
 	rcv.lat = rcv.lat[:0]
 	rcv.mu.Unlock()
-	t0 := time.Now()
+	m.t0 = time.Now()
 	if out, err := exec.CommandContext(ctx, filepath.Join(e.cfg.BinDir, "walcast"), "backfill", path, "--table", "public.bench", "--sink", "out").CombinedOutput(); err != nil {
-		return Drain{}, fmt.Errorf("walcast backfill: %w: %s", err, out)
+		return m, fmt.Errorf("walcast backfill: %w: %s", err, out)
 	}
+	var err error
+	if m.rows, err = e.waitBackfillDone(ctx, poll, p); err != nil {
+		return m, err
+	}
+	if err := poll.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn`).Scan(&m.walDone); err != nil {
+		return m, err
+	}
+	// Every sink has the last chunk once the slot is confirmed past it.
+	if m.t1, err = e.waitConfirmed(ctx, poll, slot, m.walDone, p.exited, drainTimeout); err != nil {
+		return m, fmt.Errorf("walcast: %w\n%s", err, e.tailLog(p.name))
+	}
+	return m, nil
+}
+
+// waitBackfillDone waits until the pipeline's last backfill is done and
+// returns its rows.
+func (e *env) waitBackfillDone(ctx context.Context, poll *pgx.Conn, p *process) (int64, error) {
 	var rows int64
 	for deadline := time.Now().Add(drainTimeout); ; {
 		var state string
-		err := poll.QueryRow(ctx, `SELECT state, rows_done FROM walcast.backfills WHERE pipeline = $1 ORDER BY id DESC LIMIT 1`, name).Scan(&state, &rows)
+		err := poll.QueryRow(ctx, `SELECT state, rows_done FROM walcast.backfills WHERE pipeline = $1 ORDER BY id DESC LIMIT 1`, p.name).Scan(&state, &rows)
 		if err != nil {
-			return Drain{}, fmt.Errorf("poll backfill: %w", err)
+			return rows, fmt.Errorf("poll backfill: %w", err)
 		}
 		if state == "done" {
-			break
+			return rows, nil
 		}
 		if state != "queued" && state != "running" {
-			return Drain{}, fmt.Errorf("backfill ended %s\n%s", state, e.tailLog(name))
+			return rows, fmt.Errorf("backfill ended %s\n%s", state, e.tailLog(p.name))
 		}
 		select {
-		case <-exited:
-			return Drain{}, fmt.Errorf("walcast exited during the backfill\n%s", e.tailLog(name))
+		case <-p.exited:
+			return rows, fmt.Errorf("walcast exited during the backfill\n%s", e.tailLog(p.name))
 		default:
 		}
 		if time.Now().After(deadline) {
-			return Drain{}, errors.New("backfill did not finish in time")
+			return rows, errors.New("backfill did not finish in time")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	var walDone uint64
-	if err := poll.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn`).Scan(&walDone); err != nil {
-		return Drain{}, err
-	}
-	// Every sink has the last chunk once the slot is confirmed past it.
-	t1, err := e.waitConfirmed(ctx, poll, slot, walDone, exited, drainTimeout)
-	if err != nil {
-		return Drain{}, fmt.Errorf("walcast: %w\n%s", err, e.tailLog(name))
-	}
-	if err := stopWriter(); err != nil {
-		return Drain{}, err
-	}
+}
+
+// backfillFigures is the Drain of one backfill: m's rows and seconds, the
+// daemon's and its plugins' usage, and the live changes' latencies.
+func (e *env) backfillFigures(p *process, m backfillRun, rcv *receiver) Drain {
 	rcv.mu.Lock()
 	lat := slices.Clone(rcv.lat)
 	rcv.mu.Unlock()
 	slices.Sort(lat)
-	host, _ := readProc(cmd.Process.Pid)
-	plugin := childrenUsage(cmd.Process.Pid)
-	secs := t1.Sub(t0).Seconds()
-	fill := &BackfillRun{Rows: rows, WALPerRow: float64(walDone-walStart) / float64(max(rows, 1)), LiveEvents: len(lat)}
+	host, _ := readProc(p.pid())
+	plugin := childrenUsage(p.pid())
+	secs := m.t1.Sub(m.t0).Seconds()
+	fill := &BackfillRun{Rows: m.rows, WALPerRow: float64(m.walDone-m.walStart) / float64(max(m.rows, 1)), LiveEvents: len(lat)}
 	if n := len(lat); n > 0 {
 		ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 		fill.LiveP50ms, fill.LiveP99ms, fill.LiveMaxms = ms(lat[n/2]), ms(lat[n*99/100]), ms(lat[n-1])
 	}
 	e.logf("  backfill: %d rows, %.0f bytes of WAL per row; %d live changes meanwhile, p50 %.0f ms p99 %.0f ms max %.0f ms",
-		rows, fill.WALPerRow, fill.LiveEvents, fill.LiveP50ms, fill.LiveP99ms, fill.LiveMaxms)
-	d := Drain{
+		m.rows, fill.WALPerRow, fill.LiveEvents, fill.LiveP50ms, fill.LiveP99ms, fill.LiveMaxms)
+	return Drain{
 		Seconds:       secs,
-		ChangesPerSec: float64(rows) / secs,
+		ChangesPerSec: float64(m.rows) / secs,
 		HostRSSMiB:    float64(host.HWMKiB) / 1024,
 		PluginRSSMiB:  float64(plugin.HWMKiB) / 1024,
 		HostCPU:       host.CPU,
 		PluginCPU:     plugin.CPU,
 		Backfill:      fill,
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-exited:
-	case <-time.After(time.Minute):
-		return d, errors.New("walcast did not stop within a minute of SIGTERM")
-	}
-	return d, nil
 }

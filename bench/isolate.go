@@ -267,21 +267,16 @@ sink "webhook" "slow" {
 	}
 	defer poll.Close(context.Background())
 	d := daemonRun{name: name, slot: slot, sink: sinks}
-	cmd, exited, waitErr, err := e.startDaemon(ctx, d)
+	p, err := e.startDaemon(ctx, d)
 	if err != nil {
 		return r, err
 	}
-	defer func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-exited
-		}
-	}()
-	t0, err := e.waitActive(ctx, poll, slot, exited)
+	defer p.kill()
+	t0, err := e.waitActive(ctx, poll, slot, p.exited)
 	if err != nil {
 		return r, fmt.Errorf("walcast: %w\n%s", err, e.tailLog(name))
 	}
-	t1, err := lines.wait(int64(e.cfg.Isolate.Changes), exited, drainTimeout)
+	t1, err := lines.wait(int64(e.cfg.Isolate.Changes), p.exited, drainTimeout)
 	if err != nil {
 		return r, fmt.Errorf("walcast: %w\n%s", err, e.tailLog(name))
 	}
@@ -298,7 +293,7 @@ sink "webhook" "slow" {
 		}
 		r.detached = n > 0
 	}
-	if err := e.stopDaemon(cmd, exited, waitErr, name); err != nil {
+	if err := e.stopDaemon(p); err != nil {
 		return r, err
 	}
 	return r, e.teardown(ctx, name)
@@ -334,7 +329,6 @@ func (e *env) teardown(ctx context.Context, pipeline string) error {
 // outage runs Rate changes/s through two webhook sinks, the second one's
 // receiver down for Down after Warmup, until it has rejoined.
 func (e *env) outage(ctx context.Context) (*Outage, error) {
-	ic := e.cfg.Isolate
 	const name, slot = "iso_outage", "b_iso_outage"
 	if err := e.createSlot(ctx, slot); err != nil {
 		return nil, err
@@ -351,6 +345,41 @@ func (e *env) outage(ctx context.Context) (*Outage, error) {
 		return nil, err
 	}
 	defer flaky.down()
+	p, err := e.startOutageDaemon(ctx, name, slot, live.url, flaky.url)
+	if err != nil {
+		return nil, err
+	}
+	defer p.kill()
+	s, stopSampling, err := e.sampleSlots(ctx, name, slot)
+	if err != nil {
+		return nil, err
+	}
+	defer stopSampling()
+	run, err := e.outageLoad(ctx, p, s, flaky)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := live.wait(int64(run.n), p.exited, time.Minute); err != nil {
+		return nil, fmt.Errorf("live sink: %w\n%s", err, e.tailLog(name))
+	}
+	if err := flaky.waitDistinct(run.n, p.exited, 5*time.Minute); err != nil {
+		return nil, fmt.Errorf("down sink: %w\n%s", err, e.tailLog(name))
+	}
+	if err := stopSampling(); err != nil {
+		return nil, err
+	}
+	if err := e.stopDaemon(p); err != nil {
+		return nil, err
+	}
+	if err := e.teardown(ctx, name); err != nil {
+		return nil, err
+	}
+	return e.outageFigures(run, s, live, flaky)
+}
+
+// startOutageDaemon starts the outage's pipeline, its two webhook sinks
+// posting to liveURL and downURL, and waits for it to stream.
+func (e *env) startOutageDaemon(ctx context.Context, name, slot, liveURL, downURL string) (*process, error) {
 	// The down sink retries quickly and never parks during the outage,
 	// so that it catches up as soon as its receiver is back.
 	sinks := fmt.Sprintf(`sink "webhook" "live" {
@@ -368,109 +397,120 @@ sink "webhook" "down" {
     url = %q
   }
 }
-`, live.url, flaky.url)
+`, liveURL, downURL)
 	poll, err := pgx.Connect(ctx, e.dsn)
 	if err != nil {
 		return nil, err
 	}
 	defer poll.Close(context.Background())
-	d := daemonRun{name: name, slot: slot, sink: sinks}
-	cmd, exited, waitErr, err := e.startDaemon(ctx, d)
+	p, err := e.startDaemon(ctx, daemonRun{name: name, slot: slot, sink: sinks})
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-exited
-		}
-	}()
-	if _, err := e.waitActive(ctx, poll, slot, exited); err != nil {
+	if _, err := e.waitActive(ctx, poll, slot, p.exited); err != nil {
+		p.kill()
 		return nil, fmt.Errorf("walcast: %w\n%s", err, e.tailLog(name))
 	}
-	smp, err := pgx.Connect(ctx, e.dsn)
+	return p, nil
+}
+
+// sampleSlots runs a slotSampler of the pipeline's slots on a connection
+// of its own until stop, which reports what ended it (nil: stop itself)
+// and may be called again.
+func (e *env) sampleSlots(ctx context.Context, pipeline, slot string) (*slotSampler, func() error, error) {
+	conn, err := pgx.Connect(ctx, e.dsn)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer smp.Close(context.Background())
-	s := &slotSampler{conn: smp, pipeline: name, slot: slot}
-	sctx, cancelSampling := context.WithCancel(ctx)
+	s := &slotSampler{conn: conn, pipeline: pipeline, slot: slot}
+	sctx, cancel := context.WithCancel(ctx)
 	sampled := make(chan error, 1)
 	go func() { sampled <- s.run(sctx) }()
-	var sampleErr error
-	stopSampling := sync.OnceFunc(func() {
-		cancelSampling()
-		if err := <-sampled; !errors.Is(err, context.Canceled) {
-			sampleErr = err
+	stop := sync.OnceValue(func() error {
+		cancel()
+		err := <-sampled
+		conn.Close(context.Background())
+		if errors.Is(err, context.Canceled) {
+			return nil
 		}
+		return err
 	})
-	defer stopSampling()
+	return s, stop, nil
+}
 
+// outageRun is what the outage's load did: when it started, when the
+// receiver went down and came back, when the down sink rejoined, and how
+// many changes it committed.
+type outageRun struct {
+	start, downAt, upAt, rejoinedAt time.Time
+	n                               int
+}
+
+// outageLoad commits Rate changes/s in 10-row transactions, takes flaky
+// down after Warmup and back after Down, and goes on until the sampler saw
+// the down sink rejoin, and a few seconds more: the live sink's latency
+// with both sinks live again counts too.
+func (e *env) outageLoad(ctx context.Context, p *process, s *slotSampler, flaky *isoReceiver) (outageRun, error) {
+	ic := e.cfg.Isolate
 	const txRows = 10
-	every := time.Second * txRows / time.Duration(ic.Rate)
-	tick := time.NewTicker(every)
+	tick := time.NewTicker(time.Second * txRows / time.Duration(ic.Rate))
 	defer tick.Stop()
 	lo := int64(e.cfg.Inserts + 200_000_000)
-	start := time.Now()
-	var downAt, upAt, rejoinedAt time.Time
-	n := 0
+	r := outageRun{start: time.Now()}
 	for {
 		now := time.Now()
-		switch {
-		case downAt.IsZero() && now.Sub(start) >= ic.Warmup:
-			e.logf("  outage: receiver down for %s at %d changes/s", ic.Down, ic.Rate)
-			flaky.down()
-			downAt = now
-		case !downAt.IsZero() && upAt.IsZero() && now.Sub(downAt) >= ic.Down:
-			if err := flaky.up(flaky.addr); err != nil {
-				return nil, fmt.Errorf("receiver back: %w", err)
-			}
-			upAt = now
-			e.logf("  outage: receiver back")
-		case !upAt.IsZero() && rejoinedAt.IsZero():
-			if rj := s.rejoinedAfter(upAt); !rj.IsZero() {
-				rejoinedAt = rj
-				e.logf("  outage: rejoined %.1fs after the receiver came back", rj.Sub(upAt).Seconds())
-			} else if now.Sub(upAt) > ic.MaxCatchup {
-				return nil, fmt.Errorf("the down sink did not rejoin within %s of its receiver coming back\n%s", ic.MaxCatchup, e.tailLog(name))
-			}
+		if err := e.outageStep(&r, now, s, flaky, p.name); err != nil {
+			return r, err
 		}
-		// A few more seconds of steady load after the rejoin: the live
-		// sink's latency with both sinks live again counts too.
-		if !rejoinedAt.IsZero() && now.Sub(rejoinedAt) >= 3*time.Second {
-			break
+		if !r.rejoinedAt.IsZero() && now.Sub(r.rejoinedAt) >= 3*time.Second {
+			return r, nil
 		}
 		if _, err := e.conn.Exec(ctx, insertSQL, lo, lo+txRows-1); err != nil {
-			return nil, err
+			return r, err
 		}
 		lo += txRows
-		n += txRows
+		r.n += txRows
 		select {
 		case <-tick.C:
-		case <-exited:
-			return nil, fmt.Errorf("walcast exited\n%s", e.tailLog(name))
+		case <-p.exited:
+			return r, fmt.Errorf("walcast exited\n%s", e.tailLog(p.name))
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return r, ctx.Err()
 		}
 	}
-	if _, err := live.wait(int64(n), exited, time.Minute); err != nil {
-		return nil, fmt.Errorf("live sink: %w\n%s", err, e.tailLog(name))
-	}
-	if err := flaky.waitDistinct(n, exited, 5*time.Minute); err != nil {
-		return nil, fmt.Errorf("down sink: %w\n%s", err, e.tailLog(name))
-	}
-	stopSampling()
-	if sampleErr != nil {
-		return nil, sampleErr
-	}
-	if err := e.stopDaemon(cmd, exited, waitErr, name); err != nil {
-		return nil, err
-	}
-	if err := e.teardown(ctx, name); err != nil {
-		return nil, err
-	}
+}
 
-	o := &Outage{Rate: ic.Rate, DownSeconds: upAt.Sub(downAt).Seconds(), Events: n,
+// outageStep moves the outage on at now: the receiver goes down, comes
+// back, and the down sink's rejoin is noted once the sampler sees it.
+func (e *env) outageStep(r *outageRun, now time.Time, s *slotSampler, flaky *isoReceiver, name string) error {
+	ic := e.cfg.Isolate
+	switch {
+	case r.downAt.IsZero() && now.Sub(r.start) >= ic.Warmup:
+		e.logf("  outage: receiver down for %s at %d changes/s", ic.Down, ic.Rate)
+		flaky.down()
+		r.downAt = now
+	case !r.downAt.IsZero() && r.upAt.IsZero() && now.Sub(r.downAt) >= ic.Down:
+		if err := flaky.up(flaky.addr); err != nil {
+			return fmt.Errorf("receiver back: %w", err)
+		}
+		r.upAt = now
+		e.logf("  outage: receiver back")
+	case !r.upAt.IsZero() && r.rejoinedAt.IsZero():
+		if rj := s.rejoinedAfter(r.upAt); !rj.IsZero() {
+			r.rejoinedAt = rj
+			e.logf("  outage: rejoined %.1fs after the receiver came back", rj.Sub(r.upAt).Seconds())
+		} else if now.Sub(r.upAt) > ic.MaxCatchup {
+			return fmt.Errorf("the down sink did not rejoin within %s of its receiver coming back\n%s", ic.MaxCatchup, e.tailLog(name))
+		}
+	}
+	return nil
+}
+
+// outageFigures turns the run, the slot samples and the receivers'
+// records into the Outage figures.
+func (e *env) outageFigures(run outageRun, s *slotSampler, live, flaky *isoReceiver) (*Outage, error) {
+	downAt, upAt, rejoinedAt := run.downAt, run.upAt, run.rejoinedAt
+	o := &Outage{Rate: e.cfg.Isolate.Rate, DownSeconds: upAt.Sub(downAt).Seconds(), Events: run.n,
 		MaxRetainedWAL: s.maxRetained, MaxCatchupRetained: s.maxCatchupRetained,
 		CatchupSeconds: s.catchupWall.Seconds(), CatchupWalsenderCPU: s.catchupCPU, PipelineWalsenderCPU: s.mainCPU,
 		DownDistinct: flaky.distinctCount()}
@@ -486,10 +526,10 @@ sink "webhook" "down" {
 	o.BeforeP99ms = quantileMs(live.latencies(time.Time{}, downAt), 0.99)
 	o.CatchupP99ms = quantileMs(live.latencies(upAt, rejoinedAt), 0.99)
 	o.RejoinedP99ms = quantileMs(live.latencies(rejoinedAt, time.Now()), 0.99)
-	for from := start; from.Before(time.Now()); from = from.Add(5 * time.Second) {
+	for from := run.start; from.Before(time.Now()); from = from.Add(5 * time.Second) {
 		l := live.latencies(from, from.Add(5*time.Second))
 		if len(l) > 0 {
-			o.Timeline = append(o.Timeline, Window{FromSeconds: from.Sub(start).Seconds(), Events: len(l), P99ms: quantileMs(l, 0.99), Maxms: quantileMs(l, 1)})
+			o.Timeline = append(o.Timeline, Window{FromSeconds: from.Sub(run.start).Seconds(), Events: len(l), P99ms: quantileMs(l, 0.99), Maxms: quantileMs(l, 1)})
 		}
 	}
 	o.LoadAvg = loadAvg()

@@ -204,7 +204,7 @@ type daemonRun struct {
 }
 
 // startDaemon writes the pipeline and starts the daemon.
-func (e *env) startDaemon(ctx context.Context, d daemonRun) (*exec.Cmd, <-chan struct{}, *error, error) {
+func (e *env) startDaemon(ctx context.Context, d daemonRun) (*process, error) {
 	pipeline := fmt.Sprintf(`pipeline = %q
 
 source "postgres" {
@@ -218,73 +218,30 @@ source "postgres" {
 `, d.name, e.dsn, d.slot, publication, d.sink)
 	path := filepath.Join(e.work, d.name+".hcl")
 	if err := os.WriteFile(path, []byte(pipeline), 0o644); err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
-	logf, err := os.Create(filepath.Join(e.work, d.name+".log"))
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	var cmd *exec.Cmd
 	if e.cfg.ProfileDir != "" {
 		args := []string{"daemon", "-profile", filepath.Join(e.cfg.ProfileDir, d.name), "-plugin-dir", e.cfg.BinDir}
 		if d.metrics != "" {
 			args = append(args, "-metrics-listen", d.metrics)
 		}
-		cmd = exec.CommandContext(ctx, filepath.Join(e.cfg.BinDir, "walcast-bench"), append(args, path)...)
-	} else {
-		args := []string{"run", "-log-level", "warn"}
-		if d.metrics != "" {
-			args = append(args, "--metrics-listen", d.metrics)
-		}
-		cmd = exec.CommandContext(ctx, filepath.Join(e.cfg.BinDir, "walcast"), append(args, path)...)
+		return e.spawn(ctx, d.name, filepath.Join(e.cfg.BinDir, "walcast-bench"), append(args, path)...)
 	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = time.Minute
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, nil, nil, err
+	args := []string{"run", "-log-level", "warn"}
+	if d.metrics != "" {
+		args = append(args, "--metrics-listen", d.metrics)
 	}
-	exited := make(chan struct{})
-	waitErr := new(error)
-	go func() { *waitErr = cmd.Wait(); logf.Close(); close(exited) }()
-	return cmd, exited, waitErr, nil
-}
-
-func (e *env) stopDaemon(cmd *exec.Cmd, exited <-chan struct{}, waitErr *error, name string) error {
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-exited:
-	case <-time.After(time.Minute):
-		cmd.Process.Kill()
-		<-exited
-		return errors.New("the daemon did not stop within a minute of SIGTERM")
-	}
-	if *waitErr != nil {
-		return fmt.Errorf("walcast run: %w\n%s", *waitErr, e.tailLog(name))
-	}
-	return nil
-}
-
-func (e *env) tailLog(name string) string {
-	b, _ := os.ReadFile(filepath.Join(e.work, name+".log"))
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	return strings.Join(lines[max(len(lines)-20, 0):], "\n")
+	return e.spawn(ctx, d.name, filepath.Join(e.cfg.BinDir, "walcast"), append(args, path)...)
 }
 
 func (e *env) runDaemon(ctx context.Context, poll *pgx.Conn, d daemonRun) (Drain, error) {
 	d.metrics = freeAddr()
-	cmd, exited, waitErr, err := e.startDaemon(ctx, d)
+	p, err := e.startDaemon(ctx, d)
 	if err != nil {
 		return Drain{}, err
 	}
-	defer func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-exited
-		}
-	}()
-	t0, pid, err := e.waitSender(ctx, poll, d.slot, exited)
+	defer p.kill()
+	t0, pid, err := e.waitSender(ctx, poll, d.slot, p.exited)
 	if err != nil {
 		return Drain{}, fmt.Errorf("walcast: %w\n%s", err, e.tailLog(d.name))
 	}
@@ -292,14 +249,14 @@ func (e *env) runDaemon(ctx context.Context, poll *pgx.Conn, d daemonRun) (Drain
 	defer sender.stop()
 	var t1 time.Time
 	if d.rcv != nil {
-		if t1, err = d.rcv.wait(int64(e.changes), exited, drainTimeout); err != nil {
+		if t1, err = d.rcv.wait(int64(e.changes), p.exited, drainTimeout); err != nil {
 			return Drain{}, fmt.Errorf("walcast: %w\n%s", err, e.tailLog(d.name))
 		}
-	} else if t1, err = e.waitConfirmed(ctx, poll, d.slot, e.endLSN, exited, drainTimeout); err != nil {
+	} else if t1, err = e.waitConfirmed(ctx, poll, d.slot, e.endLSN, p.exited, drainTimeout); err != nil {
 		return Drain{}, fmt.Errorf("walcast: %w\n%s", err, e.tailLog(d.name))
 	}
-	host, _ := readProc(cmd.Process.Pid)
-	plugin := childrenUsage(cmd.Process.Pid)
+	host, _ := readProc(p.pid())
+	plugin := childrenUsage(p.pid())
 	r := Drain{
 		Seconds:      t1.Sub(t0).Seconds(),
 		HostRSSMiB:   float64(host.HWMKiB) / 1024,
@@ -315,11 +272,11 @@ func (e *env) runDaemon(ctx context.Context, poll *pgx.Conn, d daemonRun) (Drain
 		r.Events = d.rcv.events.Load()
 		// The daemon confirms what the receiver got within ~100ms; wait
 		// for it so that the slot is clean (and the run honest).
-		if _, err := e.waitConfirmed(ctx, poll, d.slot, e.endLSN, exited, time.Minute); err != nil {
+		if _, err := e.waitConfirmed(ctx, poll, d.slot, e.endLSN, p.exited, time.Minute); err != nil {
 			return Drain{}, err
 		}
 	}
-	return e.rates(r), e.stopDaemon(cmd, exited, waitErr, d.name)
+	return e.rates(r), e.stopDaemon(p)
 }
 
 // startKfake runs walcast-kfake on a free port.
