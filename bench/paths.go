@@ -15,8 +15,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -309,84 +307,6 @@ func (e *env) startKfake(ctx context.Context) (string, func(), error) {
 		return "", nil, errors.New("walcast-kfake did not report its address within 30s")
 	}
 }
-
-// receiver is a minimal webhook endpoint: it counts the events of each
-// POST, and with latency set records commit time → arrival per event.
-type receiver struct {
-	url    string
-	srv    *http.Server
-	events atomic.Int64
-	target atomic.Int64
-	done   chan time.Time
-
-	latency bool
-	mu      sync.Mutex
-	lat     []time.Duration
-}
-
-var eventMark = []byte(`{"id":"`)
-
-func startReceiver(latency bool) (*receiver, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	r := &receiver{url: "http://" + ln.Addr().String() + "/hook", done: make(chan time.Time, 1), latency: latency}
-	r.target.Store(-1)
-	buf := sync.Pool{New: func() any { return new(bytes.Buffer) }}
-	r.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		b := buf.Get().(*bytes.Buffer)
-		b.Reset()
-		defer buf.Put(b)
-		if _, err := b.ReadFrom(req.Body); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		now := time.Now()
-		n := int64(bytes.Count(b.Bytes(), eventMark))
-		if r.latency {
-			var body struct {
-				Events []struct {
-					CommitTime time.Time `json:"commit_time"`
-				} `json:"events"`
-			}
-			if err := json.Unmarshal(b.Bytes(), &body); err != nil {
-				http.Error(w, err.Error(), http.StatusBadRequest)
-				return
-			}
-			r.mu.Lock()
-			for _, ev := range body.Events {
-				r.lat = append(r.lat, now.Sub(ev.CommitTime))
-			}
-			r.mu.Unlock()
-		}
-		total := r.events.Add(n)
-		if t := r.target.Load(); t >= 0 && total >= t && total-n < t {
-			r.done <- now
-		}
-		w.WriteHeader(http.StatusNoContent)
-	})}
-	go r.srv.Serve(ln)
-	return r, nil
-}
-
-// wait returns when the receiver has counted n events.
-func (r *receiver) wait(n int64, exited <-chan struct{}, timeout time.Duration) (time.Time, error) {
-	r.target.Store(n)
-	if r.events.Load() >= n {
-		return time.Now(), nil
-	}
-	select {
-	case t := <-r.done:
-		return t, nil
-	case <-exited:
-		return time.Time{}, fmt.Errorf("the daemon exited after %d of %d events", r.events.Load(), n)
-	case <-time.After(timeout):
-		return time.Time{}, fmt.Errorf("%d of %d events arrived within %s", r.events.Load(), n, timeout)
-	}
-}
-
-func (r *receiver) close() { r.srv.Close() }
 
 // freeAddr is a loopback address with a port nobody listens on now ("" if
 // none could be found: the daemon then serves no metrics).
