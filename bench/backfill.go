@@ -7,7 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -28,18 +30,26 @@ type BackfillRun struct {
 	LiveP50ms  float64 `json:"live_p50_ms"`
 	LiveP99ms  float64 `json:"live_p99_ms"`
 	LiveMaxms  float64 `json:"live_max_ms"`
+	// LiveRate is the live writer's rate (Config.BackfillLiveRate; 0: the
+	// backfill ran alone).
+	LiveRate int `json:"live_rate"`
+	// From walcast's "backfill done" log line: the chunks, how long a
+	// chunk held its rows locked (its locking read to its commit) on
+	// average and at most, and the runner's own rows/s (its start to the
+	// last chunk's commit, without waiting for the sinks).
+	Chunks           int64   `json:"chunks"`
+	LockAvgMs        float64 `json:"lock_avg_ms"`
+	LockMaxMs        float64 `json:"lock_max_ms"`
+	RunnerRowsPerSec float64 `json:"runner_rows_per_sec"`
 }
-
-// backfillLiveRate is the live writer's rate during a backfill, in
-// single-row transactions per second.
-const backfillLiveRate = 500
 
 // drainBackfill backfills the bench table (what the workload left of it)
 // to the stdout sink of a fresh pipeline while a writer commits
-// backfillLiveRate single-row inserts per second into bench_live, which a
+// BackfillLiveRate single-row inserts per second into bench_live, which a
 // webhook sink receives: rows/s from the request until every sink has
 // confirmed the backfill's last chunk, the live changes' commit→sink
-// latency meanwhile, the WAL written per row, host and plugin RSS and CPU.
+// latency meanwhile, the WAL written per row, the time a chunk holds its
+// rows locked, host and plugin RSS and CPU.
 // The path's slot is not used: the pipeline makes its own, so that only
 // the backfill and the live changes flow through it.
 func (e *env) drainBackfill(ctx context.Context, poll *pgx.Conn, run int) (Drain, error) {
@@ -75,7 +85,9 @@ func (e *env) drainBackfill(ctx context.Context, poll *pgx.Conn, run int) (Drain
 		return Drain{}, err
 	}
 	defer stopWriter()
-	time.Sleep(time.Second) // the live stream is flowing before the backfill starts
+	if e.cfg.BackfillLiveRate > 0 {
+		time.Sleep(time.Second) // the live stream is flowing before the backfill starts
+	}
 	m, err := e.backfillOnce(ctx, poll, p, path, slot, rcv)
 	if err != nil {
 		return Drain{}, err
@@ -84,7 +96,11 @@ func (e *env) drainBackfill(ctx context.Context, poll *pgx.Conn, run int) (Drain
 		return Drain{}, err
 	}
 	d := e.backfillFigures(p, m, rcv)
-	return d, e.stopDaemon(p)
+	if err := e.stopDaemon(p); err != nil {
+		return d, err
+	}
+	// Read once the daemon is gone: its log is complete.
+	return d, e.readBackfillDone(p.name, d.Backfill)
 }
 
 // writeBackfillPipeline writes the backfill path's pipeline: the bench
@@ -146,10 +162,15 @@ func (e *env) waitSlotCreated(ctx context.Context, poll *pgx.Conn, p *process, s
 	}
 }
 
-// startLiveWriter commits backfillLiveRate single-row transactions a
+// startLiveWriter commits BackfillLiveRate single-row transactions a
 // second into bench_live, on a connection of its own, until stop, which
-// reports the writer's error and may be called again.
+// reports the writer's error and may be called again. A rate of 0 writes
+// nothing.
 func (e *env) startLiveWriter(ctx context.Context) (stop func() error, err error) {
+	rate := e.cfg.BackfillLiveRate
+	if rate <= 0 {
+		return func() error { return nil }, nil
+	}
 	conn, err := pgx.Connect(ctx, e.dsn)
 	if err != nil {
 		return nil, err
@@ -157,7 +178,7 @@ func (e *env) startLiveWriter(ctx context.Context) (stop func() error, err error
 	stopLive := make(chan struct{})
 	liveErr := make(chan error, 1)
 	go func() {
-		tick := time.NewTicker(time.Second / backfillLiveRate)
+		tick := time.NewTicker(time.Second / time.Duration(rate))
 		defer tick.Stop()
 		for i := int64(1); ; i++ {
 			select {
@@ -256,7 +277,8 @@ func (e *env) backfillFigures(p *process, m backfillRun, rcv *receiver) Drain {
 	host, _ := readProc(p.pid())
 	plugin := childrenUsage(p.pid())
 	secs := m.t1.Sub(m.t0).Seconds()
-	fill := &BackfillRun{Rows: m.rows, WALPerRow: float64(m.walDone-m.walStart) / float64(max(m.rows, 1)), LiveEvents: len(lat)}
+	fill := &BackfillRun{Rows: m.rows, WALPerRow: float64(m.walDone-m.walStart) / float64(max(m.rows, 1)), LiveEvents: len(lat),
+		LiveRate: e.cfg.BackfillLiveRate}
 	if n := len(lat); n > 0 {
 		ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 		fill.LiveP50ms, fill.LiveP99ms, fill.LiveMaxms = ms(lat[n/2]), ms(lat[n*99/100]), ms(lat[n-1])
@@ -272,4 +294,33 @@ func (e *env) backfillFigures(p *process, m backfillRun, rcv *receiver) Drain {
 		PluginCPU:     plugin.CPU,
 		Backfill:      fill,
 	}
+}
+
+// backfillDone is the runner's log line at the end of a backfill.
+var backfillDone = regexp.MustCompile(`msg="backfill done".* rows=(\d+) chunks=(\d+) rows_per_s=(\d+) lock_avg=(\S+) lock_max=(\S+)`)
+
+// readBackfillDone fills in fill's figures from the last "backfill done"
+// line of the daemon's log.
+func (e *env) readBackfillDone(name string, fill *BackfillRun) error {
+	log, err := os.ReadFile(filepath.Join(e.work, name+".log"))
+	if err != nil {
+		return err
+	}
+	all := backfillDone.FindAllStringSubmatch(string(log), -1)
+	if len(all) == 0 {
+		return fmt.Errorf("no \"backfill done\" line in walcast's log\n%s", e.tailLog(name))
+	}
+	m := all[len(all)-1]
+	fill.Chunks, _ = strconv.ParseInt(m[2], 10, 64)
+	fill.RunnerRowsPerSec, _ = strconv.ParseFloat(m[3], 64)
+	avg, err1 := time.ParseDuration(m[4])
+	most, err2 := time.ParseDuration(m[5])
+	if err := errors.Join(err1, err2); err != nil {
+		return fmt.Errorf("walcast's \"backfill done\" line: %w", err)
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	fill.LockAvgMs, fill.LockMaxMs = ms(avg), ms(most)
+	e.logf("  backfill: %d chunks, rows locked %.1f ms per chunk on average, %.1f ms at most; the runner read %.0f rows/s",
+		fill.Chunks, fill.LockAvgMs, fill.LockMaxMs, fill.RunnerRowsPerSec)
+	return nil
 }

@@ -63,6 +63,10 @@ type Config struct {
 	Log io.Writer
 	// Isolate sizes the isolation figures (path PathIsolate).
 	Isolate IsolateConfig
+	// BackfillLiveRate is the live writer's rate while the backfill path
+	// backfills, in single-row transactions per second; 0 runs the
+	// backfill alone.
+	BackfillLiveRate int
 }
 
 // Default is the benchmark.
@@ -70,7 +74,7 @@ func Default() Config {
 	return Config{
 		Inserts: 1_000_000, Updates: 200_000, Deletes: 100_000, TxSize: 100,
 		Runs: 3, LatencyRate: 2000, LatencyDuration: 20 * time.Second, BigTx: 1_000_000,
-		Isolate: DefaultIsolate(),
+		Isolate: DefaultIsolate(), BackfillLiveRate: 500,
 	}
 }
 
@@ -588,6 +592,14 @@ func (r *Results) WriteTable(w io.Writer) {
 	if b := r.BigTx; b != nil {
 		fmt.Fprintf(w, "\none %d-row transaction through the daemon (stdout sink): host peak RSS %.0f MiB, plugin %.0f MiB, %.0f changes/s\n",
 			b.Rows, b.HostRSSMiB, b.PluginRSSMiB, b.ChangesPerSec)
+	}
+	for _, p := range r.Paths {
+		for i, run := range p.Runs {
+			if b := run.Backfill; b != nil {
+				fmt.Fprintf(w, "\nbackfill run %d: %d rows, %.0f rows/s (runner %.0f), %.0f bytes of WAL per row, %d chunks holding their rows locked %.1f ms on average, %.1f ms at most; %d live changes at %d/s meanwhile, p50 %.1f ms, p99 %.1f ms, max %.1f ms\n",
+					i+1, b.Rows, run.ChangesPerSec, b.RunnerRowsPerSec, b.WALPerRow, b.Chunks, b.LockAvgMs, b.LockMaxMs, b.LiveEvents, b.LiveRate, b.LiveP50ms, b.LiveP99ms, b.LiveMaxms)
+			}
+		}
 	}
 	if r.Isolate != nil {
 		r.Isolate.writeTable(w)

@@ -95,8 +95,9 @@ func (r *receiver) wait(n int64, exited <-chan struct{}, timeout time.Duration) 
 func (r *receiver) close() { r.srv.Close() }
 
 // isoReceiver is a webhook endpoint that can go down (connection refused)
-// and come back on the same address, answer after a delay, record each
-// event's commit → arrival latency, and count distinct events.
+// and come back on the same address, answer after a delay or hold every
+// request until released, record each event's commit → arrival latency,
+// and count distinct events.
 type isoReceiver struct {
 	delay    time.Duration
 	latency  bool
@@ -107,6 +108,7 @@ type isoReceiver struct {
 
 	mu     sync.Mutex
 	srv    *http.Server
+	held   chan struct{} // while open, requests wait (hold, release)
 	commit []time.Time
 	lat    []time.Duration
 	ok     []time.Time // when each request was answered
@@ -137,6 +139,23 @@ func (r *isoReceiver) up(addr string) error {
 	return nil
 }
 
+// hold makes requests wait, unanswered, until release.
+func (r *isoReceiver) hold() {
+	r.mu.Lock()
+	r.held = make(chan struct{})
+	r.mu.Unlock()
+}
+
+// release answers the held requests and those that follow.
+func (r *isoReceiver) release() {
+	r.mu.Lock()
+	if r.held != nil {
+		close(r.held)
+		r.held = nil
+	}
+	r.mu.Unlock()
+}
+
 // down closes the listener and every connection: requests are refused.
 func (r *isoReceiver) down() {
 	r.mu.Lock()
@@ -154,12 +173,8 @@ func (r *isoReceiver) serve(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	if r.delay > 0 {
-		select {
-		case <-time.After(r.delay):
-		case <-req.Context().Done():
-			return
-		}
+	if !r.due(req) {
+		return
 	}
 	now := time.Now()
 	var n int64
@@ -197,6 +212,29 @@ func (r *isoReceiver) serve(w http.ResponseWriter, req *http.Request) {
 	}
 	r.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// due waits out the delay and any hold; false when the client gave up
+// first.
+func (r *isoReceiver) due(req *http.Request) bool {
+	if r.delay > 0 {
+		select {
+		case <-time.After(r.delay):
+		case <-req.Context().Done():
+			return false
+		}
+	}
+	r.mu.Lock()
+	held := r.held
+	r.mu.Unlock()
+	if held != nil {
+		select {
+		case <-held:
+		case <-req.Context().Done():
+			return false
+		}
+	}
+	return true
 }
 
 // wait returns when n events arrived.
@@ -312,6 +350,14 @@ func (c *lineCounter) add(m int64) {
 		close(c.done)
 	}
 	c.mu.Unlock()
+}
+
+// longestWait is the longest the sink was held up before the target of
+// wait was reached.
+func (c *lineCounter) longestWait() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.maxGap
 }
 
 // wait returns when n events were written.
