@@ -542,8 +542,8 @@ func (r *Runner) chunk(ctx context.Context, conn *pgx.Conn, id int64, t Table, s
 	var res chunkResult
 	// The transaction is driven by hand rather than with pgx.Tx, so that
 	// BEGIN travels with the progress read and the message, progress and
-	// COMMIT with each other: three round trips fewer per chunk, a fifth
-	// of a chunk's time.
+	// COMMIT with each other: three round trips fewer per chunk
+	// (docs/benchmarks.md, "Backfill path").
 	open := true
 	defer func() {
 		if open {

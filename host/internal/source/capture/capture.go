@@ -448,7 +448,8 @@ func (c *Capture) receive(ctx context.Context, w *silenceWatch) error {
 	// watch for silence and notice shutdown. The clock is read, the status
 	// and the silence checked and the deadline moved only every checkEvery
 	// messages (and after every timeout): both cost a clock read, which on
-	// this project's VMs is a measurable part of a change's CPU. The
+	// this project's VMs is a measurable part of a change's CPU
+	// (docs/benchmarks.md, "Issue 16"). The
 	// deadline is absolute, so the loop still comes back within
 	// feedbackDelay of the last check.
 	received := 0
