@@ -360,7 +360,7 @@ func inspect(ctx context.Context, db Querier, records Records, cfg Config) (stat
 	if st.slot, err = lookupSlot(ctx, db, cfg.Slot); err != nil {
 		return st, err
 	}
-	marks, err := records.Checkpoints(ctx)
+	checkpoints, err := records.Checkpoints(ctx)
 	if err != nil {
 		return st, err
 	}
@@ -368,7 +368,7 @@ func inspect(ctx context.Context, db Querier, records Records, cfg Config) (stat
 	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, cfg.Publication).Scan(&pubExists); err != nil {
 		return st, fmt.Errorf("look up publication %s: %w", cfg.Publication, err)
 	}
-	st.gap = checkHistory(cfg, cfg.Pipeline, st.rec, st.known, st.here, st.slot, marks, pubExists)
+	st.gap = checkHistory(cfg, cfg.Pipeline, st.rec, st.known, st.here, st.slot, checkpoints, pubExists)
 	if st.gap == nil && st.slot.exists && pubExists {
 		// Checked before Prepare brings a walcast-made publication back
 		// in step with the table list, which would hide a removal.
@@ -381,7 +381,7 @@ func inspect(ctx context.Context, db Querier, records Records, cfg Config) (stat
 			if err != nil {
 				return st, err
 			}
-			st.gap = checkPublished(cfg, recorded, now, names, checkpointList(marks), false)
+			st.gap = checkPublished(cfg, recorded, now, names, checkpointList(checkpoints), false)
 		}
 	}
 	return st, nil
@@ -427,14 +427,14 @@ func (e *GapError) Reason() string {
 // checkHistory compares what the walcast schema remembers of the pipeline
 // with the slot as it is now, and returns why streaming would hide lost
 // changes, or nil.
-func checkHistory(cfg Config, pipeline string, rec Record, known bool, here Identity, slot slotInfo, marks map[string]cdc.EventID, pubExists bool) *GapError {
+func checkHistory(cfg Config, pipeline string, rec Record, known bool, here Identity, slot slotInfo, checkpoints map[string]cdc.EventID, pubExists bool) *GapError {
 	// The pipeline has streamed before when it has checkpoints or walcast
 	// recorded a slot for it.
-	streamed := len(marks) > 0 || (known && rec.Identity.SlotCreatedLSN != 0)
+	streamed := len(checkpoints) > 0 || (known && rec.Identity.SlotCreatedLSN != 0)
 	if !streamed {
 		return nil
 	}
-	e := &GapError{Slot: cfg.Slot, Publication: cfg.Publication, Checkpoints: checkpointList(marks)}
+	e := &GapError{Slot: cfg.Slot, Publication: cfg.Publication, Checkpoints: checkpointList(checkpoints)}
 	was := rec.Identity
 	switch {
 	case was.SystemIdentifier != "" && (was.SystemIdentifier != here.SystemIdentifier || was.DatabaseOID != here.DatabaseOID):
@@ -471,18 +471,18 @@ func checkHistory(cfg Config, pipeline string, rec Record, known bool, here Iden
 }
 
 // checkpointList is the sinks' checkpoints for a GapError.
-func checkpointList(marks map[string]cdc.EventID) string {
-	if len(marks) == 0 {
+func checkpointList(checkpoints map[string]cdc.EventID) string {
+	if len(checkpoints) == 0 {
 		return "none"
 	}
-	names := make([]string, 0, len(marks))
-	for s := range marks {
+	names := make([]string, 0, len(checkpoints))
+	for s := range checkpoints {
 		names = append(names, s)
 	}
 	sort.Strings(names)
 	parts := make([]string, len(names))
 	for i, s := range names {
-		parts[i] = s + " " + marks[s].String()
+		parts[i] = s + " " + checkpoints[s].String()
 	}
 	return strings.Join(parts, ", ")
 }
