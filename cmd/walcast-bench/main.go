@@ -1,8 +1,9 @@
 // Command walcast-bench runs walcast's benchmark (what `make bench` runs):
 // a private PostgreSQL, the issue's workload waiting in fresh slots, then
 // each path drains one — pg_recvlogical, library mode, the daemon with the
-// stdout, webhook and kafka sinks — and the figures are printed and
-// written as JSON. See docs/benchmarks.md.
+// stdout, webhook and kafka sinks — then a backfill and the isolation
+// figures, and the figures are printed and written as JSON. See
+// docs/benchmarks.md.
 //
 //	walcast-bench [-bin bin] [-scale 1] [-runs 3] [-paths a,b] [-out bench/out/results.json]
 //
