@@ -7,8 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
-	"syscall"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,18 +30,26 @@ type BackfillRun struct {
 	LiveP50ms  float64 `json:"live_p50_ms"`
 	LiveP99ms  float64 `json:"live_p99_ms"`
 	LiveMaxms  float64 `json:"live_max_ms"`
+	// LiveRate is the live writer's rate (Config.BackfillLiveRate; 0: the
+	// backfill ran alone).
+	LiveRate int `json:"live_rate"`
+	// From walcast's "backfill done" log line: the chunks, how long a
+	// chunk held its rows locked (its locking read to its commit) on
+	// average and at most, and the runner's own rows/s (its start to the
+	// last chunk's commit, without waiting for the sinks).
+	Chunks           int64   `json:"chunks"`
+	LockAvgMs        float64 `json:"lock_avg_ms"`
+	LockMaxMs        float64 `json:"lock_max_ms"`
+	RunnerRowsPerSec float64 `json:"runner_rows_per_sec"`
 }
-
-// backfillLiveRate is the live writer's rate during a backfill, in
-// single-row transactions per second.
-const backfillLiveRate = 500
 
 // drainBackfill backfills the bench table (what the workload left of it)
 // to the stdout sink of a fresh pipeline while a writer commits
-// backfillLiveRate single-row inserts per second into bench_live, which a
+// BackfillLiveRate single-row inserts per second into bench_live, which a
 // webhook sink receives: rows/s from the request until every sink has
 // confirmed the backfill's last chunk, the live changes' commit→sink
-// latency meanwhile, the WAL written per row, host and plugin RSS and CPU.
+// latency meanwhile, the WAL written per row, the time a chunk holds its
+// rows locked, host and plugin RSS and CPU.
 // The path's slot is not used: the pipeline makes its own, so that only
 // the backfill and the live changes flow through it.
 func (e *env) drainBackfill(ctx context.Context, poll *pgx.Conn, run int) (Drain, error) {
@@ -51,8 +61,52 @@ func (e *env) drainBackfill(ctx context.Context, poll *pgx.Conn, run int) (Drain
 		return Drain{}, err
 	}
 	defer rcv.close()
-	name := fmt.Sprintf("backfill_%d", run)
-	slot := "b_fill_" + fmt.Sprint(run)
+	name, slot := fmt.Sprintf("backfill_%d", run), "b_fill_"+fmt.Sprint(run)
+	path, err := e.writeBackfillPipeline(name, slot, rcv.url)
+	if err != nil {
+		return Drain{}, err
+	}
+	p, err := e.spawn(ctx, name, filepath.Join(e.cfg.BinDir, "walcast"), "run", "-log-level", "info", path)
+	if err != nil {
+		return Drain{}, err
+	}
+	defer func() {
+		p.kill()
+		// The pipeline's slot would keep WAL for the paths after it.
+		e.dropSlot(context.Background(), slot)
+	}()
+	if err := e.waitSlotCreated(ctx, poll, p, slot); err != nil {
+		return Drain{}, err
+	}
+	// The live writer runs from before the request until every sink has
+	// the backfill.
+	stopWriter, err := e.startLiveWriter(ctx)
+	if err != nil {
+		return Drain{}, err
+	}
+	defer stopWriter()
+	if e.cfg.BackfillLiveRate > 0 {
+		time.Sleep(time.Second) // the live stream is flowing before the backfill starts
+	}
+	m, err := e.backfillOnce(ctx, poll, p, path, slot, rcv)
+	if err != nil {
+		return Drain{}, err
+	}
+	if err := stopWriter(); err != nil {
+		return Drain{}, err
+	}
+	d := e.backfillFigures(p, m, rcv)
+	if err := e.stopDaemon(p); err != nil {
+		return d, err
+	}
+	// Read once the daemon is gone: its log is complete.
+	return d, e.readBackfillDone(p.name, d.Backfill)
+}
+
+// writeBackfillPipeline writes the backfill path's pipeline: the bench
+// table backfilled to a stdout sink, bench_live's changes to a webhook
+// sink posting to url.
+func (e *env) writeBackfillPipeline(name, slot, url string) (string, error) {
 	pipeline := fmt.Sprintf(`pipeline = %q
 
 source "postgres" {
@@ -79,66 +133,52 @@ sink "webhook" "live" {
     url = %q
   }
 }
-`, name, e.dsn, slot, rcv.url)
+`, name, e.dsn, slot, url)
 	path := filepath.Join(e.work, name+".hcl")
-	if err := os.WriteFile(path, []byte(pipeline), 0o644); err != nil {
-		return Drain{}, err
-	}
-	logf, err := os.Create(filepath.Join(e.work, name+".log"))
-	if err != nil {
-		return Drain{}, err
-	}
-	cmd := exec.CommandContext(ctx, filepath.Join(e.cfg.BinDir, "walcast"), "run", "-log-level", "info", path)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = time.Minute
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return Drain{}, err
-	}
-	exited := make(chan struct{})
-	waitErr := new(error)
-	go func() { *waitErr = cmd.Wait(); logf.Close(); close(exited) }()
-	defer func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-exited
-		}
-		// The pipeline's slot would keep WAL for the paths after it.
-		e.dropSlot(context.Background(), slot)
-	}()
-	// walcast creates the slot as it starts.
+	return path, os.WriteFile(path, []byte(pipeline), 0o644)
+}
+
+// waitSlotCreated waits until the slot walcast creates as it starts is
+// streaming.
+func (e *env) waitSlotCreated(ctx context.Context, poll *pgx.Conn, p *process, slot string) error {
 	for deadline := time.Now().Add(time.Minute); ; {
 		var active bool
 		err := poll.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return Drain{}, fmt.Errorf("poll slot %s: %w", slot, err)
+			return fmt.Errorf("poll slot %s: %w", slot, err)
 		}
 		if active {
-			break
+			return nil
 		}
 		select {
-		case <-exited:
-			return Drain{}, fmt.Errorf("walcast exited before streaming\n%s", e.tailLog(name))
+		case <-p.exited:
+			return fmt.Errorf("walcast exited before streaming\n%s", e.tailLog(p.name))
 		default:
 		}
 		if time.Now().After(deadline) {
-			return Drain{}, fmt.Errorf("walcast did not stream within a minute\n%s", e.tailLog(name))
+			return fmt.Errorf("walcast did not stream within a minute\n%s", e.tailLog(p.name))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
 
-	// The live writer runs from before the request until every sink has
-	// the backfill.
-	wconn, err := pgx.Connect(ctx, e.dsn)
-	if err != nil {
-		return Drain{}, err
+// startLiveWriter commits BackfillLiveRate single-row transactions a
+// second into bench_live, on a connection of its own, until stop, which
+// reports the writer's error and may be called again. A rate of 0 writes
+// nothing.
+func (e *env) startLiveWriter(ctx context.Context) (stop func() error, err error) {
+	rate := e.cfg.BackfillLiveRate
+	if rate <= 0 {
+		return func() error { return nil }, nil
 	}
-	defer wconn.Close(context.Background())
+	conn, err := pgx.Connect(ctx, e.dsn)
+	if err != nil {
+		return nil, err
+	}
 	stopLive := make(chan struct{})
 	liveErr := make(chan error, 1)
 	go func() {
-		tick := time.NewTicker(time.Second / backfillLiveRate)
+		tick := time.NewTicker(time.Second / time.Duration(rate))
 		defer tick.Stop()
 		for i := int64(1); ; i++ {
 			select {
@@ -147,98 +187,140 @@ sink "webhook" "live" {
 				return
 			case <-tick.C:
 			}
-			if _, err := wconn.Exec(ctx, `INSERT INTO bench_live VALUES ($1, 0) ON CONFLICT (id) DO UPDATE SET v = bench_live.v + 1`, i); err != nil {
+			if _, err := conn.Exec(ctx, `INSERT INTO bench_live VALUES ($1, 0) ON CONFLICT (id) DO UPDATE SET v = bench_live.v + 1`, i); err != nil {
 				liveErr <- fmt.Errorf("live writer: %w", err)
 				return
 			}
 		}
 	}()
-	stopWriter := func() error {
-		select {
-		case <-stopLive:
-			return nil
-		default:
-		}
+	return sync.OnceValue(func() error {
 		close(stopLive)
-		return <-liveErr
-	}
-	defer stopWriter()
-	time.Sleep(time.Second) // the live stream is flowing before the backfill starts
+		err := <-liveErr
+		conn.Close(context.Background())
+		return err
+	}), nil
+}
 
-	var walStart uint64
-	if err := poll.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn`).Scan(&walStart); err != nil {
-		return Drain{}, err
+// backfillRun is what one backfill request took: from the request (t0) to
+// every sink confirming its last chunk (t1), the rows backfilled and the
+// WAL written meanwhile.
+type backfillRun struct {
+	t0, t1            time.Time
+	rows              int64
+	walStart, walDone uint64
+}
+
+// backfillOnce requests the backfill of the bench table to sink "out" and
+// waits until the slot is confirmed past its last chunk. The receiver's
+// latencies start afresh with the request.
+func (e *env) backfillOnce(ctx context.Context, poll *pgx.Conn, p *process, path, slot string, rcv *receiver) (backfillRun, error) {
+	var m backfillRun
+	if err := poll.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn`).Scan(&m.walStart); err != nil {
+		return m, err
 	}
 	rcv.mu.Lock()
 	rcv.lat = rcv.lat[:0]
 	rcv.mu.Unlock()
-	t0 := time.Now()
+	m.t0 = time.Now()
 	if out, err := exec.CommandContext(ctx, filepath.Join(e.cfg.BinDir, "walcast"), "backfill", path, "--table", "public.bench", "--sink", "out").CombinedOutput(); err != nil {
-		return Drain{}, fmt.Errorf("walcast backfill: %w: %s", err, out)
+		return m, fmt.Errorf("walcast backfill: %w: %s", err, out)
 	}
+	var err error
+	if m.rows, err = e.waitBackfillDone(ctx, poll, p); err != nil {
+		return m, err
+	}
+	if err := poll.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn`).Scan(&m.walDone); err != nil {
+		return m, err
+	}
+	// Every sink has the last chunk once the slot is confirmed past it.
+	if m.t1, err = e.waitConfirmed(ctx, poll, slot, m.walDone, p.exited, drainTimeout); err != nil {
+		return m, fmt.Errorf("walcast: %w\n%s", err, e.tailLog(p.name))
+	}
+	return m, nil
+}
+
+// waitBackfillDone waits until the pipeline's last backfill is done and
+// returns its rows.
+func (e *env) waitBackfillDone(ctx context.Context, poll *pgx.Conn, p *process) (int64, error) {
 	var rows int64
 	for deadline := time.Now().Add(drainTimeout); ; {
 		var state string
-		err := poll.QueryRow(ctx, `SELECT state, rows_done FROM walcast.backfills WHERE pipeline = $1 ORDER BY id DESC LIMIT 1`, name).Scan(&state, &rows)
+		err := poll.QueryRow(ctx, `SELECT state, rows_done FROM walcast.backfills WHERE pipeline = $1 ORDER BY id DESC LIMIT 1`, p.name).Scan(&state, &rows)
 		if err != nil {
-			return Drain{}, fmt.Errorf("poll backfill: %w", err)
+			return rows, fmt.Errorf("poll backfill: %w", err)
 		}
 		if state == "done" {
-			break
+			return rows, nil
 		}
 		if state != "queued" && state != "running" {
-			return Drain{}, fmt.Errorf("backfill ended %s\n%s", state, e.tailLog(name))
+			return rows, fmt.Errorf("backfill ended %s\n%s", state, e.tailLog(p.name))
 		}
 		select {
-		case <-exited:
-			return Drain{}, fmt.Errorf("walcast exited during the backfill\n%s", e.tailLog(name))
+		case <-p.exited:
+			return rows, fmt.Errorf("walcast exited during the backfill\n%s", e.tailLog(p.name))
 		default:
 		}
 		if time.Now().After(deadline) {
-			return Drain{}, errors.New("backfill did not finish in time")
+			return rows, errors.New("backfill did not finish in time")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	var walDone uint64
-	if err := poll.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn`).Scan(&walDone); err != nil {
-		return Drain{}, err
-	}
-	// Every sink has the last chunk once the slot is confirmed past it.
-	t1, err := e.waitConfirmed(ctx, poll, slot, walDone, exited, drainTimeout)
-	if err != nil {
-		return Drain{}, fmt.Errorf("walcast: %w\n%s", err, e.tailLog(name))
-	}
-	if err := stopWriter(); err != nil {
-		return Drain{}, err
-	}
+}
+
+// backfillFigures is the Drain of one backfill: m's rows and seconds, the
+// daemon's and its plugins' usage, and the live changes' latencies.
+func (e *env) backfillFigures(p *process, m backfillRun, rcv *receiver) Drain {
 	rcv.mu.Lock()
 	lat := slices.Clone(rcv.lat)
 	rcv.mu.Unlock()
 	slices.Sort(lat)
-	host, _ := readProc(cmd.Process.Pid)
-	plugin := childrenUsage(cmd.Process.Pid)
-	secs := t1.Sub(t0).Seconds()
-	fill := &BackfillRun{Rows: rows, WALPerRow: float64(walDone-walStart) / float64(max(rows, 1)), LiveEvents: len(lat)}
+	host, _ := readProc(p.pid())
+	plugin := childrenUsage(p.pid())
+	secs := m.t1.Sub(m.t0).Seconds()
+	fill := &BackfillRun{Rows: m.rows, WALPerRow: float64(m.walDone-m.walStart) / float64(max(m.rows, 1)), LiveEvents: len(lat),
+		LiveRate: e.cfg.BackfillLiveRate}
 	if n := len(lat); n > 0 {
 		ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 		fill.LiveP50ms, fill.LiveP99ms, fill.LiveMaxms = ms(lat[n/2]), ms(lat[n*99/100]), ms(lat[n-1])
 	}
 	e.logf("  backfill: %d rows, %.0f bytes of WAL per row; %d live changes meanwhile, p50 %.0f ms p99 %.0f ms max %.0f ms",
-		rows, fill.WALPerRow, fill.LiveEvents, fill.LiveP50ms, fill.LiveP99ms, fill.LiveMaxms)
-	d := Drain{
+		m.rows, fill.WALPerRow, fill.LiveEvents, fill.LiveP50ms, fill.LiveP99ms, fill.LiveMaxms)
+	return Drain{
 		Seconds:       secs,
-		ChangesPerSec: float64(rows) / secs,
+		ChangesPerSec: float64(m.rows) / secs,
 		HostRSSMiB:    float64(host.HWMKiB) / 1024,
 		PluginRSSMiB:  float64(plugin.HWMKiB) / 1024,
 		HostCPU:       host.CPU,
 		PluginCPU:     plugin.CPU,
 		Backfill:      fill,
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-exited:
-	case <-time.After(time.Minute):
-		return d, errors.New("walcast did not stop within a minute of SIGTERM")
+}
+
+// backfillDone is the runner's log line at the end of a backfill.
+var backfillDone = regexp.MustCompile(`msg="backfill done".* rows=(\d+) chunks=(\d+) rows_per_s=(\d+) lock_avg=(\S+) lock_max=(\S+)`)
+
+// readBackfillDone fills in fill's figures from the last "backfill done"
+// line of the daemon's log.
+func (e *env) readBackfillDone(name string, fill *BackfillRun) error {
+	log, err := os.ReadFile(filepath.Join(e.work, name+".log"))
+	if err != nil {
+		return err
 	}
-	return d, nil
+	all := backfillDone.FindAllStringSubmatch(string(log), -1)
+	if len(all) == 0 {
+		return fmt.Errorf("no \"backfill done\" line in walcast's log\n%s", e.tailLog(name))
+	}
+	m := all[len(all)-1]
+	fill.Chunks, _ = strconv.ParseInt(m[2], 10, 64)
+	fill.RunnerRowsPerSec, _ = strconv.ParseFloat(m[3], 64)
+	avg, err1 := time.ParseDuration(m[4])
+	most, err2 := time.ParseDuration(m[5])
+	if err := errors.Join(err1, err2); err != nil {
+		return fmt.Errorf("walcast's \"backfill done\" line: %w", err)
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	fill.LockAvgMs, fill.LockMaxMs = ms(avg), ms(most)
+	e.logf("  backfill: %d chunks, rows locked %.1f ms per chunk on average, %.1f ms at most; the runner read %.0f rows/s",
+		fill.Chunks, fill.LockAvgMs, fill.LockMaxMs, fill.RunnerRowsPerSec)
+	return nil
 }

@@ -63,6 +63,10 @@ type Config struct {
 	Log io.Writer
 	// Isolate sizes the isolation figures (path PathIsolate).
 	Isolate IsolateConfig
+	// BackfillLiveRate is the live writer's rate while the backfill path
+	// backfills, in single-row transactions per second; 0 runs the
+	// backfill alone.
+	BackfillLiveRate int
 }
 
 // Default is the benchmark.
@@ -70,7 +74,7 @@ func Default() Config {
 	return Config{
 		Inserts: 1_000_000, Updates: 200_000, Deletes: 100_000, TxSize: 100,
 		Runs: 3, LatencyRate: 2000, LatencyDuration: 20 * time.Second, BigTx: 1_000_000,
-		Isolate: DefaultIsolate(),
+		Isolate: DefaultIsolate(), BackfillLiveRate: 500,
 	}
 }
 
@@ -180,6 +184,42 @@ type env struct {
 
 // Run runs the benchmark.
 func Run(ctx context.Context, cfg Config) (*Results, error) {
+	cfg, iso, err := cfg.complete()
+	if err != nil {
+		return nil, err
+	}
+	e := &env{cfg: cfg, log: cfg.Log}
+	res := &Results{Started: time.Now().UTC()}
+	closeEnv, err := e.open(ctx)
+	defer closeEnv()
+	if err != nil {
+		return nil, err
+	}
+	res.Machine = machine(ctx, e.conn)
+	if err := e.setup(ctx); err != nil {
+		return nil, err
+	}
+	slots, err := e.createSlots(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(cfg.Paths) > 0 {
+		if res.Workload, err = e.workload(ctx); err != nil {
+			return nil, err
+		}
+	}
+	runs, err := e.drainAll(ctx, slots)
+	if err != nil {
+		return res, err
+	}
+	res.Paths = pathResults(cfg.Paths, runs)
+	return res, e.measureOthers(ctx, res, iso)
+}
+
+// complete fills in the defaults and checks the paths. iso reports
+// whether the isolation figures were asked for: they are not a drain, so
+// they leave Paths.
+func (cfg Config) complete() (_ Config, iso bool, _ error) {
 	def := Default()
 	if cfg.TxSize <= 0 {
 		cfg.TxSize = def.TxSize
@@ -192,38 +232,44 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	}
 	for _, p := range cfg.Paths {
 		if !slices.Contains(AllPaths, p) {
-			return nil, fmt.Errorf("unknown path %q (known: %s)", p, strings.Join(AllPaths, ", "))
+			return cfg, false, fmt.Errorf("unknown path %q (known: %s)", p, strings.Join(AllPaths, ", "))
 		}
 	}
-	var iso bool
 	cfg.Paths, iso = splitIsolate(cfg.Paths)
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
 	}
 	bin, err := filepath.Abs(cfg.BinDir)
 	if err != nil {
-		return nil, err
+		return cfg, false, err
 	}
 	cfg.BinDir = bin
-	e := &env{cfg: cfg, log: cfg.Log}
-	if cfg.WorkDir == "" {
-		dir, err := os.MkdirTemp("", "walcast-bench-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(dir)
-		e.work = dir
-	} else {
-		e.work = cfg.WorkDir
-		if err := os.MkdirAll(e.work, 0o755); err != nil {
-			return nil, err
+	return cfg, iso, nil
+}
+
+// open makes the work directory (a temporary one unless WorkDir is set),
+// starts the private cluster and connects the harness to it. The returned
+// function undoes what open did, also when it failed half-way.
+func (e *env) open(ctx context.Context) (func(), error) {
+	var undo []func()
+	closeAll := func() {
+		for _, f := range slices.Backward(undo) {
+			f()
 		}
 	}
-	// The cluster's owner (postgres, when we are root) must be able to
-	// write pg_recvlogical's nothing and read nothing of ours; the pipeline
-	// files are read by our own children only.
-	res := &Results{Started: time.Now().UTC()}
-
+	if e.cfg.WorkDir == "" {
+		dir, err := os.MkdirTemp("", "walcast-bench-")
+		if err != nil {
+			return closeAll, err
+		}
+		undo = append(undo, func() { os.RemoveAll(dir) })
+		e.work = dir
+	} else {
+		e.work = e.cfg.WorkDir
+		if err := os.MkdirAll(e.work, 0o755); err != nil {
+			return closeAll, err
+		}
+	}
 	e.logf("starting PostgreSQL")
 	c, err := pgtest.Start(ctx, pgtest.Options{Settings: []string{
 		"max_wal_size = '8GB'",
@@ -234,24 +280,24 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		"autovacuum = off",
 	}})
 	if err != nil {
-		return nil, err
+		return closeAll, err
 	}
-	defer c.Close()
+	undo = append(undo, func() { c.Close() })
 	e.cluster = c
 	e.dsn = c.DSN("postgres")
 	if e.conn, err = pgx.Connect(ctx, e.dsn); err != nil {
-		return nil, err
+		return closeAll, err
 	}
-	defer e.conn.Close(context.Background())
-	res.Machine = machine(ctx, e.conn)
+	undo = append(undo, func() { e.conn.Close(context.Background()) })
+	return closeAll, nil
+}
 
-	if err := e.setup(ctx); err != nil {
-		return nil, err
-	}
-	// One fresh slot per path and run, all created before the workload.
+// createSlots creates one fresh slot per path and run, all before the
+// workload, so that each holds all of it.
+func (e *env) createSlots(ctx context.Context) (map[string][]string, error) {
 	slots := map[string][]string{}
-	for _, p := range cfg.Paths {
-		for i := range cfg.Runs {
+	for _, p := range e.cfg.Paths {
+		for i := range e.cfg.Runs {
 			name := fmt.Sprintf("b_%s_%d", strings.NewReplacer("-", "_", "pg_", "").Replace(p), i)
 			if err := e.createSlot(ctx, name); err != nil {
 				return nil, err
@@ -259,65 +305,77 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			slots[p] = append(slots[p], name)
 		}
 	}
-	if len(cfg.Paths) > 0 {
-		wl, err := e.workload(ctx)
-		if err != nil {
-			return nil, err
-		}
-		res.Workload = wl
-	}
+	return slots, nil
+}
 
-	// Runs interleave (every path once, then again) so that whatever
-	// drifts during a run — page cache, WAL recycling — is shared fairly.
+// drainAll drains each path's slots, dropping each once drained. Runs
+// interleave (every path once, then again) so that whatever drifts during
+// a run — page cache, WAL recycling — is shared fairly.
+func (e *env) drainAll(ctx context.Context, slots map[string][]string) (map[string][]Drain, error) {
 	runs := make(map[string][]Drain)
-	for i := range cfg.Runs {
-		for _, p := range cfg.Paths {
+	for i := range e.cfg.Runs {
+		for _, p := range e.cfg.Paths {
 			slot := slots[p][i]
-			e.logf("%s run %d/%d", p, i+1, cfg.Runs)
+			e.logf("%s run %d/%d", p, i+1, e.cfg.Runs)
 			r, err := e.drain(ctx, p, slot, i)
 			if err != nil {
-				return res, fmt.Errorf("%s run %d: %w", p, i+1, err)
+				return runs, fmt.Errorf("%s run %d: %w", p, i+1, err)
 			}
 			e.logf("  %.0f changes/s in %.2fs, host %.0f MiB %.1fs CPU, plugin %.0f MiB %.1fs CPU (%.2f µs/change), walsender %.0f%% of a core, %.0f events/Deliver",
 				r.ChangesPerSec, r.Seconds, r.HostRSSMiB, r.HostCPU, r.PluginRSSMiB, r.PluginCPU, r.CPUPerChange, 100*r.SenderShare, r.EventsPerDeliver)
 			runs[p] = append(runs[p], r)
 			if err := e.dropSlot(ctx, slot); err != nil {
-				return res, err
+				return runs, err
 			}
 		}
 	}
+	return runs, nil
+}
+
+// pathResults is each path's runs, their median, and its ratio to
+// pg_recvlogical's median when that ran.
+func pathResults(paths []string, runs map[string][]Drain) []PathResult {
+	var out []PathResult
 	var base float64
-	for _, p := range cfg.Paths {
+	for _, p := range paths {
 		pr := PathResult{Name: p, Runs: runs[p], Median: median(runs[p])}
 		if p == PathRecvlogical {
 			base = pr.Median.ChangesPerSec
 		}
-		res.Paths = append(res.Paths, pr)
+		out = append(out, pr)
 	}
 	if base > 0 {
-		for i := range res.Paths {
-			res.Paths[i].Ratio = res.Paths[i].Median.ChangesPerSec / base
+		for i := range out {
+			out[i].Ratio = out[i].Median.ChangesPerSec / base
 		}
 	}
+	return out
+}
+
+// measureOthers runs what is not a drain of the workload: the latency at
+// a steady rate, the big transaction and (iso) the isolation figures.
+func (e *env) measureOthers(ctx context.Context, res *Results, iso bool) error {
+	cfg := e.cfg
+	var err error
 	if cfg.LatencyDuration > 0 && cfg.LatencyRate > 0 {
 		e.logf("latency at %d changes/s for %s", cfg.LatencyRate, cfg.LatencyDuration)
 		if res.Latency, err = e.latency(ctx); err != nil {
-			return res, fmt.Errorf("latency: %w", err)
+			return fmt.Errorf("latency: %w", err)
 		}
 	}
 	if cfg.BigTx > 0 {
 		e.logf("one transaction of %d rows", cfg.BigTx)
 		if res.BigTx, err = e.bigTx(ctx); err != nil {
-			return res, fmt.Errorf("big transaction: %w", err)
+			return fmt.Errorf("big transaction: %w", err)
 		}
 	}
 	if iso {
 		e.logf("isolation: a slow sink next to a fast one, a sink down during a steady load")
 		if res.Isolate, err = e.isolate(ctx); err != nil {
-			return res, fmt.Errorf("isolation: %w", err)
+			return fmt.Errorf("isolation: %w", err)
 		}
 	}
-	return res, nil
+	return nil
 }
 
 func (e *env) logf(format string, args ...any) {
@@ -534,6 +592,14 @@ func (r *Results) WriteTable(w io.Writer) {
 	if b := r.BigTx; b != nil {
 		fmt.Fprintf(w, "\none %d-row transaction through the daemon (stdout sink): host peak RSS %.0f MiB, plugin %.0f MiB, %.0f changes/s\n",
 			b.Rows, b.HostRSSMiB, b.PluginRSSMiB, b.ChangesPerSec)
+	}
+	for _, p := range r.Paths {
+		for i, run := range p.Runs {
+			if b := run.Backfill; b != nil {
+				fmt.Fprintf(w, "\nbackfill run %d: %d rows, %.0f rows/s (runner %.0f), %.0f bytes of WAL per row, %d chunks holding their rows locked %.1f ms on average, %.1f ms at most; %d live changes at %d/s meanwhile, p50 %.1f ms, p99 %.1f ms, max %.1f ms\n",
+					i+1, b.Rows, run.ChangesPerSec, b.RunnerRowsPerSec, b.WALPerRow, b.Chunks, b.LockAvgMs, b.LockMaxMs, b.LiveEvents, b.LiveRate, b.LiveP50ms, b.LiveP99ms, b.LiveMaxms)
+			}
+		}
 	}
 	if r.Isolate != nil {
 		r.Isolate.writeTable(w)

@@ -101,6 +101,9 @@ func TestSmoke(t *testing.T) {
 			if r.Events != 0 && r.Events < int64(res.Workload.Changes) {
 				t.Errorf("%s: %d of %d events", p.Name, r.Events, res.Workload.Changes)
 			}
+			if b := r.Backfill; p.Name == PathBackfill && (b == nil || b.Chunks <= 0 || b.LockMaxMs <= 0) {
+				t.Errorf("%s: no chunks or row-lock time read from walcast's log: %+v", p.Name, b)
+			}
 		}
 	}
 	if res.Latency == nil || res.Latency.Events == 0 || res.BigTx == nil || res.BigTx.HostRSSMiB <= 0 {
@@ -109,6 +112,9 @@ func TestSmoke(t *testing.T) {
 	if iso := res.Isolate; iso == nil || iso.AloneSeconds <= 0 || iso.WithSlowSeconds <= 0 || iso.Outage == nil ||
 		iso.Outage.DownDistinct < iso.Outage.Events || iso.Outage.MaxRetainedWAL <= 0 {
 		t.Errorf("isolation %+v", iso)
+	} else if len(iso.Catchup) != 1 || iso.WithStalledSeconds <= 0 || iso.Catchup[0].ChangesPerSec <= 0 ||
+		iso.PeakRSS.WithStalled.Host <= 0 || iso.Catchup[0].PeakRSS.Host <= 0 {
+		t.Errorf("isolation next to a stalled sink: %+v, catch-up %+v", iso, iso.Catchup)
 	} else {
 		t.Logf("isolation outage %+v", *iso.Outage)
 	}

@@ -15,7 +15,15 @@
 //     each as its own process, and measures changes/s, peak RSS (VmHWM) and
 //     CPU seconds (utime+stime) of the host and of the plugin;
 //  4. measures end-to-end latency at a steady rate through the webhook sink,
-//     and the host's peak RSS while one large transaction streams through.
+//     and the host's peak RSS while one large transaction streams through;
+//  5. with path "backfill", backfills what the workload left of the table
+//     next to a steady live load (backfill.go); with path "isolate", drains
+//     a stdout sink alone and next to a slow and a stalled webhook sink,
+//     and takes a webhook's receiver down during a steady load (isolate.go,
+//     outage.go).
+//
+// Every figure is a measurement, never a check: docs/benchmarks.md says how
+// to run each and what the last runs gave.
 //
 // Time: t0 is when the path's walsender becomes active on its slot
 // (pg_replication_slots.active_pid, polled every 2ms), t1 is when the last

@@ -3,18 +3,12 @@ package bench
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -27,15 +21,19 @@ import (
 //
 //   - Drain: IsolateConfig.Changes changes wait in a slot; the daemon
 //     drains them with a stdout sink alone, then with the stdout sink next
-//     to a webhook whose receiver takes SlowDelay per request. The figure
-//     is the stdout sink's drain time (t0: the walsender is active; t1: the
-//     sink wrote the last change), next to the slow one over alone.
-//   - Outage: Rate changes/s through two webhook sinks; after Warmup the
-//     second one's receiver refuses connections for Down, then comes back.
-//     Figures: the first sink's commit → arrival latency (all of it, and
-//     of the changes committed during the outage), when the down sink
-//     detached and when it rejoined, the most WAL the pipeline's slots
-//     retained at once, and the CPU of the walsender streaming the
+//     to a webhook whose receiver takes SlowDelay per request, then next
+//     to a webhook whose receiver answers nothing until the stdout sink is
+//     done (stalled). The figure is the stdout sink's drain time (t0: the
+//     walsender is active; t1: the sink wrote the last change), next to
+//     the slow or stalled one over alone, with the peak memory of the
+//     daemon and its plugins. Then the stalled receiver answers: how fast
+//     that sink catches up, and when it rejoins the live stream.
+//   - Outage (outage.go): Rate changes/s through two webhook sinks; after
+//     Warmup the second one's receiver refuses connections for Down, then
+//     comes back. Figures: the first sink's commit → arrival latency (all
+//     of it, and of the changes committed during the outage), when the
+//     down sink detached and when it rejoined, the most WAL the pipeline's
+//     slots retained at once, and the CPU of the walsender streaming the
 //     catch-up slot next to the pipeline's own walsender over the same
 //     time.
 
@@ -50,8 +48,8 @@ type IsolateConfig struct {
 	// Warmup runs before the receiver goes down; Down is how long it
 	// refuses connections.
 	Warmup, Down time.Duration
-	// MaxCatchup bounds how long the down sink may take to rejoin after
-	// its receiver is back.
+	// MaxCatchup bounds how long a sink may take to rejoin after its
+	// receiver is back (the outage) or answers again (the stalled drain).
 	MaxCatchup time.Duration
 }
 
@@ -83,90 +81,112 @@ type Isolate struct {
 	Ratio           float64   `json:"ratio"`
 	AloneRuns       []float64 `json:"alone_runs"`
 	WithSlowRuns    []float64 `json:"with_slow_runs"`
-	// LoadAvg: the machine's load average after each run (alone, paired).
+	// WithStalledSeconds: the same next to the stalled webhook;
+	// StalledRatio = with stalled / alone.
+	WithStalledSeconds float64   `json:"with_stalled_seconds"`
+	StalledRatio       float64   `json:"stalled_ratio"`
+	WithStalledRuns    []float64 `json:"with_stalled_runs"`
+	// LoadAvg: the machine's load average after each drain (alone, next
+	// to the slow sink, next to the stalled one).
 	LoadAvg []string `json:"loadavg"`
 	// The longest the stdout sink waited for its next events, per run:
-	// alone, and next to the slow sink (where it includes detach_after
-	// and the detachment). Less at the mercy of a busy machine than the
-	// drain times.
-	AloneMaxGapMs    []float64 `json:"alone_max_gap_ms"`
-	WithSlowMaxGapMs []float64 `json:"with_slow_max_gap_ms"`
-	SlowDelayMs      float64   `json:"slow_delay_ms"`
+	// alone, and next to the slow or stalled sink (where it includes
+	// detach_after and the detachment). Less at the mercy of a busy
+	// machine than the drain times.
+	AloneMaxGapMs       []float64 `json:"alone_max_gap_ms"`
+	WithSlowMaxGapMs    []float64 `json:"with_slow_max_gap_ms"`
+	WithStalledMaxGapMs []float64 `json:"with_stalled_max_gap_ms"`
+	SlowDelayMs         float64   `json:"slow_delay_ms"`
 	// SlowDelivered: events the slow sink had received when the fast one
 	// was done; SlowDetached: whether it was detached by then (last run).
 	SlowDelivered int64 `json:"slow_delivered"`
 	SlowDetached  bool  `json:"slow_detached"`
+	// PeakRSS is the daemon's and its plugins' peak memory (VmHWM) once
+	// the stdout sink was done, per drain (medians of the runs).
+	PeakRSS IsolateRSS `json:"peak_rss"`
+	// Catchup is the stalled sink catching up once its receiver answers,
+	// per run.
+	Catchup []Catchup `json:"stalled_catchup"`
 
 	Outage *Outage `json:"outage"`
+
+	rss [3][]RSS // per drain kind, per run: summarised into PeakRSS
 }
 
-// Outage is the steady run with one receiver down.
-type Outage struct {
-	Rate        int     `json:"rate_changes_per_sec"`
-	DownSeconds float64 `json:"down_seconds"`
-	Events      int     `json:"events"`
-	// The live sink's commit → arrival latency over the whole run, and of
-	// the changes committed while the other receiver was down.
-	P50ms       float64 `json:"live_p50_ms"`
-	P99ms       float64 `json:"live_p99_ms"`
-	Maxms       float64 `json:"live_max_ms"`
-	OutageP99ms float64 `json:"live_outage_p99_ms"`
-	OutageMaxms float64 `json:"live_outage_max_ms"`
-	// The same by phase (commit time): before the outage, while the
-	// receiver is back and the sink catches up, after it rejoined.
-	BeforeP99ms   float64 `json:"live_before_p99_ms"`
-	CatchupP99ms  float64 `json:"live_catchup_p99_ms"`
-	RejoinedP99ms float64 `json:"live_rejoined_p99_ms"`
-	// FirstDeliverySeconds: receiver back → the down sink's first
-	// successful request (its retry backoff).
-	FirstDeliverySeconds float64 `json:"first_delivery_seconds"`
-	// DetachSeconds: receiver down → catch-up slot created.
-	// RejoinSeconds: receiver back → catch-up slot dropped (rejoined).
-	DetachSeconds float64 `json:"detach_seconds"`
+// RSS is the peak resident memory (VmHWM) of the daemon (Host) and of its
+// plugins together, in MiB.
+type RSS struct {
+	Host   float64 `json:"host_mib"`
+	Plugin float64 `json:"plugin_mib"`
+}
+
+// IsolateRSS is the peak memory of each drain of the isolation figures.
+type IsolateRSS struct {
+	Alone       RSS `json:"alone"`
+	WithSlow    RSS `json:"with_slow"`
+	WithStalled RSS `json:"with_stalled"`
+}
+
+// Catchup is a stalled sink catching up once its receiver answers again.
+type Catchup struct {
+	// Changes it still lacked then; Seconds until it had them all.
+	Changes       int     `json:"changes"`
+	Seconds       float64 `json:"seconds"`
+	ChangesPerSec float64 `json:"changes_per_sec"`
+	// Detached: it had a catch-up slot when its receiver answered;
+	// RejoinSeconds: from then until that slot was dropped (the sink
+	// rejoined the live stream).
+	Detached      bool    `json:"detached"`
 	RejoinSeconds float64 `json:"rejoin_seconds"`
-	// MaxRetainedWAL: the most WAL the pipeline's slot and the catch-up
-	// slot retained together (current position − oldest restart_lsn);
-	// MaxCatchupRetained: the catch-up slot's own at its worst.
-	MaxRetainedWAL     int64 `json:"max_retained_wal_bytes"`
-	MaxCatchupRetained int64 `json:"max_catchup_retained_wal_bytes"`
-	// The catch-up walsender's CPU while it streamed (wall seconds), and
-	// the pipeline's walsender's over the same time.
-	CatchupSeconds       float64 `json:"catchup_seconds"`
-	CatchupWalsenderCPU  float64 `json:"catchup_walsender_cpu_seconds"`
-	PipelineWalsenderCPU float64 `json:"pipeline_walsender_cpu_seconds"`
-	// The same while the catch-up slot really streams: from the down
-	// sink's first delivery after the outage to its rejoin.
-	StreamingSeconds              float64 `json:"streaming_seconds"`
-	StreamingCatchupWalsenderCPU  float64 `json:"streaming_catchup_walsender_cpu_seconds"`
-	StreamingPipelineWalsenderCPU float64 `json:"streaming_pipeline_walsender_cpu_seconds"`
-	// DownDistinct: distinct events the down sink received in the end.
-	DownDistinct int `json:"down_distinct"`
-	// Timeline: the live sink's latency by 5 s of commit time, from the
-	// start of the load (the receiver went down at Warmup).
-	Timeline []Window `json:"timeline"`
-	// LoadAvg is the machine's 1-minute load average at the end: the
-	// figures are only as quiet as the machine was.
-	LoadAvg string `json:"loadavg"`
+	// PeakRSS: the daemon's and its plugins' once it had rejoined.
+	PeakRSS RSS `json:"peak_rss"`
 }
 
-// Window is the live sink's latency over one stretch of commit time.
-type Window struct {
-	FromSeconds float64 `json:"from_seconds"`
-	Events      int     `json:"events"`
-	P99ms       float64 `json:"p99_ms"`
-	Maxms       float64 `json:"max_ms"`
-}
+// The drains of the isolation figures, in the order each run does them.
+const (
+	drainAlone = iota
+	drainWithSlow
+	drainWithStalled
+)
+
+var drainNames = [...]string{"alone", "pair", "stalled"}
 
 // isolate runs both isolation measurements.
 func (e *env) isolate(ctx context.Context) (*Isolate, error) {
 	ic := e.cfg.Isolate
 	res := &Isolate{Changes: ic.Changes, SlowDelayMs: float64(ic.SlowDelay.Milliseconds())}
-	// Every slot exists before the workload: each holds all of it.
 	runs := max(e.cfg.Runs, 1)
+	if err := e.isolateWorkload(ctx, runs); err != nil {
+		return nil, err
+	}
+	slow := newIsoReceiver(ic.SlowDelay)
+	if err := slow.up(""); err != nil {
+		return nil, err
+	}
+	defer slow.down()
+	// The drains of a run follow one another, so that a busy moment of
+	// the machine weighs on each alike.
 	for i := range runs {
-		for _, s := range []string{"alone", "pair"} {
+		if err := e.isolateRun(ctx, i, runs, slow, res); err != nil {
+			return nil, err
+		}
+	}
+	res.summarize()
+	var err error
+	if res.Outage, err = e.outage(ctx); err != nil {
+		return res, fmt.Errorf("outage: %w", err)
+	}
+	return res, nil
+}
+
+// isolateWorkload creates every drain's slot, then inserts the Changes
+// they all drain: each slot holds all of them.
+func (e *env) isolateWorkload(ctx context.Context, runs int) error {
+	ic := e.cfg.Isolate
+	for i := range runs {
+		for _, s := range drainNames {
 			if err := e.createSlot(ctx, fmt.Sprintf("b_iso_%s_%d", s, i)); err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
@@ -175,83 +195,168 @@ func (e *env) isolate(ctx context.Context) (*Isolate, error) {
 	for lo := int64(0); lo < int64(ic.Changes); lo += int64(e.cfg.TxSize) {
 		hi := min(lo+int64(e.cfg.TxSize), int64(ic.Changes)) - 1
 		if _, err := e.conn.Exec(ctx, insertSQL, base+lo, base+hi); err != nil {
-			return nil, fmt.Errorf("isolate workload: %w", err)
+			return fmt.Errorf("isolate workload: %w", err)
 		}
 	}
-	slow := newIsoReceiver(ic.SlowDelay)
-	if err := slow.up(""); err != nil {
-		return nil, err
+	return nil
+}
+
+// isolateRun is run i of the drains: the stdout sink alone, next to the
+// slow webhook, next to a stalled one.
+func (e *env) isolateRun(ctx context.Context, i, runs int, slow *isoReceiver, res *Isolate) error {
+	ic := e.cfg.Isolate
+	alone, err := e.isoDrain(ctx, i, drainAlone, nil)
+	if err != nil {
+		return fmt.Errorf("stdout alone: %w", err)
 	}
-	defer slow.down()
-	// Alone and paired runs interleave, so that a busy moment of the
-	// machine weighs on both alike.
-	for i := range runs {
-		alone, err := e.isoDrain(ctx, i, nil)
-		if err != nil {
-			return nil, fmt.Errorf("stdout alone: %w", err)
+	e.logf("  run %d/%d: stdout alone: %.2fs, longest wait %s (load %s), peak RSS %.0f + %.0f MiB",
+		i+1, runs, alone.seconds, alone.maxGap.Round(time.Millisecond), alone.load, alone.rss.Host, alone.rss.Plugin)
+	from := slow.events.Load()
+	pair, err := e.isoDrain(ctx, i, drainWithSlow, slow)
+	if err != nil {
+		return fmt.Errorf("stdout next to a slow webhook: %w", err)
+	}
+	pair.slowGot -= from
+	e.logf("  run %d/%d: stdout next to a %s-per-request webhook: %.2fs (%.2fx), longest wait %s (load %s); the slow sink had %d events, detached %v",
+		i+1, runs, ic.SlowDelay, pair.seconds, pair.seconds/alone.seconds, pair.maxGap.Round(time.Millisecond), pair.load, pair.slowGot, pair.detached)
+	stuck := newIsoReceiver(0)
+	stuck.distinct = map[string]bool{}
+	stuck.hold()
+	if err := stuck.up(""); err != nil {
+		return err
+	}
+	defer stuck.down()
+	stalled, err := e.isoDrain(ctx, i, drainWithStalled, stuck)
+	if err != nil {
+		return fmt.Errorf("stdout next to a stalled webhook: %w", err)
+	}
+	c := stalled.catchup
+	e.logf("  run %d/%d: stdout next to a stalled webhook: %.2fs (%.2fx), longest wait %s (load %s); then the stalled sink caught up %d changes in %.2fs (%.0f changes/s), rejoined after %.2fs, peak RSS %.0f + %.0f MiB",
+		i+1, runs, stalled.seconds, stalled.seconds/alone.seconds, stalled.maxGap.Round(time.Millisecond), stalled.load,
+		c.Changes, c.Seconds, c.ChangesPerSec, c.RejoinSeconds, c.PeakRSS.Host, c.PeakRSS.Plugin)
+	for k, d := range [...]isoDrainResult{alone, pair, stalled} {
+		res.rss[k] = append(res.rss[k], d.rss)
+		res.LoadAvg = append(res.LoadAvg, d.load)
+	}
+	res.AloneMaxGapMs = append(res.AloneMaxGapMs, float64(alone.maxGap.Microseconds())/1000)
+	res.WithSlowMaxGapMs = append(res.WithSlowMaxGapMs, float64(pair.maxGap.Microseconds())/1000)
+	res.WithStalledMaxGapMs = append(res.WithStalledMaxGapMs, float64(stalled.maxGap.Microseconds())/1000)
+	res.AloneRuns = append(res.AloneRuns, alone.seconds)
+	res.WithSlowRuns = append(res.WithSlowRuns, pair.seconds)
+	res.WithStalledRuns = append(res.WithStalledRuns, stalled.seconds)
+	res.SlowDelivered, res.SlowDetached = pair.slowGot, pair.detached
+	res.Catchup = append(res.Catchup, c)
+	return nil
+}
+
+// summarize takes the medians of the runs.
+func (r *Isolate) summarize() {
+	r.AloneSeconds, r.WithSlowSeconds = medianOf(r.AloneRuns), medianOf(r.WithSlowRuns)
+	r.WithStalledSeconds = medianOf(r.WithStalledRuns)
+	r.Ratio = r.WithSlowSeconds / r.AloneSeconds
+	r.StalledRatio = r.WithStalledSeconds / r.AloneSeconds
+	med := func(rs []RSS) RSS {
+		var host, plugin []float64
+		for _, x := range rs {
+			host, plugin = append(host, x.Host), append(plugin, x.Plugin)
 		}
-		e.logf("  run %d/%d: stdout alone: %.2fs, longest wait %s (load %s)", i+1, runs, alone.seconds, alone.maxGap.Round(time.Millisecond), alone.load)
-		from := slow.events.Load()
-		pair, err := e.isoDrain(ctx, i, slow)
-		if err != nil {
-			return nil, fmt.Errorf("stdout next to a slow webhook: %w", err)
-		}
-		pair.slowGot -= from
-		e.logf("  run %d/%d: stdout next to a %s-per-request webhook: %.2fs (%.2fx), longest wait %s (load %s); the slow sink had %d events, detached %v",
-			i+1, runs, ic.SlowDelay, pair.seconds, pair.seconds/alone.seconds, pair.maxGap.Round(time.Millisecond), pair.load, pair.slowGot, pair.detached)
-		res.LoadAvg = append(res.LoadAvg, alone.load, pair.load)
-		res.AloneMaxGapMs = append(res.AloneMaxGapMs, float64(alone.maxGap.Microseconds())/1000)
-		res.WithSlowMaxGapMs = append(res.WithSlowMaxGapMs, float64(pair.maxGap.Microseconds())/1000)
-		res.AloneRuns = append(res.AloneRuns, alone.seconds)
-		res.WithSlowRuns = append(res.WithSlowRuns, pair.seconds)
-		res.SlowDelivered, res.SlowDetached = pair.slowGot, pair.detached
+		return RSS{Host: medianOf(host), Plugin: medianOf(plugin)}
 	}
-	res.AloneSeconds, res.WithSlowSeconds = medianOf(res.AloneRuns), medianOf(res.WithSlowRuns)
-	res.Ratio = res.WithSlowSeconds / res.AloneSeconds
-	var err error
-	if res.Outage, err = e.outage(ctx); err != nil {
-		return res, fmt.Errorf("outage: %w", err)
-	}
-	return res, nil
+	r.PeakRSS = IsolateRSS{Alone: med(r.rss[drainAlone]), WithSlow: med(r.rss[drainWithSlow]), WithStalled: med(r.rss[drainWithStalled])}
 }
 
 type isoDrainResult struct {
 	maxGap   time.Duration
 	load     string
 	seconds  float64
+	rss      RSS
 	slowGot  int64
 	detached bool
+	catchup  Catchup // drainWithStalled
 }
 
-// isoDrain drains slot with a stdout sink writing into a FIFO the bench
-// counts, next to a webhook sink posting to slow when it is set.
-func (e *env) isoDrain(ctx context.Context, run int, slow *isoReceiver) (isoDrainResult, error) {
+// isoDrain drains the slot of drain kind of run i with a stdout sink
+// writing into a FIFO the bench counts, next to a webhook sink posting to
+// other when it is set. The stalled drain's other holds every request
+// until the stdout sink is done; then it answers, and the drain measures
+// that sink's catch-up.
+func (e *env) isoDrain(ctx context.Context, run, kind int, other *isoReceiver) (isoDrainResult, error) {
 	var r isoDrainResult
-	name := fmt.Sprintf("iso_alone_%d", run)
-	if slow != nil {
-		name = fmt.Sprintf("iso_pair_%d", run)
-	}
+	name := fmt.Sprintf("iso_%s_%d", drainNames[kind], run)
 	slot := "b_" + name
 	fifo := filepath.Join(e.work, name+".fifo")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		return r, fmt.Errorf("mkfifo: %w", err)
-	}
-	// Read-write, so that opening it blocks neither side and the reader
-	// never sees EOF while the plugin (re)opens it.
-	f, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	lines, closeFIFO, err := countFIFO(fifo)
 	if err != nil {
 		return r, err
 	}
-	var lines lineCounter
-	go lines.count(f)
-	defer f.Close()
+	defer closeFIFO()
+	poll, err := pgx.Connect(ctx, e.dsn)
+	if err != nil {
+		return r, err
+	}
+	defer poll.Close(context.Background())
+	p, err := e.startDaemon(ctx, daemonRun{name: name, slot: slot, sink: isoSinks(fifo, other, kind)})
+	if err != nil {
+		return r, err
+	}
+	defer p.kill()
+	t0, err := e.waitActive(ctx, poll, slot, p.exited)
+	if err != nil {
+		return r, fmt.Errorf("walcast: %w\n%s", err, e.tailLog(name))
+	}
+	t1, err := lines.wait(int64(e.cfg.Isolate.Changes), p.exited, drainTimeout)
+	if err != nil {
+		return r, fmt.Errorf("walcast: %w\n%s", err, e.tailLog(name))
+	}
+	r.seconds = t1.Sub(t0).Seconds()
+	r.load = loadAvg()
+	r.maxGap = lines.longestWait()
+	r.rss = peakRSS(p)
+	if other != nil {
+		r.slowGot = other.events.Load()
+		n, err := e.catchupSlots(ctx, poll, name)
+		if err != nil {
+			return r, err
+		}
+		r.detached = n > 0
+	}
+	if kind == drainWithStalled {
+		if r.catchup, err = e.catchUp(ctx, poll, p, other, r.detached); err != nil {
+			return r, err
+		}
+	}
+	if err := e.stopDaemon(p); err != nil {
+		return r, err
+	}
+	return r, e.teardown(ctx, name)
+}
+
+// isoSinks is the sink blocks of an isolation drain: the stdout sink
+// writing into fifo, and a webhook sink posting to other when it is set.
+// The stalled sink's deliveries never time out while its receiver holds
+// them: its catch-up then starts the moment the receiver answers, not
+// after a retry backoff.
+func isoSinks(fifo string, other *isoReceiver, kind int) string {
 	sinks := fmt.Sprintf(`sink "stdout" "fast" {
   config {
     path = %q
   }
 }
 `, fifo)
-	if slow != nil {
+	switch {
+	case kind == drainWithStalled:
+		sinks += fmt.Sprintf(`
+sink "webhook" "slow" {
+  delivery {
+    deliver_timeout = "30m"
+  }
+  config {
+    url     = %q
+    timeout = "30m"
+  }
+}
+`, other.url)
+	case other != nil:
 		sinks += fmt.Sprintf(`
 sink "webhook" "slow" {
   config {
@@ -259,49 +364,67 @@ sink "webhook" "slow" {
     timeout = "30s"
   }
 }
-`, slow.url)
+`, other.url)
 	}
-	poll, err := pgx.Connect(ctx, e.dsn)
+	return sinks
+}
+
+// countFIFO makes a FIFO at path and counts the events written into it
+// until close.
+func countFIFO(path string) (*lineCounter, func(), error) {
+	if err := syscall.Mkfifo(path, 0o600); err != nil {
+		return nil, nil, fmt.Errorf("mkfifo: %w", err)
+	}
+	// Read-write, so that opening it blocks neither side and the reader
+	// never sees EOF while the plugin (re)opens it.
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
-		return r, err
+		return nil, nil, err
 	}
-	defer poll.Close(context.Background())
-	d := daemonRun{name: name, slot: slot, sink: sinks}
-	cmd, exited, waitErr, err := e.startDaemon(ctx, d)
-	if err != nil {
-		return r, err
+	lines := new(lineCounter)
+	go lines.count(f)
+	return lines, func() { f.Close() }, nil
+}
+
+// peakRSS is the peak memory of the daemon p and of its plugins.
+func peakRSS(p *process) RSS {
+	host, _ := readProc(p.pid())
+	return RSS{Host: float64(host.HWMKiB) / 1024, Plugin: float64(childrenUsage(p.pid()).HWMKiB) / 1024}
+}
+
+// catchUp lets the stalled receiver answer and measures the sink's
+// catch-up: how fast the changes it lacked arrive, and when its catch-up
+// slot is dropped (it rejoined the live stream).
+func (e *env) catchUp(ctx context.Context, poll *pgx.Conn, p *process, rcv *isoReceiver, detached bool) (Catchup, error) {
+	ic := e.cfg.Isolate
+	c := Catchup{Detached: detached, Changes: ic.Changes - rcv.distinctCount()}
+	at := time.Now()
+	rcv.release()
+	if err := rcv.waitDistinct(ic.Changes, p.exited, ic.MaxCatchup); err != nil {
+		return c, fmt.Errorf("stalled sink: %w\n%s", err, e.tailLog(p.name))
 	}
-	defer func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-exited
-		}
-	}()
-	t0, err := e.waitActive(ctx, poll, slot, exited)
-	if err != nil {
-		return r, fmt.Errorf("walcast: %w\n%s", err, e.tailLog(name))
-	}
-	t1, err := lines.wait(int64(e.cfg.Isolate.Changes), exited, drainTimeout)
-	if err != nil {
-		return r, fmt.Errorf("walcast: %w\n%s", err, e.tailLog(name))
-	}
-	r.seconds = t1.Sub(t0).Seconds()
-	r.load = loadAvg()
-	lines.mu.Lock()
-	r.maxGap = lines.maxGap
-	lines.mu.Unlock()
-	if slow != nil {
-		r.slowGot = slow.events.Load()
-		n, err := e.catchupSlots(ctx, poll, name)
+	c.Seconds = time.Since(at).Seconds()
+	c.ChangesPerSec = float64(c.Changes) / c.Seconds
+	for deadline := at.Add(ic.MaxCatchup); ; {
+		n, err := e.catchupSlots(ctx, poll, p.name)
 		if err != nil {
-			return r, err
+			return c, err
 		}
-		r.detached = n > 0
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return c, fmt.Errorf("the stalled sink did not rejoin within %s of its receiver answering\n%s", ic.MaxCatchup, e.tailLog(p.name))
+		}
+		select {
+		case <-p.exited:
+			return c, fmt.Errorf("walcast exited before the stalled sink rejoined\n%s", e.tailLog(p.name))
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
-	if err := e.stopDaemon(cmd, exited, waitErr, name); err != nil {
-		return r, err
-	}
-	return r, e.teardown(ctx, name)
+	c.RejoinSeconds = time.Since(at).Seconds()
+	c.PeakRSS = peakRSS(p)
+	return c, nil
 }
 
 // catchupSlots counts the catch-up slots walcast recorded for pipeline.
@@ -331,180 +454,6 @@ func (e *env) teardown(ctx context.Context, pipeline string) error {
 	}
 }
 
-// outage runs Rate changes/s through two webhook sinks, the second one's
-// receiver down for Down after Warmup, until it has rejoined.
-func (e *env) outage(ctx context.Context) (*Outage, error) {
-	ic := e.cfg.Isolate
-	const name, slot = "iso_outage", "b_iso_outage"
-	if err := e.createSlot(ctx, slot); err != nil {
-		return nil, err
-	}
-	live := newIsoReceiver(0)
-	live.latency = true
-	if err := live.up(""); err != nil {
-		return nil, err
-	}
-	defer live.down()
-	flaky := newIsoReceiver(0)
-	flaky.distinct = map[string]bool{}
-	if err := flaky.up(""); err != nil {
-		return nil, err
-	}
-	defer flaky.down()
-	// The down sink retries quickly and never parks during the outage,
-	// so that it catches up as soon as its receiver is back.
-	sinks := fmt.Sprintf(`sink "webhook" "live" {
-  config {
-    url = %q
-  }
-}
-
-sink "webhook" "down" {
-  delivery {
-    retry_base   = "200ms"
-    max_attempts = 100000
-  }
-  config {
-    url = %q
-  }
-}
-`, live.url, flaky.url)
-	poll, err := pgx.Connect(ctx, e.dsn)
-	if err != nil {
-		return nil, err
-	}
-	defer poll.Close(context.Background())
-	d := daemonRun{name: name, slot: slot, sink: sinks}
-	cmd, exited, waitErr, err := e.startDaemon(ctx, d)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-exited
-		}
-	}()
-	if _, err := e.waitActive(ctx, poll, slot, exited); err != nil {
-		return nil, fmt.Errorf("walcast: %w\n%s", err, e.tailLog(name))
-	}
-	smp, err := pgx.Connect(ctx, e.dsn)
-	if err != nil {
-		return nil, err
-	}
-	defer smp.Close(context.Background())
-	s := &slotSampler{conn: smp, pipeline: name, slot: slot}
-	sctx, cancelSampling := context.WithCancel(ctx)
-	sampled := make(chan error, 1)
-	go func() { sampled <- s.run(sctx) }()
-	var sampleErr error
-	stopSampling := sync.OnceFunc(func() {
-		cancelSampling()
-		if err := <-sampled; !errors.Is(err, context.Canceled) {
-			sampleErr = err
-		}
-	})
-	defer stopSampling()
-
-	const txRows = 10
-	every := time.Second * txRows / time.Duration(ic.Rate)
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	lo := int64(e.cfg.Inserts + 200_000_000)
-	start := time.Now()
-	var downAt, upAt, rejoinedAt time.Time
-	n := 0
-	for {
-		now := time.Now()
-		switch {
-		case downAt.IsZero() && now.Sub(start) >= ic.Warmup:
-			e.logf("  outage: receiver down for %s at %d changes/s", ic.Down, ic.Rate)
-			flaky.down()
-			downAt = now
-		case !downAt.IsZero() && upAt.IsZero() && now.Sub(downAt) >= ic.Down:
-			if err := flaky.up(flaky.addr); err != nil {
-				return nil, fmt.Errorf("receiver back: %w", err)
-			}
-			upAt = now
-			e.logf("  outage: receiver back")
-		case !upAt.IsZero() && rejoinedAt.IsZero():
-			if rj := s.rejoinedAfter(upAt); !rj.IsZero() {
-				rejoinedAt = rj
-				e.logf("  outage: rejoined %.1fs after the receiver came back", rj.Sub(upAt).Seconds())
-			} else if now.Sub(upAt) > ic.MaxCatchup {
-				return nil, fmt.Errorf("the down sink did not rejoin within %s of its receiver coming back\n%s", ic.MaxCatchup, e.tailLog(name))
-			}
-		}
-		// A few more seconds of steady load after the rejoin: the live
-		// sink's latency with both sinks live again counts too.
-		if !rejoinedAt.IsZero() && now.Sub(rejoinedAt) >= 3*time.Second {
-			break
-		}
-		if _, err := e.conn.Exec(ctx, insertSQL, lo, lo+txRows-1); err != nil {
-			return nil, err
-		}
-		lo += txRows
-		n += txRows
-		select {
-		case <-tick.C:
-		case <-exited:
-			return nil, fmt.Errorf("walcast exited\n%s", e.tailLog(name))
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	if _, err := live.wait(int64(n), exited, time.Minute); err != nil {
-		return nil, fmt.Errorf("live sink: %w\n%s", err, e.tailLog(name))
-	}
-	if err := flaky.waitDistinct(n, exited, 5*time.Minute); err != nil {
-		return nil, fmt.Errorf("down sink: %w\n%s", err, e.tailLog(name))
-	}
-	stopSampling()
-	if sampleErr != nil {
-		return nil, sampleErr
-	}
-	if err := e.stopDaemon(cmd, exited, waitErr, name); err != nil {
-		return nil, err
-	}
-	if err := e.teardown(ctx, name); err != nil {
-		return nil, err
-	}
-
-	o := &Outage{Rate: ic.Rate, DownSeconds: upAt.Sub(downAt).Seconds(), Events: n,
-		MaxRetainedWAL: s.maxRetained, MaxCatchupRetained: s.maxCatchupRetained,
-		CatchupSeconds: s.catchupWall.Seconds(), CatchupWalsenderCPU: s.catchupCPU, PipelineWalsenderCPU: s.mainCPU,
-		DownDistinct: flaky.distinctCount()}
-	if s.detachedAt.IsZero() {
-		return o, errors.New("the down sink never detached")
-	}
-	o.DetachSeconds = s.detachedAt.Sub(downAt).Seconds()
-	o.RejoinSeconds = rejoinedAt.Sub(upAt).Seconds()
-	all := live.latencies(time.Time{}, time.Now())
-	during := live.latencies(downAt, upAt)
-	o.P50ms, o.P99ms, o.Maxms = quantileMs(all, 0.50), quantileMs(all, 0.99), quantileMs(all, 1)
-	o.OutageP99ms, o.OutageMaxms = quantileMs(during, 0.99), quantileMs(during, 1)
-	o.BeforeP99ms = quantileMs(live.latencies(time.Time{}, downAt), 0.99)
-	o.CatchupP99ms = quantileMs(live.latencies(upAt, rejoinedAt), 0.99)
-	o.RejoinedP99ms = quantileMs(live.latencies(rejoinedAt, time.Now()), 0.99)
-	for from := start; from.Before(time.Now()); from = from.Add(5 * time.Second) {
-		l := live.latencies(from, from.Add(5*time.Second))
-		if len(l) > 0 {
-			o.Timeline = append(o.Timeline, Window{FromSeconds: from.Sub(start).Seconds(), Events: len(l), P99ms: quantileMs(l, 0.99), Maxms: quantileMs(l, 1)})
-		}
-	}
-	o.LoadAvg = loadAvg()
-	if first := flaky.firstAfter(upAt); !first.IsZero() {
-		o.FirstDeliverySeconds = first.Sub(upAt).Seconds()
-		o.StreamingSeconds, o.StreamingCatchupWalsenderCPU, o.StreamingPipelineWalsenderCPU = s.between(first, rejoinedAt)
-	}
-	for _, w := range o.Timeline {
-		e.logf("    from %3.0fs: %6d events, p99 %7.1f ms, max %7.1f ms", w.FromSeconds, w.Events, w.P99ms, w.Maxms)
-	}
-	e.logf("  outage: live p50 %.1f ms p99 %.1f ms (during the outage %.1f ms), detached after %.1fs, rejoined %.1fs after, WAL retained at most %d MiB",
-		o.P50ms, o.P99ms, o.OutageP99ms, o.DetachSeconds, o.RejoinSeconds, o.MaxRetainedWAL>>20)
-	return o, nil
-}
-
 func medianOf(v []float64) float64 {
 	v = slices.Clone(v)
 	slices.Sort(v)
@@ -525,382 +474,22 @@ func quantileMs(d []time.Duration, q float64) float64 {
 	return float64(d[min(int(q*float64(len(d))), len(d)-1)].Microseconds()) / 1000
 }
 
-// slotSampler watches the pipeline's slots every 250ms: the WAL they
-// retain, when the catch-up slot appears and goes, and the CPU of the
-// walsenders streaming them.
-type slotSampler struct {
-	conn     *pgx.Conn
-	pipeline string
-	slot     string
-
-	mu                 sync.Mutex
-	maxRetained        int64
-	maxCatchupRetained int64
-	detachedAt         time.Time
-	gone               []time.Time // samples without a catch-up slot after one existed
-	catchupWall        time.Duration
-	catchupCPU         float64
-	mainCPU            float64
-	// cum: the running totals above at each sample, for any stretch.
-	cum []cpuSample
-}
-
-type cpuSample struct {
-	at                  time.Time
-	wall                time.Duration
-	catchupCPU, mainCPU float64
-}
-
-// between returns the catch-up walsender's wall and CPU seconds, and the
-// pipeline walsender's CPU, between from and to.
-func (s *slotSampler) between(from, to time.Time) (wall, cu, main float64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var a, b *cpuSample
-	for i := range s.cum {
-		c := &s.cum[i]
-		if a == nil && !c.at.Before(from) {
-			a = c
-		}
-		if !c.at.After(to) {
-			b = c
-		}
-	}
-	if a == nil || b == nil || b.at.Before(a.at) {
-		return 0, 0, 0
-	}
-	return (b.wall - a.wall).Seconds(), b.catchupCPU - a.catchupCPU, b.mainCPU - a.mainCPU
-}
-
-func (s *slotSampler) run(ctx context.Context) error {
-	type cpuAt struct {
-		pid int
-		cpu float64
-	}
-	var lastCU, lastMain cpuAt
-	var lastAt time.Time
-	seen := false
-	t := time.NewTicker(250 * time.Millisecond)
-	defer t.Stop()
-	for {
-		var retained, cuRetained int64
-		var cuPID, mainPID int
-		var cuCount int
-		err := s.conn.QueryRow(ctx, `
-SELECT coalesce((pg_current_wal_lsn() - min(s.restart_lsn))::bigint, 0),
-       coalesce(max(CASE WHEN c.slot IS NOT NULL THEN pg_current_wal_lsn() - s.restart_lsn END)::bigint, 0),
-       coalesce(max(CASE WHEN c.slot IS NOT NULL THEN s.active_pid END), 0),
-       coalesce(max(CASE WHEN s.slot_name = $2 THEN s.active_pid END), 0),
-       count(c.slot)
-FROM pg_replication_slots s
-LEFT JOIN walcast.catchup_slots c ON c.slot = s.slot_name AND c.pipeline = $1
-WHERE s.slot_name = $2 OR c.slot IS NOT NULL`, s.pipeline, s.slot).Scan(&retained, &cuRetained, &cuPID, &mainPID, &cuCount)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("sample slots: %w", err)
-		}
-		now := time.Now()
-		s.mu.Lock()
-		s.maxRetained = max(s.maxRetained, retained)
-		s.maxCatchupRetained = max(s.maxCatchupRetained, cuRetained)
-		if cuCount > 0 && s.detachedAt.IsZero() {
-			s.detachedAt = now
-		}
-		if cuCount > 0 {
-			seen = true
-		} else if seen {
-			s.gone = append(s.gone, now)
-		}
-		// CPU: the catch-up walsender's, and the pipeline's over the same
-		// intervals (both streaming during them).
-		var cu, mn cpuAt
-		if cuPID != 0 {
-			if u, err := readProc(cuPID); err == nil {
-				cu = cpuAt{cuPID, u.CPU}
-			}
-		}
-		if mainPID != 0 {
-			if u, err := readProc(mainPID); err == nil {
-				mn = cpuAt{mainPID, u.CPU}
-			}
-		}
-		if cu.pid != 0 && cu.pid == lastCU.pid {
-			s.catchupCPU += cu.cpu - lastCU.cpu
-			s.catchupWall += now.Sub(lastAt)
-			if mn.pid != 0 && mn.pid == lastMain.pid {
-				s.mainCPU += mn.cpu - lastMain.cpu
-			}
-		}
-		s.cum = append(s.cum, cpuSample{at: now, wall: s.catchupWall, catchupCPU: s.catchupCPU, mainCPU: s.mainCPU})
-		s.mu.Unlock()
-		lastCU, lastMain, lastAt = cu, mn, now
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
-}
-
-// rejoinedAfter is the first time after t the catch-up slot was seen gone
-// (zero while it was not).
-func (s *slotSampler) rejoinedAfter(t time.Time) time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, g := range s.gone {
-		if g.After(t) {
-			return g
-		}
-	}
-	return time.Time{}
-}
-
-// isoReceiver is a webhook endpoint that can go down (connection refused)
-// and come back on the same address, answer after a delay, record each
-// event's commit → arrival latency, and count distinct events.
-type isoReceiver struct {
-	delay    time.Duration
-	latency  bool
-	url      string
-	addr     string
-	events   atomic.Int64
-	distinct map[string]bool // nil: not counted
-
-	mu     sync.Mutex
-	srv    *http.Server
-	commit []time.Time
-	lat    []time.Duration
-	ok     []time.Time // when each request was answered
-	target int64
-	done   chan time.Time
-}
-
-func newIsoReceiver(delay time.Duration) *isoReceiver {
-	return &isoReceiver{delay: delay, done: make(chan time.Time, 1), target: -1}
-}
-
-// up listens on addr ("" for a new port).
-func (r *isoReceiver) up(addr string) error {
-	if addr == "" {
-		addr = "127.0.0.1:0"
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
-	r.addr = ln.Addr().String()
-	r.url = "http://" + r.addr + "/hook"
-	srv := &http.Server{Handler: http.HandlerFunc(r.serve)}
-	r.mu.Lock()
-	r.srv = srv
-	r.mu.Unlock()
-	go srv.Serve(ln)
-	return nil
-}
-
-// down closes the listener and every connection: requests are refused.
-func (r *isoReceiver) down() {
-	r.mu.Lock()
-	srv := r.srv
-	r.srv = nil
-	r.mu.Unlock()
-	if srv != nil {
-		srv.Close()
-	}
-}
-
-func (r *isoReceiver) serve(w http.ResponseWriter, req *http.Request) {
-	body, err := io.ReadAll(req.Body)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	if r.delay > 0 {
-		select {
-		case <-time.After(r.delay):
-		case <-req.Context().Done():
-			return
-		}
-	}
-	now := time.Now()
-	var n int64
-	if r.latency || r.distinct != nil {
-		var b struct {
-			Events []struct {
-				ID         string    `json:"id"`
-				CommitTime time.Time `json:"commit_time"`
-			} `json:"events"`
-		}
-		if err := json.Unmarshal(body, &b); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		n = int64(len(b.Events))
-		r.mu.Lock()
-		for _, ev := range b.Events {
-			if r.latency {
-				r.commit = append(r.commit, ev.CommitTime)
-				r.lat = append(r.lat, now.Sub(ev.CommitTime))
-			}
-			if r.distinct != nil {
-				r.distinct[ev.ID] = true
-			}
-		}
-		r.mu.Unlock()
-	} else {
-		n = int64(bytes.Count(body, eventMark))
-	}
-	total := r.events.Add(n)
-	r.mu.Lock()
-	r.ok = append(r.ok, now)
-	if t := r.target; t >= 0 && total >= t && total-n < t {
-		r.done <- now
-	}
-	r.mu.Unlock()
-	w.WriteHeader(http.StatusNoContent)
-}
-
-// wait returns when n events arrived.
-func (r *isoReceiver) wait(n int64, exited <-chan struct{}, timeout time.Duration) (time.Time, error) {
-	r.mu.Lock()
-	r.target = n
-	r.mu.Unlock()
-	if r.events.Load() >= n {
-		return time.Now(), nil
-	}
-	select {
-	case t := <-r.done:
-		return t, nil
-	case <-exited:
-		return time.Time{}, fmt.Errorf("the daemon exited after %d of %d events", r.events.Load(), n)
-	case <-time.After(timeout):
-		return time.Time{}, fmt.Errorf("%d of %d events arrived within %s", r.events.Load(), n, timeout)
-	}
-}
-
-func (r *isoReceiver) distinctCount() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.distinct)
-}
-
-// waitDistinct polls until n distinct events arrived.
-func (r *isoReceiver) waitDistinct(n int, exited <-chan struct{}, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for r.distinctCount() < n {
-		select {
-		case <-exited:
-			return fmt.Errorf("the daemon exited after %d of %d distinct events", r.distinctCount(), n)
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d of %d distinct events arrived within %s", r.distinctCount(), n, timeout)
-		}
-	}
-	return nil
-}
-
-// latencies returns the latencies of the events committed in [from, to).
-func (r *isoReceiver) latencies(from, to time.Time) []time.Duration {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []time.Duration
-	for i, c := range r.commit {
-		if !c.Before(from) && c.Before(to) {
-			out = append(out, r.lat[i])
-		}
-	}
-	return out
-}
-
-// firstAfter is when the first request after t succeeded (zero if none).
-func (r *isoReceiver) firstAfter(t time.Time) time.Time {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, a := range r.ok {
-		if a.After(t) {
-			return a
-		}
-	}
-	return time.Time{}
-}
-
-// lineCounter counts the events the stdout sink writes into a FIFO.
-type lineCounter struct {
-	n      atomic.Int64
-	mu     sync.Mutex
-	target int64
-	at     time.Time
-	done   chan struct{}
-	// last is when events last arrived; maxGap the longest wait for more
-	// before the target was reached: the longest the sink was held up.
-	last   time.Time
-	maxGap time.Duration
-}
-
-func (c *lineCounter) count(f *os.File) {
-	buf := make([]byte, 1<<20)
-	// A mark may straddle two reads: each read is counted together with
-	// the previous one's last len(mark)-1 bytes, too short to hold a mark
-	// by themselves, so none is counted twice.
-	var chunk []byte
-	keep := len(eventMark) - 1
-	for {
-		k, err := f.Read(buf)
-		if k > 0 {
-			chunk = append(chunk, buf[:k]...)
-			c.add(int64(bytes.Count(chunk, eventMark)))
-			chunk = append(chunk[:0], chunk[max(len(chunk)-keep, 0):]...)
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (c *lineCounter) add(m int64) {
-	total := c.n.Add(m)
-	c.mu.Lock()
-	if m > 0 && c.at.IsZero() {
-		now := time.Now()
-		if !c.last.IsZero() {
-			c.maxGap = max(c.maxGap, now.Sub(c.last))
-		}
-		c.last = now
-	}
-	if c.done != nil && c.at.IsZero() && total >= c.target {
-		c.at = time.Now()
-		close(c.done)
-	}
-	c.mu.Unlock()
-}
-
-// wait returns when n events were written.
-func (c *lineCounter) wait(n int64, exited <-chan struct{}, timeout time.Duration) (time.Time, error) {
-	c.mu.Lock()
-	c.target, c.done = n, make(chan struct{})
-	done := c.done
-	c.mu.Unlock()
-	c.add(0)
-	select {
-	case <-done:
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.at, nil
-	case <-exited:
-		return time.Time{}, fmt.Errorf("the daemon exited after %d of %d events", c.n.Load(), n)
-	case <-time.After(timeout):
-		return time.Time{}, fmt.Errorf("%d of %d events written within %s", c.n.Load(), n, timeout)
-	}
-}
-
 // writeTable prints the isolation figures.
 func (r *Isolate) writeTable(w io.Writer) {
 	fmt.Fprintf(w, "\nisolation: stdout sink draining %d changes alone %.2fs, next to a webhook taking %.0f ms per request %.2fs (%.2fx, medians of %d runs; the slow sink had %d events, detached: %v); longest wait for events alone %.0f ms, next to the slow sink %.0f ms (medians)\n",
 		r.Changes, r.AloneSeconds, r.SlowDelayMs, r.WithSlowSeconds, r.Ratio, len(r.AloneRuns), r.SlowDelivered, r.SlowDetached,
 		medianOf(r.AloneMaxGapMs), medianOf(r.WithSlowMaxGapMs))
+	if len(r.Catchup) > 0 {
+		var rates, rejoins []float64
+		for _, c := range r.Catchup {
+			rates, rejoins = append(rates, c.ChangesPerSec), append(rejoins, c.RejoinSeconds)
+		}
+		last := r.Catchup[len(r.Catchup)-1]
+		fmt.Fprintf(w, "isolation: next to a stalled webhook %.2fs (%.2fx), longest wait for events %.0f ms; once its receiver answered, the stalled sink caught up at %.0f changes/s and rejoined after %.1fs (medians); peak RSS host + plugins alone %.0f + %.0f MiB, next to the slow sink %.0f + %.0f MiB, next to the stalled one %.0f + %.0f MiB, after its catch-up %.0f + %.0f MiB (last run)\n",
+			r.WithStalledSeconds, r.StalledRatio, medianOf(r.WithStalledMaxGapMs), medianOf(rates), medianOf(rejoins),
+			r.PeakRSS.Alone.Host, r.PeakRSS.Alone.Plugin, r.PeakRSS.WithSlow.Host, r.PeakRSS.WithSlow.Plugin,
+			r.PeakRSS.WithStalled.Host, r.PeakRSS.WithStalled.Plugin, last.PeakRSS.Host, last.PeakRSS.Plugin)
+	}
 	if o := r.Outage; o != nil {
 		fmt.Fprintf(w, "isolation: webhook receiver down %.0fs at %d changes/s (%d events): other sink p50 %.1f ms, p99 %.1f ms, max %.1f ms (committed during the outage: p99 %.1f ms, max %.1f ms); "+
 			"before it %.1f ms, while catching up %.1f ms, after the rejoin %.1f ms; "+

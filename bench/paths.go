@@ -15,8 +15,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -204,7 +202,7 @@ type daemonRun struct {
 }
 
 // startDaemon writes the pipeline and starts the daemon.
-func (e *env) startDaemon(ctx context.Context, d daemonRun) (*exec.Cmd, <-chan struct{}, *error, error) {
+func (e *env) startDaemon(ctx context.Context, d daemonRun) (*process, error) {
 	pipeline := fmt.Sprintf(`pipeline = %q
 
 source "postgres" {
@@ -218,73 +216,30 @@ source "postgres" {
 `, d.name, e.dsn, d.slot, publication, d.sink)
 	path := filepath.Join(e.work, d.name+".hcl")
 	if err := os.WriteFile(path, []byte(pipeline), 0o644); err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
-	logf, err := os.Create(filepath.Join(e.work, d.name+".log"))
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	var cmd *exec.Cmd
 	if e.cfg.ProfileDir != "" {
 		args := []string{"daemon", "-profile", filepath.Join(e.cfg.ProfileDir, d.name), "-plugin-dir", e.cfg.BinDir}
 		if d.metrics != "" {
 			args = append(args, "-metrics-listen", d.metrics)
 		}
-		cmd = exec.CommandContext(ctx, filepath.Join(e.cfg.BinDir, "walcast-bench"), append(args, path)...)
-	} else {
-		args := []string{"run", "-log-level", "warn"}
-		if d.metrics != "" {
-			args = append(args, "--metrics-listen", d.metrics)
-		}
-		cmd = exec.CommandContext(ctx, filepath.Join(e.cfg.BinDir, "walcast"), append(args, path)...)
+		return e.spawn(ctx, d.name, filepath.Join(e.cfg.BinDir, "walcast-bench"), append(args, path)...)
 	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = time.Minute
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, nil, nil, err
+	args := []string{"run", "-log-level", "warn"}
+	if d.metrics != "" {
+		args = append(args, "--metrics-listen", d.metrics)
 	}
-	exited := make(chan struct{})
-	waitErr := new(error)
-	go func() { *waitErr = cmd.Wait(); logf.Close(); close(exited) }()
-	return cmd, exited, waitErr, nil
-}
-
-func (e *env) stopDaemon(cmd *exec.Cmd, exited <-chan struct{}, waitErr *error, name string) error {
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-exited:
-	case <-time.After(time.Minute):
-		cmd.Process.Kill()
-		<-exited
-		return errors.New("the daemon did not stop within a minute of SIGTERM")
-	}
-	if *waitErr != nil {
-		return fmt.Errorf("walcast run: %w\n%s", *waitErr, e.tailLog(name))
-	}
-	return nil
-}
-
-func (e *env) tailLog(name string) string {
-	b, _ := os.ReadFile(filepath.Join(e.work, name+".log"))
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	return strings.Join(lines[max(len(lines)-20, 0):], "\n")
+	return e.spawn(ctx, d.name, filepath.Join(e.cfg.BinDir, "walcast"), append(args, path)...)
 }
 
 func (e *env) runDaemon(ctx context.Context, poll *pgx.Conn, d daemonRun) (Drain, error) {
 	d.metrics = freeAddr()
-	cmd, exited, waitErr, err := e.startDaemon(ctx, d)
+	p, err := e.startDaemon(ctx, d)
 	if err != nil {
 		return Drain{}, err
 	}
-	defer func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-exited
-		}
-	}()
-	t0, pid, err := e.waitSender(ctx, poll, d.slot, exited)
+	defer p.kill()
+	t0, pid, err := e.waitSender(ctx, poll, d.slot, p.exited)
 	if err != nil {
 		return Drain{}, fmt.Errorf("walcast: %w\n%s", err, e.tailLog(d.name))
 	}
@@ -292,14 +247,14 @@ func (e *env) runDaemon(ctx context.Context, poll *pgx.Conn, d daemonRun) (Drain
 	defer sender.stop()
 	var t1 time.Time
 	if d.rcv != nil {
-		if t1, err = d.rcv.wait(int64(e.changes), exited, drainTimeout); err != nil {
+		if t1, err = d.rcv.wait(int64(e.changes), p.exited, drainTimeout); err != nil {
 			return Drain{}, fmt.Errorf("walcast: %w\n%s", err, e.tailLog(d.name))
 		}
-	} else if t1, err = e.waitConfirmed(ctx, poll, d.slot, e.endLSN, exited, drainTimeout); err != nil {
+	} else if t1, err = e.waitConfirmed(ctx, poll, d.slot, e.endLSN, p.exited, drainTimeout); err != nil {
 		return Drain{}, fmt.Errorf("walcast: %w\n%s", err, e.tailLog(d.name))
 	}
-	host, _ := readProc(cmd.Process.Pid)
-	plugin := childrenUsage(cmd.Process.Pid)
+	host, _ := readProc(p.pid())
+	plugin := childrenUsage(p.pid())
 	r := Drain{
 		Seconds:      t1.Sub(t0).Seconds(),
 		HostRSSMiB:   float64(host.HWMKiB) / 1024,
@@ -315,11 +270,11 @@ func (e *env) runDaemon(ctx context.Context, poll *pgx.Conn, d daemonRun) (Drain
 		r.Events = d.rcv.events.Load()
 		// The daemon confirms what the receiver got within ~100ms; wait
 		// for it so that the slot is clean (and the run honest).
-		if _, err := e.waitConfirmed(ctx, poll, d.slot, e.endLSN, exited, time.Minute); err != nil {
+		if _, err := e.waitConfirmed(ctx, poll, d.slot, e.endLSN, p.exited, time.Minute); err != nil {
 			return Drain{}, err
 		}
 	}
-	return e.rates(r), e.stopDaemon(cmd, exited, waitErr, d.name)
+	return e.rates(r), e.stopDaemon(p)
 }
 
 // startKfake runs walcast-kfake on a free port.
@@ -352,84 +307,6 @@ func (e *env) startKfake(ctx context.Context) (string, func(), error) {
 		return "", nil, errors.New("walcast-kfake did not report its address within 30s")
 	}
 }
-
-// receiver is a minimal webhook endpoint: it counts the events of each
-// POST, and with latency set records commit time → arrival per event.
-type receiver struct {
-	url    string
-	srv    *http.Server
-	events atomic.Int64
-	target atomic.Int64
-	done   chan time.Time
-
-	latency bool
-	mu      sync.Mutex
-	lat     []time.Duration
-}
-
-var eventMark = []byte(`{"id":"`)
-
-func startReceiver(latency bool) (*receiver, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	r := &receiver{url: "http://" + ln.Addr().String() + "/hook", done: make(chan time.Time, 1), latency: latency}
-	r.target.Store(-1)
-	buf := sync.Pool{New: func() any { return new(bytes.Buffer) }}
-	r.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		b := buf.Get().(*bytes.Buffer)
-		b.Reset()
-		defer buf.Put(b)
-		if _, err := b.ReadFrom(req.Body); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		now := time.Now()
-		n := int64(bytes.Count(b.Bytes(), eventMark))
-		if r.latency {
-			var body struct {
-				Events []struct {
-					CommitTime time.Time `json:"commit_time"`
-				} `json:"events"`
-			}
-			if err := json.Unmarshal(b.Bytes(), &body); err != nil {
-				http.Error(w, err.Error(), http.StatusBadRequest)
-				return
-			}
-			r.mu.Lock()
-			for _, ev := range body.Events {
-				r.lat = append(r.lat, now.Sub(ev.CommitTime))
-			}
-			r.mu.Unlock()
-		}
-		total := r.events.Add(n)
-		if t := r.target.Load(); t >= 0 && total >= t && total-n < t {
-			r.done <- now
-		}
-		w.WriteHeader(http.StatusNoContent)
-	})}
-	go r.srv.Serve(ln)
-	return r, nil
-}
-
-// wait returns when the receiver has counted n events.
-func (r *receiver) wait(n int64, exited <-chan struct{}, timeout time.Duration) (time.Time, error) {
-	r.target.Store(n)
-	if r.events.Load() >= n {
-		return time.Now(), nil
-	}
-	select {
-	case t := <-r.done:
-		return t, nil
-	case <-exited:
-		return time.Time{}, fmt.Errorf("the daemon exited after %d of %d events", r.events.Load(), n)
-	case <-time.After(timeout):
-		return time.Time{}, fmt.Errorf("%d of %d events arrived within %s", r.events.Load(), n, timeout)
-	}
-}
-
-func (r *receiver) close() { r.srv.Close() }
 
 // freeAddr is a loopback address with a port nobody listens on now ("" if
 // none could be found: the daemon then serves no metrics).

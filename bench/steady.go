@@ -33,17 +33,12 @@ func (e *env) latency(ctx context.Context) (*Latency, error) {
     url = %q
   }
 }`, rcv.url)}
-	cmd, exited, waitErr, err := e.startDaemon(ctx, d)
+	p, err := e.startDaemon(ctx, d)
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-exited
-		}
-	}()
-	if _, err := e.waitActive(ctx, poll, slot, exited); err != nil {
+	defer p.kill()
+	if _, err := e.waitActive(ctx, poll, slot, p.exited); err != nil {
 		return nil, fmt.Errorf("walcast: %w\n%s", err, e.tailLog(d.name))
 	}
 
@@ -63,10 +58,10 @@ func (e *env) latency(ctx context.Context) (*Latency, error) {
 		<-tick.C
 	}
 	n := int64(total * txRows)
-	if _, err := rcv.wait(n, exited, time.Minute); err != nil {
+	if _, err := rcv.wait(n, p.exited, time.Minute); err != nil {
 		return nil, fmt.Errorf("walcast: %w\n%s", err, e.tailLog(d.name))
 	}
-	if err := e.stopDaemon(cmd, exited, waitErr, d.name); err != nil {
+	if err := e.stopDaemon(p); err != nil {
 		return nil, err
 	}
 	if err := e.dropSlot(ctx, slot); err != nil {
@@ -109,27 +104,22 @@ func (e *env) bigTx(ctx context.Context) (*BigTx, error) {
     path = "/dev/null"
   }
 }`}
-	cmd, exited, waitErr, err := e.startDaemon(ctx, d)
+	p, err := e.startDaemon(ctx, d)
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-exited
-		}
-	}()
-	t0, err := e.waitActive(ctx, poll, slot, exited)
+	defer p.kill()
+	t0, err := e.waitActive(ctx, poll, slot, p.exited)
 	if err != nil {
 		return nil, fmt.Errorf("walcast: %w\n%s", err, e.tailLog(d.name))
 	}
-	t1, err := e.waitConfirmed(ctx, poll, slot, end, exited, drainTimeout)
+	t1, err := e.waitConfirmed(ctx, poll, slot, end, p.exited, drainTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("walcast: %w\n%s", err, e.tailLog(d.name))
 	}
-	host, _ := readProc(cmd.Process.Pid)
-	plugin := childrenUsage(cmd.Process.Pid)
-	if err := e.stopDaemon(cmd, exited, waitErr, d.name); err != nil {
+	host, _ := readProc(p.pid())
+	plugin := childrenUsage(p.pid())
+	if err := e.stopDaemon(p); err != nil {
 		return nil, err
 	}
 	if err := e.dropSlot(ctx, slot); err != nil {

@@ -59,8 +59,8 @@ type Event struct {
 func (e *Event) JSON() []byte { return e.payload }
 
 // commitTimes remembers the last commit_time parsed: the events of a
-// transaction share it, and time.Parse was a tenth of the library's CPU
-// per change.
+// transaction share it, and parsing it for each event showed in the
+// library's profile (docs/benchmarks.md, "Round 4").
 type commitTimes struct {
 	raw  string
 	time time.Time

@@ -11,10 +11,10 @@ import (
 // wakeBatch is how many events wait before a Next that is waiting is woken
 // in the middle of a transaction; a commit wakes it at once. Handing events
 // over one by one on a channel cost a goroutine wake-up per event whenever
-// Next kept up with capture (0.9 µs of the library's ~6 µs per change);
-// pgoutput sends a transaction only once it committed, all of it back to
-// back, so waiting for a few dozen of its events delays nothing that a
-// consumer could act on (nothing is released before the commit).
+// Next kept up with capture (docs/benchmarks.md, "Round 4"); pgoutput
+// sends a transaction only once it committed, all of it back to back, so
+// waiting for a few dozen of its events delays nothing that a consumer
+// could act on (nothing is released before the commit).
 const wakeBatch = 64
 
 // handoff passes events from the capture goroutine to Next: capture

@@ -12,6 +12,7 @@ import (
 
 	"github.com/walcast/walcast/host/internal/change"
 	"github.com/walcast/walcast/host/internal/control/lineage"
+	"github.com/walcast/walcast/host/internal/ledger"
 	"github.com/walcast/walcast/host/internal/pg"
 	"github.com/walcast/walcast/host/internal/source/backfill"
 	"github.com/walcast/walcast/host/internal/source/capture"
@@ -96,6 +97,23 @@ type Stream struct {
 // Open records the stream in the walcast schema of the source database,
 // as pipeline "library:<slot>", so that walcast's tools know the slot.
 func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
+	cfg.setDefaults()
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	pool, err := connect(ctx, cfg.DSN)
+	if err != nil {
+		return nil, err
+	}
+	ccfg, prep, err := prepareSource(ctx, pool, cfg)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return start(ctx, pool, cfg, ccfg, prep), nil
+}
+
+func (cfg *StreamConfig) setDefaults() {
 	if cfg.Publication == "" {
 		cfg.Publication = cfg.Slot
 	}
@@ -105,16 +123,17 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if err := cfg.check(); err != nil {
-		return nil, err
-	}
-	pool, err := capture.Connect(ctx, cfg.DSN, 2)
+}
+
+// connect opens the pool the stream's setup, confirm limit and backfills
+// use, and refuses a role that may not replicate: capture retries a failed
+// replication connection forever (it is usually PostgreSQL restarting), so
+// a missing privilege would leave Next blocked with no error.
+func connect(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
+	pool, err := capture.Connect(ctx, dsn, 2)
 	if err != nil {
 		return nil, fmt.Errorf("open walcast stream: %w", err)
 	}
-	// Capture retries a failed replication connection forever (it is
-	// usually PostgreSQL restarting), so a missing privilege would leave
-	// Next blocked with no error: refuse here instead.
 	var canReplicate bool
 	if err := pool.QueryRow(ctx, `SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user`).Scan(&canReplicate); err != nil {
 		pool.Close()
@@ -124,6 +143,13 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 		pool.Close()
 		return nil, errors.New("open walcast stream: the database user lacks the REPLICATION attribute: run ALTER ROLE <user> REPLICATION")
 	}
+	return pool, nil
+}
+
+// prepareSource prepares the slot and the publications as pipeline
+// "library:<slot>" and returns the capture configuration that streams
+// them.
+func prepareSource(ctx context.Context, pool *pgxpool.Pool, cfg StreamConfig) (capture.Config, capture.Prepared, error) {
 	ccfg := capture.Config{
 		DSN:             cfg.DSN,
 		Slot:            cfg.Slot,
@@ -137,25 +163,23 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 		AcceptGap:       cfg.AcceptGap,
 		ReceiveTimeout:  cfg.ReceiveTimeout,
 	}
-	store := lineage.New(pool, ccfg.Pipeline)
-	prep, err := capture.Prepare(ctx, pool, pool, ccfg)
+	prep, err := capture.Prepare(ctx, pool, ledger.New(pool, ccfg.Pipeline), ccfg)
 	if err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("open walcast stream: prepare source for slot %s: %w", cfg.Slot, err)
+		return ccfg, prep, fmt.Errorf("open walcast stream: prepare source for slot %s: %w", cfg.Slot, err)
 	}
 	ccfg.StatusInterval = min(10*time.Second, prep.WalSenderTimeout/4)
 	ccfg.KeylessPublication = prep.KeylessPublication
-	ccfg.Confirm, ccfg.ConfirmLimit = store, prep.ConfirmLimit
+	ccfg.Confirm, ccfg.ConfirmLimit = lineage.New(pool, ccfg.Pipeline), prep.ConfirmLimit
 	ccfg.Watch = capture.PublicationWatch(pool, ccfg, prep.Published)
-	if err := backfill.Init(ctx, pool); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("open walcast stream: %w", err)
-	}
+	return ccfg, prep, nil
+}
 
+// start runs capture and the backfill runner, each in a goroutine of its
+// own, until Close. They must outlive ctx (which ends with Open) but keep
+// its values.
+func start(ctx context.Context, pool *pgxpool.Pool, cfg StreamConfig, ccfg capture.Config, prep capture.Prepared) *Stream {
 	events := newHandoff(cfg.Buffer)
 	a := newAcks(prep.ConfirmedFlush)
-	// The capture goroutine must outlive ctx (which ends with Open) but
-	// keep its values.
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	drainCtx, drain := context.WithCancel(runCtx)
 	capt := capture.New(ccfg, &consumer{events: events, acks: a, drain: drainCtx})
@@ -176,7 +200,7 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 		defer events.end()
 		s.runErr = capt.Run(runCtx)
 	}()
-	return s, nil
+	return s
 }
 
 func (cfg *StreamConfig) check() error {

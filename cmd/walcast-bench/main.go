@@ -1,8 +1,9 @@
 // Command walcast-bench runs walcast's benchmark (what `make bench` runs):
 // a private PostgreSQL, the issue's workload waiting in fresh slots, then
 // each path drains one — pg_recvlogical, library mode, the daemon with the
-// stdout, webhook and kafka sinks — and the figures are printed and
-// written as JSON. See docs/benchmarks.md.
+// stdout, webhook and kafka sinks — then a backfill and the isolation
+// figures, and the figures are printed and written as JSON. See
+// docs/benchmarks.md.
 //
 //	walcast-bench [-bin bin] [-scale 1] [-runs 3] [-paths a,b] [-out bench/out/results.json]
 //
@@ -58,6 +59,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	latRate := fs.Int("latency-rate", def.LatencyRate, "changes/s for the latency measurement")
 	latDur := fs.Duration("latency-duration", def.LatencyDuration, "how long to measure latency (0 skips it)")
 	bigTx := fs.Int("big-tx", def.BigTx, "rows of the one-transaction memory test before -scale (0 skips it)")
+	liveRate := fs.Int("backfill-live-rate", def.BackfillLiveRate, "single-row transactions/s committed while the backfill path backfills (0: the backfill alone)")
 	out := fs.String("out", "bench/out/results.json", "where to write the results as JSON")
 	work := fs.String("work", "", "keep pipeline files and daemon logs in this directory")
 	profile := fs.String("profile", "", "write CPU and allocation profiles of the library consumer and of the daemon (run in-process) into this directory")
@@ -69,6 +71,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	cfg = cfg.Scale(*scale)
 	cfg.BinDir, cfg.Runs, cfg.TxSize = *bin, *runs, *txSize
 	cfg.LatencyRate, cfg.LatencyDuration = *latRate, *latDur
+	cfg.BackfillLiveRate = *liveRate
 	cfg.Paths = strings.Split(*paths, ",")
 	cfg.WorkDir, cfg.Log = *work, stderr
 	if *profile != "" {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/host/internal/delivery/isolate"
+	"github.com/walcast/walcast/host/internal/ledger"
 	"github.com/walcast/walcast/host/internal/source/capture"
 )
 
@@ -53,7 +54,7 @@ Run again with --yes to do it.
 		fmt.Fprintln(stderr, "walcast teardown:", err)
 		return 1
 	}
-	if err := capture.Teardown(ctx, t.db, p.Name, p.Source.Slot, p.Source.Publication); err != nil {
+	if err := capture.Teardown(ctx, t.db, ledger.New(t.db, p.Name), p.Source.Slot, p.Source.Publication); err != nil {
 		fmt.Fprintln(stderr, "walcast teardown:", err)
 		return 1
 	}

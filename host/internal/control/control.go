@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/walcast/walcast/host/internal/pg"
 )
 
 // Querier is the part of pgx the stores need; *pgxpool.Pool, *pgx.Conn
@@ -32,8 +33,9 @@ type Beginner interface {
 // Channel is the NOTIFY channel the CLI wakes a running daemon with
 // after a replay request, a pause or resume, or a backfill request; the
 // payload is the pipeline name ("backfill" for a backfill). The daemon
-// also polls, so a lost notification only delays.
-const Channel = "walcast_control"
+// also polls, so a lost notification only delays. It is pg's, where the
+// source packages, which import nothing of the control plane, read it too.
+const Channel = pg.ControlChannel
 
 // Notify wakes the running daemon of pipeline, if any.
 func Notify(ctx context.Context, db Querier, pipeline string) error {

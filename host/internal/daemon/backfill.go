@@ -7,6 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/walcast/walcast/host/internal/config"
+	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/host/internal/source/backfill"
 	"github.com/walcast/walcast/host/internal/source/capture"
 )
@@ -17,7 +18,7 @@ import (
 // backfill_new_tables is set. The tables seen are recorded either way, so
 // that turning the option on later backfills only tables added after.
 func prepareBackfills(ctx context.Context, db controlDB, p *config.Pipeline, log *slog.Logger) error {
-	if err := backfill.Init(ctx, db); err != nil {
+	if err := schema.Migrate(ctx, db); err != nil {
 		return err
 	}
 	var version string

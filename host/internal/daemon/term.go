@@ -23,6 +23,7 @@ import (
 	"github.com/walcast/walcast/host/internal/delivery/fanout"
 	"github.com/walcast/walcast/host/internal/delivery/isolate"
 	"github.com/walcast/walcast/host/internal/delivery/schedule"
+	"github.com/walcast/walcast/host/internal/ledger"
 	"github.com/walcast/walcast/host/internal/source/backfill"
 	"github.com/walcast/walcast/host/internal/source/capture"
 	"github.com/walcast/walcast/pluginkit"
@@ -149,7 +150,7 @@ func (t *term) checkSource(ctx context.Context) error {
 	t.parked = parking.New(t.db, p.Name)
 	t.reports = reports.New(t.db, p.Name)
 	t.captureCfg = t.newCaptureConfig()
-	if t.setup, err = capture.Check(ctx, t.pool, t.captureCfg); err != nil {
+	if t.setup, err = capture.Check(ctx, t.pool, ledger.New(t.pool, p.Name), t.captureCfg); err != nil {
 		return fmt.Errorf("check source: %w", err)
 	}
 	return prepareBackfills(ctx, t.db, p, t.log)
@@ -210,7 +211,7 @@ func (t *term) startSinks(ctx context.Context) (own []pluginkit.EventID, err err
 // refuses a slot it cannot trust) and completes the capture's
 // configuration with what it found.
 func (t *term) prepareSource(ctx context.Context) (capture.Prepared, error) {
-	prep, err := t.setup.Prepare(ctx, t.db)
+	prep, err := t.setup.Prepare(ctx, ledger.New(t.db, t.opts.Pipeline.Name))
 	if err != nil {
 		return prep, fmt.Errorf("prepare source: %w", err)
 	}

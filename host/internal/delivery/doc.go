@@ -4,19 +4,21 @@
 // In: change.Events, in stream order, from the source (package capture,
 // or a catch-up stream of package isolate). Out: Deliver calls on each
 // sink's plugin client, and the positions that make walcast crash-safe:
-// per sink the watermark its checkpoint stores, for the slot the flush
-// LSN capture confirms.
+// per sink its position (what its checkpoint stores), for the slot the
+// flush LSN capture confirms.
 //
 //	change.Event ─▶ fanout ─┬▶ queue ─▶ schedule ─▶ Deliver (plugin/sinkclient)
 //	                        └▶ queue ─▶ schedule ─▶ …            │ resolved
-//	flush LSN, watermarks ◀── ack.Tracker ◀───────────────────────┘
+//	flush LSN, positions ◀── ack.Tracker ◀────────────────────────┘
+//
+// The packages, in the order an event meets them:
 //
 //   - fanout gives each sink a bounded queue; a full durable queue holds
 //     the stream back, a full non-durable one drops for that sink only;
 //   - schedule runs one sink's policy: filter, batching, per-row lanes,
 //     the truncate barrier, rate limit, retries, parking and replay;
-//   - ack turns resolutions into the watermark and the flush LSN: neither
-//     ever passes an event a durable sink has not resolved;
+//   - ack turns resolutions into each sink's position and the flush LSN:
+//     neither ever passes an event a durable sink has not resolved;
 //   - isolate detaches a sink that falls behind onto a catch-up slot of
 //     its own and rejoins it to the live stream.
 //

@@ -3,7 +3,8 @@
 // engine itself):
 //
 //   - walcast's own schema in the source database (ControlSchema), which
-//     is never captured;
+//     is never captured, and the NOTIFY channel that wakes a running
+//     walcast (ControlChannel);
 //   - the naming rule for replication slots, which walcast also applies to
 //     publications and pipeline names (SlotProblem), and how to write any
 //     other name into a statement an operator copies (Ident);
@@ -21,3 +22,9 @@ package pg
 // changes to its tables are dropped even when a FOR ALL TABLES
 // publication includes them.
 const ControlSchema = "walcast"
+
+// ControlChannel is the NOTIFY channel a command wakes a running walcast
+// with after writing into the control schema (a replay request, a pause
+// or resume, a backfill request). A running walcast also polls, so a lost
+// notification only delays.
+const ControlChannel = "walcast_control"

@@ -13,6 +13,7 @@ import (
 	"github.com/walcast/walcast/host/internal/control/pauses"
 	"github.com/walcast/walcast/host/internal/control/reports"
 	"github.com/walcast/walcast/host/internal/delivery/isolate"
+	"github.com/walcast/walcast/host/internal/ledger"
 	"github.com/walcast/walcast/host/internal/source/backfill"
 	"github.com/walcast/walcast/host/internal/source/capture"
 	"github.com/walcast/walcast/pluginkit/cdc"
@@ -110,7 +111,7 @@ func (g *gathering) streams(ctx context.Context) error {
 }
 
 func (g *gathering) refusal(ctx context.Context) (err error) {
-	g.st.Refusal, err = capture.Diagnose(ctx, g.p.DB, g.p.Capture)
+	g.st.Refusal, err = capture.Diagnose(ctx, g.p.DB, ledger.New(g.p.DB, g.p.Name), g.p.Capture)
 	return err
 }
 

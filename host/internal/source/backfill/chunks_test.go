@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/host/pgtest"
 )
 
@@ -28,7 +29,7 @@ func TestChunksKeepTheirSize(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := Init(ctx, db); err != nil {
+	if err := schema.Migrate(ctx, db); err != nil {
 		t.Fatal(err)
 	}
 	tbl, err := Inspect(ctx, db, "public.c")

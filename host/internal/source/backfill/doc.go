@@ -41,4 +41,12 @@
 //     neither memory nor the slot.
 //
 // Backfill states: queued → running → done | cancelled | failed.
+//
+// In: requests (Request: walcast backfill, backfill_new_tables at a start),
+// the tables' rows, and Config.Flushed, the position every durable sink
+// has acknowledged. Out: chunk messages in the WAL, which capture and
+// decode turn into read events, and the progress rows of
+// walcast.backfills. The store (store.go) is the backfill tables' reader
+// and writer; their DDL is among the walcast schema's migrations, which
+// the caller runs first.
 package backfill

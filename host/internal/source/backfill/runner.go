@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/walcast/walcast/host/internal/control"
 	"github.com/walcast/walcast/host/internal/pg"
 	"github.com/walcast/walcast/host/internal/source/decode"
 	"github.com/walcast/walcast/pluginkit/cdc"
@@ -536,13 +535,15 @@ type chunkResult struct {
 	locked time.Duration
 }
 
-// chunk runs one chunk's transaction (see the package documentation).
+// chunk runs one chunk's transaction (see the package documentation):
+// begin with the progress, find the bound, read and lock the rows, then
+// write the message, the progress and COMMIT together.
 func (r *Runner) chunk(ctx context.Context, conn *pgx.Conn, id int64, t Table, sinks []string, limit int) (chunkResult, error) {
 	var res chunkResult
 	// The transaction is driven by hand rather than with pgx.Tx, so that
 	// BEGIN travels with the progress read and the message, progress and
-	// COMMIT with each other: three round trips fewer per chunk, a fifth
-	// of a chunk's time.
+	// COMMIT with each other: three round trips fewer per chunk
+	// (docs/benchmarks.md, "Backfill path").
 	open := true
 	defer func() {
 		if open {
@@ -554,7 +555,6 @@ func (r *Runner) chunk(ctx context.Context, conn *pgx.Conn, id int64, t Table, s
 		return res, err
 	}
 	res.state = pr.state
-	last, chunks, pubs := pr.last, pr.chunks, pr.pubs
 	if res.state != StateRunning {
 		_, err := conn.Exec(ctx, "COMMIT")
 		open = err != nil
@@ -568,70 +568,107 @@ func (r *Runner) chunk(ctx context.Context, conn *pgx.Conn, id int64, t Table, s
 	// by its limit whatever the filter keeps, and a chunk whose rows the
 	// filter all leaves out still advances to its bound (only a chunk
 	// without a bound is the last).
-	bound, err := t.boundary(ctx, conn, last, limit)
+	bound, err := t.boundary(ctx, conn, pr.last, limit)
 	if err != nil {
 		return res, fmt.Errorf("backfill %d of %s: find chunk bound: %w", id, t, err)
 	}
 	lockStart := time.Now()
-	sql, args := t.readQuery(last, bound, rowFilter(pubs))
-	rows, err := conn.Query(ctx, sql, args...)
+	read, err := r.readChunk(ctx, conn, id, t, sinks, pr, bound)
 	if err != nil {
-		return res, fmt.Errorf("backfill %d of %s: read chunk: %w", id, t, err)
+		return res, err
 	}
-	head, err := json.Marshal(&decode.BackfillChunk{
-		Pipeline: r.cfg.Pipeline, Backfill: id, Chunk: chunks + 1, Sinks: sinks,
-		Schema: t.Schema, Table: t.Name, Columns: t.Columns, Key: t.EventKey,
-	})
-	if err != nil {
-		return res, fmt.Errorf("backfill %d: encode chunk: %w", id, err)
-	}
-	// The rows follow the header as length-prefixed raw values
-	// (decode.BackfillPrefix): no escaping here with the rows locked, and
-	// no JSON to parse when the chunk comes back through the slot.
-	payload := append(head, '\n')
-	var lastKey []string
-	for rows.Next() {
-		raw := rows.RawValues()
-		for _, v := range raw {
-			payload = decode.AppendBackfillValue(payload, v)
-			res.bytes += len(v)
-		}
-		res.rows++
-		if bound == nil {
-			lastKey = lastKey[:0]
-			for _, k := range t.PageKey {
-				lastKey = append(lastKey, string(raw[k]))
-			}
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return res, fmt.Errorf("backfill %d of %s: read chunk: %w", id, t, err)
-	}
+	res.rows, res.bytes = read.rows, read.bytes
 	next := bound
 	state := StateRunning
 	if bound == nil {
 		// Nothing is left after this chunk: rows inserted from now on
 		// reach the sinks as inserts.
 		state = StateDone
-		if lastKey != nil {
-			next = lastKey
+		if read.lastKey != nil {
+			next = read.lastKey
 		} else {
-			next = last
+			next = pr.last
 		}
 	}
 	if r.cfg.ChunkRead != nil {
-		r.cfg.ChunkRead(id, chunks+1)
+		r.cfg.ChunkRead(id, pr.chunks+1)
 	}
+	if res.pos, err = r.commitChunk(ctx, conn, id, t, read, next, state); err != nil {
+		return res, err
+	}
+	open = false
+	res.locked = time.Since(lockStart)
+	res.state = state
+	return res, nil
+}
+
+// chunkRows is what a chunk's locking read made of its rows.
+type chunkRows struct {
+	// payload is the chunk's logical decoding message: the JSON header,
+	// then the rows as length-prefixed raw values.
+	payload     []byte
+	rows, bytes int
+	// lastKey is the page key of the last row read, kept only for a
+	// chunk without a bound (the last one).
+	lastKey []string
+}
+
+// readChunk reads the rows after the last key up to bound, locking them
+// (FOR SHARE) and keeping those the publications' row filters keep, and
+// encodes them into the chunk's message.
+func (r *Runner) readChunk(ctx context.Context, conn *pgx.Conn, id int64, t Table, sinks []string, pr progress, bound []string) (chunkRows, error) {
+	var c chunkRows
+	sql, args := t.readQuery(pr.last, bound, rowFilter(pr.pubs))
+	rows, err := conn.Query(ctx, sql, args...)
+	if err != nil {
+		return c, fmt.Errorf("backfill %d of %s: read chunk: %w", id, t, err)
+	}
+	head, err := json.Marshal(&decode.BackfillChunk{
+		Pipeline: r.cfg.Pipeline, Backfill: id, Chunk: pr.chunks + 1, Sinks: sinks,
+		Schema: t.Schema, Table: t.Name, Columns: t.Columns, Key: t.EventKey,
+	})
+	if err != nil {
+		return c, fmt.Errorf("backfill %d: encode chunk: %w", id, err)
+	}
+	// The rows follow the header as length-prefixed raw values
+	// (decode.BackfillPrefix): no escaping here with the rows locked, and
+	// no JSON to parse when the chunk comes back through the slot.
+	c.payload = append(head, '\n')
+	for rows.Next() {
+		raw := rows.RawValues()
+		for _, v := range raw {
+			c.payload = decode.AppendBackfillValue(c.payload, v)
+			c.bytes += len(v)
+		}
+		c.rows++
+		if bound == nil {
+			c.lastKey = c.lastKey[:0]
+			for _, k := range t.PageKey {
+				c.lastKey = append(c.lastKey, string(raw[k]))
+			}
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return c, fmt.Errorf("backfill %d of %s: read chunk: %w", id, t, err)
+	}
+	return c, nil
+}
+
+// commitChunk writes the chunk's message into the WAL (a chunk the filter
+// left empty writes none), records the progress (next is the new last
+// key) and commits, in one round trip. It returns the WAL insert position
+// read just after the commit.
+func (r *Runner) commitChunk(ctx context.Context, conn *pgx.Conn, id int64, t Table, c chunkRows, next []string, state string) (uint64, error) {
 	b := &pgx.Batch{}
-	if res.rows > 0 {
-		b.Queue(`SELECT pg_logical_emit_message(true, $1, $2::bytea)`, decode.BackfillPrefix, payload)
+	if c.rows > 0 {
+		b.Queue(`SELECT pg_logical_emit_message(true, $1, $2::bytea)`, decode.BackfillPrefix, c.payload)
 	}
 	var pos string
 	b.Queue(`UPDATE walcast.backfills SET last_key = $2, rows_done = rows_done + $3,
 	chunks_done = chunks_done + $4, state = $5, updated_at = now(),
 	finished_at = CASE WHEN $5 = 'running' THEN NULL ELSE now() END
-WHERE id = $1`, id, next, res.rows, min(res.rows, 1), state)
+WHERE id = $1`, id, next, c.rows, min(c.rows, 1), state)
 	b.Queue("COMMIT")
 	// Read after the commit, so the position is at or past the end of the
 	// chunk's transaction: a stream acknowledged up to it has the whole
@@ -641,18 +678,15 @@ WHERE id = $1`, id, next, res.rows, min(res.rows, 1), state)
 		return row.Scan(&pos)
 	})
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return res, fmt.Errorf("backfill %d of %s: write the chunk into the WAL, record progress, commit: %w", id, t, err)
+		return 0, fmt.Errorf("backfill %d of %s: write the chunk into the WAL, record progress, commit: %w", id, t, err)
 	}
-	open = false
-	res.locked = time.Since(lockStart)
-	res.state = state
-	res.pos, _ = cdc.ParseLSN(pos)
-	return res, nil
+	lsn, _ := cdc.ParseLSN(pos)
+	return lsn, nil
 }
 
 // boundary returns the key of the limit-th row after last (in pagination
 // order), or nil when fewer rows are left.
-func (t Table) boundary(ctx context.Context, db control.Querier, last []string, limit int) ([]string, error) {
+func (t Table) boundary(ctx context.Context, db Querier, last []string, limit int) ([]string, error) {
 	keys := t.pageKeyList()
 	cols := make([]string, len(keys))
 	for i, k := range keys {

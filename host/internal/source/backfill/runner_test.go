@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/host/internal/source/decode"
 	"github.com/walcast/walcast/host/pgtest"
 )
@@ -36,7 +37,7 @@ func TestChunkHoldsRowsUntilCommit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := Init(ctx, db); err != nil {
+	if err := schema.Migrate(ctx, db); err != nil {
 		t.Fatal(err)
 	}
 	tbl, err := Inspect(ctx, db, "public.t")
@@ -166,7 +167,7 @@ func TestUnreadableTableFailsTheBackfillWithTheGrant(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := Init(ctx, db); err != nil {
+	if err := schema.Migrate(ctx, db); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Exec(ctx, `GRANT USAGE ON SCHEMA walcast TO filler; GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA walcast TO filler; GRANT USAGE ON ALL SEQUENCES IN SCHEMA walcast TO filler`); err != nil {

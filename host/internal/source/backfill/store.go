@@ -9,16 +9,18 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/walcast/walcast/host/internal/control"
-	"github.com/walcast/walcast/host/internal/control/schema"
+	"github.com/walcast/walcast/host/internal/pg"
 )
 
-// Init brings the walcast schema, the backfill tables included, up to date
-// (schema.Migrate: ordered migrations under an advisory lock, so the
-// daemon and a CLI command starting at once do not race).
-func Init(ctx context.Context, db control.Querier) error {
-	return schema.Migrate(ctx, db)
+// Querier is the part of pgx the store and Inspect need
+// (*pgxpool.Pool, *pgx.Conn, pgx.Tx). The backfill tables are part of the
+// walcast schema: whoever calls them has migrated it.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // States of a backfill.
@@ -69,7 +71,7 @@ func scanBackfill(row pgx.Row) (Backfill, error) {
 }
 
 // List returns the pipeline's backfills, oldest first.
-func List(ctx context.Context, db control.Querier, pipeline string) ([]Backfill, error) {
+func List(ctx context.Context, db Querier, pipeline string) ([]Backfill, error) {
 	rows, err := db.Query(ctx, selectBackfill+` WHERE pipeline = $1 ORDER BY id`, pipeline)
 	if err != nil {
 		return nil, fmt.Errorf("list backfills of pipeline %s: %w", pipeline, err)
@@ -90,7 +92,7 @@ func List(ctx context.Context, db control.Querier, pipeline string) ([]Backfill,
 }
 
 // Get returns one backfill.
-func Get(ctx context.Context, db control.Querier, id int64) (Backfill, error) {
+func Get(ctx context.Context, db Querier, id int64) (Backfill, error) {
 	b, err := scanBackfill(db.QueryRow(ctx, selectBackfill+` WHERE id = $1`, id))
 	if err != nil {
 		return b, fmt.Errorf("read backfill %d: %w", id, err)
@@ -172,7 +174,7 @@ VALUES ($1, $2, $3, $4) RETURNING id`, pipeline, t.Schema, t.Name, sinks).Scan(&
 		}
 		ids = append(ids, id)
 	}
-	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, 'backfill')`, control.Channel); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, 'backfill')`, pg.ControlChannel); err != nil {
 		return nil, fmt.Errorf("request backfill: notify: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -184,7 +186,7 @@ VALUES ($1, $2, $3, $4) RETURNING id`, pipeline, t.Schema, t.Name, sinks).Scan(&
 // Cancel cancels the active backfills of table for sinks (empty: all of
 // the table's active backfills) and returns their ids. Chunks already
 // written into the WAL are still delivered.
-func Cancel(ctx context.Context, db control.Querier, pipeline string, t Table, sinks []string) ([]int64, error) {
+func Cancel(ctx context.Context, db Querier, pipeline string, t Table, sinks []string) ([]int64, error) {
 	rows, err := db.Query(ctx, `SELECT id, sinks FROM walcast.backfills
 WHERE pipeline = $1 AND schema_name = $2 AND table_name = $3 AND state IN ('queued', 'running')`, pipeline, t.Schema, t.Name)
 	if err != nil {
@@ -219,7 +221,7 @@ WHERE id = ANY($1) AND state IN ('queued', 'running')`, ids)
 
 // NewTables records tables as seen by the pipeline and returns those it
 // had not seen before (all of them at the pipeline's first start).
-func NewTables(ctx context.Context, db control.Querier, pipeline string, tables []string) ([]string, error) {
+func NewTables(ctx context.Context, db Querier, pipeline string, tables []string) ([]string, error) {
 	var fresh []string
 	for _, t := range tables {
 		tag, err := db.Exec(ctx, `INSERT INTO walcast.backfill_tables (pipeline, table_name) VALUES ($1, $2) ON CONFLICT DO NOTHING`, pipeline, t)

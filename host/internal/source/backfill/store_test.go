@@ -7,12 +7,13 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/host/pgtest"
 )
 
-// TestInitConcurrently: the daemon and a CLI command creating the backfill
+// TestMigrateConcurrently: the daemon and a CLI command creating the backfill
 // tables at the same moment both succeed.
-func TestInitConcurrently(t *testing.T) {
+func TestMigrateConcurrently(t *testing.T) {
 	ctx := context.Background()
 	cluster := pgtest.New(t, pgtest.Options{})
 	for round := 0; round < 5; round++ {
@@ -26,7 +27,7 @@ func TestInitConcurrently(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs <- Init(ctx, pool)
+				errs <- schema.Migrate(ctx, pool)
 			}()
 		}
 		wg.Wait()

@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/walcast/walcast/host/internal/control"
 	"github.com/walcast/walcast/host/internal/source/decode"
 )
 
@@ -49,7 +48,7 @@ func SplitName(name string) (schema, table string) {
 var ErrKeyless = errors.New("table has no key to read it by")
 
 // Inspect describes a table for backfilling it.
-func Inspect(ctx context.Context, db control.Querier, name string) (Table, error) {
+func Inspect(ctx context.Context, db Querier, name string) (Table, error) {
 	t := Table{}
 	t.Schema, t.Name = SplitName(name)
 	var ident string
@@ -137,7 +136,7 @@ WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped AND attgenerated = '' OR
 //     TABLE t WHERE (...)) as they are when the chunk runs (rowFilterSQL).
 //
 // Before PostgreSQL 15 neither exists and the table stays whole.
-func (t *Table) Restrict(ctx context.Context, db control.Querier, publications ...string) error {
+func (t *Table) Restrict(ctx context.Context, db Querier, publications ...string) error {
 	if len(publications) == 0 || publications[0] == "" {
 		return nil
 	}
@@ -245,7 +244,7 @@ func rowFilter(pubs []pubFilter) string {
 
 // readRowFilter reads the rows filter (rowFilter) the publications apply
 // now.
-func (t Table) readRowFilter(ctx context.Context, db control.Querier) (string, error) {
+func (t Table) readRowFilter(ctx context.Context, db Querier) (string, error) {
 	if len(t.publications) == 0 {
 		return "", nil
 	}

@@ -15,9 +15,10 @@ import (
 // The walsender sends each decoded change as its own message and flushes
 // it at once. Over TCP each such send also wakes the reader, and on one
 // host that wake-up, with the receive path it runs, is charged to the
-// walsender: streaming to a reader that keeps up cost the walsender about
-// 4.5 µs of kernel time per change, against under 2 µs when the reader
-// lags and the sends merely queue. While a backlog streams, the
+// walsender: streaming to a reader that keeps up costs the walsender far
+// more kernel time per change than streaming to one that lags, whose
+// sends merely queue (measured in docs/benchmarks.md, "Round 5"). While a
+// backlog streams, the
 // replication socket's receive low-water mark (SO_RCVLOWAT) is therefore
 // raised, so the kernel wakes the reader once per batchBytes instead of
 // once per change. The mark is lowered again as soon as a wait of
@@ -30,9 +31,10 @@ const (
 	batchEnter = 64 << 10
 	// batchBytes is the low-water mark while batching.
 	batchBytes = 64 << 10
-	// batchWait bounds a wait for a batch to fill. At the walsender's
-	// pace (tens of MB/s) a batch fills in 2–3 ms; a wait that runs out
-	// means the burst is over.
+	// batchWait bounds a wait for a batch to fill. It is a little longer
+	// than a batch takes to fill at the walsender's pace (see "Round 5"
+	// in docs/benchmarks.md), so a wait that runs out means the burst is
+	// over.
 	batchWait = 4 * time.Millisecond
 	// batchReadSize is the read buffer: one read takes several batches.
 	batchReadSize = 256 << 10

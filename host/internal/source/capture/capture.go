@@ -65,8 +65,8 @@ type Config struct {
 	// confirmed (a leader frozen past its lease, see package leader).
 	Fence func() bool
 	// Confirm, when set, records a position before it is confirmed to the
-	// slot (lineage.Store.RaiseConfirmLimit), so that the next Prepare
-	// can tell a slot moved by someone else. ConfirmLimit is the position
+	// slot (the confirm limit of the pipeline's Record), so that the next
+	// Prepare can tell a slot moved by someone else. ConfirmLimit is the position
 	// already recorded (Prepared.ConfirmLimit).
 	Confirm      ConfirmRecorder
 	ConfirmLimit uint64
@@ -448,7 +448,8 @@ func (c *Capture) receive(ctx context.Context, w *silenceWatch) error {
 	// watch for silence and notice shutdown. The clock is read, the status
 	// and the silence checked and the deadline moved only every checkEvery
 	// messages (and after every timeout): both cost a clock read, which on
-	// this project's VMs is a measurable part of a change's CPU. The
+	// this project's VMs is a measurable part of a change's CPU
+	// (docs/benchmarks.md, "Issue 16"). The
 	// deadline is absolute, so the loop still comes back within
 	// feedbackDelay of the last check.
 	received := 0

@@ -1,11 +1,25 @@
 // Package capture owns the one replication connection of a pipeline.
 //
+// In: the source database (its slot, tables and publications), and from
+// the Consumer the position it has resolved. Out: change.Events in stream
+// order to the Consumer, and that position confirmed to PostgreSQL.
+//
 // It prepares the source: Preflight lists, without changing anything,
 // every reason a start would fail (wal_level, the role's REPLICATION
 // attribute and grants, the captured tables, an existing publication or
 // slot); Check refuses on any of them and remembers what exists; Prepare
 // creates the publication and the pgoutput slot when missing; Undo
-// removes what a start created when it fails before streaming.
+// removes what a start created when it fails before streaming. A start
+// goes Check → Prepare → stream, or Check [→ Prepare] → Undo.
+//
+// What a start needs of the control plane (walcast's schema, and its
+// record of the pipeline's source: slot, publication, identity, confirm
+// limit, accepted gaps, published tables, the sinks' checkpoints) capture
+// declares as Ledger (ledger.go); the caller gives the implementation, so
+// capture imports nothing of the control plane. Prepare refuses with a
+// GapError when that record shows the slot is not the one the pipeline
+// streamed from (lost, invalidated, moved, from another cluster) or a
+// table left the publication: streaming on would hide lost changes.
 //
 // It streams pgoutput protocol version 1 from the slot, has each message
 // decoded into events and hands them, in stream order, to a Consumer. It

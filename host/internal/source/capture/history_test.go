@@ -4,34 +4,33 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/walcast/walcast/host/internal/control/lineage"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // checkHistory decides, from what the walcast schema remembers and the
 // slot as it is, whether streaming would hide lost changes.
 func TestCheckHistory(t *testing.T) {
-	here := lineage.Identity{SystemIdentifier: "73", DatabaseOID: 5}
-	rec := lineage.Pipeline{Identity: lineage.Identity{SystemIdentifier: "73", DatabaseOID: 5, SlotCreatedLSN: 0x100}}
+	here := Identity{SystemIdentifier: "73", DatabaseOID: 5}
+	rec := Record{Identity: Identity{SystemIdentifier: "73", DatabaseOID: 5, SlotCreatedLSN: 0x100}}
 	marks := map[string]cdc.EventID{"b": cdc.MustParseEventID("0/200:1"), "a": cdc.MustParseEventID("0/180:0")}
 	ok := slotInfo{exists: true, plugin: "pgoutput", sameDB: true, walStatus: "reserved"}
 	for _, tc := range []struct {
 		name      string
-		rec       lineage.Pipeline
+		rec       Record
 		known     bool
-		here      lineage.Identity
+		here      Identity
 		slot      slotInfo
 		marks     map[string]cdc.EventID
 		pubExists bool
 		want      string // Kind, "" for none
 	}{
-		{"first start", lineage.Pipeline{}, false, here, slotInfo{}, nil, false, ""},
+		{"first start", Record{}, false, here, slotInfo{}, nil, false, ""},
 		{"healthy", rec, true, here, ok, marks, true, ""},
-		{"older walcast, no identity yet", lineage.Pipeline{}, true, here, ok, marks, true, ""},
-		{"slot gone with checkpoints", lineage.Pipeline{}, true, here, slotInfo{}, marks, true, "slot lost"},
+		{"older walcast, no identity yet", Record{}, true, here, ok, marks, true, ""},
+		{"slot gone with checkpoints", Record{}, true, here, slotInfo{}, marks, true, "slot lost"},
 		{"slot gone, created before, no checkpoint yet", rec, true, here, slotInfo{}, nil, true, "slot lost"},
-		{"another cluster", rec, true, lineage.Identity{SystemIdentifier: "99", DatabaseOID: 5}, slotInfo{}, marks, true, "foreign checkpoints"},
-		{"another database", rec, true, lineage.Identity{SystemIdentifier: "73", DatabaseOID: 6}, ok, marks, true, "foreign checkpoints"},
+		{"another cluster", rec, true, Identity{SystemIdentifier: "99", DatabaseOID: 5}, slotInfo{}, marks, true, "foreign checkpoints"},
+		{"another database", rec, true, Identity{SystemIdentifier: "73", DatabaseOID: 6}, ok, marks, true, "foreign checkpoints"},
 		{"invalidated", rec, true, here, slotInfo{exists: true, walStatus: "lost"}, marks, true, "slot invalidated"},
 		{"publication dropped", rec, true, here, ok, marks, false, "publication dropped"},
 	} {

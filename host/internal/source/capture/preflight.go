@@ -10,8 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/walcast/walcast/host/internal/control/lineage"
-	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/host/internal/pg"
 )
 
@@ -53,7 +51,10 @@ func (e *NotReadyError) Error() string {
 // publication walcast did not create, and the slot. It returns every
 // finding (none: a start would get past these checks); an error means
 // the checks themselves could not run.
-func Preflight(ctx context.Context, db Querier, cfg Config) ([]Finding, error) {
+//
+// l is only read: the schema's access, and the pipeline's record when the
+// role may read it.
+func Preflight(ctx context.Context, db Querier, l Ledger, cfg Config) ([]Finding, error) {
 	var out []Finding
 	var level string
 	if err := db.QueryRow(ctx, "SHOW wal_level").Scan(&level); err != nil {
@@ -64,7 +65,7 @@ func Preflight(ctx context.Context, db Querier, cfg Config) ([]Finding, error) {
 			Problem: fmt.Sprintf("wal_level is %q but logical decoding needs \"logical\"", level),
 			Fix:     "run ALTER SYSTEM SET wal_level = logical (or set it in postgresql.conf) and restart PostgreSQL"})
 	}
-	access, err := schema.CheckAccess(ctx, db)
+	access, err := l.Access(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +80,7 @@ func Preflight(ctx context.Context, db Querier, cfg Config) ([]Finding, error) {
 		return nil, err
 	}
 	out = append(out, f...)
-	if f, err = publicationFindings(ctx, db, cfg, access, tables); err != nil {
+	if f, err = publicationFindings(ctx, db, l, cfg, access, tables); err != nil {
 		return nil, err
 	}
 	out = append(out, f...)
@@ -110,7 +111,7 @@ func checkReplication(ctx context.Context, dsn, role string) ([]Finding, error) 
 
 // accessFindings says what the role lacks to create the walcast schema or
 // use the one another role created.
-func accessFindings(a schema.Access) []Finding {
+func accessFindings(a SchemaAccess) []Finding {
 	switch {
 	case !a.Exists && !a.CanCreate:
 		return []Finding{{Object: "database " + a.Database,
@@ -122,7 +123,7 @@ func accessFindings(a schema.Access) []Finding {
 			Fix:     pg.GrantsOnControlSchema(pg.Ident(a.Role))}}
 	case a.MigrateAs != "":
 		return []Finding{{Object: "schema " + pg.ControlSchema,
-			Problem: fmt.Sprintf("the walcast schema is at version %d and this walcast must migrate it to version %d, which only role %s (the owner of its tables) may do, not role %s", a.Version, schema.Version(), a.MigrateAs, a.Role),
+			Problem: fmt.Sprintf("the walcast schema is at version %d and this walcast must migrate it to version %d, which only role %s (the owner of its tables) may do, not role %s", a.Version, a.Latest, a.MigrateAs, a.Role),
 			Fix:     fmt.Sprintf("start this walcast once as role %s (or a superuser), then grant role %s the new tables again (see \"Roles and grants\" in docs/operations.md)", a.MigrateAs, a.Role)}}
 	}
 	return nil
@@ -193,7 +194,7 @@ func keylessOf(tables []tableInfo) []string {
 // altered, and the ownership of every table it must add. One someone
 // else made must already publish every table, partitioned ones under
 // their root's name.
-func publicationFindings(ctx context.Context, db Querier, cfg Config, access schema.Access, tables []tableInfo) ([]Finding, error) {
+func publicationFindings(ctx context.Context, db Querier, records Records, cfg Config, access SchemaAccess, tables []tableInfo) ([]Finding, error) {
 	var exists bool
 	var owner string
 	var mine bool
@@ -207,7 +208,7 @@ func publicationFindings(ctx context.Context, db Querier, cfg Config, access sch
 	}
 	ours := false
 	if exists && access.Exists && len(access.Denied) == 0 {
-		rec, known, err := lineage.New(db, cfg.Pipeline).LoadPipeline(ctx)
+		rec, known, err := records.LoadRecord(ctx)
 		if err != nil {
 			return nil, err
 		}

@@ -13,17 +13,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/walcast/walcast/host/internal/control"
-	"github.com/walcast/walcast/host/internal/control/checkpoints"
-	"github.com/walcast/walcast/host/internal/control/leader"
-	"github.com/walcast/walcast/host/internal/control/lineage"
-	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/host/internal/pg"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
-
-// Querier is the part of pgx setup needs (*pgxpool.Pool, *pgx.Conn).
-type Querier = control.Querier
 
 // Prepared is the outcome of Prepare.
 type Prepared struct {
@@ -62,10 +54,12 @@ type Prepared struct {
 // that a start that fails can remove it (Undo). Its methods are called
 // from one goroutine.
 type Setup struct {
-	db     Querier
-	cfg    Config
-	store  *lineage.Store // set by Prepare
-	tables []tableInfo
+	db  Querier
+	cfg Config
+	// checked is the ledger Check read, on db; ledger the one Prepare
+	// was given (nil before), which writes the pipeline's records.
+	checked, ledger Ledger
+	tables          []tableInfo
 
 	// What existed when Check ran.
 	hadSchema, hadPipeline bool
@@ -79,25 +73,25 @@ type Setup struct {
 // Check looks at the source before a start creates anything: it refuses
 // with a *NotReadyError naming every problem Preflight finds, else it
 // records what exists, so that Undo removes only what the start adds.
-func Check(ctx context.Context, db Querier, cfg Config) (*Setup, error) {
-	findings, err := Preflight(ctx, db, cfg)
+func Check(ctx context.Context, db Querier, l Ledger, cfg Config) (*Setup, error) {
+	findings, err := Preflight(ctx, db, l, cfg)
 	if err != nil {
 		return nil, err
 	}
 	if len(findings) > 0 {
 		return nil, &NotReadyError{Findings: findings}
 	}
-	s := &Setup{db: db, cfg: cfg}
+	s := &Setup{db: db, cfg: cfg, checked: l}
 	if s.tables, _, err = inspectTables(ctx, db, cfg); err != nil {
 		return nil, err
 	}
-	access, err := schema.CheckAccess(ctx, db)
+	access, err := l.Access(ctx)
 	if err != nil {
 		return nil, err
 	}
 	s.hadSchema = access.Exists
 	if s.hadSchema {
-		if _, s.hadPipeline, err = lineage.New(db, cfg.Pipeline).LoadPipeline(ctx); err != nil {
+		if _, s.hadPipeline, err = l.LoadRecord(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -106,13 +100,13 @@ func Check(ctx context.Context, db Querier, cfg Config) (*Setup, error) {
 
 // Prepare checks the source (Check), creates the publication and the slot
 // when they are missing, and removes what it created when it fails (Undo).
-// ctl is the control plane the pipeline is recorded in (Setup.Prepare).
-func Prepare(ctx context.Context, db, ctl Querier, cfg Config) (Prepared, error) {
-	s, err := Check(ctx, db, cfg)
+// l is read and written for both.
+func Prepare(ctx context.Context, db Querier, l Ledger, cfg Config) (Prepared, error) {
+	s, err := Check(ctx, db, l, cfg)
 	if err != nil {
 		return Prepared{}, err
 	}
-	p, err := s.Prepare(ctx, ctl)
+	p, err := s.Prepare(ctx, l)
 	if err != nil {
 		if uerr := s.Undo(context.WithoutCancel(ctx)); uerr != nil {
 			return p, errors.Join(err, uerr)
@@ -124,13 +118,12 @@ func Prepare(ctx context.Context, db, ctl Querier, cfg Config) (Prepared, error)
 
 // Prepare creates the publication and the slot when they are missing,
 // and records the pipeline in the walcast schema (creating the schema when
-// missing). The publication is created before the slot: a slot only
-// decodes with publications that existed at its starting point. ctl is
-// the control plane: the daemon's writes go through the leader's lease.
-func (s *Setup) Prepare(ctx context.Context, ctl Querier) (Prepared, error) {
+// missing) through l, from then on the ledger Undo writes too. The
+// publication is created before the slot: a slot only decodes with
+// publications that existed at its starting point.
+func (s *Setup) Prepare(ctx context.Context, l Ledger) (Prepared, error) {
 	db, cfg := s.db, s.cfg
-	store := lineage.New(ctl, cfg.Pipeline)
-	s.store = store
+	s.ledger = l
 	var p Prepared
 	var timeoutMS int64
 	if err := db.QueryRow(ctx, "SELECT setting::bigint FROM pg_settings WHERE name = 'wal_sender_timeout'").Scan(&timeoutMS); err != nil {
@@ -139,10 +132,10 @@ func (s *Setup) Prepare(ctx context.Context, ctl Querier) (Prepared, error) {
 	p.WalSenderTimeout = time.Duration(timeoutMS) * time.Millisecond
 	keyless := keylessOf(s.tables)
 	p.Keyless = keyless
-	if err := schema.Migrate(ctx, ctl); err != nil {
+	if err := l.Migrate(ctx); err != nil {
 		return p, err
 	}
-	st, err := inspect(ctx, db, ctl, cfg)
+	st, err := inspect(ctx, db, l, cfg)
 	if err != nil {
 		return p, err
 	}
@@ -175,13 +168,13 @@ func (s *Setup) Prepare(ctx context.Context, ctl Querier) (Prepared, error) {
 	if p.Published, _, err = membership(ctx, db, cfg); err != nil {
 		return p, err
 	}
-	if err := store.RecordPublished(ctx, p.Published); err != nil {
+	if err := l.RecordPublished(ctx, p.Published); err != nil {
 		return p, err
 	}
 	if p.Unlisted, err = unlistedTables(ctx, db, cfg); err != nil {
 		return p, err
 	}
-	if err := store.RecordPipeline(ctx, lineage.Pipeline{Slot: cfg.Slot, Publication: cfg.Publication, CreatedPublication: created || ours}); err != nil {
+	if err := l.SaveRecord(ctx, Record{Slot: cfg.Slot, Publication: cfg.Publication, CreatedPublication: created || ours}); err != nil {
 		return p, err
 	}
 	if err := s.ensureSlot(ctx, &p, rec, slot); err != nil {
@@ -195,8 +188,8 @@ func (s *Setup) Prepare(ctx context.Context, ctl Querier) (Prepared, error) {
 
 // ensureSlot adopts the pipeline's slot where it stands, or creates it,
 // and records the furthest position walcast may confirm to it.
-func (s *Setup) ensureSlot(ctx context.Context, p *Prepared, rec lineage.Pipeline, slot slotInfo) error {
-	store, name := s.store, s.cfg.Slot
+func (s *Setup) ensureSlot(ctx context.Context, p *Prepared, rec Record, slot slotInfo) error {
+	l, name := s.ledger, s.cfg.Slot
 	if slot.exists {
 		if err := slot.usable(name); err != nil {
 			return err
@@ -207,13 +200,13 @@ func (s *Setup) ensureSlot(ctx context.Context, p *Prepared, rec lineage.Pipelin
 			// Set up by a walcast that did not record the limit, or a
 			// crash right after creating the slot: adopt the slot where
 			// it stands, as for the slot's incarnation (recordIdentity).
-			return store.SetConfirmLimit(ctx, slot.confirmed)
+			return l.SetConfirmLimit(ctx, slot.confirmed)
 		}
 		return nil
 	}
 	// Cleared first: a crash between creating the slot and recording its
 	// start must not look like a slot moved by someone else.
-	if err := store.SetConfirmLimit(ctx, 0); err != nil {
+	if err := l.SetConfirmLimit(ctx, 0); err != nil {
 		return err
 	}
 	var err error
@@ -221,7 +214,7 @@ func (s *Setup) ensureSlot(ctx context.Context, p *Prepared, rec lineage.Pipelin
 		return err
 	}
 	p.CreatedSlot, s.createdSlot = true, true
-	if err := store.SetConfirmLimit(ctx, p.ConfirmedFlush); err != nil {
+	if err := l.SetConfirmLimit(ctx, p.ConfirmedFlush); err != nil {
 		return err
 	}
 	p.ConfirmLimit = p.ConfirmedFlush
@@ -231,7 +224,7 @@ func (s *Setup) ensureSlot(ctx context.Context, p *Prepared, rec lineage.Pipelin
 // recordIdentity records where the checkpoints belong (cluster, database,
 // slot incarnation) and the gap Prepare accepted, if any.
 func (s *Setup) recordIdentity(ctx context.Context, p *Prepared, st state, gap *GapError) error {
-	store, cfg, rec := s.store, s.cfg, st.rec
+	l, cfg, rec := s.ledger, s.cfg, st.rec
 	id := st.here
 	id.SlotCreatedLSN = rec.Identity.SlotCreatedLSN
 	if p.CreatedSlot || id.SlotCreatedLSN == 0 {
@@ -250,18 +243,18 @@ func (s *Setup) recordIdentity(ctx context.Context, p *Prepared, st state, gap *
 		if err != nil {
 			return err
 		}
-		if err := store.RecordGap(ctx, gap.Reason(), cfg.Sinks, to); err != nil {
+		if err := l.RecordGap(ctx, gap.Reason(), cfg.Sinks, to); err != nil {
 			return err
 		}
 		p.AcceptedGap, s.acceptedGap = gap, true
 	case gap != nil:
-		if err := store.AcceptGap(ctx, gap.Reason(), cfg.Sinks, p.ConfirmedFlush, id); err != nil {
+		if err := l.AcceptGap(ctx, gap.Reason(), cfg.Sinks, p.ConfirmedFlush, id); err != nil {
 			return err
 		}
 		p.AcceptedGap, s.acceptedGap = gap, true
 	}
 	if id != rec.Identity && (gap == nil || gap.Kind == "publication changed") {
-		return store.SetIdentity(ctx, id)
+		return l.SetIdentity(ctx, id)
 	}
 	return nil
 }
@@ -282,9 +275,9 @@ func (s *Setup) Undo(ctx context.Context) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	store := s.store
-	if store == nil {
-		store = lineage.New(s.db, s.cfg.Pipeline)
+	var records Records = s.checked
+	if s.ledger != nil {
+		records = s.ledger
 	}
 	// A slot in use means another walcast streams the pipeline by now
 	// (this one lost its leadership while starting): what this start
@@ -322,10 +315,10 @@ func (s *Setup) Undo(ctx context.Context) error {
 			log.Info("dropped the walcast schema this failed start created", "schema", pg.ControlSchema)
 		}
 	case !s.hadPipeline:
-		errs = append(errs, store.ForgetSetup(ctx))
+		errs = append(errs, records.ForgetSetup(ctx))
 	case s.createdSlot:
 		// Nothing was streamed from the slot: forget its incarnation.
-		errs = append(errs, store.ForgetSlot(ctx))
+		errs = append(errs, records.ForgetSlot(ctx))
 	}
 	return errors.Join(errs...)
 }
@@ -333,39 +326,32 @@ func (s *Setup) Undo(ctx context.Context) error {
 // dropSchema drops the walcast schema this start created, unless another
 // pipeline uses it by now: one leads in this database (its start may be
 // racing this one), or has rows in it. A standby writes nothing before it
-// leads, and the start that makes it lead creates the schema again.
+// leads, and the start that makes it lead creates the schema again. Both
+// go through the ledger Check read, as Check found the schema missing.
 func (s *Setup) dropSchema(ctx context.Context) (bool, error) {
-	class, obj := leader.Keys(s.cfg.Pipeline)
-	var others bool
-	err := s.db.QueryRow(ctx, `
-SELECT EXISTS (SELECT 1 FROM pg_locks
-               WHERE locktype = 'advisory' AND granted AND classid::bigint = $1 AND objid::bigint <> $2
-                 AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))`,
-		int64(uint32(class)), int64(uint32(obj))).Scan(&others)
+	others, err := s.checked.OthersLead(ctx)
 	if err != nil {
 		return false, fmt.Errorf("look for other walcast pipelines before dropping schema %s: %w", pg.ControlSchema, err)
 	}
 	if others {
 		return false, nil
 	}
-	return schema.DropUnused(ctx, s.db, s.cfg.Pipeline)
+	return s.checked.DropUnused(ctx)
 }
 
 // state is what Prepare and Diagnose read before changing anything.
 type state struct {
-	rec   lineage.Pipeline
+	rec   Record
 	known bool
-	here  lineage.Identity
+	here  Identity
 	slot  slotInfo
 	gap   *GapError
 }
 
-// inspect reads the source through db and the control plane through ctl.
-func inspect(ctx context.Context, db, ctl Querier, cfg Config) (state, error) {
-	store := lineage.New(ctl, cfg.Pipeline)
+func inspect(ctx context.Context, db Querier, records Records, cfg Config) (state, error) {
 	var st state
 	var err error
-	if st.rec, st.known, err = store.LoadPipeline(ctx); err != nil {
+	if st.rec, st.known, err = records.LoadRecord(ctx); err != nil {
 		return st, err
 	}
 	if st.here, err = clusterIdentity(ctx, db, cfg.DSN); err != nil {
@@ -374,7 +360,7 @@ func inspect(ctx context.Context, db, ctl Querier, cfg Config) (state, error) {
 	if st.slot, err = lookupSlot(ctx, db, cfg.Slot); err != nil {
 		return st, err
 	}
-	marks, err := checkpoints.New(ctl, cfg.Pipeline).Load(ctx)
+	checkpoints, err := records.Checkpoints(ctx)
 	if err != nil {
 		return st, err
 	}
@@ -382,11 +368,11 @@ func inspect(ctx context.Context, db, ctl Querier, cfg Config) (state, error) {
 	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, cfg.Publication).Scan(&pubExists); err != nil {
 		return st, fmt.Errorf("look up publication %s: %w", cfg.Publication, err)
 	}
-	st.gap = checkHistory(cfg, cfg.Pipeline, st.rec, st.known, st.here, st.slot, marks, pubExists)
+	st.gap = checkHistory(cfg, cfg.Pipeline, st.rec, st.known, st.here, st.slot, checkpoints, pubExists)
 	if st.gap == nil && st.slot.exists && pubExists {
 		// Checked before Prepare brings a walcast-made publication back
 		// in step with the table list, which would hide a removal.
-		recorded, err := store.Published(ctx)
+		recorded, err := records.Published(ctx)
 		if err != nil {
 			return st, err
 		}
@@ -395,7 +381,7 @@ func inspect(ctx context.Context, db, ctl Querier, cfg Config) (state, error) {
 			if err != nil {
 				return st, err
 			}
-			st.gap = checkPublished(cfg, recorded, now, names, checkpointList(marks), false)
+			st.gap = checkPublished(cfg, recorded, now, names, checkpointList(checkpoints), false)
 		}
 	}
 	return st, nil
@@ -403,9 +389,9 @@ func inspect(ctx context.Context, db, ctl Querier, cfg Config) (state, error) {
 
 // Diagnose reports, without changing anything, why walcast run would
 // refuse to stream from the pipeline's slot (nil when it would not). The
-// walcast schema must be initialised; cfg.Pipeline names the pipeline.
-func Diagnose(ctx context.Context, db Querier, cfg Config) (*GapError, error) {
-	st, err := inspect(ctx, db, db, cfg)
+// walcast schema must be initialised.
+func Diagnose(ctx context.Context, db Querier, records Records, cfg Config) (*GapError, error) {
+	st, err := inspect(ctx, db, records, cfg)
 	return st.gap, err
 }
 
@@ -441,14 +427,14 @@ func (e *GapError) Reason() string {
 // checkHistory compares what the walcast schema remembers of the pipeline
 // with the slot as it is now, and returns why streaming would hide lost
 // changes, or nil.
-func checkHistory(cfg Config, pipeline string, rec lineage.Pipeline, known bool, here lineage.Identity, slot slotInfo, marks map[string]cdc.EventID, pubExists bool) *GapError {
+func checkHistory(cfg Config, pipeline string, rec Record, known bool, here Identity, slot slotInfo, checkpoints map[string]cdc.EventID, pubExists bool) *GapError {
 	// The pipeline has streamed before when it has checkpoints or walcast
 	// recorded a slot for it.
-	streamed := len(marks) > 0 || (known && rec.Identity.SlotCreatedLSN != 0)
+	streamed := len(checkpoints) > 0 || (known && rec.Identity.SlotCreatedLSN != 0)
 	if !streamed {
 		return nil
 	}
-	e := &GapError{Slot: cfg.Slot, Publication: cfg.Publication, Checkpoints: checkpointList(marks)}
+	e := &GapError{Slot: cfg.Slot, Publication: cfg.Publication, Checkpoints: checkpointList(checkpoints)}
 	was := rec.Identity
 	switch {
 	case was.SystemIdentifier != "" && (was.SystemIdentifier != here.SystemIdentifier || was.DatabaseOID != here.DatabaseOID):
@@ -485,18 +471,18 @@ func checkHistory(cfg Config, pipeline string, rec lineage.Pipeline, known bool,
 }
 
 // checkpointList is the sinks' checkpoints for a GapError.
-func checkpointList(marks map[string]cdc.EventID) string {
-	if len(marks) == 0 {
+func checkpointList(checkpoints map[string]cdc.EventID) string {
+	if len(checkpoints) == 0 {
 		return "none"
 	}
-	names := make([]string, 0, len(marks))
-	for s := range marks {
+	names := make([]string, 0, len(checkpoints))
+	for s := range checkpoints {
 		names = append(names, s)
 	}
 	sort.Strings(names)
 	parts := make([]string, len(names))
 	for i, s := range names {
-		parts[i] = s + " " + marks[s].String()
+		parts[i] = s + " " + checkpoints[s].String()
 	}
 	return strings.Join(parts, ", ")
 }
@@ -542,8 +528,8 @@ func (s slotInfo) usable(slot string) error {
 
 // clusterIdentity is where this database lives: the cluster's
 // system_identifier and the database's OID.
-func clusterIdentity(ctx context.Context, db Querier, dsn string) (lineage.Identity, error) {
-	var id lineage.Identity
+func clusterIdentity(ctx context.Context, db Querier, dsn string) (Identity, error) {
+	var id Identity
 	var oid int64
 	if err := db.QueryRow(ctx, `SELECT oid::bigint FROM pg_database WHERE datname = current_database()`).Scan(&oid); err != nil {
 		return id, fmt.Errorf("read database oid: %w", err)
@@ -783,8 +769,8 @@ func createSlot(ctx context.Context, db Querier, slot string) (uint64, error) {
 
 // Teardown drops the slot and, when walcast created it, the publication.
 // Undelivered changes in the slot are gone afterwards.
-func Teardown(ctx context.Context, db Querier, pipeline, slot, publication string) error {
-	rec, known, err := lineage.New(db, pipeline).LoadPipeline(ctx)
+func Teardown(ctx context.Context, db Querier, records Records, slot, publication string) error {
+	rec, known, err := records.LoadRecord(ctx)
 	if err != nil {
 		return err
 	}
@@ -808,5 +794,5 @@ func Teardown(ctx context.Context, db Querier, pipeline, slot, publication strin
 			}
 		}
 	}
-	return schema.Forget(ctx, db, pipeline)
+	return records.Forget(ctx)
 }

@@ -21,9 +21,10 @@ import (
 // each row's values in Columns order, each value a 4-byte big-endian
 // length and that many bytes, or the length 0xFFFFFFFF for NULL
 // (AppendBackfillValue). Values need no escaping that way and decode
-// without allocating (as JSON they cost a third of the host's time per
-// read row). A payload without a newline is a BackfillChunk as JSON with
-// Rows, as earlier versions wrote it, and still decodes.
+// without allocating (as JSON they were the host's largest cost per read
+// row: docs/benchmarks.md, "Backfill path"). A payload without a newline
+// is a BackfillChunk as JSON with Rows, as earlier versions wrote it, and
+// still decodes.
 const BackfillPrefix = "walcast.backfill"
 
 // AppendBackfillValue appends one value of a chunk's rows section: v in

@@ -58,6 +58,14 @@
 // unexpected setting degrades the type mapping but never loses data. See
 // types.go for the mapping.
 //
+// # Backfill chunks
+//
+// A transactional logical decoding message with BackfillPrefix is a chunk
+// of rows a backfill read (package backfill writes them): the Decoder
+// turns its rows into read events of the chunk's table, for the sinks the
+// chunk names, with ids in the stream like any other change's. Chunks of
+// another pipeline (Options.Pipeline) are skipped.
+//
 // A Decoder is not safe for concurrent use; the capture loop is its only
 // caller.
 package decode

@@ -1,6 +1,8 @@
 // Package pgoutput parses the messages of PostgreSQL's pgoutput logical
 // decoding plugin (protocol version 1), as they arrive in the WALData of
-// each XLogData message of the replication stream.
+// each XLogData message of the replication stream. In: those bytes. Out:
+// one message each (Begin, Relation, Insert, Update, Delete, Truncate,
+// Commit, a logical decoding message, …), or an error.
 //
 // It only parses: what a message means for the stream (relation cache,
 // transactions, event ids, the envelope) is package decode's. The messages
