@@ -19,6 +19,7 @@ import (
 	"github.com/walcast/walcast/host/internal/delivery/fanout"
 	"github.com/walcast/walcast/host/internal/delivery/isolate"
 	"github.com/walcast/walcast/host/internal/delivery/schedule"
+	"github.com/walcast/walcast/host/internal/delivery/schedule/attempt"
 	"github.com/walcast/walcast/host/internal/source/backfill"
 	"github.com/walcast/walcast/host/internal/source/capture"
 	"github.com/walcast/walcast/pluginkit"
@@ -207,7 +208,7 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 	newSched := func(r *sinkRun, q *fanout.Queue, tr *ack.Tracker, index int, skip pluginkit.EventID) *schedule.Scheduler {
 		scfg := ScheduleConfig(r.cfg, r.plugin.Info())
 		scfg.Index = index
-		scfg.SkipThrough = skip
+		scfg.Position = skip
 		scfg.Parked = t.store
 		scfg.Meter = r.meter
 		scfg.Logger = log
@@ -351,7 +352,7 @@ func (t *term) run(ctx context.Context) (err error) {
 			if err == nil {
 				return
 			}
-			if kind, _ := pluginkit.KindOf(err); kind == pluginkit.KindFatal {
+			if kind, _ := attempt.KindOf(err); kind == attempt.KindFatal {
 				recordFailure(t.store, r.cfg.ID, err, log)
 			}
 			schedErr <- fmt.Errorf("sink %s: %w", r.cfg.ID, err)
@@ -588,7 +589,7 @@ type fencedPlugin struct {
 	halt  func()
 }
 
-func (f fencedPlugin) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error) {
+func (f fencedPlugin) Deliver(ctx context.Context, b attempt.Batch) (attempt.Result, error) {
 	if err := f.lease.Confirm(ctx); err != nil {
 		if errors.Is(err, leader.ErrLost) {
 			// Not the sink's failure: the term ends. Its deliveries are
@@ -599,7 +600,7 @@ func (f fencedPlugin) Deliver(ctx context.Context, events []pluginkit.Event) (pl
 			// its events or detach it.
 			f.halt()
 		}
-		return pluginkit.DeliverResult{}, fmt.Errorf("deliver: %w", err)
+		return attempt.Result{}, fmt.Errorf("deliver: %w", err)
 	}
-	return f.Plugin.Deliver(ctx, events)
+	return f.Plugin.Deliver(ctx, b)
 }
