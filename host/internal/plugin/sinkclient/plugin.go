@@ -251,7 +251,7 @@ func versionError(err error, offered map[int]plugin.PluginSet) error {
 	for i, v := range ours {
 		names[i] = strconv.Itoa(v)
 	}
-	advice := "upgrade walcast, or build the plugin against a pluginkit this walcast speaks (a pluginkit.Sink served with pluginkit.Serve speaks every version)"
+	advice := "upgrade walcast, or have the plugin speak an older version (pluginkit.Serve serves a pluginkit.Sink over every version)"
 	if theirs < ours[0] {
 		advice = "rebuild the plugin against a newer pluginkit"
 	}
