@@ -109,7 +109,7 @@ func (e *BatchError) Error() string {
 	if len(idx) > show {
 		more = fmt.Sprintf("; and %d more", len(idx)-show)
 	}
-	return fmt.Sprintf("%d events of the batch failed: %s%s", len(idx), strings.Join(parts, "; "), more)
+	return fmt.Sprintf("%d of the batch's events failed: %s%s", len(idx), strings.Join(parts, "; "), more)
 }
 
 // indexes returns the failed events' indexes in order.

@@ -35,12 +35,12 @@ type Config struct {
 	Path string
 	// SinkID is the sink's id in the pipeline; every log record from the
 	// plugin carries it as sink=<id>, and Configure passes it (with
-	// Pipeline) to the sink, see pluginkit.IdentityFrom.
+	// Pipeline) to the sink (pluginkit.Setup.Sink).
 	SinkID string
 	// Pipeline is the pipeline's name.
 	Pipeline string
 	// Tables are the tables the sink can receive events of; Configure
-	// passes them (pluginkit.TablesFrom).
+	// passes them (pluginkit.Setup.Tables).
 	Tables []string
 	// Logger receives the plugin's logs and go-plugin's own. Nil discards
 	// them.
