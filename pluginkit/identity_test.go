@@ -2,15 +2,32 @@ package pluginkit
 
 import (
 	"context"
+	"reflect"
 	"testing"
 )
 
-func TestIdentityTravelsInContext(t *testing.T) {
-	if got := IdentityFrom(context.Background()); got != (Identity{}) {
-		t.Fatalf("identity on a bare context: %+v", got)
+// What a BatchSink receives as values reaches a Sink through the context
+// of the same call, and nothing else does.
+func TestLegacySinkReadsTheContext(t *testing.T) {
+	bare := context.Background()
+	if IdentityFrom(bare) != (Identity{}) || TablesFrom(bare) != nil || IsReplay(bare) || GapBefore(bare) {
+		t.Fatal("a bare context carries something")
 	}
-	want := Identity{Pipeline: "shop", SinkID: "billing"}
-	if got := IdentityFrom(WithIdentity(context.Background(), want)); got != want {
-		t.Fatalf("IdentityFrom = %+v, want %+v", got, want)
+	rec := &recordingSink{}
+	s := legacySink{rec}
+	setup := Setup{Config: []byte(`{"a":1}`), Sink: Identity{Pipeline: "shop", SinkID: "billing"}, Tables: []string{"public.orders"}}
+	if err := s.Configure(bare, setup); err != nil {
+		t.Fatal(err)
+	}
+	if rec.identity != setup.Sink || !reflect.DeepEqual(rec.tables, setup.Tables) || string(rec.config) != `{"a":1}` {
+		t.Errorf("Configure saw %+v %v %s, want %+v", rec.identity, rec.tables, rec.config, setup)
+	}
+	for _, b := range []Batch{{Replay: true}, {GapBefore: true}, {}} {
+		if _, err := s.Deliver(bare, b); err != nil {
+			t.Fatal(err)
+		}
+		if rec.replay != b.Replay || rec.gap != b.GapBefore {
+			t.Errorf("Deliver of %+v saw replay %v, gap %v", b, rec.replay, rec.gap)
+		}
 	}
 }

@@ -17,12 +17,6 @@ import (
 	"github.com/walcast/walcast/proto/sink/wire"
 )
 
-// MaxMessageSize is the largest Deliver request a sink receives (2 GiB, the
-// most a protobuf message can be): the host cuts batches to 16 MiB by
-// default, and a single larger event, up to PostgreSQL's 1 GB per value,
-// comes alone.
-const MaxMessageSize = wire.MaxMessageSize
-
 // closeTimeout bounds the Close a plugin runs on its own when the host went
 // away without calling it.
 const closeTimeout = 5 * time.Second
@@ -35,6 +29,9 @@ const parentPollInterval = time.Second
 //
 //	func main() { pluginkit.Serve(mysink.New()) }
 //
+// It speaks protocol version 2 with a host that does, and version 1 with
+// an older one, so a plugin built with this SDK runs under either.
+//
 // Once Serve runs, os.Stdout and os.Stderr are go-plugin's stdio streams to
 // the host: a sink that writes to os.Stdout must look the variable up after
 // Serve started (in Open, say), not capture it earlier, and must never print
@@ -45,7 +42,23 @@ const parentPollInterval = time.Second
 // calls Close on a sink that was opened and not closed, bounded by a short
 // timeout, before it returns.
 func Serve(s Sink) {
-	srv := &server{sink: s}
+	serve(&server{sink: legacySink{s}}, wire.ProtocolV1, wire.ProtocolV2)
+}
+
+// ServeBatch runs s as a walcast sink plugin, as Serve does for a Sink:
+//
+//	func main() { pluginkit.ServeBatch(mysink.New()) }
+//
+// It speaks protocol version 2 only: a host too old to read the events a
+// BatchError names refuses the plugin when it starts, naming both
+// versions, instead of running a sink whose answers it would misread.
+func ServeBatch(s BatchSink) {
+	serve(&server{sink: s}, wire.ProtocolV2)
+}
+
+// serve serves srv over the given protocol versions until the host is
+// done with it.
+func serve(srv *server, versions ...int) {
 	if path := os.Getenv(wire.EnvCPUProfile); path != "" {
 		defer startCPUProfile(path)()
 	}
@@ -58,33 +71,24 @@ func Serve(s Sink) {
 	// below (and Pdeathsig on Linux).
 	signal.Ignore(syscall.SIGTERM, syscall.SIGINT)
 
-	var (
-		mu     sync.Mutex
-		stopFn func()
-	)
+	var stop stopper
 	done := make(chan struct{})
 	defer close(done)
 	// Read the parent now, not in the goroutine, which may first run after
 	// the parent is already gone.
-	go watchParent(done, os.Getppid(), func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		if stopFn == nil {
-			return false
-		}
-		stopFn()
-		return true
-	})
+	go watchParent(done, os.Getppid(), stop.stop)
 
+	sets := make(map[int]plugin.PluginSet, len(versions))
+	for _, v := range versions {
+		sets[v] = plugin.PluginSet{wire.PluginName: &grpcPlugin{srv: srv, version: v}}
+	}
 	plugin.Serve(&plugin.ServeConfig{
-		HandshakeConfig: wire.Handshake(),
-		Plugins:         plugin.PluginSet{wire.PluginName: &grpcPlugin{srv: srv}},
+		HandshakeConfig:  wire.Handshake(),
+		VersionedPlugins: sets,
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
 			opts = append(opts, wire.ServerOptions()...)
 			g := grpc.NewServer(opts...)
-			mu.Lock()
-			stopFn = g.Stop
-			mu.Unlock()
+			stop.set(g.Stop)
 			return g
 		},
 		// go-plugin's own messages, in the same JSON form as NewLogger's.
@@ -96,6 +100,30 @@ func Serve(s Sink) {
 	})
 
 	srv.closeIfOpen(closeTimeout)
+}
+
+// stopper holds the gRPC server's Stop once go-plugin has built it, for
+// the parent watch.
+type stopper struct {
+	mu sync.Mutex
+	fn func()
+}
+
+func (s *stopper) set(fn func()) {
+	s.mu.Lock()
+	s.fn = fn
+	s.mu.Unlock()
+}
+
+// stop stops the server and reports whether there was one to stop.
+func (s *stopper) stop() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fn == nil {
+		return false
+	}
+	s.fn()
+	return true
 }
 
 // startCPUProfile profiles the plugin into path until the returned
@@ -134,17 +162,19 @@ func watchParent(done <-chan struct{}, ppid int, stop func() bool) {
 	}
 }
 
-// grpcPlugin registers the sink service with go-plugin's gRPC server. It
-// serves only; the host has its own client side (its plugin client).
+// grpcPlugin registers the sink service of one protocol version with
+// go-plugin's gRPC server. It serves only; the host has its own client
+// side (its plugin client).
 type grpcPlugin struct {
 	plugin.NetRPCUnsupportedPlugin
-	srv *server
+	srv     *server
+	version int
 }
 
 var _ plugin.GRPCPlugin = (*grpcPlugin)(nil)
 
 func (p *grpcPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
-	s.RegisterService(serviceDesc(), p.srv)
+	s.RegisterService(serviceDesc(p.version, p.srv))
 	return nil
 }
 

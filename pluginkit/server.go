@@ -3,34 +3,29 @@ package pluginkit
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"slices"
 	"sync"
 	"time"
-
-	"google.golang.org/grpc"
 
 	sinkv1 "github.com/walcast/walcast/proto/sink/v1"
 	"github.com/walcast/walcast/proto/sink/wire"
 )
 
-// server adapts a Sink to the generated gRPC service. It is the only place
+// server adapts a BatchSink (a Sink through legacySink) to the sink
+// service of either protocol version (services.go). It is the only place
 // on the plugin side where proto types meet domain types, and every error
-// leaves through toStatus.
+// leaves through toStatus or, for the events a BatchError names,
+// eventFaults.
 //
 // The context of each call is the gRPC handler's, which carries the host's
 // deadline and is cancelled when the host gives up on the call.
 type server struct {
-	sinkv1.UnimplementedSinkServer
-	sink Sink
+	sink BatchSink
 
 	mu     sync.Mutex
 	opened bool // Open succeeded and Close has not been called since
 }
 
-var _ sinkv1.SinkServer = (*server)(nil)
-
-func (s *server) Describe(context.Context, *sinkv1.DescribeRequest) (*sinkv1.DescribeResponse, error) {
+func (s *server) describe(context.Context, *sinkv1.DescribeRequest) (*sinkv1.DescribeResponse, error) {
 	info := s.sink.Info()
 	resp := &sinkv1.DescribeResponse{
 		Name:    info.Name,
@@ -52,24 +47,27 @@ func (s *server) Describe(context.Context, *sinkv1.DescribeRequest) (*sinkv1.Des
 	return resp, nil
 }
 
-func (s *server) Configure(ctx context.Context, req *sinkv1.ConfigureRequest) (*sinkv1.ConfigureResponse, error) {
-	cfg := json.RawMessage(req.GetConfig())
-	if len(cfg) == 0 {
+func (s *server) configure(ctx context.Context, req *sinkv1.ConfigureRequest) (*sinkv1.ConfigureResponse, error) {
+	setup := Setup{
+		Config: json.RawMessage(req.GetConfig()),
+		Sink:   Identity{Pipeline: req.GetPipeline(), SinkID: req.GetSinkId()},
+		Tables: req.GetTables(),
+	}
+	if len(setup.Config) == 0 {
 		// An absent config block is an empty object, so that sinks can
 		// always json.Unmarshal what they are given.
-		cfg = json.RawMessage("{}")
+		setup.Config = json.RawMessage("{}")
 	}
-	ctx = WithIdentity(ctx, Identity{Pipeline: req.GetPipeline(), SinkID: req.GetSinkId()})
-	if t := req.GetTables(); len(t) > 0 {
-		ctx = WithTables(ctx, t)
+	if len(setup.Tables) == 0 {
+		setup.Tables = nil
 	}
-	if err := s.sink.Configure(ctx, cfg); err != nil {
+	if err := s.sink.Configure(ctx, setup); err != nil {
 		return nil, toStatus(err)
 	}
 	return &sinkv1.ConfigureResponse{}, nil
 }
 
-func (s *server) Open(ctx context.Context, _ *sinkv1.OpenRequest) (*sinkv1.OpenResponse, error) {
+func (s *server) open(ctx context.Context, _ *sinkv1.OpenRequest) (*sinkv1.OpenResponse, error) {
 	res, err := s.sink.Open(ctx)
 	if err != nil {
 		return nil, toStatus(err)
@@ -84,72 +82,13 @@ func (s *server) Open(ctx context.Context, _ *sinkv1.OpenRequest) (*sinkv1.OpenR
 	return resp, nil
 }
 
-// Deliver serves the generated interface; the registered service routes
-// Deliver through deliverHandler instead, which skips the generated types.
-func (s *server) Deliver(ctx context.Context, req *sinkv1.DeliverRequest) (*sinkv1.DeliverResponse, error) {
-	events := make([]Event, len(req.GetEvents()))
-	for i, e := range req.GetEvents() {
-		id, err := ParseEventID(e.GetId())
-		if err != nil {
-			return nil, toStatus(Permanent(fmt.Errorf("event %d of batch: %w", i, err)))
-		}
-		events[i] = Event{ID: id, Schema: e.GetSchema(), Table: e.GetTable(), Op: Op(e.GetOp()), Key: e.GetKey(), Payload: e.GetPayload()}
-	}
-	if req.GetGapBefore() {
-		ctx = WithGapBefore(ctx)
-	}
-	if req.GetReplay() {
-		ctx = WithReplay(ctx)
-	}
-	return s.deliver(ctx, events)
+// deliver hands a decoded Deliver request to the sink. The caller encodes
+// the answer for its protocol version.
+func (s *server) deliver(ctx context.Context, req *wire.DeliverRequest) (DeliverResult, error) {
+	return s.sink.Deliver(ctx, Batch{Events: req.Events, Replay: req.Replay, GapBefore: req.GapBefore})
 }
 
-func (s *server) deliver(ctx context.Context, events []Event) (*sinkv1.DeliverResponse, error) {
-	res, err := s.sink.Deliver(ctx, events)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return &sinkv1.DeliverResponse{Duplicates: int64(res.Duplicates)}, nil
-}
-
-// serviceDesc is sinkv1.Sink_ServiceDesc with Deliver decoded straight into
-// events by the protocol's codec (wire.DeliverRequest).
-func serviceDesc() *grpc.ServiceDesc {
-	desc := sinkv1.Sink_ServiceDesc
-	desc.Methods = slices.Clone(desc.Methods)
-	for i := range desc.Methods {
-		if desc.Methods[i].MethodName == "Deliver" {
-			desc.Methods[i].Handler = deliverHandler
-		}
-	}
-	return &desc
-}
-
-func deliverHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-	in := new(wire.DeliverRequest)
-	if err := dec(in); err != nil {
-		// The host sent something it can never send correctly again.
-		return nil, toStatus(Permanent(err))
-	}
-	s := srv.(*server)
-	call := func(ctx context.Context, req any) (any, error) {
-		r := req.(*wire.DeliverRequest)
-		if r.GapBefore {
-			ctx = WithGapBefore(ctx)
-		}
-		if r.Replay {
-			ctx = WithReplay(ctx)
-		}
-		return s.deliver(ctx, r.Events)
-	}
-	if interceptor == nil {
-		return call(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: sinkv1.Sink_Deliver_FullMethodName}
-	return interceptor(ctx, in, info, call)
-}
-
-func (s *server) Close(ctx context.Context, _ *sinkv1.CloseRequest) (*sinkv1.CloseResponse, error) {
+func (s *server) close(ctx context.Context, _ *sinkv1.CloseRequest) (*sinkv1.CloseResponse, error) {
 	s.mu.Lock()
 	s.opened = false
 	s.mu.Unlock()
@@ -174,7 +113,7 @@ func (s *server) closeIfOpen(timeout time.Duration) {
 	_ = s.sink.Close(ctx) // nobody is left to report the error to
 }
 
-// toStatus converts an error returned by a Sink into the gRPC status error
+// toStatus converts an error returned by a sink into the gRPC status error
 // the host receives. It classifies err by its pluginkit kind only; a gRPC
 // status the sink itself received from a downstream service is not passed
 // through, so that a downstream InvalidArgument cannot be mistaken for a
@@ -183,13 +122,18 @@ func toStatus(err error) error {
 	if err == nil {
 		return nil
 	}
+	return faultOf(err).Err()
+}
+
+// faultOf classifies a sink's error as the fault that travels for it.
+func faultOf(err error) wire.Fault {
 	f := wire.Fault{Msg: err.Error()}
 	if ces := ConfigErrors(err); len(ces) > 0 {
 		f.Kind = wire.FaultConfig
 		for _, ce := range ces {
 			f.Violations = append(f.Violations, wire.Violation{Field: ce.Field, Msg: ce.Msg, Table: ce.Table})
 		}
-		return f.Err()
+		return f
 	}
 	switch kind, after := KindOf(err); kind {
 	case KindThrottled:
@@ -201,5 +145,46 @@ func toStatus(err error) error {
 	default:
 		f.Kind = wire.FaultRetryable
 	}
-	return f.Err()
+	return f
+}
+
+// eventFaults converts the events a BatchError names into the faults a
+// version 2 answer carries. A fatal event, or no event named, fails the
+// batch as a whole: whole is then that batch's fault.
+func eventFaults(be *BatchError) (faults []wire.EventFault, whole *wire.Fault) {
+	for _, i := range be.indexes() {
+		f := faultOf(be.Failed[i])
+		switch f.Kind {
+		case wire.FaultFatal:
+			return nil, &f
+		case wire.FaultConfig:
+			f.Kind = wire.FaultRetryable // config errors belong to Configure
+		}
+		faults = append(faults, wire.EventFault{Index: i, Fault: f})
+	}
+	if len(faults) == 0 {
+		return nil, &wire.Fault{Kind: wire.FaultRetryable, Msg: be.Error()}
+	}
+	return faults, nil
+}
+
+// batchFault is a BatchError as a version 1 answer, which can only fail
+// the batch as a whole: throttled when an event asked for a pause (the
+// longest), else retryable when one event may yet succeed, else permanent
+// (the host then isolates the events that fail on their own).
+func batchFault(be *BatchError) wire.Fault {
+	faults, whole := eventFaults(be)
+	if whole != nil {
+		return *whole
+	}
+	out := wire.Fault{Kind: wire.FaultPermanent, Msg: be.Error()}
+	for _, f := range faults {
+		switch {
+		case f.Kind == wire.FaultThrottled:
+			out.Kind, out.RetryAfter = wire.FaultThrottled, max(out.RetryAfter, f.RetryAfter)
+		case f.Kind == wire.FaultRetryable && out.Kind == wire.FaultPermanent:
+			out.Kind = wire.FaultRetryable
+		}
+	}
+	return out
 }

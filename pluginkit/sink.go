@@ -5,7 +5,8 @@ import (
 	"encoding/json"
 )
 
-// Sink is what a sink plugin implements. The host calls Configure once, then
+// Sink is the first version of what a sink plugin implements, served with
+// Serve; new sinks implement BatchSink. The host calls Configure once, then
 // Open, then Deliver any number of times, then Close. Deliver may be called
 // concurrently with batches of different rows (the pipeline's max_in_flight)
 // unless Info.Ordered asks for one batch at a time. After a plugin
@@ -21,8 +22,9 @@ type Sink interface {
 
 	// Configure receives the sink's HCL `config` block as JSON, already
 	// checked against Info().Config. It validates and stores the settings
-	// but opens no connection. IdentityFrom(ctx) names the sink. Return a *ConfigError to point the user at
-	// the offending attribute.
+	// but opens no connection. IdentityFrom(ctx) names the sink and
+	// TablesFrom(ctx) lists its tables. Return a *ConfigError to point the
+	// user at the offending attribute.
 	Configure(ctx context.Context, config json.RawMessage) error
 
 	// Open connects to the destination. The returned OpenResult may name
@@ -30,14 +32,16 @@ type Sink interface {
 	// Kafka sink's checkpoint topic, for example); the host then never
 	// redelivers live events at or below it. Parked events an operator
 	// replays lie below it all the same: they come in batches of their
-	// own, marked by IsReplay, and must be written.
+	// own, marked as a replay (Batch.Replay, IsReplay), and must be
+	// written.
 	Open(ctx context.Context) (OpenResult, error)
 
 	// Deliver hands over a batch of events in id order. A nil error means
 	// every event is durably at the destination: only then does the host
 	// record the acknowledgement. Errors are retryable unless wrapped with
-	// Permanent; Throttled asks the host to pause. The context ends at the
-	// sink's deliver_timeout. The events and their Key and Payload bytes
+	// Permanent; Throttled asks the host to pause. IsReplay(ctx) and
+	// GapBefore(ctx) say what Batch.Replay and Batch.GapBefore say. The
+	// context ends at the sink's deliver_timeout. The events and their Key and Payload bytes
 	// are the sink's: they are never reused, so keeping them after Deliver
 	// returns is safe (a kept event holds its whole batch's buffer).
 	Deliver(ctx context.Context, events []Event) (DeliverResult, error)
@@ -75,7 +79,7 @@ type OpenResult struct {
 // DeliverResult is what a successful Deliver reports.
 type DeliverResult struct {
 	// Duplicates counts events of the batch the sink recognised as already
-	// delivered and skipped. In a replay batch (IsReplay) the host treats
-	// any duplicate as a failure and keeps the events parked.
+	// delivered and skipped. In a replay batch (Batch.Replay) the host
+	// treats any duplicate as a failure and keeps the events parked.
 	Duplicates int
 }

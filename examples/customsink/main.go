@@ -11,4 +11,4 @@ package main
 
 import "github.com/walcast/walcast/pluginkit"
 
-func main() { pluginkit.Serve(New()) }
+func main() { pluginkit.ServeBatch(New()) }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/walcast/walcast/pluginkit"
 )
@@ -20,9 +20,10 @@ import (
 // A batch file appears complete or not at all (written under a temporary
 // name, synced, renamed), so a crash never leaves half a batch behind, and
 // a batch delivered again lands on the same name: the sink finds it and
-// reports the events as duplicates instead of writing them twice. The host
-// may form batches differently after a restart, so a reader of the
-// directory still dedupes on each event's id, as every walcast consumer does.
+// reports the events as duplicates instead of writing them twice. A replay
+// of parked events is always written, to a file of its own. The host may
+// form batches differently after a restart, so a reader of the directory
+// still dedupes on each event's id, as every walcast consumer does.
 type Sink struct {
 	log *slog.Logger
 
@@ -37,7 +38,7 @@ type settings struct {
 }
 
 // Interface guards.
-var _ pluginkit.Sink = (*Sink)(nil)
+var _ pluginkit.BatchSink = (*Sink)(nil)
 
 // New returns a sink that logs through pluginkit.NewLogger, which reaches
 // the host's log tagged with the sink's id.
@@ -68,9 +69,9 @@ type config struct {
 
 // Configure validates the config. Every error names its attribute, so the
 // host reports it at the right line of the pipeline file.
-func (s *Sink) Configure(_ context.Context, raw json.RawMessage) error {
+func (s *Sink) Configure(_ context.Context, setup pluginkit.Setup) error {
 	var c config
-	if err := pluginkit.DecodeConfig(raw, &c); err != nil {
+	if err := pluginkit.DecodeConfig(setup.Config, &c); err != nil {
 		return err
 	}
 	switch {
@@ -117,7 +118,13 @@ func (s *Sink) Open(context.Context) (pluginkit.OpenResult, error) {
 // Every failure is left retryable (the default): a full disk, a missing
 // directory or a permission problem can all be fixed by an operator while
 // the host backs off, and events that still fail are parked, not lost.
-func (s *Sink) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error) {
+//
+// A replay (b.Replay) holds parked events an operator asked for again:
+// they must be written even if a file of the same range exists (a parked
+// event's earlier attempt may have written it and still failed), so they
+// go to a file of their own, <first>--<last>.r<time>.jsonl.
+func (s *Sink) Deliver(ctx context.Context, b pluginkit.Batch) (pluginkit.DeliverResult, error) {
+	events := b.Events
 	if len(events) == 0 {
 		return pluginkit.DeliverResult{}, nil
 	}
@@ -132,8 +139,11 @@ func (s *Sink) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit
 	}
 
 	name := filepath.Join(st.dir, fileName(events[0].ID, events[len(events)-1].ID))
+	if b.Replay {
+		name = replayName(name, time.Now())
+	}
 	switch _, err := os.Stat(name); {
-	case err == nil:
+	case err == nil && !b.Replay:
 		// Renamed into place only when complete: this batch was delivered
 		// before, and the host did not get the answer.
 		return pluginkit.DeliverResult{Duplicates: len(events)}, nil
@@ -223,15 +233,37 @@ func fileName(first, last pluginkit.EventID) string {
 	return fmt.Sprintf("%016X.%016X--%016X.%016X.jsonl", first.CommitLSN, first.Index, last.CommitLSN, last.Index)
 }
 
+// replayName is the name of a replay's file: the batch's name marked with
+// when it was written, so that it sorts right after the batch's first
+// file and never replaces it.
+func replayName(name string, at time.Time) string {
+	base, _ := strings.CutSuffix(name, ".jsonl")
+	return fmt.Sprintf("%s.r%016X.jsonl", base, at.UnixNano())
+}
+
 // parseFileName returns the first and last id of a batch file's name, as
-// fileName wrote it.
+// fileName (or replayName) wrote it.
 func parseFileName(name string) (first, last pluginkit.EventID, err error) {
 	base, ok := strings.CutSuffix(filepath.Base(name), ".jsonl")
 	if ok {
 		_, err = fmt.Sscanf(base, "%016X.%016X--%016X.%016X", &first.CommitLSN, &first.Index, &last.CommitLSN, &last.Index)
 	}
-	if !ok || err != nil || fileName(first, last) != filepath.Base(name) {
+	plain := fileName(first, last)
+	if !ok || err != nil || (plain != filepath.Base(name) && !isReplayOf(filepath.Base(name), plain)) {
 		return first, last, fmt.Errorf("%q is not a batch file name", name)
 	}
 	return first, last, nil
+}
+
+// isReplayOf reports whether name is a replay's file of the batch named
+// plain.
+func isReplayOf(name, plain string) bool {
+	var at uint64
+	base, _ := strings.CutSuffix(plain, ".jsonl")
+	rest, ok := strings.CutPrefix(name, base+".r")
+	if !ok {
+		return false
+	}
+	_, err := fmt.Sscanf(rest, "%016X.jsonl", &at)
+	return err == nil && replayName(plain, time.Unix(0, int64(at))) == name
 }

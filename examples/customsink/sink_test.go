@@ -27,8 +27,8 @@ func TestConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	sinktest.Run(t, sinktest.Config{
-		New:    func() pluginkit.Sink { return newSink(discardLogger()) },
-		Config: cfg,
+		NewBatch: func() pluginkit.BatchSink { return newSink(discardLogger()) },
+		Config:   cfg,
 		InvalidConfigs: []sinktest.InvalidConfig{
 			{Name: "relative dir", Config: json.RawMessage(`{"dir":"out"}`), Field: "dir"},
 			{Name: "fsync not a bool", Config: json.RawMessage(`{"dir":"/tmp/x","fsync":"yes"}`), Field: "fsync"},
@@ -107,7 +107,7 @@ func TestRedeliveryIsReportedAsDuplicates(t *testing.T) {
 	ctx := t.Context()
 	dir := t.TempDir()
 	s := newSink(discardLogger())
-	if err := s.Configure(ctx, json.RawMessage(`{"dir":"`+dir+`","fsync":false}`)); err != nil {
+	if err := s.Configure(ctx, pluginkit.Setup{Config: json.RawMessage(`{"dir":"` + dir + `","fsync":false}`)}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Open(ctx); err != nil {
@@ -118,7 +118,7 @@ func TestRedeliveryIsReportedAsDuplicates(t *testing.T) {
 		{ID: pluginkit.MustParseEventID("0/1A:1"), Payload: []byte(`{"id":"0/1A:1"}`)},
 	}
 	for i, want := range []int{0, 2} {
-		res, err := s.Deliver(ctx, batch)
+		res, err := s.Deliver(ctx, pluginkit.Batch{Events: batch})
 		if err != nil {
 			t.Fatalf("Deliver %d: %v", i, err)
 		}
@@ -128,6 +128,30 @@ func TestRedeliveryIsReportedAsDuplicates(t *testing.T) {
 	}
 	if got := readBack(t, dir); len(got) != 2 {
 		t.Errorf("the directory holds %d events, want 2", len(got))
+	}
+}
+
+// A replay is written to a file of its own even when the batch's file
+// exists: parked events must be written, never taken for duplicates.
+func TestReplayIsWritten(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	s := newSink(discardLogger())
+	if err := s.Configure(ctx, pluginkit.Setup{Config: json.RawMessage(`{"dir":"` + dir + `","fsync":false}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	batch := []pluginkit.Event{{ID: pluginkit.MustParseEventID("0/1A:0"), Payload: []byte(`{"id":"0/1A:0"}`)}}
+	for i, replay := range []bool{false, true} {
+		res, err := s.Deliver(ctx, pluginkit.Batch{Events: batch, Replay: replay})
+		if err != nil || res.Duplicates != 0 {
+			t.Fatalf("Deliver %d (replay %v): %+v, %v", i, replay, res, err)
+		}
+	}
+	if got := readBack(t, dir); len(got) != 2 {
+		t.Errorf("the directory holds %d events, want the batch and its replay", len(got))
 	}
 }
 

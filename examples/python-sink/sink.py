@@ -42,7 +42,10 @@ VERSION = "0.1.0"
 
 # The handshake walcast's host expects (proto/sink/wire/handshake.go).
 CORE_PROTOCOL_VERSION = 1  # go-plugin's own
-APP_PROTOCOL_VERSION = 1  # walcast.sink.v1
+# walcast.sink.v1, which every walcast host speaks; version 2
+# (proto/sink/v2) only adds per-event failures to Deliver's answer, which a
+# sink that writes whole batches does not need.
+APP_PROTOCOL_VERSION = 1
 COOKIE_KEY, COOKIE_VALUE = "WALCAST_PLUGIN", "d1c8a3f5-walcast-sink"
 
 # Standard out carries the handshake line and nothing else: keep the real

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/walcast/walcast/host/internal/delivery/schedule/attempt"
 	"github.com/walcast/walcast/host/internal/plugin/sinkclient"
 	"github.com/walcast/walcast/pluginkit"
 	"github.com/walcast/walcast/pluginkit/sinktest"
@@ -24,7 +25,7 @@ import (
 const pluginTestTimeout = 10 * time.Minute
 
 // pluginTestIdentity is the pipeline and sink id a plugin under test is
-// configured as (pluginkit.IdentityFrom).
+// configured as (pluginkit.Setup.Sink).
 var pluginTestIdentity = pluginkit.Identity{Pipeline: "plugin-test", SinkID: "plugin-test"}
 
 // outOfProcessSkips are the checks that cannot see into another process.
@@ -84,7 +85,7 @@ func cmdPluginTest(args []string, stdout, stderr io.Writer) int {
 	defer sinks.killAll()
 	var passed, failed, skipped int
 	sinktest.Check(ctx, sinktest.Config{
-		New:      sinks.New,
+		NewBatch: sinks.New,
 		Identity: pluginTestIdentity,
 		Config:   raw,
 		Skip:     outOfProcessSkips,
@@ -150,7 +151,7 @@ type remoteSinks struct {
 	live []*sinkclient.Plugin
 }
 
-func (f *remoteSinks) New() pluginkit.Sink {
+func (f *remoteSinks) New() pluginkit.BatchSink {
 	p, err := sinkclient.Launch(f.ctx, f.launch)
 	if err != nil {
 		err = fmt.Errorf("launch %s: %w", f.launch.Path, err)
@@ -183,16 +184,17 @@ func (f *remoteSinks) killAll() {
 // infoTimeout bounds the Describe call behind Info, which has no context.
 const infoTimeout = 10 * time.Second
 
-// remoteSink is a pluginkit.Sink served by a plugin process, through the
-// host's own plugin client: every call crosses the process boundary as it
-// does under walcast run, errors included.
+// remoteSink is a sink served by a plugin process, through the host's own
+// plugin client: every call crosses the process boundary as it does under
+// walcast run, errors included, in whatever protocol version the plugin
+// speaks. The suite sees it as a pluginkit.BatchSink.
 type remoteSink struct {
 	p   *sinkclient.Plugin
 	err error // the launch failed
 	log *slog.Logger
 }
 
-var _ pluginkit.Sink = (*remoteSink)(nil)
+var _ pluginkit.BatchSink = (*remoteSink)(nil)
 
 // Info has no way to return an error; one is logged, and the suite then
 // reports the empty description.
@@ -209,11 +211,13 @@ func (s *remoteSink) Info() pluginkit.Info {
 	return info
 }
 
-func (s *remoteSink) Configure(ctx context.Context, config json.RawMessage) error {
+// Configure passes the config block; the sink's identity and tables are
+// the launch's (remoteSinks.launch), as under walcast run.
+func (s *remoteSink) Configure(ctx context.Context, setup pluginkit.Setup) error {
 	if s.err != nil {
 		return s.err
 	}
-	return s.p.Configure(ctx, config)
+	return s.p.Configure(ctx, setup.Config)
 }
 
 func (s *remoteSink) Open(ctx context.Context) (pluginkit.OpenResult, error) {
@@ -223,11 +227,39 @@ func (s *remoteSink) Open(ctx context.Context) (pluginkit.OpenResult, error) {
 	return s.p.Open(ctx)
 }
 
-func (s *remoteSink) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error) {
+// Deliver answers as the plugin did, in pluginkit's terms: the suite
+// checks the kinds a sink gives its errors, and the events it names.
+func (s *remoteSink) Deliver(ctx context.Context, b pluginkit.Batch) (pluginkit.DeliverResult, error) {
 	if s.err != nil {
 		return pluginkit.DeliverResult{}, s.err
 	}
-	return s.p.Deliver(ctx, events)
+	res, err := s.p.Deliver(ctx, attempt.Batch{Events: b.Events, Replay: b.Replay, GapBefore: b.GapBefore})
+	if err != nil {
+		return pluginkit.DeliverResult{}, sdkError(err)
+	}
+	out := pluginkit.DeliverResult{Duplicates: res.Duplicates}
+	if len(res.Failed) == 0 {
+		return out, nil
+	}
+	be := &pluginkit.BatchError{Failed: make(map[int]error, len(res.Failed))}
+	for _, f := range res.Failed {
+		be.Failed[f.Index] = sdkError(f.Err)
+	}
+	return out, be
+}
+
+// sdkError gives an error of the host's plugin client the pluginkit kind
+// of the error the sink returned.
+func sdkError(err error) error {
+	switch kind, pause := attempt.KindOf(err); kind {
+	case attempt.KindThrottle:
+		return pluginkit.Throttled(pause, err)
+	case attempt.KindPermanent:
+		return pluginkit.Permanent(err)
+	case attempt.KindFatal:
+		return pluginkit.Fatal(err)
+	}
+	return err
 }
 
 func (s *remoteSink) Close(ctx context.Context) error {

@@ -5,14 +5,17 @@
 //	func TestConformance(t *testing.T) {
 //		dir := t.TempDir()
 //		sinktest.Run(t, sinktest.Config{
-//			New:    func() pluginkit.Sink { return mysink.New() },
-//			Config: json.RawMessage(`{"dir":"` + dir + `"}`),
+//			NewBatch: func() pluginkit.BatchSink { return mysink.New() },
+//			Config:   json.RawMessage(`{"dir":"` + dir + `"}`),
 //			InvalidConfigs: []sinktest.InvalidConfig{
 //				{Name: "relative dir", Config: json.RawMessage(`{"dir":"out"}`), Field: "dir"},
 //			},
 //			Received: func() [][]byte { return readBack(t, dir) },
 //		})
 //	}
+//
+// A sink written against pluginkit.Sink sets New instead of NewBatch and
+// is driven as pluginkit.Serve drives it.
 //
 // It checks the contract the host relies on, which the Sink interface can
 // only state in comments:
@@ -28,7 +31,9 @@
 //     increasing across batches) succeeds; with Received set, every payload
 //     reached the destination byte for byte and in order. A nil error means
 //     "durably at the destination": the host acknowledges on it, and the
-//     slot then lets the WAL go.
+//     slot then lets the WAL go. A replay of the last batch (Batch.Replay:
+//     parked events, at or below any checkpoint the sink keeps) is written
+//     again and reported as no duplicate (Deliver/Batches/Replay).
 //   - Unless Info.Ordered, concurrent Delivers of different rows are safe
 //     (run the suite with -race) and keep each row's order.
 //   - Deliver returns within two seconds of its context ending, whether the
@@ -40,7 +45,11 @@
 //     a hanging destination it must fail.
 //   - Errors are classified: Config.Faults make the destination fail, and
 //     pluginkit.KindOf must give the kind each fault calls for; after the
-//     fault the same batch delivers.
+//     fault the same batch delivers. Config.EventFaults spoil one event of
+//     a batch: a BatchSink must name that event alone in a
+//     *pluginkit.BatchError, with the kind the fault calls for, and write
+//     the others. Any BatchError names events with an error each, and only
+//     a BatchSink returns one.
 //   - Close after Open succeeds, and neither a second Close nor a Close
 //     without Open panics: a plugin that panics dies, and the host sees only
 //     a broken connection.
@@ -48,7 +57,8 @@
 //     suite ends by comparing the goroutines with those alive before it.
 //
 // Run uses t.Run for each check, so `go test -run 'TestConformance/Deliver'`
-// selects parts of it, and Config.Skip skips checks that do not apply.
+// selects parts of it, and Config.Skip skips checks that do not apply
+// (a sink that cannot write replays, say, skips "Deliver/Batches/Replay").
 // Do not call t.Parallel in the test that calls Run, and do not run other
 // parallel tests in the same package: the goroutine check would count their
 // goroutines as leaks.

@@ -17,12 +17,16 @@ import (
 // Config describes the sink under test and, through optional hooks, its
 // destination.
 type Config struct {
-	// New returns a fresh, unconfigured sink. The suite calls it for every
-	// check and closes every sink it opened.
-	New func() pluginkit.Sink
+	// New returns a fresh, unconfigured Sink, or NewBatch a fresh,
+	// unconfigured BatchSink: set exactly one. The suite calls it for
+	// every check and closes every sink it opened. A Sink is driven as
+	// pluginkit.Serve drives it, through the context.
+	New      func() pluginkit.Sink
+	NewBatch func() pluginkit.BatchSink
 
-	// Identity is what the sink finds with pluginkit.IdentityFrom in
-	// Configure. Default: pipeline "sinktest", sink id "sinktest".
+	// Identity is the sink's identity in Configure (Setup.Sink, or
+	// pluginkit.IdentityFrom for a Sink). Default: pipeline "sinktest",
+	// sink id "sinktest".
 	Identity pluginkit.Identity
 
 	// Config is a valid config block as the host hands it to Configure: a
@@ -59,6 +63,11 @@ type Config struct {
 	// Faults make the destination fail in ways the sink must classify.
 	Faults []Fault
 
+	// EventFaults are events the destination refuses one by one, which
+	// a BatchSink must name in a *pluginkit.BatchError while it writes
+	// the rest of the batch. Each runs as a check under Deliver/Faults.
+	EventFaults []EventFault
+
 	// Skip names checks not to run, as their t.Run path below Run's test:
 	// "Deliver/Concurrent", "GoroutineLeaks".
 	Skip []string
@@ -86,6 +95,20 @@ type Fault struct {
 	// RetryAfter, for KindThrottled, is the pause the error must ask for;
 	// zero accepts any.
 	RetryAfter time.Duration
+}
+
+// EventFault is one way a single event can be refused by the destination
+// while the rest of its batch is written.
+type EventFault struct {
+	// Name describes the fault in the subtest name.
+	Name string
+	// Spoil returns ev changed so that the destination refuses it (a
+	// payload over its size limit, say); the other events of the batch
+	// stay as they are.
+	Spoil func(ev pluginkit.Event) pluginkit.Event
+	// Want is the kind pluginkit.KindOf must report for the spoilt
+	// event's error in the BatchError.
+	Want pluginkit.Kind
 }
 
 const (
@@ -116,8 +139,8 @@ func Run(t *testing.T, cfg Config) {
 // Check outside it (`walcast plugin test` against a plugin binary).
 func runSuite(t tb, cfg Config) {
 	t.Helper()
-	if cfg.New == nil {
-		t.Fatal("sinktest.Config.New is nil")
+	if (cfg.New == nil) == (cfg.NewBatch == nil) {
+		t.Fatal("set exactly one of sinktest.Config.New and sinktest.Config.NewBatch")
 	}
 	if len(cfg.Config) == 0 {
 		t.Fatal("sinktest.Config.Config is empty; pass a valid config block, `{}` when the sink takes none")
@@ -190,15 +213,34 @@ func (h *harness) identity() pluginkit.Identity {
 	return h.cfg.Identity
 }
 
-// configured returns a fresh sink that accepted Config.
-func (h *harness) configured(t tb) pluginkit.Sink {
+// newSink returns a fresh sink from Config.New or Config.NewBatch.
+func (h *harness) newSink(t tb) pluginkit.BatchSink {
 	t.Helper()
+	if h.cfg.NewBatch != nil {
+		s := h.cfg.NewBatch()
+		if s == nil {
+			t.Fatal("Config.NewBatch returned nil")
+		}
+		return s
+	}
 	s := h.cfg.New()
 	if s == nil {
 		t.Fatal("Config.New returned nil")
 	}
-	c := pluginkit.WithIdentity(ctx(t), h.identity())
-	if err := call(callTimeout, func() error { return s.Configure(c, h.cfg.Config) }); err != nil {
+	return legacy{s}
+}
+
+// setup is what Configure receives for config.
+func (h *harness) setup(config json.RawMessage) pluginkit.Setup {
+	return pluginkit.Setup{Config: config, Sink: h.identity()}
+}
+
+// configured returns a fresh sink that accepted Config.
+func (h *harness) configured(t tb) pluginkit.BatchSink {
+	t.Helper()
+	s := h.newSink(t)
+	c := ctx(t)
+	if err := call(callTimeout, func() error { return s.Configure(c, h.setup(h.cfg.Config)) }); err != nil {
 		t.Fatalf("Configure(valid config): %v", err)
 	}
 	return s
@@ -206,7 +248,7 @@ func (h *harness) configured(t tb) pluginkit.Sink {
 
 // open returns a fresh sink that is configured and open, and closes it
 // when t ends.
-func (h *harness) open(t tb) pluginkit.Sink {
+func (h *harness) open(t tb) pluginkit.BatchSink {
 	t.Helper()
 	s := h.configured(t)
 	c := ctx(t)
@@ -231,9 +273,16 @@ func (h *harness) open(t tb) pluginkit.Sink {
 
 // deliver calls Deliver with a context for a call that should succeed and
 // checks the result a successful first delivery must have.
-func (h *harness) deliver(t tb, s pluginkit.Sink, batch []pluginkit.Event) {
+func (h *harness) deliver(t tb, s pluginkit.BatchSink, batch []pluginkit.Event) {
 	t.Helper()
-	res, err := deliverWithin(ctx(t), s, batch, callTimeout)
+	h.deliverBatch(t, s, pluginkit.Batch{Events: batch})
+}
+
+// deliverBatch is deliver for a batch with its flags.
+func (h *harness) deliverBatch(t tb, s pluginkit.BatchSink, b pluginkit.Batch) {
+	t.Helper()
+	batch := b.Events
+	res, err := within(callTimeout, func() (pluginkit.DeliverResult, error) { return s.Deliver(ctx(t), b) })
 	if err != nil {
 		kind, _ := pluginkit.KindOf(err)
 		t.Fatalf("Deliver of %d events (%s..%s): %v (%s)", len(batch), batch[0].ID, batch[len(batch)-1].ID, err, kind)
@@ -244,8 +293,8 @@ func (h *harness) deliver(t tb, s pluginkit.Sink, batch []pluginkit.Event) {
 }
 
 // deliverWithin calls Deliver and waits at most limit for it to return.
-func deliverWithin(c context.Context, s pluginkit.Sink, batch []pluginkit.Event, limit time.Duration) (pluginkit.DeliverResult, error) {
-	return within(limit, func() (pluginkit.DeliverResult, error) { return s.Deliver(c, batch) })
+func deliverWithin(c context.Context, s pluginkit.BatchSink, batch []pluginkit.Event, limit time.Duration) (pluginkit.DeliverResult, error) {
+	return within(limit, func() (pluginkit.DeliverResult, error) { return s.Deliver(c, pluginkit.Batch{Events: batch}) })
 }
 
 // within runs f and waits at most limit for it to return. A call that

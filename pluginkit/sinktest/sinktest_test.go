@@ -64,6 +64,7 @@ type memSink struct {
 	broken string
 
 	mu     sync.Mutex
+	last   pluginkit.EventID // the last event written
 	topic  string
 	open   bool
 	closed bool
@@ -85,7 +86,11 @@ func (s *memSink) Info() pluginkit.Info {
 }
 
 func (s *memSink) Configure(ctx context.Context, raw json.RawMessage) error {
-	if id := pluginkit.IdentityFrom(ctx); id.Pipeline == "" || id.SinkID == "" {
+	return s.configure(pluginkit.IdentityFrom(ctx), raw)
+}
+
+func (s *memSink) configure(id pluginkit.Identity, raw json.RawMessage) error {
+	if id.Pipeline == "" || id.SinkID == "" {
 		return fmt.Errorf("configured without an identity: %+v", id)
 	}
 	var c struct {
@@ -119,6 +124,11 @@ func (s *memSink) Open(context.Context) (pluginkit.OpenResult, error) {
 }
 
 func (s *memSink) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error) {
+	return s.deliver(ctx, events, func(int, pluginkit.Event) bool { return true })
+}
+
+// deliver writes the events write accepts (by index).
+func (s *memSink) deliver(ctx context.Context, events []pluginkit.Event, write func(int, pluginkit.Event) bool) (pluginkit.DeliverResult, error) {
 	s.mu.Lock()
 	open := s.open
 	s.mu.Unlock()
@@ -151,10 +161,17 @@ func (s *memSink) Deliver(ctx context.Context, events []pluginkit.Event) (plugin
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	var res pluginkit.DeliverResult
 	for i, e := range events {
 		p := e.Payload
 		switch {
+		case !write(i, e):
+			continue
 		case s.broken == "drop-last" && i == len(events)-1 && len(events) > 1:
+			continue
+		case s.broken == "skip-replay" && e.ID.Compare(s.last) <= 0:
+			// Skipped as a duplicate below what it wrote, replay or not.
+			res.Duplicates++
 			continue
 		case s.broken == "reencode":
 			// Decoding and encoding again reorders keys: the bytes change.
@@ -165,8 +182,9 @@ func (s *memSink) Deliver(ctx context.Context, events []pluginkit.Event) (plugin
 			p, _ = json.Marshal(v)
 		}
 		d.events = append(d.events, p)
+		s.last = e.ID
 	}
-	return pluginkit.DeliverResult{}, nil
+	return res, nil
 }
 
 func (s *memSink) Close(context.Context) error {
@@ -180,6 +198,53 @@ func (s *memSink) Close(context.Context) error {
 	}
 	s.open, s.closed = false, s.open || s.closed
 	return nil
+}
+
+// memBatch is memSink as a BatchSink. Its destination refuses, one by
+// one, the events whose payload holds "refused": it writes the others and
+// names those in a BatchError.
+type memBatch struct{ *memSink }
+
+var _ pluginkit.BatchSink = memBatch{}
+
+func (b memBatch) Configure(_ context.Context, setup pluginkit.Setup) error {
+	return b.configure(setup.Sink, setup.Config)
+}
+
+func (b memBatch) Deliver(ctx context.Context, batch pluginkit.Batch) (pluginkit.DeliverResult, error) {
+	failed := map[int]error{}
+	res, err := b.deliver(ctx, batch.Events, func(i int, e pluginkit.Event) bool {
+		if !bytes.Contains(e.Payload, []byte("refused")) {
+			return true
+		}
+		if b.broken == "names-next-event" {
+			i++
+		}
+		failed[i] = pluginkit.Permanent(fmt.Errorf("event %s refused", e.ID))
+		return false
+	})
+	if err == nil && len(failed) > 0 {
+		err = &pluginkit.BatchError{Failed: failed}
+	}
+	return res, err
+}
+
+// batchConfig returns the suite's config for a memBatch broken as named,
+// with an event the destination refuses.
+func batchConfig(broken string) sinktest.Config {
+	cfg := config(broken)
+	next := cfg.New
+	cfg.New = nil
+	cfg.NewBatch = func() pluginkit.BatchSink { return memBatch{next().(*memSink)} }
+	cfg.EventFaults = []sinktest.EventFault{{
+		Name: "refused event",
+		Spoil: func(e pluginkit.Event) pluginkit.Event {
+			e.Payload = []byte(`{"refused":true}`)
+			return e
+		},
+		Want: pluginkit.KindPermanent,
+	}}
+	return cfg
 }
 
 // config returns the suite's config for a memSink broken as named.
@@ -204,6 +269,10 @@ func config(broken string) sinktest.Config {
 
 func TestRunPassesACorrectSink(t *testing.T) {
 	sinktest.Run(t, config(""))
+}
+
+func TestRunPassesACorrectBatchSink(t *testing.T) {
+	sinktest.Run(t, batchConfig(""))
 }
 
 // A sink that names things after its id sees the identity given.
@@ -245,6 +314,10 @@ func TestBrokenSink(t *testing.T) {
 	if broken == "" {
 		t.Skip("run by TestRunCatchesBrokenSinks")
 	}
+	if b, ok := strings.CutPrefix(broken, "batch:"); ok {
+		sinktest.Run(t, batchConfig(b))
+		return
+	}
 	sinktest.Run(t, config(broken))
 }
 
@@ -264,6 +337,8 @@ func TestRunCatchesBrokenSinks(t *testing.T) {
 		{"permanent-on-cancel", "Deliver/ContextDone", "returned a permanent error"},
 		{"panic-on-second-close", "Close/AfterOpen", "panic: close of closed channel"},
 		{"leak", "GoroutineLeaks", "still running"},
+		{"skip-replay", "Deliver/Batches/Replay", "reported 2 duplicates, want 0"},
+		{"batch:names-next-event", "Deliver/Faults/refused_event", "want event 2 alone"},
 	} {
 		t.Run(tc.broken, func(t *testing.T) {
 			t.Parallel()
@@ -342,10 +417,16 @@ func TestCheckCatchesBrokenSinks(t *testing.T) {
 		{"ignore-context", "Deliver/Hang", "did not return within"},
 		{"permanent-on-cancel", "Deliver/ContextDone", "returned a permanent error"},
 		{"panic-on-second-close", "Close/AfterOpen", "panic: close of closed channel"},
+		{"skip-replay", "Deliver/Batches/Replay", "reported 2 duplicates, want 0"},
+		{"batch:names-next-event", "Deliver/Faults/refused_event", "want event 2 alone"},
 	} {
 		t.Run(tc.broken, func(t *testing.T) {
 			var failed *sinktest.Result
-			ok := sinktest.Check(context.Background(), config(tc.broken), func(r sinktest.Result) {
+			cfg := config(tc.broken)
+			if b, ok := strings.CutPrefix(tc.broken, "batch:"); ok {
+				cfg = batchConfig(b)
+			}
+			ok := sinktest.Check(context.Background(), cfg, func(r sinktest.Result) {
 				if r.Name == tc.failing {
 					failed = &r
 				}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -23,7 +24,7 @@ var (
 // testInfo checks that Info works on a fresh sink without blocking and
 // declares a config the host can check Config against.
 func (h *harness) testInfo(t tb) {
-	s := h.cfg.New()
+	s := h.newSink(t)
 	info, err := within(promptly, func() (pluginkit.Info, error) { return s.Info(), nil })
 	if err != nil {
 		t.Fatalf("Info before Configure: %v (it must not block: `walcast validate` calls it without opening anything)", err)
@@ -139,7 +140,7 @@ func (h *harness) testConfigure(t tb) {
 		})
 	}
 
-	info := h.cfg.New().Info()
+	info := h.newSink(t).Info()
 	var attrs map[string]json.RawMessage
 	if err := json.Unmarshal(h.cfg.Config, &attrs); err != nil {
 		return // reported by Info
@@ -169,9 +170,9 @@ func (h *harness) testConfigure(t tb) {
 
 func (h *harness) expectConfigError(t tb, raw json.RawMessage, field string) {
 	t.Helper()
-	s := h.cfg.New()
-	c := pluginkit.WithIdentity(ctx(t), h.identity())
-	err := call(callTimeout, func() error { return s.Configure(c, raw) })
+	s := h.newSink(t)
+	c := ctx(t)
+	err := call(callTimeout, func() error { return s.Configure(c, h.setup(raw)) })
 	var ce *pluginkit.ConfigError
 	switch {
 	case err == nil:
@@ -189,12 +190,21 @@ func (h *harness) expectConfigError(t tb, raw json.RawMessage, field string) {
 // checks that each arrived whole, unchanged and in order.
 func (h *harness) testDeliverBatches(t tb) {
 	s := h.open(t)
+	var batch []pluginkit.Event
 	for _, n := range []int{1, 3, 10, 100, 2} {
-		batch := h.gen.next(n)
+		batch = h.gen.next(n)
 		mark := h.mark()
 		h.deliver(t, s, batch)
 		h.expectReceived(t, mark, payloads(batch))
 	}
+	h.run(t, "Replay", func(t tb) {
+		// A replay brings parked events back, which lie at or below any
+		// checkpoint the sink keeps (here, the batch just delivered):
+		// they must be written again, and are no duplicates.
+		mark := h.mark()
+		h.deliverBatch(t, s, pluginkit.Batch{Events: batch, Replay: true})
+		h.expectReceived(t, mark, payloads(batch))
+	})
 }
 
 // testDeliverConcurrent delivers the batches of several rows at once, as
@@ -356,9 +366,10 @@ func (h *harness) testDeliverHang(t tb) {
 // checks the kind of the error Deliver returns, then that the same batch
 // delivers once the fault is gone.
 func (h *harness) testDeliverFaults(t tb) {
-	if len(h.cfg.Faults) == 0 {
-		t.Skip("sinktest.Config.Faults is empty")
+	if len(h.cfg.Faults) == 0 && len(h.cfg.EventFaults) == 0 {
+		t.Skip("sinktest.Config.Faults and EventFaults are empty")
 	}
+	h.testDeliverEventFaults(t)
 	for _, f := range h.cfg.Faults {
 		t.Run(f.Name, func(t tb) {
 			s := h.open(t)
@@ -388,7 +399,7 @@ func (h *harness) testDeliverFaults(t tb) {
 
 // redeliver delivers batch again after a failed attempt, as the host does,
 // and checks it is now the last thing the destination received.
-func (h *harness) redeliver(t tb, s pluginkit.Sink, batch []pluginkit.Event, mark int) {
+func (h *harness) redeliver(t tb, s pluginkit.BatchSink, batch []pluginkit.Event, mark int) {
 	t.Helper()
 	c := ctx(t)
 	res, err := deliverWithin(c, s, batch, callTimeout)
@@ -415,6 +426,10 @@ func (h *harness) checkDeliverError(t tb, err error, what string) (pluginkit.Kin
 	if strings.TrimSpace(err.Error()) == "" {
 		t.Errorf("%s returned an error with an empty message; it ends up in walcast.parked and in the logs", what)
 	}
+	var be *pluginkit.BatchError
+	if errors.As(err, &be) {
+		h.checkBatchError(t, be, what)
+	}
 	kind, after := pluginkit.KindOf(err)
 	switch kind {
 	case pluginkit.KindRetryable, pluginkit.KindPermanent, pluginkit.KindFatal:
@@ -426,6 +441,62 @@ func (h *harness) checkDeliverError(t tb, err error, what string) (pluginkit.Kin
 		t.Errorf("%s returned an error of unknown kind %d", what, kind)
 	}
 	return kind, after
+}
+
+// checkBatchError checks what every BatchError must satisfy, whatever
+// the batch: each named event has an error with a message, of a kind a
+// single event can have. (Whether the indexes lie inside the batch is
+// checked where the batch is known.)
+func (h *harness) checkBatchError(t tb, be *pluginkit.BatchError, what string) {
+	t.Helper()
+	if h.cfg.NewBatch == nil {
+		t.Errorf("%s: a Sink returned a *pluginkit.BatchError; only a BatchSink can name the events that failed (a Sink fails its batch as a whole)", what)
+	}
+	for i, err := range be.Failed {
+		switch {
+		case err == nil:
+			t.Errorf("%s: the BatchError names event %d with a nil error", what, i)
+		case strings.TrimSpace(err.Error()) == "":
+			t.Errorf("%s: the BatchError names event %d with an empty message; it ends up in walcast.parked", what, i)
+		}
+	}
+}
+
+// testDeliverEventFaults spoils one event of a batch in each configured
+// way and checks that a BatchError names that event alone, with the
+// kind the fault calls for, and that the other events arrived. Each is a
+// check under Deliver/Faults.
+func (h *harness) testDeliverEventFaults(t tb) {
+	if len(h.cfg.EventFaults) == 0 {
+		return
+	}
+	if h.cfg.NewBatch == nil {
+		t.Fatal("sinktest.Config.EventFaults needs a BatchSink (Config.NewBatch): a Sink cannot name the events that failed")
+	}
+	const size, spoilt = 5, 2
+	for _, f := range h.cfg.EventFaults {
+		t.Run(f.Name, func(t tb) {
+			s := h.open(t)
+			batch := h.gen.next(size)
+			good := payloads(append(slices.Clone(batch[:spoilt]), batch[spoilt+1:]...))
+			batch[spoilt] = f.Spoil(batch[spoilt])
+			mark := h.mark()
+			c := ctx(t)
+			_, err := deliverWithin(c, s, batch, callTimeout)
+			var be *pluginkit.BatchError
+			if !errors.As(err, &be) {
+				t.Fatalf("Deliver of a batch whose event %d the destination refuses: %v, want a *pluginkit.BatchError naming that event", spoilt, err)
+			}
+			h.checkBatchError(t, be, "Deliver of a batch with a refused event")
+			if len(be.Failed) != 1 || be.Failed[spoilt] == nil {
+				t.Fatalf("the BatchError names %d events, want event %d alone: %v", len(be.Failed), spoilt, be)
+			}
+			if kind, _ := pluginkit.KindOf(be.Failed[spoilt]); kind != f.Want {
+				t.Errorf("the refused event's error %q is %s, want %s", be.Failed[spoilt], kind, f.Want)
+			}
+			h.expectReceived(t, mark, good)
+		})
+	}
 }
 
 // testDeliverBeforeOpen calls Deliver on a sink that was configured but
@@ -455,7 +526,7 @@ func (h *harness) testDeliverBeforeOpen(t tb) {
 
 // testClose checks Close in the states the host may leave a sink in.
 func (h *harness) testClose(t tb) {
-	closeOnce := func(t tb, s pluginkit.Sink) error {
+	closeOnce := func(t tb, s pluginkit.BatchSink) error {
 		t.Helper()
 		c := ctx(t)
 		err := call(callTimeout, func() error { return s.Close(c) })
@@ -484,7 +555,7 @@ func (h *harness) testClose(t tb) {
 		_ = closeOnce(t, h.configured(t))
 	})
 	t.Run("WithoutConfigure", func(t tb) {
-		_ = closeOnce(t, h.cfg.New())
+		_ = closeOnce(t, h.newSink(t))
 	})
 }
 

@@ -37,8 +37,8 @@ func TestConformance(t *testing.T) {
 		return func() func() { return rcv.failWith(st.Err()) }
 	}
 	sinktest.Run(t, sinktest.Config{
-		New:    func() pluginkit.Sink { return newSink(discardLogger()) },
-		Config: cfg,
+		NewBatch: func() pluginkit.BatchSink { return newSink(discardLogger()) },
+		Config:   cfg,
 		InvalidConfigs: []sinktest.InvalidConfig{
 			{Name: "address without port", Config: json.RawMessage(`{"address":"localhost"}`), Field: "address"},
 			{Name: "token without tls", Config: json.RawMessage(`{"address":"localhost:50051","token":"t"}`), Field: "token"},

@@ -178,8 +178,8 @@ func (r *testReceiver) hang() (release func()) {
 func openSink(t *testing.T, cfg map[string]any) *Sink {
 	t.Helper()
 	s := newSink(discardLogger())
-	ctx := pluginkit.WithIdentity(t.Context(), pluginkit.Identity{Pipeline: "shop", SinkID: "orders"})
-	if err := s.Configure(ctx, mustJSON(t, cfg)); err != nil {
+	setup := pluginkit.Setup{Config: mustJSON(t, cfg), Sink: pluginkit.Identity{Pipeline: "shop", SinkID: "orders"}}
+	if err := s.Configure(t.Context(), setup); err != nil {
 		t.Fatalf("Configure: %v", err)
 	}
 	if _, err := s.Open(t.Context()); err != nil {

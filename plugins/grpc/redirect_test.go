@@ -38,7 +38,7 @@ func TestRedirectIsAFailedAttempt(t *testing.T) {
 			t.Cleanup(func() { proxy.Close() })
 
 			s := openSink(t, map[string]any{"address": l.Addr().String(), "timeout": "10s"})
-			_, err = s.Deliver(t.Context(), batch())
+			_, err = s.Deliver(t.Context(), pluginkit.Batch{Events: batch()})
 			if err == nil {
 				t.Fatalf("Deliver through a %d answer succeeded", code)
 			}

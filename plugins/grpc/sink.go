@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -50,7 +49,7 @@ type Sink struct {
 
 // Interface guards.
 var (
-	_ pluginkit.Sink                = (*Sink)(nil)
+	_ pluginkit.BatchSink           = (*Sink)(nil)
 	_ credentials.PerRPCCredentials = bearerToken{}
 )
 
@@ -69,13 +68,13 @@ func (s *Sink) Info() pluginkit.Info {
 }
 
 // Configure validates the config and reads the TLS files it names; it
-// opens no connection.
-func (s *Sink) Configure(ctx context.Context, raw json.RawMessage) error {
-	st, err := decodeConfig(raw)
+// opens no connection. The sink's identity names it to the receiver.
+func (s *Sink) Configure(_ context.Context, setup pluginkit.Setup) error {
+	st, err := decodeConfig(setup.Config)
 	if err != nil {
 		return err
 	}
-	id := pluginkit.IdentityFrom(ctx)
+	id := setup.Sink
 	s.mu.Lock()
 	s.cfg, s.id = st, id
 	s.mu.Unlock()
@@ -126,7 +125,8 @@ func dialOptions(st settings) []grpc.DialOption {
 // Deliver sends the batch as one call. A nil error means the receiver
 // answered OK, which it promises to do only once every event is durably
 // processed.
-func (s *Sink) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error) {
+func (s *Sink) Deliver(ctx context.Context, b pluginkit.Batch) (pluginkit.DeliverResult, error) {
+	events := b.Events
 	if len(events) == 0 {
 		return pluginkit.DeliverResult{}, nil
 	}

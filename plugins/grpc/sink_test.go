@@ -43,7 +43,7 @@ func TestDeliverSendsEveryField(t *testing.T) {
 	events := batch()
 
 	rcv.dups = 1
-	res, err := s.Deliver(t.Context(), events)
+	res, err := s.Deliver(t.Context(), pluginkit.Batch{Events: events})
 	if err != nil {
 		t.Fatalf("Deliver: %v", err)
 	}
@@ -78,7 +78,7 @@ func TestDeliverSendsEveryField(t *testing.T) {
 	rcv.mu.Lock()
 	rcv.dups = 99
 	rcv.mu.Unlock()
-	if res, err := s.Deliver(t.Context(), events); err != nil || res.Duplicates != len(events) {
+	if res, err := s.Deliver(t.Context(), pluginkit.Batch{Events: events}); err != nil || res.Duplicates != len(events) {
 		t.Errorf("Deliver with 99 duplicates reported = %+v, %v; want %d", res, err, len(events))
 	}
 }
@@ -125,7 +125,7 @@ func TestStatusCodes(t *testing.T) {
 func expectKind(t *testing.T, s *Sink, rcv *testReceiver, st *status.Status, want pluginkit.Kind, after time.Duration) {
 	t.Helper()
 	defer rcv.failWith(st.Err())()
-	_, err := s.Deliver(t.Context(), batch())
+	_, err := s.Deliver(t.Context(), pluginkit.Batch{Events: batch()})
 	if err == nil {
 		t.Fatal("Deliver succeeded while the receiver fails")
 	}
@@ -149,7 +149,7 @@ func TestOversizedBatchIsPermanent(t *testing.T) {
 	s := openSink(t, map[string]any{"address": rcv.addr})
 	events := batch()
 	events[0].Payload = []byte(`{"pad":"` + strings.Repeat("x", 2048) + `"}`)
-	_, err := s.Deliver(t.Context(), events)
+	_, err := s.Deliver(t.Context(), pluginkit.Batch{Events: events})
 	if kind, _ := pluginkit.KindOf(err); kind != pluginkit.KindPermanent {
 		t.Fatalf("Deliver of a batch over the receiver's limit = %v (%s), want a permanent error", err, kind)
 	}
@@ -157,7 +157,7 @@ func TestOversizedBatchIsPermanent(t *testing.T) {
 		t.Errorf("error %q does not say how to fix it", err)
 	}
 	// The small events on their own go through.
-	if _, err := s.Deliver(t.Context(), batch()[1:]); err != nil {
+	if _, err := s.Deliver(t.Context(), pluginkit.Batch{Events: batch()[1:]}); err != nil {
 		t.Fatalf("Deliver of small events after the refusal: %v", err)
 	}
 }
@@ -170,7 +170,7 @@ func TestRequestOverLimitIsNotSent(t *testing.T) {
 	half := bytes.Repeat([]byte{'x'}, maxRequestBytes/2+1) // two events share it
 	events := batch()[:2]
 	events[0].Payload, events[1].Payload = half, half
-	_, err := s.Deliver(t.Context(), events)
+	_, err := s.Deliver(t.Context(), pluginkit.Batch{Events: events})
 	if kind, _ := pluginkit.KindOf(err); kind != pluginkit.KindPermanent {
 		t.Fatalf("Deliver of a request over %d bytes = %v (%s), want a permanent error", maxRequestBytes, err, kind)
 	}
@@ -189,7 +189,7 @@ func TestTimeout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // the host's deliver_timeout
 	defer cancel()
 	start := time.Now()
-	_, err := s.Deliver(ctx, batch())
+	_, err := s.Deliver(ctx, pluginkit.Batch{Events: batch()})
 	elapsed := time.Since(start)
 	if kind, _ := pluginkit.KindOf(err); err == nil || kind != pluginkit.KindRetryable {
 		t.Fatalf("Deliver to a hanging receiver = %v (%s), want a retryable error", err, kind)
@@ -214,7 +214,7 @@ func TestReceiverDownAtOpen(t *testing.T) {
 	l.Close()
 
 	s := openSink(t, map[string]any{"address": addr})
-	_, err = s.Deliver(t.Context(), batch())
+	_, err = s.Deliver(t.Context(), pluginkit.Batch{Events: batch()})
 	if kind, _ := pluginkit.KindOf(err); err == nil || kind != pluginkit.KindRetryable {
 		t.Fatalf("Deliver with the receiver down = %v (%s), want a retryable error", err, kind)
 	}
@@ -228,7 +228,7 @@ func TestReceiverDownAtOpen(t *testing.T) {
 	wait := reconnectBackoff.MaxDelay + 5*time.Second
 	deadline := time.Now().Add(wait)
 	for {
-		_, err := s.Deliver(t.Context(), batch())
+		_, err := s.Deliver(t.Context(), pluginkit.Batch{Events: batch()})
 		if err == nil {
 			break
 		}
@@ -250,7 +250,7 @@ func TestToken(t *testing.T) {
 		rcv := startReceiver(t, p.serverTLS(false))
 		rcv.token = "s3cret"
 		s := openSink(t, map[string]any{"address": rcv.addr, "tls": true, "ca_file": p.caFile, "server_name": serverName, "token": "s3cret"})
-		if _, err := s.Deliver(t.Context(), batch()); err != nil {
+		if _, err := s.Deliver(t.Context(), pluginkit.Batch{Events: batch()}); err != nil {
 			t.Fatalf("Deliver: %v", err)
 		}
 		if md, _ := rcv.lastCall(); strings.Join(md.Get("authorization"), ",") != "Bearer s3cret" {
@@ -261,7 +261,7 @@ func TestToken(t *testing.T) {
 		rcv := startReceiver(t)
 		rcv.token = "s3cret"
 		s := openSink(t, map[string]any{"address": rcv.addr, "token": "s3cret", "insecure_token": true})
-		if _, err := s.Deliver(t.Context(), batch()); err != nil {
+		if _, err := s.Deliver(t.Context(), pluginkit.Batch{Events: batch()}); err != nil {
 			t.Fatalf("Deliver: %v", err)
 		}
 	})
@@ -269,7 +269,7 @@ func TestToken(t *testing.T) {
 		rcv := startReceiver(t)
 		rcv.token = "s3cret"
 		s := openSink(t, map[string]any{"address": rcv.addr, "token": "guess", "insecure_token": true})
-		_, err := s.Deliver(t.Context(), batch())
+		_, err := s.Deliver(t.Context(), pluginkit.Batch{Events: batch()})
 		if kind, _ := pluginkit.KindOf(err); err == nil || kind != pluginkit.KindRetryable {
 			t.Fatalf("Deliver with a wrong token = %v (%s), want retryable UNAUTHENTICATED", err, kind)
 		}
@@ -311,7 +311,7 @@ func TestTLS(t *testing.T) {
 			tt.cfg["address"] = rcv.addr
 			s := openSink(t, tt.cfg)
 			before := len(rcv.received())
-			_, err := s.Deliver(t.Context(), batch())
+			_, err := s.Deliver(t.Context(), pluginkit.Batch{Events: batch()})
 			if tt.ok {
 				if err != nil {
 					t.Fatalf("Deliver: %v", err)
@@ -341,7 +341,7 @@ func TestMutualTLS(t *testing.T) {
 			cfg[k] = v
 		}
 		s := openSink(t, cfg)
-		if _, err := s.Deliver(t.Context(), batch()); err != nil {
+		if _, err := s.Deliver(t.Context(), pluginkit.Batch{Events: batch()}); err != nil {
 			t.Fatalf("Deliver: %v", err)
 		}
 		_, pr := rcv.lastCall()
@@ -353,7 +353,7 @@ func TestMutualTLS(t *testing.T) {
 	t.Run("WithoutCertificate", func(t *testing.T) {
 		s := openSink(t, base)
 		before := len(rcv.received())
-		_, err := s.Deliver(t.Context(), batch())
+		_, err := s.Deliver(t.Context(), pluginkit.Batch{Events: batch()})
 		if kind, _ := pluginkit.KindOf(err); err == nil || kind != pluginkit.KindRetryable {
 			t.Fatalf("Deliver without a client certificate = %v (%s), want a retryable failure", err, kind)
 		}
@@ -419,7 +419,7 @@ func TestConfigure(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := newSink(discardLogger()).Configure(t.Context(), mustJSON(t, tt.cfg))
+			err := newSink(discardLogger()).Configure(t.Context(), pluginkit.Setup{Config: mustJSON(t, tt.cfg)})
 			if tt.field == "" {
 				if err != nil {
 					t.Fatalf("Configure: %v", err)
@@ -440,7 +440,7 @@ func TestConfigureDoesNotLogToken(t *testing.T) {
 	var buf bytes.Buffer
 	s := newSink(slog.New(slog.NewTextHandler(&buf, nil)))
 	cfg := json.RawMessage(`{"address":"localhost:50051","token":"very-secret","insecure_token":true}`)
-	if err := s.Configure(t.Context(), cfg); err != nil {
+	if err := s.Configure(t.Context(), pluginkit.Setup{Config: cfg}); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(buf.String(), "very-secret") {

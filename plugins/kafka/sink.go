@@ -2,10 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"time"
 
@@ -57,7 +57,7 @@ type conn struct {
 }
 
 // Interface guards.
-var _ pluginkit.Sink = (*Sink)(nil)
+var _ pluginkit.BatchSink = (*Sink)(nil)
 
 // New returns a Kafka sink that logs through pluginkit.NewLogger.
 func New() *Sink { return newSink(pluginkit.NewLogger()) }
@@ -98,9 +98,10 @@ func (s *Sink) Info() pluginkit.Info {
 // sets none.
 const defaultBatchSize = 1000
 
-// Configure validates the config; it contacts no broker.
-func (s *Sink) Configure(ctx context.Context, raw json.RawMessage) error {
-	st, err := decodeConfig(raw, pluginkit.IdentityFrom(ctx), pluginkit.TablesFrom(ctx))
+// Configure validates the config, and every table's topic name; it
+// contacts no broker. The sink's identity is its default transactional id.
+func (s *Sink) Configure(ctx context.Context, setup pluginkit.Setup) error {
+	st, err := decodeConfig(setup.Config, setup.Sink, setup.Tables)
 	if err != nil {
 		return err
 	}
@@ -194,10 +195,14 @@ func (s *Sink) dropConn() {
 // Deliver produces the batch. With eos it is one transaction that also
 // moves the checkpoint, and nil means it committed. Events at or below the
 // checkpoint are skipped as duplicates, except in a replay batch
-// (pluginkit.IsReplay): parked events lie below the checkpoint by
-// definition, and were never written. ctx ends at the sink's
+// (Batch.Replay): parked events lie below the checkpoint by definition,
+// and were never written. An event the cluster refuses on its own (a
+// record over the size limit, a topic name Kafka does not accept) is named
+// in a *pluginkit.BatchError while the others are written; a batch whose
+// every event is refused fails as a whole. ctx ends at the sink's
 // deliver_timeout.
-func (s *Sink) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error) {
+func (s *Sink) Deliver(ctx context.Context, b pluginkit.Batch) (pluginkit.DeliverResult, error) {
+	events := b.Events
 	if len(events) == 0 {
 		return pluginkit.DeliverResult{}, nil
 	}
@@ -216,17 +221,10 @@ func (s *Sink) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit
 			return pluginkit.DeliverResult{}, err
 		}
 	}
-	if !s.cfg.eos {
-		return pluginkit.DeliverResult{}, s.produce(ctx, events)
-	}
-
-	fresh := events
-	if !pluginkit.IsReplay(ctx) {
-		fresh = make([]pluginkit.Event, 0, len(events))
-		for _, e := range events {
-			if e.ID.Compare(s.checkpoint) > 0 {
-				fresh = append(fresh, e)
-			}
+	fresh := make([]int, 0, len(events)) // indexes of the events to write
+	for i, e := range events {
+		if b.Replay || !s.cfg.eos || e.ID.Compare(s.checkpoint) > 0 {
+			fresh = append(fresh, i)
 		}
 	}
 	res := pluginkit.DeliverResult{Duplicates: len(events) - len(fresh)}
@@ -238,21 +236,105 @@ func (s *Sink) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit
 	if len(fresh) == 0 {
 		return res, nil
 	}
-	return res, s.transact(ctx, fresh)
+	return res, s.write(ctx, events, fresh)
 }
 
-// produce sends a batch without a transaction (eos = false).
-func (s *Sink) produce(ctx context.Context, events []pluginkit.Event) error {
+// write writes the events at the indexes fresh, with a transaction for
+// eos, and returns nil, a BatchError naming the events the cluster
+// refused on their own, or the error of the batch as a whole.
+func (s *Sink) write(ctx context.Context, events []pluginkit.Event, fresh []int) error {
+	var (
+		refused map[int]error // by index in fresh
+		err     error
+	)
+	if s.cfg.eos {
+		refused, err = s.commitAround(ctx, pick(events, fresh))
+	} else {
+		refused, err = s.produce(ctx, pick(events, fresh))
+	}
+	switch {
+	case err != nil:
+		return err
+	case len(refused) == 0:
+		return nil
+	case len(refused) == len(fresh):
+		return refused[0] // nothing could be written: the batch fails
+	}
+	be := &pluginkit.BatchError{Failed: make(map[int]error, len(refused))}
+	for i, err := range refused {
+		be.Failed[fresh[i]] = err
+	}
+	return be
+}
+
+// pick returns the events at idx.
+func pick(events []pluginkit.Event, idx []int) []pluginkit.Event {
+	out := make([]pluginkit.Event, len(idx))
+	for i, j := range idx {
+		out[i] = events[j]
+	}
+	return out
+}
+
+// produce sends a batch without a transaction (eos = false) and returns
+// the events the cluster refused on their own; the others are written.
+func (s *Sink) produce(ctx context.Context, events []pluginkit.Event) (map[int]error, error) {
 	c := s.conn
-	recs, err := s.records(ctx, c, events)
+	recs, owner, refused, err := s.records(ctx, c, events)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := s.produceAll(ctx, c, recs); err != nil {
-		s.dropConn()
-		return err
+	if err := s.produceAll(ctx, c, recs, owner); err != nil {
+		var re *refusedEvents
+		if !errors.As(err, &re) {
+			s.dropConn()
+			return nil, err
+		}
+		maps.Copy(refused, re.byIndex)
 	}
-	return nil
+	return refused, nil
+}
+
+// commitAround commits the events in one transaction, leaving out the
+// events the cluster refuses on their own: a transaction with a refused
+// record cannot commit, so it is aborted and run again without them. It
+// returns the refused events by index.
+func (s *Sink) commitAround(ctx context.Context, events []pluginkit.Event) (map[int]error, error) {
+	refused := map[int]error{}
+	keep := make([]int, len(events))
+	for i := range keep {
+		keep[i] = i
+	}
+	for len(keep) > 0 {
+		err := s.transact(ctx, pick(events, keep))
+		var re *refusedEvents
+		if !errors.As(err, &re) {
+			return refused, err
+		}
+		for i, e := range re.byIndex {
+			refused[keep[i]] = e
+		}
+		keep = slices.DeleteFunc(keep, func(i int) bool { return refused[i] != nil })
+		if s.conn == nil && len(keep) > 0 {
+			if err := s.connect(ctx); err != nil {
+				return refused, err
+			}
+		}
+	}
+	return refused, nil
+}
+
+// refusedEvents says which events of a batch the cluster refused on their
+// own, by index, each with its permanent error.
+type refusedEvents struct {
+	byIndex map[int]error
+}
+
+func (e *refusedEvents) Error() string {
+	for _, err := range e.byIndex {
+		return fmt.Sprintf("%d events refused, one: %v", len(e.byIndex), err)
+	}
+	return "no event refused"
 }
 
 // transact runs one transaction: the events, the checkpoint record, commit.
@@ -260,7 +342,9 @@ func (s *Sink) produce(ctx context.Context, events []pluginkit.Event) error {
 // below the checkpoint, writes the checkpoint it already had.
 // On any failure it aborts and drops the connection; the next Deliver
 // reconnects and reads the checkpoint back, so even a commit whose outcome
-// never reached us is settled before anything is produced again.
+// never reached us is settled before anything is produced again. Events
+// the cluster refuses on their own come back as a *refusedEvents, and
+// nothing is committed.
 func (s *Sink) transact(ctx context.Context, events []pluginkit.Event) error {
 	c := s.conn
 	last := events[len(events)-1].ID
@@ -273,9 +357,12 @@ func (s *Sink) transact(ctx context.Context, events []pluginkit.Event) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.txnTimeout*8/10)
 	defer cancel()
 
-	recs, err := s.records(ctx, c, events)
+	recs, owner, refused, err := s.records(ctx, c, events)
 	if err != nil {
 		return err
+	}
+	if len(refused) > 0 {
+		return &refusedEvents{byIndex: refused}
 	}
 	recs = append(recs, &kgo.Record{
 		Topic: s.cfg.checkpointTopic,
@@ -285,7 +372,7 @@ func (s *Sink) transact(ctx context.Context, events []pluginkit.Event) error {
 	if err := c.cl.BeginTransaction(); err != nil {
 		return s.failed(ctx, c, false, s.classify("begin transaction", err))
 	}
-	err = s.produceAll(ctx, c, recs)
+	err = s.produceAll(ctx, c, recs, owner)
 	if err == nil && s.beforeCommit != nil {
 		err = s.beforeCommit(ctx)
 	}
@@ -342,33 +429,46 @@ func (s *Sink) fence(what string, err error) error {
 }
 
 // records builds the Kafka records of a batch (see eventRecords), creating
-// missing topics.
-func (s *Sink) records(ctx context.Context, c *conn, events []pluginkit.Event) ([]*kgo.Record, error) {
-	recs := make([]*kgo.Record, 0, len(events)+1)
+// missing topics. owner maps each record to its event's index; an event
+// whose table gives a topic name Kafka does not accept has no records and
+// is refused (by index).
+func (s *Sink) records(ctx context.Context, c *conn, events []pluginkit.Event) (recs []*kgo.Record, owner map[*kgo.Record]int, refused map[int]error, err error) {
+	recs = make([]*kgo.Record, 0, len(events)+1)
+	owner = make(map[*kgo.Record]int, len(events)+1)
+	refused = map[int]error{}
 	var missing []string
 	for i := range events {
 		e := &events[i]
 		topic := s.cfg.topicFor(e.Schema, e.Table)
 		if !s.topics[topic] && !slices.Contains(missing, topic) {
 			if !legalTopic.MatchString(topic) {
-				return nil, pluginkit.Permanent(fmt.Errorf("event %s: table %s.%s gives topic name %q, which Kafka does not accept (letters, digits, '.', '_', '-'; at most 249 characters): set a shorter name in topics",
+				refused[i] = pluginkit.Permanent(fmt.Errorf("event %s: table %s.%s gives topic name %q, which Kafka does not accept (letters, digits, '.', '_', '-'; at most 249 characters): set a shorter name in topics",
 					e.ID, e.Schema, e.Table, topic))
+				continue
 			}
 			missing = append(missing, topic)
 		}
+		n := len(recs)
 		recs = s.eventRecords(recs, topic, e)
+		for _, r := range recs[n:] {
+			owner[r] = i
+		}
 	}
 	if len(missing) > 0 {
 		if err := s.ensureTopics(ctx, c, missing, false); err != nil {
-			return nil, err
+			return nil, nil, nil, err
 		}
 	}
-	return recs, nil
+	return recs, owner, refused, nil
 }
 
-// produceAll sends recs and waits for every acknowledgement.
-func (s *Sink) produceAll(ctx context.Context, c *conn, recs []*kgo.Record) error {
+// produceAll sends recs and waits for every acknowledgement. When every
+// record that failed was refused for good and belongs to an event (owner),
+// it returns a *refusedEvents naming those events; any other failure is
+// the batch's.
+func (s *Sink) produceAll(ctx context.Context, c *conn, recs []*kgo.Record, owner map[*kgo.Record]int) error {
 	results := c.cl.ProduceSync(ctx, recs...)
+	refused := map[int]error{}
 	for _, r := range results {
 		if r.Err == nil {
 			continue
@@ -377,7 +477,17 @@ func (s *Sink) produceAll(ctx context.Context, c *conn, recs []*kgo.Record) erro
 		if id := header(r.Record, "walcast-id"); id != "" {
 			what = fmt.Sprintf("produce event %s (%d bytes) to %s", id, len(r.Record.Key)+len(r.Record.Value), r.Record.Topic)
 		}
-		return s.classify(what, r.Err)
+		err := s.classify(what, r.Err)
+		i, ok := owner[r.Record]
+		if kind, _ := pluginkit.KindOf(err); !ok || kind != pluginkit.KindPermanent {
+			return err
+		}
+		if refused[i] == nil {
+			refused[i] = err
+		}
+	}
+	if len(refused) > 0 {
+		return &refusedEvents{byIndex: refused}
 	}
 	return nil
 }

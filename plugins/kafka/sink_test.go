@@ -45,7 +45,7 @@ func openSink(t *testing.T, addr string, extra map[string]any) (*Sink, pluginkit
 	raw, _ := json.Marshal(cfg)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	if err := s.Configure(ctx, raw); err != nil {
+	if err := s.Configure(ctx, pluginkit.Setup{Config: raw}); err != nil {
 		t.Fatalf("Configure: %v", err)
 	}
 	res, err := s.Open(ctx)
@@ -75,7 +75,7 @@ func deliver(t *testing.T, s *Sink, evs []pluginkit.Event) pluginkit.DeliverResu
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	res, err := s.Deliver(ctx, evs)
+	res, err := s.Deliver(ctx, pluginkit.Batch{Events: evs})
 	if err != nil {
 		t.Fatalf("Deliver %s..%s: %v", evs[0].ID, evs[len(evs)-1].ID, err)
 	}
@@ -150,7 +150,7 @@ func TestConfigure(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := newSink(discardLogger()).Configure(t.Context(), json.RawMessage(tt.cfg))
+			err := newSink(discardLogger()).Configure(t.Context(), pluginkit.Setup{Config: json.RawMessage(tt.cfg)})
 			if tt.field == "" {
 				if err != nil {
 					t.Fatalf("Configure: %v", err)
@@ -287,12 +287,12 @@ func TestZombieIsFenced(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	_, err := zombie.Deliver(ctx, events(0x200, 5))
+	_, err := zombie.Deliver(ctx, pluginkit.Batch{Events: events(0x200, 5)})
 	if kind, _ := pluginkit.KindOf(err); kind != pluginkit.KindFatal || !strings.Contains(err.Error(), "fenced") {
 		t.Fatalf("zombie commit: %v (kind %v), want a fatal fenced error", err, kind)
 	}
 	zombie.beforeCommit = nil
-	_, err = zombie.Deliver(ctx, events(0x300, 5))
+	_, err = zombie.Deliver(ctx, pluginkit.Batch{Events: events(0x300, 5)})
 	if kind, _ := pluginkit.KindOf(err); kind != pluginkit.KindFatal {
 		t.Fatalf("zombie after fencing: %v, want a fatal error", err)
 	}
@@ -320,7 +320,7 @@ func TestReadUncommittedSeesAbortedData(t *testing.T) {
 	s.beforeCommit = func(context.Context) error { return errors.New("injected failure before commit") }
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	if _, err := s.Deliver(ctx, batch); err == nil {
+	if _, err := s.Deliver(ctx, pluginkit.Batch{Events: batch}); err == nil {
 		t.Fatal("Deliver succeeded despite the injected failure")
 	} else if kind, _ := pluginkit.KindOf(err); kind != pluginkit.KindRetryable {
 		t.Fatalf("failed Deliver is %v, want retryable: %v", kind, err)
@@ -367,7 +367,7 @@ func TestUnreachableBroker(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close() // nothing listens there now
 	s := newSink(discardLogger())
-	if err := s.Configure(t.Context(), json.RawMessage(`{"brokers":["`+addr+`"]}`)); err != nil {
+	if err := s.Configure(t.Context(), pluginkit.Setup{Config: json.RawMessage(`{"brokers":["` + addr + `"]}`)}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
@@ -386,7 +386,7 @@ func TestRecordTooLargeIsPermanent(t *testing.T) {
 	big[0].Payload = []byte(`{"pad":"` + strings.Repeat("x", 4096) + `"}`)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	_, err := s.Deliver(ctx, big)
+	_, err := s.Deliver(ctx, pluginkit.Batch{Events: big})
 	if kind, _ := pluginkit.KindOf(err); kind != pluginkit.KindPermanent || !strings.Contains(err.Error(), "too large") || !strings.Contains(err.Error(), "0/100:0") {
 		t.Fatalf("Deliver = %v, want a permanent error naming the event and the limit", err)
 	}
@@ -413,7 +413,7 @@ func TestTopicAuthorizationFailure(t *testing.T) {
 		return resp, nil, true
 	})
 	s := newSink(discardLogger())
-	if err := s.Configure(t.Context(), json.RawMessage(`{"brokers":["`+addr+`"]}`)); err != nil {
+	if err := s.Configure(t.Context(), pluginkit.Setup{Config: json.RawMessage(`{"brokers":["` + addr + `"]}`)}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -446,9 +446,9 @@ func TestReplayBelowCheckpointIsWritten(t *testing.T) {
 	if r := deliver(t, s, parked); r.Duplicates != len(parked) {
 		t.Fatalf("events below the checkpoint outside a replay: %d duplicates, want %d", r.Duplicates, len(parked))
 	}
-	ctx, cancel := context.WithTimeout(pluginkit.WithReplay(t.Context()), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	res, err := s.Deliver(ctx, parked)
+	res, err := s.Deliver(ctx, pluginkit.Batch{Events: parked, Replay: true})
 	if err != nil || res.Duplicates != 0 {
 		t.Fatalf("replay: %+v, %v; want it written", res, err)
 	}

@@ -208,7 +208,7 @@ func TestTombstonesAbortWithTheirBatch(t *testing.T) {
 	s.beforeCommit = func(context.Context) error { return pluginkit.Retryable(fmt.Errorf("injected failure before commit")) }
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	if _, err := s.Deliver(ctx, rowEvents()); err == nil {
+	if _, err := s.Deliver(ctx, pluginkit.Batch{Events: rowEvents()}); err == nil {
 		t.Fatal("Deliver succeeded despite the injected failure")
 	}
 	s.beforeCommit = nil

@@ -55,7 +55,7 @@ func TestCORSConfig(t *testing.T) {
 	} {
 		tt.cfg["listen"] = "127.0.0.1:0"
 		raw, _ := json.Marshal(tt.cfg)
-		err := newSink(discardLogger()).Configure(t.Context(), raw)
+		err := newSink(discardLogger()).Configure(t.Context(), pluginkit.Setup{Config: raw})
 		var field string
 		if ces := pluginkit.ConfigErrors(err); len(ces) == 1 {
 			field = ces[0].Field

@@ -48,21 +48,24 @@ func newRing(maxEvents, maxBytes int, maxAge time.Duration, now func() time.Time
 	return &ring{maxEvents: maxEvents, maxBytes: maxBytes, maxAge: maxAge, now: now, wake: make(chan struct{})}
 }
 
-// append adds events in id order. Events at or below the newest retained
-// id are redeliveries (the host retried a batch) and are skipped, so ids
-// in the window only grow and Last-Event-ID stays meaningful. gapBefore
-// puts a gap marker before the first new event: the host dropped events
-// for this sink there, and every client passing it is told.
-func (r *ring) append(events []pluginkit.Event, gapBefore bool) {
+// append adds events in id order and returns how many it skipped.
+// Events at or below the newest retained id are redeliveries (the host
+// retried a batch) or replayed parked events, and are skipped, so ids in
+// the window only grow and Last-Event-ID stays meaningful. gapBefore puts
+// a gap marker before the first new event: the host dropped events for
+// this sink there, and every client passing it is told.
+func (r *ring) append(events []pluginkit.Event, gapBefore bool) (skipped int) {
 	now := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	added := false
 	for _, e := range events {
 		if n := len(r.buf); n > 0 && e.ID.Compare(r.buf[n-1].id) <= 0 {
+			skipped++
 			continue
 		}
 		if e.ID.Compare(r.lastEvicted) <= 0 && !r.lastEvicted.IsZero() {
+			skipped++
 			continue
 		}
 		if gapBefore {
@@ -81,6 +84,7 @@ func (r *ring) append(events []pluginkit.Event, gapBefore bool) {
 		close(r.wake)
 		r.wake = make(chan struct{})
 	}
+	return skipped
 }
 
 // evictLocked drops what is past the count, the size or the age limit.

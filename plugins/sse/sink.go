@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -63,7 +62,7 @@ type settings struct {
 	maxClients int
 }
 
-var _ pluginkit.Sink = (*Sink)(nil)
+var _ pluginkit.BatchSink = (*Sink)(nil)
 
 // New returns an SSE sink that logs through pluginkit.NewLogger.
 func New() *Sink { return newSink(pluginkit.NewLogger()) }
@@ -108,9 +107,9 @@ type config struct {
 }
 
 // Configure validates the config; it does not listen yet.
-func (s *Sink) Configure(_ context.Context, raw json.RawMessage) error {
+func (s *Sink) Configure(_ context.Context, setup pluginkit.Setup) error {
 	var c config
-	if err := pluginkit.DecodeConfig(raw, &c); err != nil {
+	if err := pluginkit.DecodeConfig(setup.Config, &c); err != nil {
 		return err
 	}
 	st, err := parseConfig(c)
@@ -224,17 +223,20 @@ func (s *Sink) open() (pluginkit.OpenResult, string, error) {
 	return pluginkit.OpenResult{}, url(), nil
 }
 
-// Deliver adds the batch to the retention window and wakes the clients.
-// It never waits for a client.
-func (s *Sink) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error) {
+// Deliver adds the batch to the retention window and wakes the clients;
+// a gap before it becomes a gap marker the clients see. It never waits for
+// a client. Events the window already moved past are reported as
+// duplicates: a replay of parked events, older than what clients were
+// sent, cannot join a stream they resume by id, so those stay parked.
+func (s *Sink) Deliver(_ context.Context, b pluginkit.Batch) (pluginkit.DeliverResult, error) {
 	s.mu.Lock()
 	r := s.ring
 	s.mu.Unlock()
 	if r == nil {
 		return pluginkit.DeliverResult{}, pluginkit.Permanent(errors.New("deliver before open"))
 	}
-	r.append(events, pluginkit.GapBefore(ctx))
-	return pluginkit.DeliverResult{}, nil
+	skipped := r.append(b.Events, b.GapBefore)
+	return pluginkit.DeliverResult{Duplicates: skipped}, nil
 }
 
 // Close disconnects every client and stops the server. Clients are cut

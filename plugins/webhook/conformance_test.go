@@ -30,8 +30,8 @@ func TestConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	sinktest.Run(t, sinktest.Config{
-		New:    func() pluginkit.Sink { return newSink(discardLogger()) },
-		Config: cfg,
+		NewBatch: func() pluginkit.BatchSink { return newSink(discardLogger()) },
+		Config:   cfg,
 		InvalidConfigs: []sinktest.InvalidConfig{
 			{Name: "ftp url", Config: json.RawMessage(`{"url":"ftp://example.com/x"}`), Field: "url"},
 			{Name: "url without host", Config: json.RawMessage(`{"url":"http:///x"}`), Field: "url"},

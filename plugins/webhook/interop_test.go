@@ -99,7 +99,7 @@ func TestStandardWebhooksReceiver(t *testing.T) {
 	raw, _ := json.Marshal(map[string]any{"url": srv.URL, "secret": secret})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	if err := s.Configure(ctx, raw); err != nil {
+	if err := s.Configure(ctx, pluginkit.Setup{Config: raw}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Open(ctx); err != nil {
@@ -112,7 +112,7 @@ func TestStandardWebhooksReceiver(t *testing.T) {
 	}
 	batches := [][]pluginkit.Event{{ev(0), ev(2)}, {ev(0), ev(1), ev(2)}, {ev(0), ev(1), ev(2)}}
 	for _, b := range batches {
-		if _, err := s.Deliver(ctx, b); err != nil {
+		if _, err := s.Deliver(ctx, pluginkit.Batch{Events: b}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -198,14 +198,14 @@ func TestStatusCodes(t *testing.T) {
 			defer srv.Close()
 			s := newSink(discardLogger())
 			raw, _ := json.Marshal(map[string]any{"url": srv.URL})
-			if err := s.Configure(t.Context(), raw); err != nil {
+			if err := s.Configure(t.Context(), pluginkit.Setup{Config: raw}); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := s.Open(t.Context()); err != nil {
 				t.Fatal(err)
 			}
 			id := pluginkit.EventID{CommitLSN: 1}
-			_, err := s.Deliver(t.Context(), []pluginkit.Event{{ID: id, Payload: []byte(`{}`)}})
+			_, err := s.Deliver(t.Context(), pluginkit.Batch{Events: []pluginkit.Event{{ID: id, Payload: []byte(`{}`)}}})
 			kind, after := pluginkit.KindOf(err)
 			if kind != tt.kind || after != tt.after {
 				t.Errorf("Deliver error %v: kind %s after %s, want %s after %s", err, kind, after, tt.kind, tt.after)

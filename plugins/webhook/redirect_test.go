@@ -80,14 +80,14 @@ func TestRedirectIsAFailedAttempt(t *testing.T) {
 				"headers": map[string]string{"Authorization": "Bearer api-key-secret"},
 				"secret":  "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
 			})
-			if err := s.Configure(t.Context(), cfg); err != nil {
+			if err := s.Configure(t.Context(), pluginkit.Setup{Config: cfg}); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := s.Open(t.Context()); err != nil {
 				t.Fatal(err)
 			}
 			defer s.Close(t.Context())
-			_, err := s.Deliver(t.Context(), []pluginkit.Event{{ID: pluginkit.MustParseEventID("0/16B3748:0"), Payload: []byte(`{"id":"0/16B3748:0"}`)}})
+			_, err := s.Deliver(t.Context(), pluginkit.Batch{Events: []pluginkit.Event{{ID: pluginkit.MustParseEventID("0/16B3748:0"), Payload: []byte(`{"id":"0/16B3748:0"}`)}}})
 			if err == nil {
 				t.Fatalf("Deliver answered %d = delivered; the landing server got %q", code, land.requests())
 			}

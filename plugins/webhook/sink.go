@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -53,7 +52,7 @@ type settings struct {
 }
 
 // Interface guards.
-var _ pluginkit.Sink = (*Sink)(nil)
+var _ pluginkit.BatchSink = (*Sink)(nil)
 
 // New returns a webhook sink that logs through pluginkit.NewLogger.
 func New() *Sink { return newSink(pluginkit.NewLogger()) }
@@ -82,9 +81,9 @@ type config struct {
 }
 
 // Configure validates the config; it makes no request.
-func (s *Sink) Configure(_ context.Context, raw json.RawMessage) error {
+func (s *Sink) Configure(_ context.Context, setup pluginkit.Setup) error {
 	var c config
-	if err := pluginkit.DecodeConfig(raw, &c); err != nil {
+	if err := pluginkit.DecodeConfig(setup.Config, &c); err != nil {
 		return err
 	}
 	st, err := parseConfig(c)
@@ -180,9 +179,11 @@ func (s *Sink) Open(context.Context) (pluginkit.OpenResult, error) {
 	return pluginkit.OpenResult{}, nil
 }
 
-// Deliver POSTs the batch as one request. The body is assembled from the
-// pre-encoded envelopes without decoding them again.
-func (s *Sink) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error) {
+// Deliver POSTs the batch as one request, and the receiver answers for
+// the batch as a whole: the sink never names single events. The body is
+// assembled from the pre-encoded envelopes without decoding them again.
+func (s *Sink) Deliver(ctx context.Context, b pluginkit.Batch) (pluginkit.DeliverResult, error) {
+	events := b.Events
 	if len(events) == 0 {
 		return pluginkit.DeliverResult{}, nil
 	}

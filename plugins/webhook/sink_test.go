@@ -90,7 +90,7 @@ func TestConfigure(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := newSink(discardLogger()).Configure(t.Context(), json.RawMessage(tt.cfg))
+			err := newSink(discardLogger()).Configure(t.Context(), pluginkit.Setup{Config: json.RawMessage(tt.cfg)})
 			if tt.field == "" {
 				if err != nil {
 					t.Fatalf("Configure: %v", err)
@@ -119,14 +119,14 @@ func TestPayloadTooLargeIsPermanent(t *testing.T) {
 	go srv.Serve(l)
 	defer srv.Close()
 	s := newSink(discardLogger())
-	if err := s.Configure(t.Context(), json.RawMessage(`{"url":"http://`+l.Addr().String()+`/"}`)); err != nil {
+	if err := s.Configure(t.Context(), pluginkit.Setup{Config: json.RawMessage(`{"url":"http://` + l.Addr().String() + `/"}`)}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Open(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close(t.Context())
-	_, err = s.Deliver(t.Context(), []pluginkit.Event{{ID: pluginkit.EventID{CommitLSN: 1}, Payload: []byte(`{"big":true}`)}})
+	_, err = s.Deliver(t.Context(), pluginkit.Batch{Events: []pluginkit.Event{{ID: pluginkit.EventID{CommitLSN: 1}, Payload: []byte(`{"big":true}`)}}})
 	if kind, _ := pluginkit.KindOf(err); kind != pluginkit.KindPermanent {
 		t.Fatalf("Deliver against a 413 = %v (%s), want permanent", err, kind)
 	}

@@ -91,14 +91,14 @@ func TestURLSecretsNeverShown(t *testing.T) {
 		mode.Store("case", c)
 		s := newSink(log)
 		cfg, _ := json.Marshal(map[string]any{"url": secretURL(base), "timeout": timeout})
-		if err := s.Configure(t.Context(), cfg); err != nil {
+		if err := s.Configure(t.Context(), pluginkit.Setup{Config: cfg}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.Open(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 		defer s.Close(t.Context())
-		_, err := s.Deliver(t.Context(), ev)
+		_, err := s.Deliver(t.Context(), pluginkit.Batch{Events: ev})
 		if err == nil {
 			t.Fatalf("case %s: Deliver succeeded", c)
 		}
@@ -121,7 +121,7 @@ func TestURLSecretsNeverShown(t *testing.T) {
 		assertNoSecret(t, "error", err.Error())
 	})
 	t.Run("unparseable url", func(t *testing.T) {
-		err := newSink(log).Configure(t.Context(), json.RawMessage(`{"url":"https://hookuser:hookpass@example.com/services/T0SECRET/B0SECRET/pathtoken%zz?token=querytoken"}`))
+		err := newSink(log).Configure(t.Context(), pluginkit.Setup{Config: json.RawMessage(`{"url":"https://hookuser:hookpass@example.com/services/T0SECRET/B0SECRET/pathtoken%zz?token=querytoken"}`)})
 		var ce *pluginkit.ConfigError
 		if !errors.As(err, &ce) || ce.Field != "url" {
 			t.Fatalf("Configure = %v, want a ConfigError for url", err)

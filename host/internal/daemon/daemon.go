@@ -19,6 +19,7 @@ import (
 	"github.com/walcast/walcast/host/internal/delivery/fanout"
 	"github.com/walcast/walcast/host/internal/delivery/isolate"
 	"github.com/walcast/walcast/host/internal/delivery/schedule"
+	"github.com/walcast/walcast/host/internal/delivery/schedule/attempt"
 	"github.com/walcast/walcast/host/internal/pg"
 	"github.com/walcast/walcast/host/internal/source/capture"
 	"github.com/walcast/walcast/pluginkit"
@@ -30,7 +31,7 @@ type Plugin interface {
 	Info() pluginkit.Info
 	// Deliver hands over a batch; ctx ends at the delivery timeout. It is
 	// called concurrently for different rows unless Info().Ordered.
-	Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error)
+	Deliver(ctx context.Context, batch attempt.Batch) (attempt.Result, error)
 	Close(ctx context.Context) error
 }
 

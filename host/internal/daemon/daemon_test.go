@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walcast/walcast/host/internal/config"
+	"github.com/walcast/walcast/host/internal/delivery/schedule/attempt"
 	"github.com/walcast/walcast/host/pgtest"
 	"github.com/walcast/walcast/pluginkit"
 )
@@ -30,7 +31,7 @@ type memSink struct {
 
 func (m *memSink) Close(context.Context) error { return nil }
 func (m *memSink) Info() pluginkit.Info        { return pluginkit.Info{Name: "mem"} }
-func (m *memSink) Deliver(ctx context.Context, evs []pluginkit.Event) (pluginkit.DeliverResult, error) {
+func (m *memSink) Deliver(ctx context.Context, b attempt.Batch) (attempt.Result, error) {
 	m.mu.Lock()
 	gate := m.gate
 	m.mu.Unlock()
@@ -38,13 +39,13 @@ func (m *memSink) Deliver(ctx context.Context, evs []pluginkit.Event) (pluginkit
 		select {
 		case <-gate:
 		case <-ctx.Done():
-			return pluginkit.DeliverResult{}, ctx.Err()
+			return attempt.Result{}, ctx.Err()
 		}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.events = append(m.events, evs...)
-	return pluginkit.DeliverResult{}, nil
+	m.events = append(m.events, b.Events...)
+	return attempt.Result{}, nil
 }
 func (m *memSink) count() int {
 	m.mu.Lock()

@@ -23,6 +23,7 @@ import (
 	"github.com/walcast/walcast/host/internal/delivery/fanout"
 	"github.com/walcast/walcast/host/internal/delivery/isolate"
 	"github.com/walcast/walcast/host/internal/delivery/schedule"
+	"github.com/walcast/walcast/host/internal/delivery/schedule/attempt"
 	"github.com/walcast/walcast/host/internal/ledger"
 	"github.com/walcast/walcast/host/internal/source/backfill"
 	"github.com/walcast/walcast/host/internal/source/capture"
@@ -323,7 +324,7 @@ func (t *term) buildSchedulers(prep capture.Prepared, positions []pluginkit.Even
 func (t *term) newScheduler(r *sinkRun, q *fanout.Queue, tr *ack.Tracker, index int, position pluginkit.EventID) *schedule.Scheduler {
 	cfg := ScheduleConfig(r.cfg, r.plugin.Info())
 	cfg.Index = index
-	cfg.SkipThrough = position
+	cfg.Position = position
 	cfg.Parked = t.parked
 	cfg.Meter = r.meter
 	cfg.Logger = t.log
@@ -507,7 +508,7 @@ func (t *term) startSchedulers(deliveries context.Context, stop <-chan struct{},
 			if err == nil {
 				return
 			}
-			if kind, _ := pluginkit.KindOf(err); kind == pluginkit.KindFatal {
+			if kind, _ := attempt.KindOf(err); kind == attempt.KindFatal {
 				recordFailure(t.reports, r.cfg.ID, err, t.log)
 			}
 			errs <- fmt.Errorf("sink %s: %w", r.cfg.ID, err)
@@ -748,7 +749,7 @@ type fencedPlugin struct {
 	halt  func()
 }
 
-func (f fencedPlugin) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error) {
+func (f fencedPlugin) Deliver(ctx context.Context, b attempt.Batch) (attempt.Result, error) {
 	if err := f.lease.WaitFresh(ctx); err != nil {
 		if errors.Is(err, leader.ErrLost) {
 			// Not the sink's failure: the term ends. Its deliveries are
@@ -759,7 +760,7 @@ func (f fencedPlugin) Deliver(ctx context.Context, events []pluginkit.Event) (pl
 			// its events or detach it.
 			f.halt()
 		}
-		return pluginkit.DeliverResult{}, fmt.Errorf("deliver: %w", err)
+		return attempt.Result{}, fmt.Errorf("deliver: %w", err)
 	}
-	return f.Plugin.Deliver(ctx, events)
+	return f.Plugin.Deliver(ctx, b)
 }

@@ -1,13 +1,19 @@
-// The service a walcast sink plugin serves to the host over go-plugin's gRPC
-// transport. Every built-in and third-party sink speaks it through
-// pluginkit.Serve; nobody is expected to implement it by hand.
+// Version 1 of the service a walcast sink plugin serves to the host over
+// go-plugin's gRPC transport (application protocol version 1). Sinks
+// written in Go speak it through pluginkit.Serve; a sink in another
+// language implements it together with go-plugin's handshake and the
+// status mapping below, which proto/sink/wire (handshake.go, status.go)
+// holds for Go and docs/writing-a-sink.md describes for other languages.
+// Version 2 (proto/sink/v2) keeps every message of this file and changes
+// only Deliver's answer; the host speaks both.
 //
-// Failures travel as gRPC status codes, mapped in exactly one place on each
-// side (pluginkit/status.go):
+// Failures travel as gRPC status codes, mapped in exactly one function
+// each way (proto/sink/wire/status.go):
 //
 //   UNAVAILABLE          retryable: the host retries the batch with backoff
 //   RESOURCE_EXHAUSTED   throttled: google.rpc.RetryInfo says for how long
 //   FAILED_PRECONDITION  permanent: retrying the same batch cannot succeed
+//   ABORTED              fatal: the sink cannot deliver anything any more
 //   INVALID_ARGUMENT     a config error: google.rpc.BadRequest names the field
 //
 // Any other code, and any transport failure, is treated as retryable.

@@ -13,12 +13,13 @@ import (
 
 // The host and its plugins exchange batches of tens of KiB to a few MiB.
 // gRPC's default buffer pool has tiers of 256 B, 4, 16 and 32 KiB and
-// 1 MiB, and zeroes the whole buffer it hands out: a 40 KiB Deliver
-// request costs a 1 MiB memclr on each side (about a tenth of the host's
-// CPU when streaming). codec and bufferPool marshal and receive into
-// power-of-two buffers that are not cleared — every byte handed out is
-// overwritten before it is read, and nothing but our own messages ever
-// sits in them. The wire format is gRPC's proto codec, unchanged.
+// 1 MiB, and zeroes the whole buffer it hands out, so a small Deliver
+// request costs a large memclr on each side (measured: docs/benchmarks.md,
+// "Where the scheduler's constants come from"). codec and bufferPool
+// marshal and receive into power-of-two buffers that are not cleared —
+// every byte handed out is overwritten before it is read, and nothing but
+// our own messages ever sits in them. The wire format is gRPC's proto
+// codec, unchanged.
 
 // ClientOptions are the options the host's plugin client dials with.
 func ClientOptions() []grpc.DialOption {
@@ -53,11 +54,11 @@ func ServerOptions() []grpc.ServerOption {
 // HTTP/2 settings of the host–plugin connection. A Deliver request is
 // typically 100 KiB–1 MiB. With gRPC's defaults (a 64 KiB window grown by
 // BDP pings, 32 KiB transport buffers) each request waited for several
-// WINDOW_UPDATE frames and was written in 32 KiB pieces: the host's loopy
-// writer took 0.63 s of CPU per 1.3M changes on the stdout benchmark,
-// 0.11 s with these. Both ends run on one machine and the plugin reads
-// each request whole anyway, so a large fixed window holds nothing the
-// host would not send; the frames on the wire are the same.
+// WINDOW_UPDATE frames and was written in 32 KiB pieces, which cost the
+// host's writer several times the CPU (docs/benchmarks.md, as above). Both
+// ends run on one machine and the plugin reads each request whole anyway,
+// so a large fixed window holds nothing the host would not send; the
+// frames on the wire are the same.
 const (
 	transportBuffer = 256 << 10
 	flowWindow      = 8 << 20

@@ -17,8 +17,9 @@ import (
 // through the generated sinkv1 types costs an Event message, an id string
 // and two byte copies per event on each side, and most of a plugin's GC
 // work. DeliverBatch and decodeDeliverRequest read and write the same wire
-// format (sink.v1.DeliverRequest, so plugins written in other languages
-// against proto/ are unaffected) straight from and into []cdc.Event.
+// format (sink.v1.DeliverRequest, which protocol version 2 sends too, so
+// plugins written in other languages against proto/ are unaffected)
+// straight from and into []cdc.Event.
 
 // Field numbers of sink.v1.DeliverRequest and sink.v1.Event
 // (proto/sink/v1/sink.proto).

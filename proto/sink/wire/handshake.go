@@ -1,20 +1,3 @@
-// Package wire is how the walcast host and its sink plugins talk, below
-// the SDK: the go-plugin handshake, the gRPC options and codec both sides
-// use, the Deliver request's wire form, and how a sink's error kinds travel
-// as gRPC status.
-//
-// It lives in the proto module, next to the service definitions it
-// serves, so that it is not part of pluginkit's API: sink authors never
-// import it, pluginkit.Serve is their whole interface to it. The host's
-// plugin client (host/internal/plugin/sinkclient) and pluginkit's server are its
-// two users, so that neither side can drift from the other. The service
-// itself is proto/sink/v1; a plugin written in another language implements
-// that service, the handshake below and the status mapping in status.go
-// (docs/writing-a-sink.md describes them for other languages).
-//
-// This package follows the proto module's version, not pluginkit's: it
-// may change in a minor version of the module as long as what travels on
-// the wire for a given ProtocolVersion does not.
 package wire
 
 import (
@@ -23,19 +6,32 @@ import (
 	"github.com/hashicorp/go-plugin"
 )
 
-// ProtocolVersion changes whenever proto/sink/v1 or this package changes
-// incompatibly; the host then refuses to start an older plugin instead of
-// failing on its first call.
-const ProtocolVersion = 1
+// The protocol versions, go-plugin's application protocol version. A new
+// version is added whenever a service or this package changes what
+// travels on the wire incompatibly; the host keeps speaking the older
+// ones, so that plugins built against an older SDK, or written in another
+// language against an older service, keep running. go-plugin negotiates:
+// the host offers every version it speaks (PLUGIN_PROTOCOL_VERSIONS), the
+// plugin answers with the highest one it serves, and the host refuses a
+// plugin that serves none of them before any call.
+const (
+	// ProtocolV1 is proto/sink/v1: a Deliver succeeds or fails as a whole.
+	ProtocolV1 = 1
+	// ProtocolV2 is proto/sink/v2: Deliver's answer names the events that
+	// failed (EventFault).
+	ProtocolV2 = 2
+)
 
 // Handshake is the go-plugin handshake every walcast sink plugin and the
-// host agree on. The cookie only stops a user from running a plugin binary
+// host agree on. Its ProtocolVersion is the oldest version: both sides
+// list their versions in go-plugin's VersionedPlugins, which takes
+// precedence. The cookie only stops a user from running a plugin binary
 // by hand by accident; it is not a security measure (the SHA-256 check of
 // installed plugins is). It is a function so that nobody can change it for
 // everyone.
 func Handshake() plugin.HandshakeConfig {
 	return plugin.HandshakeConfig{
-		ProtocolVersion:  ProtocolVersion,
+		ProtocolVersion:  ProtocolV1,
 		MagicCookieKey:   "WALCAST_PLUGIN",
 		MagicCookieValue: "d1c8a3f5-walcast-sink",
 	}

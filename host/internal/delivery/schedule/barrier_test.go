@@ -11,6 +11,7 @@ import (
 
 	"github.com/walcast/walcast/host/internal/control/parking"
 	"github.com/walcast/walcast/host/internal/delivery/fanout"
+	"github.com/walcast/walcast/host/internal/delivery/schedule/attempt"
 	"github.com/walcast/walcast/pluginkit"
 )
 
@@ -28,7 +29,8 @@ type tableSink struct {
 	attempts int
 }
 
-func (f *tableSink) Deliver(_ context.Context, evs []pluginkit.Event) (pluginkit.DeliverResult, error) {
+func (f *tableSink) Deliver(_ context.Context, b attempt.Batch) (attempt.Result, error) {
+	evs := b.Events
 	tables := map[string]int{}
 	truncs := map[string]bool{}
 	for _, e := range evs {
@@ -67,10 +69,10 @@ func (f *tableSink) Deliver(_ context.Context, evs []pluginkit.Event) (pluginkit
 		f.trunc[tb] = false
 	}
 	if err != nil {
-		return pluginkit.DeliverResult{}, err
+		return attempt.Result{}, err
 	}
 	f.got = append(f.got, evs...)
-	return pluginkit.DeliverResult{}, nil
+	return attempt.Result{}, nil
 }
 
 func (f *tableSink) delivered() []pluginkit.Event {
@@ -167,7 +169,7 @@ func TestParkedTruncateHoldsItsTable(t *testing.T) {
 			defer mu.Unlock()
 			for _, e := range evs {
 				if failing && e.Op == pluginkit.OpTruncate {
-					return pluginkit.Permanent(errors.New("destination refuses truncate"))
+					return attempt.Permanent(errors.New("destination refuses truncate"))
 				}
 			}
 			return nil

@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/host/internal/delivery/schedule/attempt"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // One delivery attempt runs in a goroutine of its own and reports back to
@@ -14,56 +15,75 @@ import (
 type result struct {
 	batch []*entry
 	bytes int // payload bytes of batch
-	res   pluginkit.DeliverResult
+	res   attempt.Result
 	err   error
-	took  time.Duration
+	// answer sorts the batch by what res says of each event, when err is
+	// nil and res names failed events.
+	answer *answer
+	// elapsed is how long the Deliver call took.
+	elapsed time.Duration
 	// gen is the throttle generation the batch was sent in (throttleState).
 	gen uint64
 }
 
 // deliver runs one attempt in its own goroutine.
 func (s *Scheduler) deliver(ctx context.Context, batch []*entry, size int, gen uint64) {
-	events := make([]pluginkit.Event, len(batch))
-	gap := false
+	b := attempt.Batch{Events: make([]cdc.Event, len(batch)), Replay: batch[0].replay}
 	for i, e := range batch {
-		events[i] = e.ev
-		gap = gap || e.gapBefore
+		b.Events[i] = e.ev
+		b.GapBefore = b.GapBefore || e.gapBefore
 	}
 	// A batch is all replayed events or none (pending.take).
-	replay := batch[0].replay
 	start := time.Now()
-	dctx, cancel := context.WithTimeout(ctx, s.cfg.DeliverTimeout)
-	if gap {
-		dctx = pluginkit.WithGapBefore(dctx)
-	}
-	if replay {
-		dctx = pluginkit.WithReplay(dctx)
-	}
-	res, err := s.sink.Deliver(dctx, events)
+	callCtx, cancel := context.WithTimeout(ctx, s.cfg.DeliverTimeout)
+	res, err := s.sink.Deliver(callCtx, b)
 	cancel()
-	if err == nil && dctx.Err() == context.DeadlineExceeded {
-		// Answered too late: the host already treats it as failed.
-		err = fmt.Errorf("deliver did not resolve within %s: %w", s.cfg.DeliverTimeout, context.DeadlineExceeded)
+	r := result{batch: batch, bytes: size, res: res, gen: gen}
+	r.err = s.checkAnswer(callCtx, b, res, err)
+	if r.err == nil && len(res.Failed) > 0 {
+		r.answer = sortAnswer(batch, res.Failed, s.cfg.Strict)
 	}
-	if err == nil && replay && res.Duplicates > 0 {
+	if r.err == nil && b.Replay && s.cfg.Parked != nil {
+		// Replayed events leave walcast.parked before they count as
+		// delivered; if that fails they are delivered again later.
+		delivered := batch
+		if r.answer != nil {
+			delivered = r.answer.delivered
+		}
+		ids := make([]cdc.EventID, len(delivered))
+		for i, e := range delivered {
+			ids[i] = e.ev.ID
+		}
+		if len(ids) > 0 {
+			r.err = retryStore(ctx, s.log, func(ctx context.Context) error { return s.cfg.Parked.Unpark(ctx, s.cfg.SinkID, ids) })
+		}
+	}
+	r.elapsed = time.Since(start)
+	s.results <- r
+}
+
+// checkAnswer returns the error the scheduler acts on for an answer: err
+// itself, or one for an answer it cannot take as it is.
+func (s *Scheduler) checkAnswer(callCtx context.Context, b attempt.Batch, res attempt.Result, err error) error {
+	switch {
+	case err != nil:
+		return err
+	case callCtx.Err() == context.DeadlineExceeded:
+		// Answered too late: the host already treats it as failed.
+		return fmt.Errorf("deliver did not resolve within %s: %w", s.cfg.DeliverTimeout, context.DeadlineExceeded)
+	case b.Replay && res.Duplicates > 0:
 		// A parked event lies below the sink's checkpoint by definition,
 		// so a sink that calls it a duplicate most likely skipped it
 		// without writing it. Unparking it would lose it without a word:
 		// it fails instead (alone, it is parked again, saying why). The
 		// host cannot tell that from a sink that really holds it; an
 		// operator can, and removes it from walcast.parked.
-		err = pluginkit.Permanent(fmt.Errorf("the sink reported %d of %d replayed events as already delivered; a sink that skips events "+
-			"at or below its checkpoint has not written them (it must write replay batches, see pluginkit.IsReplay), so they stay parked: "+
-			"if the destination does hold them, delete them from walcast.parked", res.Duplicates, len(batch)))
+		return attempt.Permanent(fmt.Errorf("the sink reported %d of %d replayed events as already delivered; a sink that skips events "+
+			"at or below its checkpoint has not written them (it must write replay batches: pluginkit.Batch.Replay, or IsReplay for a Sink), so they stay parked: "+
+			"if the destination does hold them, delete them from walcast.parked", res.Duplicates, len(b.Events)))
 	}
-	if err == nil && replay && s.cfg.Parked != nil {
-		// Replayed events leave walcast.parked before they count as
-		// delivered; if that fails they are delivered again later.
-		ids := make([]pluginkit.EventID, len(batch))
-		for i, e := range batch {
-			ids[i] = e.ev.ID
-		}
-		err = retryStore(ctx, s.log, func(ctx context.Context) error { return s.cfg.Parked.Unpark(ctx, s.cfg.SinkID, ids) })
+	if cerr := res.Check(len(b.Events)); cerr != nil {
+		return attempt.Retryable(fmt.Errorf("deliver: %w; retrying the whole batch", cerr))
 	}
-	s.results <- result{batch: batch, bytes: size, res: res, err: err, took: time.Since(start), gen: gen}
+	return nil
 }

@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/host/internal/delivery/ack"
+	"github.com/walcast/walcast/host/internal/delivery/schedule/attempt"
 	"github.com/walcast/walcast/host/internal/pg"
-	"github.com/walcast/walcast/pluginkit"
 )
 
-// A finished attempt is landed in two steps: decide, a pure function of
-// the batch, its error and the policy, says what becomes of every event;
-// land applies that to the scheduler (tracker, pending, parking, stats).
+// A finished attempt is landed in two steps: decide (or, for an answer
+// that named failed events, decideEach), a pure function of the batch,
+// the answer and the policy, says what becomes of every event; land
+// applies that to the scheduler (tracker, pending, parking, stats).
 
 // verdict is what happens after an attempt.
 type verdict int
@@ -24,13 +25,17 @@ const (
 	throttled                // pause the sink; the batch goes back, not counted
 	failed                   // a counted failure: retry some events, park others
 	fatal                    // the sink cannot go on: stop the scheduler
+	partial                  // some events failed, the others are delivered
 )
 
 // decision is decide's answer.
 type decision struct {
 	verdict verdict
-	kind    pluginkit.Kind
+	kind    attempt.Kind
 	pause   time.Duration // throttled: how long the sink pauses
+	// partial: an event asked the sink to pause for pause, saying
+	// throttleErr.
+	throttleErr error
 	// failed: the events to retry (notBefore set) and to park, and the
 	// delay before the retry.
 	retry, park []*entry
@@ -66,11 +71,11 @@ func decide(batch []*entry, err error, pol policy, now time.Time) decision {
 	if err == nil {
 		return decision{verdict: delivered}
 	}
-	kind, pause := pluginkit.KindOf(err)
+	kind, pause := attempt.KindOf(err)
 	switch kind {
-	case pluginkit.KindFatal:
+	case attempt.KindFatal:
 		return decision{verdict: fatal, kind: kind}
-	case pluginkit.KindThrottled:
+	case attempt.KindThrottle:
 		return decision{verdict: throttled, kind: kind, pause: pause}
 	}
 	d := decision{verdict: failed, kind: kind}
@@ -85,7 +90,7 @@ func decide(batch []*entry, err error, pol policy, now time.Time) decision {
 		d.attempts = max(d.attempts, e.attempts+1)
 	}
 	d.delay = pol.backoff(d.attempts)
-	if multi && kind == pluginkit.KindPermanent {
+	if multi && kind == attempt.KindPermanent {
 		d.delay = min(d.delay, time.Second) // isolate quickly
 	}
 	d.retry = batch[:0:0]
@@ -98,11 +103,11 @@ func decide(batch []*entry, err error, pol policy, now time.Time) decision {
 		switch {
 		case e.attempts < 2:
 		case multiRow:
-			e.iso = max(e.iso, batchRow)
+			e.isolation = max(e.isolation, batchRow)
 		case multi:
-			e.iso = batchOne
+			e.isolation = batchOne
 		}
-		if !multi && pol.canPark && (e.attempts >= pol.maxAttempts || kind == pluginkit.KindPermanent) {
+		if !multi && pol.canPark && (e.attempts >= pol.maxAttempts || kind == attempt.KindPermanent) {
 			d.park = append(d.park, e)
 			continue
 		}
@@ -112,21 +117,117 @@ func decide(batch []*entry, err error, pol policy, now time.Time) decision {
 	return d
 }
 
+// answer sorts a batch by an answer that named failed events.
+type answer struct {
+	delivered []*entry
+	failed    []failedEntry
+	// held must go after a failed event (see sortAnswer): they go back
+	// pending as they were, delivered again after it.
+	held []*entry
+}
+
+// failedEntry is an event the sink named, and why it failed.
+type failedEntry struct {
+	e   *entry
+	err error
+}
+
+// sortAnswer sorts batch by the events the sink named as failed. An event
+// that must go after a failed one is held back, whatever the sink said of
+// it, so that no event overtakes one it must follow: in strict order every
+// later event of the batch, otherwise a later event of a failed or held
+// event's row, every later event of a table whose truncate failed or was
+// held, and a later truncate of a table with a failed or held event (the
+// order relation of the package doc). It reads only what an entry's
+// identity says, which does not change while the batch is in flight, so
+// the delivery goroutine may call it.
+func sortAnswer(batch []*entry, failed []attempt.Failure, strict bool) *answer {
+	errs := make(map[int]error, len(failed))
+	for _, f := range failed {
+		errs[f.Index] = f.Err
+	}
+	a := &answer{}
+	rows, tables, truncated := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	behind := func(e *entry) {
+		rows[e.row] = true
+		if e.oldRow != "" {
+			rows[e.oldRow] = true
+		}
+		tables[e.table] = true
+		truncated[e.table] = truncated[e.table] || e.barrier
+	}
+	for i, e := range batch {
+		if err, ok := errs[i]; ok {
+			a.failed = append(a.failed, failedEntry{e: e, err: err})
+			behind(e)
+			continue
+		}
+		if (strict && len(a.failed) > 0) || e.touches(rows) || truncated[e.table] || (e.barrier && tables[e.table]) {
+			a.held = append(a.held, e)
+			behind(e)
+			continue
+		}
+		a.delivered = append(a.delivered, e)
+	}
+	return a
+}
+
+// decideEach applies the delivery policy to an answer that named failed
+// events, like decide for a failed batch but event by event: a failed
+// event failed on its own, so it needs no isolating. A retryable one backs
+// off by its own attempts and parks after maxAttempts, a permanent one
+// parks at once, a throttled one goes back without counting an attempt and
+// pauses the sink (for the longest pause asked), and a fatal one stops the
+// sink. Held events go back as they were.
+func decideEach(a *answer, pol policy, now time.Time) decision {
+	d := decision{verdict: partial}
+	for i, f := range a.failed {
+		e := f.e
+		kind, pause := attempt.KindOf(f.err)
+		if i == 0 {
+			d.kind = kind
+		}
+		switch kind {
+		case attempt.KindFatal:
+			return decision{verdict: fatal, kind: kind}
+		case attempt.KindThrottle:
+			d.pause = max(d.pause, pause)
+			if d.throttleErr == nil {
+				d.throttleErr = f.err
+			}
+			d.retry = append(d.retry, e)
+			continue
+		}
+		e.attempts++
+		e.lastErr = f.err.Error()
+		if e.firstFail.IsZero() {
+			e.firstFail = now
+		}
+		d.attempts = max(d.attempts, e.attempts)
+		if pol.canPark && (e.attempts >= pol.maxAttempts || kind == attempt.KindPermanent) {
+			d.park = append(d.park, e)
+			continue
+		}
+		e.notBefore = now.Add(pol.backoff(e.attempts))
+		d.retry = append(d.retry, e)
+	}
+	d.retry = append(d.retry, a.held...)
+	return d
+}
+
 // land applies a finished attempt to the scheduler.
 func (s *Scheduler) land(ctx context.Context, r result) error {
-	s.pend.landed(r.batch)
+	s.pending.landed(r.batch)
 	if s.cfg.Observe != nil && ctx.Err() == nil {
-		outcome := "ok"
-		if r.err != nil {
-			k, _ := pluginkit.KindOf(r.err)
-			outcome = k.String()
-		}
-		s.cfg.Observe(r.took, outcome)
+		s.cfg.Observe(r.elapsed, outcome(r))
 	}
 	if r.err != nil && ctx.Err() != nil {
 		return nil // shutting down: the events stay unresolved
 	}
 	pol := policy{maxAttempts: s.cfg.MaxAttempts, canPark: s.cfg.Parked != nil, backoff: s.backoff}
+	if r.answer != nil {
+		return s.landAnswer(ctx, r, decideEach(r.answer, pol, time.Now()))
+	}
 	d := decide(r.batch, r.err, pol, time.Now())
 	// Attempts are counted here, once the outcome is known, so the
 	// counter never goes down; a throttle is not an attempt.
@@ -141,32 +242,100 @@ func (s *Scheduler) land(ctx context.Context, r result) error {
 	s.throttle.answered(r.gen)
 	s.Stats.Attempts.Add(1)
 	s.Stats.Failures.Add(1)
-	s.cfg.Meter.attempt(len(r.batch), r.bytes, false)
+	s.cfg.Meter.attempt(0, r.bytes, true)
 	if d.verdict == fatal {
-		return fmt.Errorf("sink cannot go on (%s); stopping so that a restart starts it afresh: %w", r.batch[0].ev.ID, r.err)
+		return s.fatal(r, r.err)
 	}
 	first, last := r.batch[0].ev.ID, r.batch[len(r.batch)-1].ev.ID
 	s.log.Warn("delivery failed", "kind", d.kind.String(), "events", len(r.batch), "first", first.String(), "last", last.String(),
 		"attempt", d.attempts, "retry_in", d.delay, "err", r.err)
-	s.pend.putBack(d.retry)
+	s.pending.putBack(d.retry)
 	if len(d.park) > 0 {
 		return s.park(ctx, d.park, "", true)
 	}
 	return nil
 }
 
-// delivered resolves a delivered batch; replayed events instead let their
-// rows' replay go on.
+// outcome names how an attempt ended, for Config.Observe.
+func outcome(r result) string {
+	switch {
+	case r.err != nil:
+		k, _ := attempt.KindOf(r.err)
+		return k.String()
+	case r.answer != nil:
+		k, _ := attempt.KindOf(r.answer.failed[0].err)
+		return k.String()
+	}
+	return "ok"
+}
+
+// fatal is the error that stops the scheduler when the sink cannot go on.
+func (s *Scheduler) fatal(r result, err error) error {
+	return fmt.Errorf("sink cannot go on (%s); stopping so that a restart starts it afresh: %w", r.batch[0].ev.ID, err)
+}
+
+// landAnswer applies an answer that named failed events: the named ones
+// retry, pause the sink or park (decideEach), the held ones go back, and
+// the rest are delivered. The events go back pending before the failed
+// ones park, so that parking takes what must follow them along.
+func (s *Scheduler) landAnswer(ctx context.Context, r result, d decision) error {
+	a := r.answer
+	s.Stats.Attempts.Add(1)
+	if d.verdict == fatal {
+		s.throttle.answered(r.gen)
+		s.Stats.Failures.Add(1)
+		s.cfg.Meter.attempt(0, r.bytes, true)
+		return s.fatal(r, a.failed[0].err)
+	}
+	bytes := 0
+	for _, e := range a.delivered {
+		bytes += e.bytes
+	}
+	// A failed attempt for the events that failed (a throttle is none),
+	// a successful one for the others.
+	failedAttempt := d.attempts > 0
+	if failedAttempt {
+		s.Stats.Failures.Add(1)
+	}
+	s.cfg.Meter.attempt(len(a.delivered), bytes, failedAttempt)
+	if d.throttleErr != nil {
+		s.Stats.Throttles.Add(1)
+		s.pause(r.gen, d.pause, d.throttleErr)
+	} else {
+		s.throttle.answered(r.gen)
+	}
+	s.log.Warn("delivery failed for some events of the batch", "kind", d.kind.String(), "failed", len(a.failed), "delivered", len(a.delivered),
+		"held_back", len(a.held), "first_failed", a.failed[0].e.ev.ID.String(), "attempt", d.attempts, "err", a.failed[0].err)
+	s.pending.putBack(d.retry)
+	if len(d.park) > 0 {
+		if err := s.park(ctx, d.park, "", true); err != nil {
+			return err
+		}
+	}
+	return s.resolve(ctx, a.delivered, bytes, min(r.res.Duplicates, len(a.delivered)))
+}
+
+// delivered resolves a delivered batch.
 func (s *Scheduler) delivered(ctx context.Context, r result) error {
 	s.Stats.Attempts.Add(1)
-	s.Stats.Delivered.Add(int64(len(r.batch) - r.res.Duplicates))
-	s.Stats.Bytes.Add(int64(r.bytes))
+	s.cfg.Meter.attempt(len(r.batch), r.bytes, false)
+	return s.resolve(ctx, r.batch, r.bytes, r.res.Duplicates)
+}
+
+// resolve resolves delivered events (bytes of payload, duplicates of them
+// the sink already had); replayed events instead let their rows' replay
+// go on.
+func (s *Scheduler) resolve(ctx context.Context, es []*entry, bytes, duplicates int) error {
+	if len(es) == 0 {
+		return nil
+	}
+	s.Stats.Delivered.Add(int64(len(es) - duplicates))
+	s.Stats.Bytes.Add(int64(bytes))
 	s.Stats.LastSuccess.Store(time.Now().UnixNano())
-	s.Stats.Duplicates.Add(int64(r.res.Duplicates))
-	s.cfg.Meter.attempt(len(r.batch), r.bytes, true)
-	seqs := make([]ack.Seq, 0, len(r.batch))
+	s.Stats.Duplicates.Add(int64(duplicates))
+	seqs := make([]ack.Seq, 0, len(es))
 	replayed := map[string]bool{}
-	for _, e := range r.batch {
+	for _, e := range es {
 		if e.replay {
 			s.Stats.Replayed.Add(1)
 			delete(s.replayIDs, e.ev.ID)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walcast/walcast/host/internal/delivery/schedule/attempt"
 	"github.com/walcast/walcast/pluginkit"
 )
 
@@ -14,7 +15,7 @@ func TestDecide(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	pol := policy{maxAttempts: 3, canPark: true, backoff: func(n int) time.Duration { return time.Duration(n) * time.Minute }}
 	ev := func(row string, attempts int, iso isolation) *entry {
-		return &entry{ev: pluginkit.Event{ID: pluginkit.EventID{CommitLSN: 1, Index: uint64(attempts)}}, row: row, attempts: attempts, iso: iso}
+		return &entry{ev: pluginkit.Event{ID: pluginkit.EventID{CommitLSN: 1, Index: uint64(attempts)}}, row: row, attempts: attempts, isolation: iso}
 	}
 	boom := errors.New("boom")
 	tests := []struct {
@@ -29,9 +30,9 @@ func TestDecide(t *testing.T) {
 		iso     []isolation // each event's isolation afterwards
 	}{
 		{name: "delivered", batch: []*entry{ev("a", 0, batchAny)}, verdict: delivered},
-		{name: "fatal stops", batch: []*entry{ev("a", 0, batchAny)}, err: pluginkit.Fatal(boom), verdict: fatal},
+		{name: "fatal stops", batch: []*entry{ev("a", 0, batchAny)}, err: attempt.Fatal(boom), verdict: fatal},
 		{name: "throttle is not an attempt", batch: []*entry{ev("a", 0, batchAny), ev("b", 0, batchAny)},
-			err: pluginkit.Throttled(time.Second, boom), verdict: throttled, iso: []isolation{batchAny, batchAny}},
+			err: attempt.Throttled(time.Second, boom), verdict: throttled, iso: []isolation{batchAny, batchAny}},
 		{name: "first failure retries the batch whole", batch: []*entry{ev("a", 0, batchAny), ev("b", 0, batchAny)}, err: boom,
 			verdict: failed, retry: 2, delay: time.Minute, iso: []isolation{batchAny, batchAny}},
 		{name: "second failure splits by row", batch: []*entry{ev("a", 1, batchAny), ev("b", 1, batchAny)}, err: boom,
@@ -44,11 +45,11 @@ func TestDecide(t *testing.T) {
 			verdict: failed, park: 1, delay: 3 * time.Minute, iso: []isolation{batchOne}},
 		{name: "alone, retried below max attempts", batch: []*entry{ev("a", 1, batchOne)}, err: boom,
 			verdict: failed, retry: 1, delay: 2 * time.Minute, iso: []isolation{batchOne}},
-		{name: "permanent parks at once when alone", batch: []*entry{ev("a", 0, batchAny)}, err: pluginkit.Permanent(boom),
+		{name: "permanent parks at once when alone", batch: []*entry{ev("a", 0, batchAny)}, err: attempt.Permanent(boom),
 			verdict: failed, park: 1, delay: time.Minute, iso: []isolation{batchAny}},
-		{name: "permanent in a batch isolates within a second", batch: []*entry{ev("a", 3, batchAny), ev("b", 3, batchAny)}, err: pluginkit.Permanent(boom),
+		{name: "permanent in a batch isolates within a second", batch: []*entry{ev("a", 3, batchAny), ev("b", 3, batchAny)}, err: attempt.Permanent(boom),
 			verdict: failed, retry: 2, delay: time.Second, iso: []isolation{batchRow, batchRow}},
-		{name: "nowhere to park: retried for ever", batch: []*entry{ev("a", 9, batchOne)}, err: pluginkit.Permanent(boom),
+		{name: "nowhere to park: retried for ever", batch: []*entry{ev("a", 9, batchOne)}, err: attempt.Permanent(boom),
 			pol: policy{maxAttempts: 3, backoff: pol.backoff}, verdict: failed, retry: 1, delay: 10 * time.Minute, iso: []isolation{batchOne}},
 	}
 	for _, tt := range tests {
@@ -71,8 +72,8 @@ func TestDecide(t *testing.T) {
 				if want := before[i] + map[bool]int{true: 1}[counted]; e.attempts != want {
 					t.Errorf("event %d: %d attempts, want %d", i, e.attempts, want)
 				}
-				if tt.iso != nil && e.iso != tt.iso[i] {
-					t.Errorf("event %d: isolation %d, want %d", i, e.iso, tt.iso[i])
+				if tt.iso != nil && e.isolation != tt.iso[i] {
+					t.Errorf("event %d: isolation %d, want %d", i, e.isolation, tt.iso[i])
 				}
 			}
 			for _, e := range d.retry {

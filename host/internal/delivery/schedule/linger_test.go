@@ -33,9 +33,9 @@ func TestLingerUntil(t *testing.T) {
 		for i := range tt.pending {
 			e := newEntry(pluginkit.Event{ID: pluginkit.EventID{CommitLSN: 1, Index: uint64(i)}, Schema: "s", Table: "t", Key: []byte(`{"id":1}`)}, nil)
 			e.queued = now.Add(-tt.oldestAge)
-			s.pend.add(e)
+			s.pending.add(e)
 		}
-		s.inFlight = tt.inFlight
+		s.inFlightBatches = tt.inFlight
 		s.idleSince = now.Add(-tt.idleFor)
 		if got := s.lingerUntil(now, lim); !got.Equal(tt.want) {
 			t.Errorf("%s: lingerUntil = %v, want %v", tt.name, got, tt.want)

@@ -21,7 +21,9 @@ func NewMeter(sink string) *Meter {
 	return &Meter{sink: sink, cur: map[time.Time]*reports.Usage{}}
 }
 
-func (m *Meter) attempt(events, bytes int, ok bool) {
+// attempt counts one attempt of bytes payload bytes that delivered events
+// and, when failed, failed for some or all of the others.
+func (m *Meter) attempt(delivered, bytes int, failed bool) {
 	if m == nil {
 		return
 	}
@@ -35,9 +37,8 @@ func (m *Meter) attempt(events, bytes int, ok bool) {
 	}
 	u.Attempts++
 	u.Bytes += int64(bytes)
-	if ok {
-		u.Delivered += int64(events)
-	} else {
+	u.Delivered += int64(delivered)
+	if failed {
 		u.Failed++
 	}
 }

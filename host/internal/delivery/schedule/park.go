@@ -39,7 +39,7 @@ func (s *Scheduler) park(ctx context.Context, es []*entry, reason string, failed
 	}
 	all := slices.Clone(es)
 	if failed {
-		for _, e := range s.pend.removeBehind(es) {
+		for _, e := range s.pending.removeBehind(es) {
 			note(e)
 			if e.replay {
 				// Still in walcast.parked: the next replay loads it again.

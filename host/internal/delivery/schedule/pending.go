@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/host/internal/delivery/ack"
-	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // isolation says how a failing event may be batched on its next attempt.
@@ -26,7 +26,7 @@ const (
 // entry is one event waiting in the scheduler.
 type entry struct {
 	seq ack.Seq
-	ev  pluginkit.Event
+	ev  cdc.Event
 	row string
 	// table is the event's "schema.table". A barrier (a truncate) holds
 	// its whole table: it waits until every earlier event of the table is
@@ -54,7 +54,7 @@ type entry struct {
 	gapBefore bool
 
 	attempts  int
-	iso       isolation
+	isolation isolation
 	notBefore time.Time
 	firstFail time.Time
 	lastErr   string
@@ -70,12 +70,12 @@ func (e *entry) before(o *entry) bool {
 
 // newEntry makes the scheduler's entry for an event; oldKey is the key an
 // update moved the row away from, nil when the key did not change.
-func newEntry(ev pluginkit.Event, oldKey []byte) *entry {
+func newEntry(ev cdc.Event, oldKey []byte) *entry {
 	row := rowKey(ev)
 	// The row starts with "schema.table\x1f": the table is a prefix of it,
 	// not a second string built per event.
 	e := &entry{ev: ev, row: row, table: row[:len(ev.Schema)+1+len(ev.Table)], bytes: len(ev.Payload)}
-	e.barrier = ev.Op == pluginkit.OpTruncate
+	e.barrier = ev.Op == cdc.OpTruncate
 	if oldKey != nil {
 		e.oldRow = rowOf(ev, oldKey)
 	}
@@ -86,8 +86,8 @@ func newEntry(ev pluginkit.Event, oldKey []byte) *entry {
 // unit separator cannot occur in the JSON key and, unlike NUL, can be
 // stored in a text column (walcast.parked.row_key). A truncate's row is
 // its whole table: tableKey, a key no JSON key can be.
-func rowKey(ev pluginkit.Event) string {
-	if ev.Op == pluginkit.OpTruncate {
+func rowKey(ev cdc.Event) string {
+	if ev.Op == cdc.OpTruncate {
 		return rowOf(ev, []byte(tableKey))
 	}
 	return rowOf(ev, ev.Key)
@@ -107,36 +107,38 @@ func tableOf(row string) string {
 }
 
 // rowOf is the row of ev's table with the given key.
-func rowOf(ev pluginkit.Event, key []byte) string {
+func rowOf(ev cdc.Event, key []byte) string {
 	return ev.Schema + "." + ev.Table + "\x1f" + string(key)
 }
 
 // rowID is the hash of a row or a table, which the in-flight bookkeeping
-// uses instead of the string: hashing a row key once per event instead of
-// at every map operation took the scheduler's map work from ~0.42 to
-// ~0.18 µs per event (CPU profile of the daemon → stdout benchmark). Two rows whose hashes collide only wait for each
-// other, which can delay an event but never reorder one: every rule built
-// on these maps only holds events back. Parking and replay, which must
-// name rows exactly, keep using the strings.
+// uses instead of the string: a row key is hashed once per event instead
+// of at every map operation, which more than halved the scheduler's map
+// work (docs/benchmarks.md, "Where the scheduler's constants come from").
+// Two rows whose hashes collide only wait for each other, which can delay
+// an event but never reorder one: every rule built on these maps only
+// holds events back. Parking and replay, which must name rows exactly,
+// keep using the strings.
 type rowID uint64
 
 // pending holds the events a sink has taken from its queue but not yet
 // resolved, in order, plus the per-row state that decides what may go out.
 type pending struct {
-	list     []*entry
-	bytes    int           // payload bytes of the entries in list
-	inFlight map[rowID]int // rows with a batch in flight
-	// Tables with events in flight, and with a barrier in flight; barriers
-	// counts the barriers in list (none: take skips the table rules).
-	tablesFlying   map[rowID]int
-	barriersFlying map[rowID]int
-	barriers       int
-	seed           maphash.Seed
+	list         []*entry
+	bytes        int           // payload bytes of the entries in list
+	rowsInFlight map[rowID]int // rows with a batch in flight
+	// Tables with events in flight, and with a barrier in flight;
+	// barriersPending counts the barriers in list (none: take skips the
+	// table rules).
+	tablesInFlight   map[rowID]int
+	barriersInFlight map[rowID]int
+	barriersPending  int
+	seed             maphash.Seed
 }
 
 func newPending() *pending {
 	return &pending{
-		inFlight: map[rowID]int{}, tablesFlying: map[rowID]int{}, barriersFlying: map[rowID]int{},
+		rowsInFlight: map[rowID]int{}, tablesInFlight: map[rowID]int{}, barriersInFlight: map[rowID]int{},
 		seed: maphash.MakeSeed(),
 	}
 }
@@ -166,7 +168,7 @@ func (p *pending) add(e *entry) {
 	p.list = append(p.list, e)
 	p.bytes += e.bytes
 	if e.barrier {
-		p.barriers++
+		p.barriersPending++
 	}
 }
 
@@ -176,7 +178,7 @@ func (p *pending) putBack(es []*entry) {
 		p.identify(e)
 		p.bytes += e.bytes
 		if e.barrier {
-			p.barriers++
+			p.barriersPending++
 		}
 		i := sort.Search(len(p.list), func(i int) bool { return e.before(p.list[i]) })
 		p.list = append(p.list, nil)
@@ -200,97 +202,137 @@ type limits struct {
 // goes while it is pending or in flight. It returns nil when nothing can go
 // now, plus the earliest time a backing-off event becomes ready (zero if
 // none).
-func (p *pending) take(now time.Time, lim limits) (batch []*entry, wake time.Time) {
-	blocked := map[rowID]bool{}
-	// With a barrier pending or in flight: the tables held behind a
-	// barrier, and the tables with an earlier event still pending or taken
-	// into this batch.
-	tableRules := p.barriers > 0 || len(p.barriersFlying) > 0
-	var heldTables, seenTables map[rowID]bool
-	if tableRules {
-		heldTables, seenTables = map[rowID]bool{}, map[rowID]bool{}
-	}
-	size := 0
+func (p *pending) take(now time.Time, limit limits) (batch []*entry, wake time.Time) {
+	f := p.newForming(now)
 	keep := p.list[:0]
-	var taken []*entry
 	for i, e := range p.list {
-		if len(taken) >= lim.events || (len(taken) > 0 && size+e.bytes > lim.bytes) {
+		if len(f.taken) >= limit.events || (len(f.taken) > 0 && f.size+e.bytes > limit.bytes) {
 			keep = append(keep, p.list[i:]...)
 			break
 		}
-		ok := !blocked[e.rowID] && p.inFlight[e.rowID] == 0 &&
-			(e.oldRow == "" || (!blocked[e.oldRowID] && p.inFlight[e.oldRowID] == 0))
-		if tableRules {
-			ok = ok && !heldTables[e.tableID] && p.barriersFlying[e.tableID] == 0 &&
-				(!e.barrier || (!seenTables[e.tableID] && p.tablesFlying[e.tableID] == 0))
-			seenTables[e.tableID] = true
-			if e.barrier {
-				heldTables[e.tableID] = true // taken or not, later events wait for it
-			}
-		}
-		if ok && e.notBefore.After(now) {
-			ok = false
-			if wake.IsZero() || e.notBefore.Before(wake) {
-				wake = e.notBefore
-			}
-		}
-		if ok && len(taken) > 0 {
-			first := taken[0]
-			switch {
-			case first.replay != e.replay:
-				// The sink is told a batch is a replay (pluginkit.IsReplay):
-				// a batch is all replayed events or none.
-				ok = false
-			case first.iso == batchOne || e.iso == batchOne:
-				ok = false
-			case (first.iso == batchRow || e.iso == batchRow) && e.row != first.row:
-				ok = false
-			}
-		}
-		if !ok {
-			blocked[e.rowID] = true // later events of this row must wait too
-			if e.oldRow != "" {
-				blocked[e.oldRowID] = true
-			}
-			keep = append(keep, e)
-			if lim.strict {
-				keep = append(keep, p.list[i+1:]...)
-				break
-			}
+		if f.add(e) {
 			continue
 		}
-		taken = append(taken, e)
-		size += e.bytes
+		keep = append(keep, e)
+		if limit.strict {
+			keep = append(keep, p.list[i+1:]...)
+			break
+		}
 	}
 	// Drop the stale tail so landed entries (and their payloads) are not
 	// kept alive by the backing array until it is overwritten.
 	clear(p.list[len(keep):])
 	p.list = keep
-	for _, e := range taken {
-		p.inFlight[e.rowID]++
+	for _, e := range f.taken {
+		p.rowsInFlight[e.rowID]++
 		if e.oldRow != "" {
-			p.inFlight[e.oldRowID]++
+			p.rowsInFlight[e.oldRowID]++
 		}
-		p.tablesFlying[e.tableID]++
+		p.tablesInFlight[e.tableID]++
 		if e.barrier {
-			p.barriersFlying[e.tableID]++
-			p.barriers--
+			p.barriersInFlight[e.tableID]++
+			p.barriersPending--
 		}
 		p.bytes -= e.bytes
 	}
-	return taken, wake
+	return f.taken, f.wake
+}
+
+// forming is a batch take is forming, with what it learnt of the
+// pending events it went past.
+type forming struct {
+	p   *pending
+	now time.Time
+	// blocked are the rows of events left pending: later events of those
+	// rows must wait too.
+	blocked map[rowID]bool
+	// With a barrier pending or in flight (tableRules): the tables held
+	// behind a barrier, and the tables with an earlier event still
+	// pending or taken into this batch.
+	tableRules             bool
+	heldTables, seenTables map[rowID]bool
+	taken                  []*entry
+	size                   int
+	wake                   time.Time // earliest notBefore of an event left backing off
+}
+
+func (p *pending) newForming(now time.Time) *forming {
+	f := &forming{p: p, now: now, blocked: map[rowID]bool{}}
+	f.tableRules = p.barriersPending > 0 || len(p.barriersInFlight) > 0
+	if f.tableRules {
+		f.heldTables, f.seenTables = map[rowID]bool{}, map[rowID]bool{}
+	}
+	return f
+}
+
+// add takes e into the batch and reports true, or leaves it pending (and
+// its rows blocked) and reports false.
+func (f *forming) add(e *entry) bool {
+	if !f.mayGo(e) || !f.fits(e) {
+		f.blocked[e.rowID] = true // later events of this row must wait too
+		if e.oldRow != "" {
+			f.blocked[e.oldRowID] = true
+		}
+		return false
+	}
+	f.taken = append(f.taken, e)
+	f.size += e.bytes
+	return true
+}
+
+// mayGo reports whether e may be delivered now, whatever batch it is in:
+// its rows are neither blocked nor in flight, the table rules let it
+// through, and it is not backing off.
+func (f *forming) mayGo(e *entry) bool {
+	p := f.p
+	ok := !f.blocked[e.rowID] && p.rowsInFlight[e.rowID] == 0 &&
+		(e.oldRow == "" || (!f.blocked[e.oldRowID] && p.rowsInFlight[e.oldRowID] == 0))
+	if f.tableRules {
+		ok = ok && !f.heldTables[e.tableID] && p.barriersInFlight[e.tableID] == 0 &&
+			(!e.barrier || (!f.seenTables[e.tableID] && p.tablesInFlight[e.tableID] == 0))
+		f.seenTables[e.tableID] = true
+		if e.barrier {
+			f.heldTables[e.tableID] = true // taken or not, later events wait for it
+		}
+	}
+	if ok && e.notBefore.After(f.now) {
+		if f.wake.IsZero() || e.notBefore.Before(f.wake) {
+			f.wake = e.notBefore
+		}
+		return false
+	}
+	return ok
+}
+
+// fits reports whether e may join the events taken so far.
+func (f *forming) fits(e *entry) bool {
+	if len(f.taken) == 0 {
+		return true
+	}
+	first := f.taken[0]
+	switch {
+	case first.replay != e.replay:
+		// The sink is told a batch is a replay (attempt.Batch.Replay): a
+		// batch is all replayed events or none.
+		return false
+	case first.isolation == batchOne || e.isolation == batchOne:
+		return false
+	case (first.isolation == batchRow || e.isolation == batchRow) && e.row != first.row:
+		return false
+	}
+	return true
 }
 
 // landed releases the rows of a batch that came back.
 func (p *pending) landed(batch []*entry) {
 	for _, e := range batch {
-		release(p.inFlight, e.rowID)
+		release(p.rowsInFlight, e.rowID)
 		if e.oldRow != "" {
-			release(p.inFlight, e.oldRowID)
+			release(p.rowsInFlight, e.oldRowID)
 		}
-		release(p.tablesFlying, e.tableID)
+		release(p.tablesInFlight, e.tableID)
 		if e.barrier {
-			release(p.barriersFlying, e.tableID)
+			release(p.barriersInFlight, e.tableID)
 		}
 	}
 }
@@ -315,9 +357,9 @@ func (e *entry) touches(rows map[string]bool) bool {
 // must go before, not after).
 func (p *pending) removeBehind(es []*entry) []*entry {
 	rows := map[string]bool{}
-	first := map[string]pluginkit.EventID{}      // table → its earliest event being parked
-	firstTrunc := map[string]pluginkit.EventID{} // table → its earliest truncate being parked
-	earliest := func(m map[string]pluginkit.EventID, e *entry) {
+	first := map[string]cdc.EventID{}      // table → its earliest event being parked
+	firstTrunc := map[string]cdc.EventID{} // table → its earliest truncate being parked
+	earliest := func(m map[string]cdc.EventID, e *entry) {
 		if f, ok := m[e.table]; !ok || e.ev.ID.Compare(f) < 0 {
 			m[e.table] = e.ev.ID
 		}
@@ -335,7 +377,7 @@ func (p *pending) removeBehind(es []*entry) []*entry {
 	for _, e := range es {
 		note(e)
 	}
-	after := func(m map[string]pluginkit.EventID, e *entry) bool {
+	after := func(m map[string]cdc.EventID, e *entry) bool {
 		f, ok := m[e.table]
 		return ok && f.Compare(e.ev.ID) < 0
 	}
@@ -356,7 +398,7 @@ func (p *pending) remove(match func(*entry) bool) []*entry {
 			out = append(out, e)
 			p.bytes -= e.bytes
 			if e.barrier {
-				p.barriers--
+				p.barriersPending--
 			}
 		} else {
 			keep = append(keep, e)
@@ -368,7 +410,7 @@ func (p *pending) remove(match func(*entry) bool) []*entry {
 }
 
 // hasReplay reports whether replayed events of row are still pending (not
-// in flight: callers check p.inFlight for that).
+// in flight: callers check p.rowsInFlight for that).
 func (p *pending) hasReplay(row string) bool {
 	for _, e := range p.list {
 		if e.replay && (e.row == row || e.oldRow == row) {

@@ -10,7 +10,7 @@ import (
 	"github.com/walcast/walcast/host/internal/control/parking"
 	"github.com/walcast/walcast/host/internal/delivery/ack"
 	"github.com/walcast/walcast/host/internal/delivery/fanout"
-	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // Replay: parked events go back into pending, flagged as replayed, and
@@ -120,7 +120,7 @@ func (s *Scheduler) startReplay(ctx context.Context, req replayReq) error {
 // every parked event that must go before one of those (withAncestors).
 // It returns nil when id is not parked. `walcast replay` uses it to say
 // what a replay by id covers.
-func ReplaySet(ctx context.Context, store ParkStore, sink string, id pluginkit.EventID) ([]parking.Event, error) {
+func ReplaySet(ctx context.Context, store ParkStore, sink string, id cdc.EventID) ([]parking.Event, error) {
 	if id.IsZero() {
 		return store.ListParked(ctx, sink, "")
 	}
@@ -139,7 +139,7 @@ func ReplaySet(ctx context.Context, store ParkStore, sink string, id pluginkit.E
 // it through parked updates that changed a key, in id order.
 func parkedGroup(ctx context.Context, store ParkStore, sink, row string) ([]parking.Event, error) {
 	seen := map[string]bool{}
-	ids := map[pluginkit.EventID]bool{}
+	ids := map[cdc.EventID]bool{}
 	var out []parking.Event
 	for todo := []string{row}; len(todo) > 0; {
 		r := todo[len(todo)-1]
@@ -179,11 +179,11 @@ func parkedGroup(ctx context.Context, store ParkStore, sink, row string) ([]park
 // truncate.
 func withAncestors(ctx context.Context, store ParkStore, sink string, ps []parking.Event) ([]parking.Event, error) {
 	type table struct{ schema, name string }
-	asked := map[table]map[pluginkit.EventID]bool{}
+	asked := map[table]map[cdc.EventID]bool{}
 	for _, p := range ps {
 		t := table{p.Event.Schema, p.Event.Table}
 		if asked[t] == nil {
-			asked[t] = map[pluginkit.EventID]bool{}
+			asked[t] = map[cdc.EventID]bool{}
 		}
 		asked[t][p.Event.ID] = true
 	}
@@ -197,7 +197,7 @@ func withAncestors(ctx context.Context, store ParkStore, sink string, ps []parki
 		anyLater, truncLater := false, false
 		for i := len(all) - 1; i >= 0; i-- {
 			p := all[i]
-			trunc := p.Event.Op == pluginkit.OpTruncate
+			trunc := p.Event.Op == cdc.OpTruncate
 			if !ids[p.Event.ID] && !truncLater && !(trunc && anyLater) && !rows[p.Row] && (p.OldRow == "" || !rows[p.OldRow]) {
 				continue
 			}
@@ -233,7 +233,7 @@ func (s *Scheduler) loadReplay(ps []parking.Event) int {
 			s.replaying[p.OldRow] = true
 		}
 	}
-	s.pend.putBack(es)
+	s.pending.putBack(es)
 	return len(es)
 }
 
@@ -242,7 +242,7 @@ func (s *Scheduler) loadReplay(ps []parking.Event) int {
 // what was parked meanwhile (with what must go before it), or, with
 // nothing left, lets the row flow again.
 func (s *Scheduler) continueReplay(ctx context.Context, row string) error {
-	if !s.replaying[row] || s.pend.hasReplay(row) || s.pend.inFlight[s.pend.id(row)] > 0 {
+	if !s.replaying[row] || s.pending.hasReplay(row) || s.pending.rowsInFlight[s.pending.id(row)] > 0 {
 		return nil // still going, or stopped by a failure (parked again)
 	}
 	var left []parking.Event
@@ -327,7 +327,7 @@ func (s *Scheduler) joinReplay(e *entry, holding []string) {
 	for _, r := range rows {
 		s.replaying[r] = true
 	}
-	s.pend.add(e)
+	s.pending.add(e)
 	s.extendWaiters(holding, rows)
 }
 
@@ -376,15 +376,18 @@ func ReplayParked(ctx context.Context, cfg Config, sink Deliverer, req parking.R
 		return 0, errors.New("replay: no store for parked events")
 	}
 	cfg.Index = 0
-	cfg.SkipThrough = pluginkit.EventID{}
+	cfg.Position = cdc.EventID{}
 	// No live events: an empty queue and a tracker nothing is added to.
 	tracker := ack.New([]ack.SinkSpec{{ID: cfg.SinkID, Durable: true}}, 0)
 	s := New(cfg, fanout.NewQueue(1, true), tracker, sink)
-	hard, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
+	// The scheduler runs on a context of its own: when ctx ends it is
+	// stopped gently (its batches in flight land), and abandon ends it
+	// only if they do not.
+	runCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))
+	defer abandon()
 	stop := make(chan struct{})
 	ran := make(chan error, 1)
-	go func() { ran <- s.Run(hard, stop) }()
+	go func() { ran <- s.Run(runCtx, stop) }()
 	done := make(chan error, 1)
 	var err error
 	if err = s.replay(ctx, replayReq{ReplayRequest: req, done: done}); err == nil {
@@ -402,7 +405,7 @@ func ReplayParked(ctx context.Context, cfg Config, sink Deliverer, req parking.R
 	close(stop)
 	// Run returns once the batches in flight landed; give up on them only
 	// well after their own deliver timeout.
-	t := time.AfterFunc(s.cfg.DeliverTimeout+30*time.Second, cancel)
+	t := time.AfterFunc(s.cfg.DeliverTimeout+30*time.Second, abandon)
 	defer t.Stop()
 	if rerr := <-ran; err == nil {
 		err = rerr

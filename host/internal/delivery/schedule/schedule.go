@@ -1,59 +1,3 @@
-// Package schedule runs one sink's deliveries: the sink's filter, batching,
-// per-row ordering lanes, rate limit, retries with backoff, isolation of
-// failing rows, parking and replay. It calls Deliver and records an
-// acknowledgement in the tracker only once Deliver has resolved.
-//
-// Event states, for one sink:
-//
-//	queued → pending → in flight → delivered            (resolved)
-//	                 ↘ filtered out / skipped           (resolved)
-//	                   in flight → failed → pending (backing off, isolated)
-//	                                      → parked      (resolved)
-//
-// Invariants: two events of the same row (schema.table + key) are never in
-// flight at once and never delivered out of commit order (an update that
-// changes the key belongs to both rows); a truncate of a table is a barrier
-// for that table: it goes only once every earlier event of the table is
-// resolved, and no later event of the table goes before it is resolved;
-// nothing is resolved before it is delivered, filtered, skipped as already
-// delivered, or durably parked; a parked event leaves walcast.parked only
-// once the sink wrote it (a replayed event it calls a duplicate stays).
-// Replayed events travel in batches of their own, flagged as a replay.
-//
-// # Parking and replay
-//
-// Order is one relation, "a must go before b", between two events of one
-// sink and one table, a earlier than b (by id): they share a row (either
-// row of a key change), or either of them is a truncate of the table. A
-// TRUNCATE naming several tables is one truncate event per table, each a
-// barrier in its own table only. Parking and replay keep that relation:
-//
-//   - An event is parked behind every parked event that must go before it:
-//     a later event of a parked event's row; every later event of a table
-//     whose truncate is parked; a later truncate of a table with any parked
-//     event (a truncate never overtakes a parked row: delivered first, the
-//     row's replay would resurrect what the source truncated). This holds
-//     on arrival, and for pending events when an event they wait for fails
-//     and parks: what must go after it parks behind it, and what must go
-//     after those, in turn.
-//   - A replay never delivers an event without every parked event that
-//     must go before it (ReplaySet): replaying a row parked behind a
-//     parked truncate brings the truncate along, and the truncate brings
-//     every event of its table parked before it (so, across several
-//     truncates, the table's history up to the last one asked for).
-//     Replayed events take their place among pending ones in id order and
-//     follow the same row and barrier rules as live ones.
-//   - A row, or a table behind its truncate, flows again only once nothing
-//     of it is left in walcast.parked. What is parked behind a replay while
-//     it runs is delivered by it before it ends: later events of the rows
-//     it replays (and of rows a key change links to them), events of a
-//     table whose truncate it replays, and a truncate of a table every
-//     parked row of which it replays. Anything else stays parked for the
-//     next replay.
-//
-// A consumer that applies what it receives in arrival order (first copy of
-// each id) therefore ends, once everything parked has been replayed, with
-// the rows of the source.
 package schedule
 
 import (
@@ -67,25 +11,27 @@ import (
 	"github.com/walcast/walcast/host/internal/control/parking"
 	"github.com/walcast/walcast/host/internal/delivery/ack"
 	"github.com/walcast/walcast/host/internal/delivery/fanout"
-	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/host/internal/delivery/schedule/attempt"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // Deliverer is the sink as the scheduler sees it (the plugin client). It
 // must allow concurrent calls when MaxInFlight > 1.
 type Deliverer interface {
-	// Deliver hands over a batch; ctx ends at the delivery timeout.
-	Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error)
+	// Deliver hands over a batch; ctx ends at the delivery timeout. See
+	// package attempt for what the result and the error mean.
+	Deliver(ctx context.Context, batch attempt.Batch) (attempt.Result, error)
 }
 
 // ParkStore persists parked events (walcast.parked).
 type ParkStore interface {
 	Park(ctx context.Context, ps []parking.Event) error
-	Unpark(ctx context.Context, sink string, ids []pluginkit.EventID) error
+	Unpark(ctx context.Context, sink string, ids []cdc.EventID) error
 	ParkedRows(ctx context.Context, sink string) ([]string, error)
 	ListParked(ctx context.Context, sink, row string) ([]parking.Event, error)
 	// ListParkedTable returns the parked events of one table, in id order.
 	ListParkedTable(ctx context.Context, sink, schema, table string) ([]parking.Event, error)
-	ParkedRowOf(ctx context.Context, sink string, id pluginkit.EventID) (string, error)
+	ParkedRowOf(ctx context.Context, sink string, id cdc.EventID) (string, error)
 }
 
 // Config is one sink's delivery policy.
@@ -115,21 +61,23 @@ type Config struct {
 	// past) is raised to ThrottleMin, doubled over consecutive throttles,
 	// and a longer one is cut to ThrottleMax. Defaults: 1 s and 10 min.
 	ThrottleMin, ThrottleMax time.Duration
-	// SkipThrough: events at or below it were delivered before (the sink's
-	// checkpoint); they are resolved without being delivered again.
-	SkipThrough pluginkit.EventID
+	// Position is the sink's position: events at or below it were
+	// delivered before (the sink's checkpoint); they are resolved without
+	// being delivered again.
+	Position cdc.EventID
 	// Tables ("schema.table") and Ops, when non-empty, select the events
 	// the sink receives; the others are resolved without delivery.
 	Tables map[string]bool
-	Ops    map[pluginkit.Op]bool
+	Ops    map[cdc.Op]bool
 	// Parked persists parked events; nil disables parking (events are
 	// retried forever), which library-style callers may want.
 	Parked ParkStore
 	Meter  *Meter
 	Logger *slog.Logger
 	// Observe, when set, is told how long each Deliver took and how it
-	// ended: "ok" or a pluginkit.Kind's name (for metrics).
-	Observe func(took time.Duration, outcome string)
+	// ended (for metrics): "ok", or the name of the failure's
+	// attempt.Kind; for an answer naming failed events, the first one's.
+	Observe func(elapsed time.Duration, outcome string)
 }
 
 // Stats are cumulative counters, safe to read concurrently.
@@ -168,25 +116,32 @@ type Scheduler struct {
 	wake   chan struct{}
 
 	// Owned by the Run goroutine.
-	pend *pending
+	pending *pending
 	// parked: the rows with events in walcast.parked (a table's truncates
 	// under its truncate row), kept until a replay leaves none of them.
-	parked     parkedSet
-	replaying  map[string]bool            // parked rows whose events are being replayed
-	replayIDs  map[pluginkit.EventID]bool // replayed events pending or in flight
-	waiters    []*replayWaiter
-	window     int // events held: pending plus in flight
-	bucket     *bucket
-	pausedTill time.Time
+	parked    parkedSet
+	replaying map[string]bool      // parked rows whose events are being replayed
+	replayIDs map[cdc.EventID]bool // replayed events pending or in flight
+	waiters   []*replayWaiter
+	window    int // events held at most: pending plus in flight (lookAhead)
+	bucket    *bucket
+	// pausedUntil ends the pause a throttle asked for.
+	pausedUntil time.Time
 	// throttle is the state of the sink's throttling (throttle.go).
-	throttle  throttleState
-	gapCarry  bool      // a gap flag whose event was filtered out: it goes to the next one
-	inFlight  int       // batches
-	idleSince time.Time // when the last batch in flight landed
-	took      time.Time // when Run took the events it is accepting (one clock read per burst)
-	flying    int       // events in those batches
-	flyBytes  int       // payload bytes in those batches
-	results   chan result
+	throttle throttleState
+	// gapForNext is a gap flag whose event the sink does not receive
+	// (filtered out, skipped): the next event it receives carries it.
+	gapForNext bool
+	// inFlightBatches are the batches being delivered, holding
+	// inFlightEvents events of inFlightBytes payload bytes.
+	inFlightBatches int
+	inFlightEvents  int
+	inFlightBytes   int
+	idleSince       time.Time // when the last batch in flight landed
+	// acceptedAt is when Run took the events it is accepting from the
+	// queue: one clock read per burst.
+	acceptedAt time.Time
+	results    chan result
 	// deliveries counts the delivery goroutines; Run waits for them
 	// before it returns, so no Deliver outlives the scheduler.
 	deliveries sync.WaitGroup
@@ -194,6 +149,32 @@ type Scheduler struct {
 
 // New returns a scheduler; call Run.
 func New(cfg Config, queue *fanout.Queue, tracker *ack.Tracker, sink Deliverer) *Scheduler {
+	cfg = withDefaults(cfg)
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Scheduler{
+		cfg: cfg, queue: queue, tracker: tracker, sink: sink,
+		log:       log.With("sink", cfg.SinkID),
+		replays:   make(chan replayReq),
+		exited:    make(chan struct{}),
+		wake:      make(chan struct{}, 1),
+		pending:   newPending(),
+		parked:    newParkedSet(),
+		replaying: map[string]bool{},
+		replayIDs: map[cdc.EventID]bool{},
+		window:    lookAhead(cfg.MaxInFlight, cfg.BatchSize),
+		results:   make(chan result, cfg.MaxInFlight),
+	}
+	if cfg.RateLimit > 0 {
+		s.bucket = newBucket(cfg.RateLimit, time.Now())
+	}
+	return s
+}
+
+// withDefaults fills in what cfg leaves unset.
+func withDefaults(cfg Config) Config {
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = 100
 	}
@@ -222,34 +203,14 @@ func New(cfg Config, queue *fanout.Queue, tracker *ack.Tracker, sink Deliverer) 
 		cfg.ThrottleMax = 10 * time.Minute
 	}
 	cfg.ThrottleMax = max(cfg.ThrottleMax, cfg.ThrottleMin)
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	s := &Scheduler{
-		cfg: cfg, queue: queue, tracker: tracker, sink: sink,
-		log:       log.With("sink", cfg.SinkID),
-		replays:   make(chan replayReq),
-		exited:    make(chan struct{}),
-		wake:      make(chan struct{}, 1),
-		pend:      newPending(),
-		parked:    newParkedSet(),
-		replaying: map[string]bool{},
-		replayIDs: map[pluginkit.EventID]bool{},
-		window:    lookAhead(cfg.MaxInFlight, cfg.BatchSize),
-		results:   make(chan result, cfg.MaxInFlight),
-	}
-	if cfg.RateLimit > 0 {
-		s.bucket = newBucket(cfg.RateLimit, time.Now())
-	}
-	return s
+	return cfg
 }
 
 // maxLookAhead caps the window of a sink whose lanes times batch size is
-// large. Measured with webhook batch_size 1000 and 8 lanes: a window of 9
-// full batches kept host + plugin at 95-97 MiB RSS, and 4 batches (three
-// in flight, one filling) delivered as fast: on two cores a fourth or
-// later lane of 1000-event batches only waits for CPU the others use.
+// large: beyond about four batches in flight or filling, a lane only waits
+// for CPU the others use, while every held event costs memory in the host
+// and the plugin (measured: docs/benchmarks.md, "Where the scheduler's
+// constants come from").
 const maxLookAhead = 4096
 
 // lookAhead is how many events a scheduler holds, pending plus in flight:
@@ -283,6 +244,10 @@ func (s *Scheduler) SetPaused(paused bool) {
 // unresolved and are replayed by PostgreSQL after a restart). It returns
 // only once every Deliver it started has returned: when it stops for an
 // error, the deliveries still in flight are cancelled first.
+//
+// Each turn of its loop starts what batches it may (dispatch), then waits
+// for one thing to happen (next): an event, a landed batch, a replay
+// request, an operator's pause, or the time a waiting batch may go.
 func (s *Scheduler) Run(ctx context.Context, stop <-chan struct{}) error {
 	// A delivery never blocks on its result (results holds MaxInFlight),
 	// and once its context ends a Deliver returns promptly (the sink's
@@ -291,28 +256,15 @@ func (s *Scheduler) Run(ctx context.Context, stop <-chan struct{}) error {
 	defer s.exit()
 	defer s.deliveries.Wait()
 	defer cancelDeliveries()
-	if s.cfg.Parked != nil {
-		var rows []string
-		err := retryStore(ctx, s.log, func(ctx context.Context) (err error) {
-			rows, err = s.cfg.Parked.ParkedRows(ctx, s.cfg.SinkID)
-			return err
-		})
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("load the rows with parked events: %w", err)
+	if err := s.loadParkedRows(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
 		}
-		for _, r := range rows {
-			s.parked.add(r)
-		}
+		return err
 	}
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	stopping := false
-	paused := false
-	if s.paused.Load() {
-		paused = true
+	l := &loop{stop: stop, timer: time.NewTimer(time.Hour), paused: s.paused.Load()}
+	defer l.timer.Stop()
+	if l.paused {
 		s.log.Info("sink paused by an operator: no deliveries until walcast resume")
 	}
 	for {
@@ -320,89 +272,142 @@ func (s *Scheduler) Run(ctx context.Context, stop <-chan struct{}) error {
 			return nil
 		}
 		var wake time.Time
-		if !stopping {
+		if !l.stopping {
 			var err error
 			if wake, err = s.dispatch(deliverCtx); err != nil {
 				return err
 			}
-		}
-		if stopping && s.inFlight == 0 {
-			return nil
+		} else if s.inFlightBatches == 0 {
+			return nil // stopping, and the last batch landed
 		}
 		s.Stats.Held.Store(int64(s.held()))
-		s.Stats.InFlight.Store(int64(s.inFlight))
-		var queue <-chan fanout.Item
-		if !stopping && s.room() {
-			queue = s.queue.C
-		}
-		// A stopping scheduler takes no replay: it would never deliver it.
-		replays := s.replays
-		if stopping {
-			replays = nil
-		}
-		armTimer(timer, wake)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-stop:
-			stopping = true
-			stop = nil
-		case it := <-queue:
-			s.took = time.Now()
-			if err := s.accept(ctx, it); err != nil {
-				return err
-			}
-			// Take whatever else is queued right away, so batches fill.
-			for s.room() {
-				select {
-				case it := <-s.queue.C:
-					if err := s.accept(ctx, it); err != nil {
-						return err
-					}
-					continue
-				default:
-				}
-				break
-			}
-		case r := <-s.results:
-			s.inFlight--
-			if s.inFlight == 0 {
-				s.idleSince = time.Now()
-			}
-			s.flying -= len(r.batch)
-			s.flyBytes -= r.bytes
-			if err := s.land(ctx, r); err != nil {
-				return err
-			}
-		case req := <-replays:
-			if err := s.startReplay(ctx, req); err != nil {
-				s.log.Error("replay", "err", err)
-				if req.done != nil {
-					req.done <- err
-				}
-			}
-		case <-s.wake:
-			if p := s.paused.Load(); p != paused {
-				paused = p
-				if p {
-					s.log.Info("sink paused by an operator: no new deliveries until walcast resume", "in_flight", s.inFlight)
-				} else {
-					s.log.Info("sink resumed")
-				}
-			}
-		case <-timer.C:
+		s.Stats.InFlight.Store(int64(s.inFlightBatches))
+		if done, err := s.next(ctx, l, wake); done || err != nil {
+			return err
 		}
 	}
 }
 
+// loop is Run's state between turns.
+type loop struct {
+	stop <-chan struct{}
+	// stopping: stop was closed; the scheduler takes nothing new and
+	// waits for its batches in flight.
+	stopping bool
+	timer    *time.Timer
+	paused   bool // the operator's pause, as last logged
+}
+
+// loadParkedRows reads which rows have parked events, so that arriving
+// events of those rows park behind them.
+func (s *Scheduler) loadParkedRows(ctx context.Context) error {
+	if s.cfg.Parked == nil {
+		return nil
+	}
+	var rows []string
+	err := retryStore(ctx, s.log, func(ctx context.Context) (err error) {
+		rows, err = s.cfg.Parked.ParkedRows(ctx, s.cfg.SinkID)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("load the rows with parked events: %w", err)
+	}
+	for _, r := range rows {
+		s.parked.add(r)
+	}
+	return nil
+}
+
+// next waits for one thing to happen and handles it. done means Run
+// returns, with err.
+func (s *Scheduler) next(ctx context.Context, l *loop, wake time.Time) (done bool, err error) {
+	stopping := l.stopping
+	var queue <-chan fanout.Item
+	if !stopping && s.room() {
+		queue = s.queue.C
+	}
+	// A stopping scheduler takes no replay: it would never deliver it.
+	replays := s.replays
+	if stopping {
+		replays = nil
+	}
+	armTimer(l.timer, wake)
+	select {
+	case <-ctx.Done():
+		return true, nil
+	case <-l.stop:
+		l.stopping, l.stop = true, nil
+	case it := <-queue:
+		return false, s.acceptBurst(ctx, it)
+	case r := <-s.results:
+		return false, s.landed(ctx, r)
+	case req := <-replays:
+		if err := s.startReplay(ctx, req); err != nil {
+			s.log.Error("replay", "err", err)
+			if req.done != nil {
+				req.done <- err
+			}
+		}
+	case <-s.wake:
+		s.notePause(l)
+	case <-l.timer.C:
+	}
+	return false, nil
+}
+
+// acceptBurst accepts it and whatever else is queued right away, so
+// that batches fill.
+func (s *Scheduler) acceptBurst(ctx context.Context, it fanout.Item) error {
+	s.acceptedAt = time.Now()
+	if err := s.accept(ctx, it); err != nil {
+		return err
+	}
+	for s.room() {
+		select {
+		case it := <-s.queue.C:
+			if err := s.accept(ctx, it); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
+// landed takes a batch back from its delivery and applies the outcome.
+func (s *Scheduler) landed(ctx context.Context, r result) error {
+	s.inFlightBatches--
+	if s.inFlightBatches == 0 {
+		s.idleSince = time.Now()
+	}
+	s.inFlightEvents -= len(r.batch)
+	s.inFlightBytes -= r.bytes
+	return s.land(ctx, r)
+}
+
+// notePause logs a change of the operator's pause.
+func (s *Scheduler) notePause(l *loop) {
+	p := s.paused.Load()
+	if p == l.paused {
+		return
+	}
+	l.paused = p
+	if p {
+		s.log.Info("sink paused by an operator: no new deliveries until walcast resume", "in_flight", s.inFlightBatches)
+	} else {
+		s.log.Info("sink resumed")
+	}
+}
+
 // held is how many events the scheduler holds: pending and in flight.
-func (s *Scheduler) held() int { return s.pend.len() + s.flying }
+func (s *Scheduler) held() int { return s.pending.len() + s.inFlightEvents }
 
 // room reports whether the scheduler may take more events from its queue:
 // fewer than the window, and fewer payload bytes than maxHeldBytes, so
 // that a table of large rows cannot multiply the window into gigabytes.
 func (s *Scheduler) room() bool {
-	return s.held() < s.window && s.pend.bytes+s.flyBytes < s.maxHeldBytes()
+	return s.held() < s.window && s.pending.bytes+s.inFlightBytes < s.maxHeldBytes()
 }
 
 // maxHeldBytes bounds the payload bytes a scheduler holds: four full
@@ -429,24 +434,24 @@ func armTimer(t *time.Timer, at time.Time) {
 func (s *Scheduler) accept(ctx context.Context, it fanout.Item) error {
 	s.queue.Took(it)
 	ev := it.Event
-	gap := it.GapBefore || s.gapCarry
-	s.gapCarry = false
+	gap := it.GapBefore || s.gapForNext
+	s.gapForNext = false
 	switch {
-	case ev.ID.Compare(s.cfg.SkipThrough) <= 0:
+	case ev.ID.Compare(s.cfg.Position) <= 0:
 		s.Stats.Skipped.Add(1)
 		s.tracker.Resolve(s.cfg.Index, it.Seq)
-		s.gapCarry = gap
+		s.gapForNext = gap
 		return nil
 	case !s.wants(ev):
 		s.Stats.Filtered.Add(1)
 		s.tracker.Resolve(s.cfg.Index, it.Seq)
-		s.gapCarry = gap
+		s.gapForNext = gap
 		return nil
 	}
 	e := newEntry(ev, it.OldKey)
-	e.seq, e.gapBefore, e.queued = it.Seq, gap, s.took
+	e.seq, e.gapBefore, e.queued = it.Seq, gap, s.acceptedAt
 	if reason := s.parkedBehind(e); reason != "" {
-		s.gapCarry = gap
+		s.gapForNext = gap
 		join := s.replayHolding(e)
 		if err := s.park(ctx, []*entry{e}, reason, false); err != nil {
 			return err
@@ -456,11 +461,11 @@ func (s *Scheduler) accept(ctx context.Context, it fanout.Item) error {
 		}
 		return nil
 	}
-	s.pend.add(e)
+	s.pending.add(e)
 	return nil
 }
 
-func (s *Scheduler) wants(ev pluginkit.Event) bool {
+func (s *Scheduler) wants(ev cdc.Event) bool {
 	if len(s.cfg.Ops) > 0 && !s.cfg.Ops[ev.Op] {
 		return false
 	}
@@ -474,24 +479,24 @@ func (s *Scheduler) wants(ev pluginkit.Event) bool {
 // is busy. Without it a sink whose batches land quickly gets one small
 // batch per landing, and every Deliver costs the same fixed work (a gRPC
 // call, a request, a transaction) whatever its size: on a loaded machine
-// that fixed cost slows the capture down, which keeps the batches small
-// (measured: 4 to 25 events per Deliver instead of 100, and 5 to 20 times
-// the CPU per change). Waiting lets a batch fill with what capture reads
-// meanwhile. A sink that has been idle for linger gets a partial batch at
-// once: at a low rate there is nothing to wait for.
+// that fixed cost slows the capture down, which keeps the batches small.
+// Waiting lets a batch fill with what capture reads meanwhile (measured:
+// docs/benchmarks.md, "Where the scheduler's constants come from"). A
+// sink that has been idle for linger gets a partial batch at once: at a
+// low rate there is nothing to wait for.
 const linger = 2 * time.Millisecond
 
 // lingerUntil returns when a partial batch may go, zero if it may go now:
 // a full batch (by events or bytes) goes at once, a partial one once its
 // oldest event has waited linger, or at once to a sink idle for linger.
-func (s *Scheduler) lingerUntil(now time.Time, lim limits) time.Time {
-	if s.pend.len() >= lim.events || s.pend.bytes >= lim.bytes {
+func (s *Scheduler) lingerUntil(now time.Time, limit limits) time.Time {
+	if s.pending.len() >= limit.events || s.pending.bytes >= limit.bytes {
 		return time.Time{}
 	}
-	if s.inFlight == 0 && now.Sub(s.idleSince) >= linger {
+	if s.inFlightBatches == 0 && now.Sub(s.idleSince) >= linger {
 		return time.Time{}
 	}
-	if at := s.pend.list[0].queued.Add(linger); now.Before(at) {
+	if at := s.pending.list[0].queued.Add(linger); now.Before(at) {
 		return at
 	}
 	return time.Time{}
@@ -505,39 +510,44 @@ func (s *Scheduler) dispatch(ctx context.Context) (time.Time, error) {
 	if s.paused.Load() {
 		return wake, nil
 	}
-	for s.inFlight < s.throttle.lanes(s.cfg.MaxInFlight) && s.pend.len() > 0 {
+	for s.inFlightBatches < s.throttle.lanes(s.cfg.MaxInFlight) && s.pending.len() > 0 {
 		now := time.Now()
-		if now.Before(s.pausedTill) {
-			return s.pausedTill, nil
+		if now.Before(s.pausedUntil) {
+			return s.pausedUntil, nil
 		}
-		lim := limits{events: s.cfg.BatchSize, bytes: s.cfg.MaxBatchBytes, strict: s.cfg.Strict}
+		limit := limits{events: s.cfg.BatchSize, bytes: s.cfg.MaxBatchBytes, strict: s.cfg.Strict}
 		if s.bucket != nil {
 			n, at := s.bucket.available(now)
 			if n < 1 {
 				return at, nil
 			}
-			lim.events = min(lim.events, n)
+			limit.events = min(limit.events, n)
 		}
-		if at := s.lingerUntil(now, lim); !at.IsZero() {
+		if at := s.lingerUntil(now, limit); !at.IsZero() {
 			return at, nil
 		}
-		batch, w := s.pend.take(now, lim)
+		batch, ready := s.pending.take(now, limit)
 		if len(batch) == 0 {
-			return w, nil
+			return ready, nil
 		}
-		wake = w
+		wake = ready
 		if s.bucket != nil {
 			s.bucket.take(len(batch))
 		}
-		size := 0
-		for _, e := range batch {
-			size += e.bytes
-		}
-		s.inFlight++
-		s.flying += len(batch)
-		s.flyBytes += size
-		gen := s.throttle.gen
-		s.deliveries.Go(func() { s.deliver(ctx, batch, size, gen) })
+		s.start(ctx, batch)
 	}
 	return wake, nil
+}
+
+// start delivers batch in a goroutine of its own.
+func (s *Scheduler) start(ctx context.Context, batch []*entry) {
+	size := 0
+	for _, e := range batch {
+		size += e.bytes
+	}
+	s.inFlightBatches++
+	s.inFlightEvents += len(batch)
+	s.inFlightBytes += size
+	gen := s.throttle.gen
+	s.deliveries.Go(func() { s.deliver(ctx, batch, size, gen) })
 }

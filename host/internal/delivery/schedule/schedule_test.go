@@ -15,6 +15,7 @@ import (
 	"github.com/walcast/walcast/host/internal/control/parking"
 	"github.com/walcast/walcast/host/internal/delivery/ack"
 	"github.com/walcast/walcast/host/internal/delivery/fanout"
+	"github.com/walcast/walcast/host/internal/delivery/schedule/attempt"
 	"github.com/walcast/walcast/pluginkit"
 )
 
@@ -27,11 +28,17 @@ type fakeSink struct {
 	got      []pluginkit.Event
 	attempts int
 	// behave decides the outcome of one attempt (nil: success).
-	behave  func(ctx context.Context, n int, evs []pluginkit.Event) error
+	behave func(ctx context.Context, n int, evs []pluginkit.Event) error
+	// seen, when set, is shown every batch as it arrives.
+	seen    func(b attempt.Batch)
 	latency func() time.Duration
 }
 
-func (f *fakeSink) Deliver(ctx context.Context, evs []pluginkit.Event) (pluginkit.DeliverResult, error) {
+func (f *fakeSink) Deliver(ctx context.Context, b attempt.Batch) (attempt.Result, error) {
+	evs := b.Events
+	if f.seen != nil {
+		f.seen(b)
+	}
 	f.mu.Lock()
 	f.attempts++
 	n := f.attempts
@@ -59,13 +66,13 @@ func (f *fakeSink) Deliver(ctx context.Context, evs []pluginkit.Event) (pluginki
 	}
 	if f.behave != nil {
 		if err := f.behave(ctx, n, evs); err != nil {
-			return pluginkit.DeliverResult{}, err
+			return attempt.Result{}, err
 		}
 	}
 	f.mu.Lock()
 	f.got = append(f.got, evs...)
 	f.mu.Unlock()
-	return pluginkit.DeliverResult{}, nil
+	return attempt.Result{}, nil
 }
 
 func (f *fakeSink) delivered() []pluginkit.Event {
@@ -310,7 +317,7 @@ func TestThrottleIsNotAnAttempt(t *testing.T) {
 	sink := &fakeSink{t: t, inFlight: map[string]bool{}, behave: func(_ context.Context, n int, _ []pluginkit.Event) error {
 		times = append(times, time.Now())
 		if n <= 3 {
-			return pluginkit.Throttled(150*time.Millisecond, errors.New("429"))
+			return attempt.Throttled(150*time.Millisecond, errors.New("429"))
 		}
 		return nil
 	}}
@@ -431,7 +438,7 @@ func TestPermanentErrorParksAtOnceWhenAlone(t *testing.T) {
 	sink := &fakeSink{t: t, inFlight: map[string]bool{}, behave: func(_ context.Context, _ int, evs []pluginkit.Event) error {
 		for _, e := range evs {
 			if string(e.Key) == `{"id":2}` {
-				return pluginkit.Permanent(errors.New("schema rejected"))
+				return attempt.Permanent(errors.New("schema rejected"))
 			}
 		}
 		return nil
@@ -447,7 +454,7 @@ func TestPermanentErrorParksAtOnceWhenAlone(t *testing.T) {
 
 func TestFatalStopsInsteadOfParking(t *testing.T) {
 	sink := &fakeSink{t: t, inFlight: map[string]bool{}, behave: func(context.Context, int, []pluginkit.Event) error {
-		return pluginkit.Fatal(errors.New("fenced"))
+		return attempt.Fatal(errors.New("fenced"))
 	}}
 	store := &memParked{}
 	tracker := ack.New([]ack.SinkSpec{{ID: "s", Durable: true}}, 0)
@@ -513,12 +520,11 @@ func TestGapBeforeReachesTheSink(t *testing.T) {
 	var mu sync.Mutex
 	var gaps []bool
 	var firsts []string
-	sink := &fakeSink{t: t, inFlight: map[string]bool{}, behave: func(ctx context.Context, _ int, evs []pluginkit.Event) error {
+	sink := &fakeSink{t: t, inFlight: map[string]bool{}, seen: func(b attempt.Batch) {
 		mu.Lock()
-		gaps = append(gaps, pluginkit.GapBefore(ctx))
-		firsts = append(firsts, evs[0].ID.String())
+		gaps = append(gaps, b.GapBefore)
+		firsts = append(firsts, b.Events[0].ID.String())
 		mu.Unlock()
-		return nil
 	}}
 	tracker := ack.New([]ack.SinkSpec{{ID: "s"}}, 0)
 	queue := fanout.NewQueue(100, false)
@@ -595,19 +601,20 @@ type checkpointSink struct {
 	replays      []bool
 }
 
-func (c *checkpointSink) Deliver(ctx context.Context, evs []pluginkit.Event) (pluginkit.DeliverResult, error) {
+func (c *checkpointSink) Deliver(ctx context.Context, b attempt.Batch) (attempt.Result, error) {
+	evs := b.Events
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.batches = append(c.batches, slices.Clone(evs))
-	c.replays = append(c.replays, pluginkit.IsReplay(ctx))
+	c.replays = append(c.replays, b.Replay)
 	for _, e := range evs {
 		if c.fail != nil && c.fail(e) {
-			return pluginkit.DeliverResult{}, pluginkit.Permanent(errors.New("rejected"))
+			return attempt.Result{}, attempt.Permanent(errors.New("rejected"))
 		}
 	}
-	var res pluginkit.DeliverResult
+	var res attempt.Result
 	for _, e := range evs {
-		if e.ID.Compare(c.checkpoint) <= 0 && !(c.honourReplay && pluginkit.IsReplay(ctx)) {
+		if e.ID.Compare(c.checkpoint) <= 0 && !(c.honourReplay && b.Replay) {
 			res.Duplicates++
 			continue
 		}
@@ -749,7 +756,7 @@ func TestKeyChangeWaitsForParkedOldKey(t *testing.T) {
 	sink := &fakeSink{t: t, inFlight: map[string]bool{}, behave: func(_ context.Context, _ int, evs []pluginkit.Event) error {
 		for _, e := range evs {
 			if reject.Load() && string(e.Key) == `{"id":"a"}` {
-				return pluginkit.Permanent(errors.New("rejected"))
+				return attempt.Permanent(errors.New("rejected"))
 			}
 		}
 		return nil
@@ -797,7 +804,7 @@ func TestAttemptsNeverGoDown(t *testing.T) {
 		if n == 1 {
 			entered <- struct{}{}
 			<-release
-			return pluginkit.Throttled(10*time.Millisecond, errors.New("429"))
+			return attempt.Throttled(10*time.Millisecond, errors.New("429"))
 		}
 		return nil
 	}}

@@ -46,25 +46,31 @@ func (t *throttleState) answered(gen uint64) {
 	}
 }
 
-// throttled applies a throttle of a batch: the batch goes back, and the
-// sink pauses for the clamped pause (extended, never shortened, by the
-// throttles of the batches that were in flight with it).
+// throttled applies a throttle of a whole batch: the batch goes back, and
+// the sink pauses.
 func (s *Scheduler) throttled(r result, asked time.Duration) {
 	s.Stats.Throttles.Add(1)
-	s.pend.putBack(r.batch)
+	s.pending.putBack(r.batch)
+	s.pause(r.gen, asked, r.err)
+}
+
+// pause pauses the sink for a throttle of a batch sent in gen that asked
+// for asked: for the clamped pause, extended (never shortened) by the
+// throttles of the batches that were in flight with it.
+func (s *Scheduler) pause(gen uint64, asked time.Duration, err error) {
 	t := &s.throttle
-	again := r.gen != t.gen
+	again := gen != t.gen
 	if !again {
 		t.gen++
 		t.streak++
 		t.probing = true
 	}
 	pause := throttlePause(asked, t.streak, s.cfg.ThrottleMin, s.cfg.ThrottleMax)
-	if until := time.Now().Add(pause); until.After(s.pausedTill) {
-		s.pausedTill = until
+	if until := time.Now().Add(pause); until.After(s.pausedUntil) {
+		s.pausedUntil = until
 	}
 	if !again {
-		s.log.Info("sink throttled; pausing", "pause", pause, "asked", asked, "in_a_row", t.streak, "err", r.err)
+		s.log.Info("sink throttled; pausing", "pause", pause, "asked", asked, "in_a_row", t.streak, "err", err)
 	}
 }
 

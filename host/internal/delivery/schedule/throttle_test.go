@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walcast/walcast/host/internal/delivery/schedule/attempt"
 	"github.com/walcast/walcast/pluginkit"
 )
 
@@ -57,7 +58,7 @@ func TestThrottleWithoutPauseDoesNotSpin(t *testing.T) {
 				throttled := time.Now().Before(until)
 				log.end(i, throttled)
 				if throttled {
-					return pluginkit.Throttled(pause, errors.New("429 Too Many Requests"))
+					return attempt.Throttled(pause, errors.New("429 Too Many Requests"))
 				}
 				return nil
 			}}
@@ -83,7 +84,7 @@ func TestThrottleIsCutToTheCeiling(t *testing.T) {
 		i := log.begin()
 		log.end(i, n == 1)
 		if n == 1 {
-			return pluginkit.Throttled(4294967295*time.Second, errors.New("429 Too Many Requests"))
+			return attempt.Throttled(4294967295*time.Second, errors.New("429 Too Many Requests"))
 		}
 		return nil
 	}}
@@ -106,7 +107,7 @@ func TestConsecutiveThrottlesGrowThePause(t *testing.T) {
 		throttled := n <= 4 || n == 6
 		log.end(i, throttled)
 		if throttled {
-			return pluginkit.Throttled(0, errors.New("429 Too Many Requests"))
+			return attempt.Throttled(0, errors.New("429 Too Many Requests"))
 		}
 		return nil
 	}}
@@ -162,7 +163,7 @@ func TestThrottleResumesWithOneBatch(t *testing.T) {
 			case <-ctx.Done():
 			}
 			log.end(i, true)
-			return pluginkit.Throttled(0, errors.New("429 Too Many Requests"))
+			return attempt.Throttled(0, errors.New("429 Too Many Requests"))
 		}
 		time.Sleep(20 * time.Millisecond) // long enough for others to start meanwhile
 		log.end(i, false)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/host/internal/control/parking"
+	"github.com/walcast/walcast/host/internal/delivery/schedule/attempt"
 	"github.com/walcast/walcast/pluginkit"
 )
 
@@ -198,12 +199,13 @@ func newTruncSink(seed uint64) *truncSink {
 		flying: map[string]int{}, truncFlying: map[string]int{}}
 }
 
-func (s *truncSink) Deliver(_ context.Context, evs []pluginkit.Event) (pluginkit.DeliverResult, error) {
+func (s *truncSink) Deliver(_ context.Context, b attempt.Batch) (attempt.Result, error) {
+	evs := b.Events
 	s.mu.Lock()
 	for _, e := range evs {
 		if e.Op == pluginkit.OpTruncate && s.badTrunc[e.Table] {
 			s.mu.Unlock()
-			return pluginkit.DeliverResult{}, pluginkit.Permanent(fmt.Errorf("destination refuses truncate of %s", e.Table))
+			return attempt.Result{}, attempt.Permanent(fmt.Errorf("destination refuses truncate of %s", e.Table))
 		}
 		var c change
 		_ = json.Unmarshal(e.Payload, &c)
@@ -212,14 +214,14 @@ func (s *truncSink) Deliver(_ context.Context, evs []pluginkit.Event) (pluginkit
 			s.mu.Unlock()
 			err := fmt.Errorf("destination refuses row %s of %s", e.Key, e.Table)
 			if retryable {
-				return pluginkit.DeliverResult{}, err
+				return attempt.Result{}, err
 			}
-			return pluginkit.DeliverResult{}, pluginkit.Permanent(err)
+			return attempt.Result{}, attempt.Permanent(err)
 		}
 	}
 	if s.transient > 0 && s.rnd.Float64() < s.transient {
 		s.mu.Unlock()
-		return pluginkit.DeliverResult{}, errors.New("destination briefly unavailable")
+		return attempt.Result{}, errors.New("destination briefly unavailable")
 	}
 	tables, truncs := map[string]int{}, map[string]bool{}
 	for _, e := range evs {
@@ -262,7 +264,7 @@ func (s *truncSink) Deliver(_ context.Context, evs []pluginkit.Event) (pluginkit
 		s.truncFlying[tb]--
 	}
 	s.got = append(s.got, evs...)
-	return pluginkit.DeliverResult{}, nil
+	return attempt.Result{}, nil
 }
 
 func (s *truncSink) heal() {

@@ -11,8 +11,10 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,8 +22,10 @@ import (
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/walcast/walcast/host/internal/delivery/schedule/attempt"
 	"github.com/walcast/walcast/pluginkit"
 	sinkv1 "github.com/walcast/walcast/proto/sink/v1"
+	sinkv2 "github.com/walcast/walcast/proto/sink/v2"
 	"github.com/walcast/walcast/proto/sink/wire"
 )
 
@@ -31,12 +35,12 @@ type Config struct {
 	Path string
 	// SinkID is the sink's id in the pipeline; every log record from the
 	// plugin carries it as sink=<id>, and Configure passes it (with
-	// Pipeline) to the sink, see pluginkit.IdentityFrom.
+	// Pipeline) to the sink (pluginkit.Setup.Sink).
 	SinkID string
 	// Pipeline is the pipeline's name.
 	Pipeline string
 	// Tables are the tables the sink can receive events of; Configure
-	// passes them (pluginkit.TablesFrom).
+	// passes them (pluginkit.Setup.Tables).
 	Tables []string
 	// Logger receives the plugin's logs and go-plugin's own. Nil discards
 	// them.
@@ -56,7 +60,15 @@ type Config struct {
 	// Env holds "NAME=value" variables the plugin gets on top of the
 	// allowlisted ones (see AllowedEnv): the sink's `env` attribute.
 	Env []string
+
+	// protocols are the protocol versions offered to the plugin; nil
+	// offers every version this host speaks (tests play an older host).
+	protocols []int
 }
+
+// protocols are the sink protocol versions this host speaks, oldest
+// first: plugins built against any SDK since the first one run.
+var protocols = []int{wire.ProtocolV1, wire.ProtocolV2}
 
 // allowedEnv names the variables of walcast's environment a plugin
 // inherits; see AllowedEnv.
@@ -100,15 +112,29 @@ func AllowedEnv(environ []string) []string {
 type Plugin struct {
 	client *plugin.Client
 	conn   *grpc.ClientConn
-	sink   sinkv1.SinkClient
-	log    *slog.Logger
-	cfg    Config
-	exit   *exitNote // how the process ended, from go-plugin's log line
+	calls  lifecycle // the negotiated version's service, but for Deliver
+	// version is the negotiated protocol version, and deliverMethod its
+	// Deliver.
+	version       int
+	deliverMethod string
+	log           *slog.Logger
+	cfg           Config
+	exit          *exitNote // how the process ended, from go-plugin's log line
+}
+
+// lifecycle is the part of a sink service every protocol version shares,
+// message for message; both versions' generated clients have it.
+type lifecycle interface {
+	Describe(ctx context.Context, in *sinkv1.DescribeRequest, opts ...grpc.CallOption) (*sinkv1.DescribeResponse, error)
+	Configure(ctx context.Context, in *sinkv1.ConfigureRequest, opts ...grpc.CallOption) (*sinkv1.ConfigureResponse, error)
+	Open(ctx context.Context, in *sinkv1.OpenRequest, opts ...grpc.CallOption) (*sinkv1.OpenResponse, error)
+	Close(ctx context.Context, in *sinkv1.CloseRequest, opts ...grpc.CallOption) (*sinkv1.CloseResponse, error)
 }
 
 // Launch starts the plugin at cfg.Path and completes the go-plugin
-// handshake. ctx bounds the launch only, not the life of the process; end
-// that with Close and Kill.
+// handshake, in which the plugin picks the newest protocol version both
+// sides speak. ctx bounds the launch only, not the life of the process;
+// end that with Close and Kill.
 func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
 	if cfg.Path == "" {
 		return nil, errors.New("launch sink plugin: no executable path")
@@ -119,16 +145,37 @@ func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
 	}
 	log = log.With("sink", cfg.SinkID)
 	hlog := newHCLogSlog(log)
+	ccfg, err := clientConfig(ctx, cfg, hlog)
+	if err != nil {
+		return nil, fmt.Errorf("launch sink plugin %s: %w", cfg.Path, err)
+	}
+	client := plugin.NewClient(ccfg)
+	rpc, err := client.Client()
+	if err != nil {
+		client.Kill()
+		return nil, fmt.Errorf("launch sink plugin %s: %w", cfg.Path, versionError(err, ccfg.VersionedPlugins))
+	}
+	raw, err := rpc.Dispense(wire.PluginName)
+	if err != nil {
+		client.Kill()
+		return nil, fmt.Errorf("launch sink plugin %s: dispense %q: %w", cfg.Path, wire.PluginName, err)
+	}
+	c := raw.(*grpcClient)
+	return &Plugin{client: client, conn: c.conn, calls: c.calls, version: c.version, deliverMethod: c.deliverMethod,
+		log: log, cfg: cfg, exit: hlog.exit}, nil
+}
 
+// clientConfig is how go-plugin launches the plugin cfg names: the
+// command with its environment, the checksum, the versions offered.
+func clientConfig(ctx context.Context, cfg Config, hlog *hclogSlog) (*plugin.ClientConfig, error) {
 	var secure *plugin.SecureConfig
 	if cfg.SHA256 != "" {
 		sum, err := hex.DecodeString(cfg.SHA256)
 		if err != nil || len(sum) != sha256.Size {
-			return nil, fmt.Errorf("launch sink plugin %s: SHA256 %q is not a hex SHA-256", cfg.Path, cfg.SHA256)
+			return nil, fmt.Errorf("SHA256 %q is not a hex SHA-256", cfg.SHA256)
 		}
 		secure = &plugin.SecureConfig{Checksum: sum, Hash: sha256.New()}
 	}
-
 	stdout := cfg.Stdout
 	if stdout == nil {
 		stdout = os.Stdout
@@ -141,7 +188,7 @@ func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
 		startTimeout = min(startTimeout, time.Until(dl))
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("launch sink plugin %s: %w", cfg.Path, err)
+		return nil, err
 	}
 
 	cmd := exec.Command(cfg.Path)
@@ -158,9 +205,17 @@ func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
 	}
 	cmd.SysProcAttr = sysProcAttr()
 
-	client := plugin.NewClient(&plugin.ClientConfig{
+	versions := cfg.protocols
+	if versions == nil {
+		versions = protocols
+	}
+	sets := make(map[int]plugin.PluginSet, len(versions))
+	for _, v := range versions {
+		sets[v] = plugin.PluginSet{wire.PluginName: &grpcPlugin{version: v}}
+	}
+	return &plugin.ClientConfig{
 		HandshakeConfig:  wire.Handshake(),
-		Plugins:          plugin.PluginSet{wire.PluginName: &grpcPlugin{}},
+		VersionedPlugins: sets,
 		Cmd:              cmd,
 		SecureConfig:     secure,
 		SkipHostEnv:      true,
@@ -171,48 +226,80 @@ func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
 		Logger:           hlog,
 		SyncStdout:       stdout,
 		SyncStderr:       newLineLogger(hlog),
-	})
-	rpc, err := client.Client()
-	if err != nil {
-		client.Kill()
-		return nil, fmt.Errorf("launch sink plugin %s: %w", cfg.Path, err)
-	}
-	raw, err := rpc.Dispense(wire.PluginName)
-	if err != nil {
-		client.Kill()
-		return nil, fmt.Errorf("launch sink plugin %s: dispense %q: %w", cfg.Path, wire.PluginName, err)
-	}
-	c := raw.(*grpcClient)
-	return &Plugin{client: client, sink: c.SinkClient, conn: c.conn, log: log, cfg: cfg, exit: hlog.exit}, nil
+	}, nil
 }
 
-// grpcPlugin is the client half of the plugin set; pluginkit has the
-// server half.
+// incompatibleVersion is go-plugin's refusal of a plugin that answered
+// the handshake with a protocol version the host did not offer.
+var incompatibleVersion = regexp.MustCompile(`(?i)incompatible API version with plugin\. Plugin version: (\d+)`)
+
+// versionError turns go-plugin's refusal of a plugin's protocol version
+// into one that names both sides' versions and what to do; any other
+// error is returned as it is.
+func versionError(err error, offered map[int]plugin.PluginSet) error {
+	m := incompatibleVersion.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	theirs, _ := strconv.Atoi(m[1])
+	ours := make([]int, 0, len(offered))
+	for v := range offered {
+		ours = append(ours, v)
+	}
+	slices.Sort(ours)
+	names := make([]string, len(ours))
+	for i, v := range ours {
+		names[i] = strconv.Itoa(v)
+	}
+	advice := "upgrade walcast, or have the plugin speak an older version (pluginkit.Serve serves a pluginkit.Sink over every version)"
+	if theirs < ours[0] {
+		advice = "rebuild the plugin against a newer pluginkit"
+	}
+	return fmt.Errorf("the plugin speaks sink protocol version %d and this walcast speaks version %s: %s (%w)",
+		theirs, strings.Join(names, " and "), advice, err)
+}
+
+// grpcPlugin is the client half of the plugin set of one protocol
+// version; pluginkit has the server half.
 type grpcPlugin struct {
 	plugin.NetRPCUnsupportedPlugin
+	version int
 }
 
 var _ plugin.GRPCPlugin = (*grpcPlugin)(nil)
 
-func (grpcPlugin) GRPCServer(*plugin.GRPCBroker, *grpc.Server) error {
+func (*grpcPlugin) GRPCServer(*plugin.GRPCBroker, *grpc.Server) error {
 	return errors.New("sinkclient is the host side and serves nothing")
 }
 
-func (grpcPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, conn *grpc.ClientConn) (any, error) {
-	return &grpcClient{SinkClient: sinkv1.NewSinkClient(conn), conn: conn}, nil
+func (p *grpcPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, conn *grpc.ClientConn) (any, error) {
+	c := &grpcClient{conn: conn, version: p.version}
+	switch p.version {
+	case wire.ProtocolV2:
+		c.calls, c.deliverMethod = sinkv2.NewSinkClient(conn), sinkv2.Sink_Deliver_FullMethodName
+	default:
+		c.calls, c.deliverMethod = sinkv1.NewSinkClient(conn), sinkv1.Sink_Deliver_FullMethodName
+	}
+	return c, nil
 }
 
-// grpcClient is what the plugin set dispenses: the generated client, and
-// the connection for Deliver (sent without the generated types) and health
-// checks.
+// grpcClient is what the plugin set dispenses: the negotiated version's
+// client, and the connection for Deliver (sent without the generated
+// types) and health checks.
 type grpcClient struct {
-	sinkv1.SinkClient
-	conn *grpc.ClientConn
+	conn          *grpc.ClientConn
+	calls         lifecycle
+	version       int
+	deliverMethod string
 }
+
+// Version is the sink protocol version the plugin speaks (wire.ProtocolV1
+// or wire.ProtocolV2).
+func (p *Plugin) Version() int { return p.version }
 
 // Info asks the plugin to describe itself.
 func (p *Plugin) Info(ctx context.Context) (pluginkit.Info, error) {
-	resp, err := p.sink.Describe(ctx, &sinkv1.DescribeRequest{})
+	resp, err := p.calls.Describe(ctx, &sinkv1.DescribeRequest{})
 	if err != nil {
 		return pluginkit.Info{}, callError(ctx, "describe", err)
 	}
@@ -237,7 +324,7 @@ func (p *Plugin) Info(ctx context.Context) (pluginkit.Info, error) {
 // Configure passes the sink's config block, encoded as a JSON object. A
 // rejected attribute comes back as a *pluginkit.ConfigError.
 func (p *Plugin) Configure(ctx context.Context, config json.RawMessage) error {
-	if _, err := p.sink.Configure(ctx, &sinkv1.ConfigureRequest{Config: config, Pipeline: p.cfg.Pipeline, SinkId: p.cfg.SinkID, Tables: p.cfg.Tables}); err != nil {
+	if _, err := p.calls.Configure(ctx, &sinkv1.ConfigureRequest{Config: config, Pipeline: p.cfg.Pipeline, SinkId: p.cfg.SinkID, Tables: p.cfg.Tables}); err != nil {
 		return callError(ctx, "configure", err)
 	}
 	return nil
@@ -245,7 +332,7 @@ func (p *Plugin) Configure(ctx context.Context, config json.RawMessage) error {
 
 // Open makes the sink connect to its destination.
 func (p *Plugin) Open(ctx context.Context) (pluginkit.OpenResult, error) {
-	resp, err := p.sink.Open(ctx, &sinkv1.OpenRequest{})
+	resp, err := p.calls.Open(ctx, &sinkv1.OpenRequest{})
 	if err != nil {
 		return pluginkit.OpenResult{}, callError(ctx, "open", err)
 	}
@@ -253,37 +340,46 @@ func (p *Plugin) Open(ctx context.Context) (pluginkit.OpenResult, error) {
 	if cp := resp.GetCheckpoint(); cp != "" {
 		id, err := pluginkit.ParseEventID(cp)
 		if err != nil {
-			return pluginkit.OpenResult{}, pluginkit.Permanent(fmt.Errorf("open: sink reported an invalid checkpoint: %w", err))
+			return pluginkit.OpenResult{}, attempt.Permanent(fmt.Errorf("open: sink reported an invalid checkpoint: %w", err))
 		}
 		res.Checkpoint = id
 	}
 	return res, nil
 }
 
-// Deliver hands one batch to the sink. A nil error means the sink has every
-// event durably; any error is classified by pluginkit.KindOf, and a plugin
-// that died mid-call gives a retryable one.
-func (p *Plugin) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error) {
-	// Sent as a wire.DeliverBatch, which the codec encodes straight
-	// into the sink.v1.DeliverRequest wire format.
-	var resp sinkv1.DeliverResponse
-	if err := p.conn.Invoke(ctx, sinkv1.Sink_Deliver_FullMethodName, wire.DeliverBatch{Events: events, GapBefore: pluginkit.GapBefore(ctx), Replay: pluginkit.IsReplay(ctx)}, &resp); err != nil {
-		return pluginkit.DeliverResult{}, callError(ctx, "deliver", err)
+// Deliver hands one batch to the sink and reads its answer in the
+// negotiated protocol version (see package attempt for what the result
+// and the error mean). A plugin that died mid-call gives a retryable
+// error.
+func (p *Plugin) Deliver(ctx context.Context, b attempt.Batch) (attempt.Result, error) {
+	// Sent as a wire.DeliverBatch, which the codec encodes straight into
+	// the DeliverRequest wire format both versions share.
+	req := wire.DeliverBatch{Events: b.Events, GapBefore: b.GapBefore, Replay: b.Replay}
+	if p.version == wire.ProtocolV1 {
+		var resp sinkv1.DeliverResponse
+		if err := p.conn.Invoke(ctx, p.deliverMethod, req, &resp); err != nil {
+			return attempt.Result{}, callError(ctx, "deliver", err)
+		}
+		return attempt.Result{Duplicates: int(resp.GetDuplicates())}, nil
 	}
-	return pluginkit.DeliverResult{Duplicates: int(resp.GetDuplicates())}, nil
+	var resp sinkv2.DeliverResponse
+	if err := p.conn.Invoke(ctx, p.deliverMethod, req, &resp); err != nil {
+		return attempt.Result{}, callError(ctx, "deliver", err)
+	}
+	return resultOf(&resp, len(b.Events))
 }
 
 // Close asks the sink to release what Open acquired. The process keeps
 // running until Kill.
 func (p *Plugin) Close(ctx context.Context) error {
-	if _, err := p.sink.Close(ctx, &sinkv1.CloseRequest{}); err != nil {
+	if _, err := p.calls.Close(ctx, &sinkv1.CloseRequest{}); err != nil {
 		return callError(ctx, "close", err)
 	}
 	return nil
 }
 
-// callError turns the error of a call to the plugin into a pluginkit error
-// naming the call. When the caller's context has ended it is wrapped too:
+// callError turns the error of a call to the plugin into an error naming
+// the call (see fromStatus). When the caller's context has ended it is wrapped too:
 // the plugin sees the same deadline and may answer with its own failure a
 // moment before gRPC reports the deadline, and the caller must still be able
 // to tell that its deadline passed.

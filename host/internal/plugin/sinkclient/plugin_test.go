@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walcast/walcast/host/internal/delivery/schedule/attempt"
 	"github.com/walcast/walcast/pluginkit"
 )
 
@@ -102,7 +103,7 @@ func TestWebhookDeliversSignedBatch(t *testing.T) {
 	}
 
 	batch := events("0/16B3748:0", "0/16B3748:1", "0/16B3900:0")
-	res, err := p.Deliver(ctx, batch)
+	res, err := p.Deliver(ctx, attempt.Batch{Events: batch})
 	if err != nil {
 		t.Fatalf("Deliver: %v", err)
 	}
@@ -160,9 +161,9 @@ func TestWebhookThrottled(t *testing.T) {
 		w.WriteHeader(http.StatusTooManyRequests)
 	})
 	p := launch(t, "webhook", Config{SinkID: "t"}, map[string]any{"url": srv.URL})
-	_, err := p.Deliver(t.Context(), events("0/1:0"))
-	kind, after := pluginkit.KindOf(err)
-	if kind != pluginkit.KindThrottled || after != 7*time.Second {
+	_, err := p.Deliver(t.Context(), attempt.Batch{Events: events("0/1:0")})
+	kind, after := attempt.KindOf(err)
+	if kind != attempt.KindThrottle || after != 7*time.Second {
 		t.Fatalf("Deliver = %v (kind %s, after %s), want throttled for 7s", err, kind, after)
 	}
 }
@@ -173,11 +174,11 @@ func TestWebhookServerErrorIsRetryable(t *testing.T) {
 		http.Error(w, "database is down", http.StatusInternalServerError)
 	})
 	p := launch(t, "webhook", Config{SinkID: "t"}, map[string]any{"url": srv.URL})
-	_, err := p.Deliver(t.Context(), events("0/1:0"))
+	_, err := p.Deliver(t.Context(), attempt.Batch{Events: events("0/1:0")})
 	if err == nil {
 		t.Fatal("Deliver succeeded against a 500")
 	}
-	if kind, _ := pluginkit.KindOf(err); kind != pluginkit.KindRetryable {
+	if kind, _ := attempt.KindOf(err); kind != attempt.KindRetry {
 		t.Errorf("kind = %s, want retryable", kind)
 	}
 	if msg := err.Error(); !strings.Contains(msg, "500") || !strings.Contains(msg, "database is down") {
@@ -227,8 +228,8 @@ func TestDeadlineReachesSink(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
-	_, err := p.Deliver(ctx, events("0/1:0"))
-	if kind, _ := pluginkit.KindOf(err); err == nil || kind != pluginkit.KindRetryable {
+	_, err := p.Deliver(ctx, attempt.Batch{Events: events("0/1:0")})
+	if kind, _ := attempt.KindOf(err); err == nil || kind != attempt.KindRetry {
 		t.Fatalf("Deliver = %v, want a retryable error", err)
 	}
 	// gRPC hands the plugin the same deadline, so the plugin's own timeout
@@ -251,11 +252,11 @@ func TestKilledPluginGivesRetryable(t *testing.T) {
 	if err := syscall.Kill(p.Pid(), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	_, err := p.Deliver(t.Context(), events("0/1:0"))
+	_, err := p.Deliver(t.Context(), attempt.Batch{Events: events("0/1:0")})
 	if err == nil {
 		t.Fatal("Deliver to a killed plugin succeeded")
 	}
-	if kind, _ := pluginkit.KindOf(err); kind != pluginkit.KindRetryable {
+	if kind, _ := attempt.KindOf(err); kind != attempt.KindRetry {
 		t.Errorf("kind = %s, want retryable (%v)", kind, err)
 	}
 	waitFor(t, 10*time.Second, "Exited", p.Exited)
@@ -287,7 +288,7 @@ func TestSupervisedRestartsAfterCrash(t *testing.T) {
 	batch := events("0/2:0", "0/2:1")
 	errc := make(chan error, 1)
 	go func() {
-		_, err := s.Deliver(ctx, batch)
+		_, err := s.Deliver(ctx, attempt.Batch{Events: batch})
 		errc <- err
 	}()
 	<-reqs
@@ -296,7 +297,7 @@ func TestSupervisedRestartsAfterCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = <-errc
-	if kind, _ := pluginkit.KindOf(err); err == nil || kind != pluginkit.KindRetryable {
+	if kind, _ := attempt.KindOf(err); err == nil || kind != attempt.KindRetry {
 		t.Fatalf("Deliver during the crash = %v, want a retryable error", err)
 	}
 	// The caller's log line and error already name the sink.
@@ -305,7 +306,7 @@ func TestSupervisedRestartsAfterCrash(t *testing.T) {
 	}
 
 	// The redelivery relaunches the plugin and goes through.
-	if _, err := s.Deliver(ctx, batch); err != nil {
+	if _, err := s.Deliver(ctx, attempt.Batch{Events: batch}); err != nil {
 		t.Fatalf("redelivery after the crash: %v", err)
 	}
 	req := <-reqs
@@ -369,7 +370,7 @@ func TestStdoutPlugin(t *testing.T) {
 	t.Run("file", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "out.jsonl")
 		p := launch(t, "stdout", Config{SinkID: "file"}, map[string]any{"path": path})
-		if _, err := p.Deliver(ctx, batch); err != nil {
+		if _, err := p.Deliver(ctx, attempt.Batch{Events: batch}); err != nil {
 			t.Fatal(err)
 		}
 		// Deliver returned: the lines are already in the file.
@@ -385,7 +386,7 @@ func TestStdoutPlugin(t *testing.T) {
 	t.Run("stdout", func(t *testing.T) {
 		var out syncBuffer
 		p := launch(t, "stdout", Config{SinkID: "out", Stdout: &out}, map[string]any{})
-		if _, err := p.Deliver(ctx, batch); err != nil {
+		if _, err := p.Deliver(ctx, attempt.Batch{Events: batch}); err != nil {
 			t.Fatal(err)
 		}
 		// go-plugin streams the plugin's stdout asynchronously.

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/walcast/walcast/host/internal/delivery/schedule/attempt"
 	"github.com/walcast/walcast/pluginkit"
 )
 
@@ -24,7 +25,7 @@ func TestStdoutSinkWritesToWalcastStdout(t *testing.T) {
 		}
 		defer f.Close()
 		p := launch(t, "stdout", Config{SinkID: "out", Stdout: f}, map[string]any{})
-		if _, err := p.Deliver(t.Context(), ev); err != nil {
+		if _, err := p.Deliver(t.Context(), attempt.Batch{Events: ev}); err != nil {
 			t.Fatal(err)
 		}
 		// No waiting: Deliver returned, so the line is in the file.
@@ -42,11 +43,11 @@ func TestStdoutSinkWritesToWalcastStdout(t *testing.T) {
 		defer w.Close()
 		p := launch(t, "stdout", Config{SinkID: "out", Stdout: w}, map[string]any{})
 		r.Close() // nobody reads walcast's stdout any more
-		_, err = p.Deliver(t.Context(), ev)
+		_, err = p.Deliver(t.Context(), attempt.Batch{Events: ev})
 		if err == nil {
 			t.Fatal("Deliver succeeded although walcast's stdout is a pipe nobody reads")
 		}
-		if kind, _ := pluginkit.KindOf(err); kind != pluginkit.KindRetryable || !strings.Contains(err.Error(), "broken pipe") {
+		if kind, _ := attempt.KindOf(err); kind != attempt.KindRetry || !strings.Contains(err.Error(), "broken pipe") {
 			t.Fatalf("Deliver = %v (%s), want a retryable broken pipe", err, kind)
 		}
 		t.Logf("Deliver with nobody reading walcast's stdout: %v", err)

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/walcast/walcast/host/internal/delivery/schedule/attempt"
 	"github.com/walcast/walcast/pluginkit"
 )
 
@@ -124,12 +125,12 @@ func (s *Supervised) Restarts() int {
 // Deliver hands one batch to the plugin, relaunching it first if it died.
 // A batch that fails because the process died, or because it cannot be
 // relaunched yet, gets a retryable error: deliver it again.
-func (s *Supervised) Deliver(ctx context.Context, events []pluginkit.Event) (pluginkit.DeliverResult, error) {
+func (s *Supervised) Deliver(ctx context.Context, b attempt.Batch) (attempt.Result, error) {
 	p, err := s.running(ctx)
 	if err != nil {
-		return pluginkit.DeliverResult{}, err
+		return attempt.Result{}, err
 	}
-	res, err := p.Deliver(ctx, events)
+	res, err := p.Deliver(ctx, b)
 	if err == nil {
 		s.mu.Lock()
 		if s.p == p {
@@ -140,7 +141,7 @@ func (s *Supervised) Deliver(ctx context.Context, events []pluginkit.Event) (plu
 	}
 	if !p.alive(ctx) {
 		s.buried(p)
-		return res, pluginkit.Retryable(fmt.Errorf("plugin process died: %w", err))
+		return res, attempt.Retryable(fmt.Errorf("plugin process died: %w", err))
 	}
 	return res, err
 }
@@ -153,7 +154,7 @@ func (s *Supervised) running(ctx context.Context) (*Plugin, error) {
 	s.mu.Unlock()
 	switch {
 	case closed:
-		return nil, pluginkit.Permanent(errors.New("sink plugin supervisor closed"))
+		return nil, attempt.Permanent(errors.New("sink plugin supervisor closed"))
 	case p != nil && !p.Exited():
 		return p, nil
 	case p != nil:
@@ -164,7 +165,7 @@ func (s *Supervised) running(ctx context.Context) (*Plugin, error) {
 	case s.lock <- struct{}{}:
 		defer func() { <-s.lock }()
 	case <-ctx.Done():
-		return nil, pluginkit.Retryable(fmt.Errorf("wait for plugin restart: %w", ctx.Err()))
+		return nil, attempt.Retryable(fmt.Errorf("wait for plugin restart: %w", ctx.Err()))
 	}
 
 	// Another caller may have relaunched it while we waited.
@@ -172,7 +173,7 @@ func (s *Supervised) running(ctx context.Context) (*Plugin, error) {
 	p, closed, notBefore := s.p, s.closed, s.notBefore
 	s.mu.Unlock()
 	if closed {
-		return nil, pluginkit.Permanent(errors.New("sink plugin supervisor closed"))
+		return nil, attempt.Permanent(errors.New("sink plugin supervisor closed"))
 	}
 	if p != nil {
 		return p, nil
@@ -184,7 +185,7 @@ func (s *Supervised) running(ctx context.Context) (*Plugin, error) {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return nil, pluginkit.Retryable(fmt.Errorf("wait for plugin restart backoff: %w", ctx.Err()))
+			return nil, attempt.Retryable(fmt.Errorf("wait for plugin restart backoff: %w", ctx.Err()))
 		}
 	}
 
@@ -197,13 +198,13 @@ func (s *Supervised) running(ctx context.Context) (*Plugin, error) {
 		s.notBefore = time.Now().Add(wait)
 		s.mu.Unlock()
 		s.log.Warn("sink plugin restart failed", "err", err, "retry_in", wait.String())
-		return nil, pluginkit.Retryable(fmt.Errorf("restart: %w", err))
+		return nil, attempt.Retryable(fmt.Errorf("restart: %w", err))
 	}
 	if s.closed {
 		// Close ran while we were launching.
 		s.mu.Unlock()
 		p.Kill()
-		return nil, pluginkit.Permanent(errors.New("sink plugin supervisor closed"))
+		return nil, attempt.Permanent(errors.New("sink plugin supervisor closed"))
 	}
 	s.p, s.open = p, open
 	s.restarts++

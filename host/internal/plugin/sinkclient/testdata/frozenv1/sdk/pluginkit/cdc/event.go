@@ -1,0 +1,40 @@
+package cdc
+
+// Op is the kind of change an event describes.
+type Op string
+
+// The operations pgoutput reports.
+const (
+	OpInsert   Op = "insert"
+	OpUpdate   Op = "update"
+	OpDelete   Op = "delete"
+	OpTruncate Op = "truncate"
+	// OpRead is a row as it stood when a backfill read it: key and new
+	// are set, old is null.
+	OpRead Op = "read"
+)
+
+// Event is one change as a sink receives it: the envelope, already encoded
+// once by the host (the same bytes go to every sink), plus the fields a sink
+// routes on so that it never has to parse the envelope.
+type Event struct {
+	// ID is the event's deterministic id; see EventID.
+	ID EventID
+	// Schema and Table name the changed relation.
+	Schema string
+	Table  string
+	// Op is insert, update, delete, truncate or read.
+	Op Op
+	// Key is the JSON object of the row's replica-identity columns, or
+	// "null" for a truncate or a table without a key.
+	Key []byte
+	// Payload is the JSON envelope (docs/events.md).
+	Payload []byte
+}
+
+// Member returns the raw JSON of one top-level member of the envelope
+// ("new", "old", "unchanged", …) without decoding the rest; found is false
+// when the envelope has no such member.
+func (e *Event) Member(name string) (value []byte, found bool) {
+	return Member(e.Payload, name)
+}

@@ -1,0 +1,3 @@
+module github.com/walcast/walcast/pluginkit/cdc
+
+go 1.22

@@ -1,0 +1,81 @@
+package pluginkit
+
+import (
+	"context"
+	"encoding/json"
+)
+
+// Sink is what a sink plugin implements. The host calls Configure once, then
+// Open, then Deliver any number of times, then Close. Deliver may be called
+// concurrently with batches of different rows (the pipeline's max_in_flight)
+// unless Info.Ordered asks for one batch at a time. After a plugin
+// process is restarted the sequence starts again with Configure.
+//
+// Every context passed to a Sink carries the host's deadline for that call
+// across the process boundary; a sink must return promptly when it ends.
+type Sink interface {
+	// Info describes the sink. It must not block and must work before
+	// Configure, so that `walcast validate` can check a config block
+	// without opening anything.
+	Info() Info
+
+	// Configure receives the sink's HCL `config` block as JSON, already
+	// checked against Info().Config. It validates and stores the settings
+	// but opens no connection. IdentityFrom(ctx) names the sink. Return a *ConfigError to point the user at
+	// the offending attribute.
+	Configure(ctx context.Context, config json.RawMessage) error
+
+	// Open connects to the destination. The returned OpenResult may name
+	// the last event id the destination itself has durably recorded (the
+	// Kafka sink's checkpoint topic, for example); the host then never
+	// redelivers live events at or below it. Parked events an operator
+	// replays lie below it all the same: they come in batches of their
+	// own, marked by IsReplay, and must be written.
+	Open(ctx context.Context) (OpenResult, error)
+
+	// Deliver hands over a batch of events in id order. A nil error means
+	// every event is durably at the destination: only then does the host
+	// record the acknowledgement. Errors are retryable unless wrapped with
+	// Permanent; Throttled asks the host to pause. The context ends at the
+	// sink's deliver_timeout. The events and their Key and Payload bytes
+	// are the sink's: they are never reused, so keeping them after Deliver
+	// returns is safe (a kept event holds its whole batch's buffer).
+	Deliver(ctx context.Context, events []Event) (DeliverResult, error)
+
+	// Close releases everything Open acquired.
+	Close(ctx context.Context) error
+}
+
+// Info is a sink's description of itself.
+type Info struct {
+	// Name is the plugin type used in `sink "<name>" "<id>"`.
+	Name string
+	// Version is the sink's own version string.
+	Version string
+	// Config declares the attributes accepted in the `config` block.
+	Config []ConfigField
+	// Ordered asks the host to keep one batch in flight, in global commit
+	// order, whatever the pipeline's delivery block says.
+	Ordered bool
+	// BatchSize, when set, is the batch size the host uses for this sink
+	// when the pipeline's delivery block sets no batch_size (the host's
+	// default is 100): for a destination whose every call has a high
+	// fixed cost, such as a Kafka transaction. Hosts older than this field
+	// ignore it. At most 10000.
+	BatchSize int
+}
+
+// OpenResult is what a sink reports after connecting.
+type OpenResult struct {
+	// Checkpoint, when non-zero, is the last event id the destination has
+	// durably recorded on its own.
+	Checkpoint EventID
+}
+
+// DeliverResult is what a successful Deliver reports.
+type DeliverResult struct {
+	// Duplicates counts events of the batch the sink recognised as already
+	// delivered and skipped. In a replay batch (IsReplay) the host treats
+	// any duplicate as a failure and keeps the events parked.
+	Duplicates int
+}
