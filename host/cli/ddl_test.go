@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -88,8 +89,11 @@ func TestDDLMidStream(t *testing.T) {
 	checkRowMirror(t, db, "public.items", []string{"id"}, rcv.events())
 
 	// The columns of each event are the row's at its commit: the first
-	// events carry note and no extra, the last ones extra2 and tags.
-	evs := rcv.events()
+	// events carry note and no extra, the last ones extra2 and tags. First
+	// and last in commit order: rows travel in lanes of their own, so the
+	// last to arrive may be an earlier transaction's delete.
+	evs := slices.Clone(rcv.events())
+	slices.SortFunc(evs, func(a, b received) int { return a.ID.Compare(b.ID) })
 	first, last := parseFull(t, evs[0]), parseFull(t, evs[len(evs)-1])
 	if _, ok := first.New["note"]; !ok {
 		t.Errorf("first event %s has no note: %v", first.ID, first.New)
