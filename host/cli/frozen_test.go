@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/walcast/walcast/pluginkit"
 )
 
 // TestFrozenLeaderIsFenced freezes the leader (SIGSTOP) with deliveries
@@ -55,8 +57,17 @@ func TestFrozenLeaderIsFenced(t *testing.T) {
 		}
 		return s
 	}
-	waitFor(t, "the new leader's checkpoint", time.Minute, func() bool { return checkpoints() != "" })
-	time.Sleep(time.Second) // let the new leader's checkpoint settle (nothing else is written)
+	// The new leader's checkpoint settles on the last event, and nothing
+	// else is written.
+	var last pluginkit.EventID
+	for _, e := range rcv.events() {
+		if e.ID.Compare(last) > 0 {
+			last = e.ID
+		}
+	}
+	waitFor(t, "the new leader's checkpoint at the last event", time.Minute, func() bool {
+		return checkpoints() == fmt.Sprintf("hook=%s:%d", pluginkit.FormatLSN(last.CommitLSN), last.Index)
+	})
 	before, got := checkpoints(), rcv.count()
 
 	first.cmd.Process.Signal(syscall.SIGCONT)

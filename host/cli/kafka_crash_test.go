@@ -76,6 +76,7 @@ func runKafkaCrashLoop(t *testing.T, name string, lc kafkaLoop) kafkaLoopResult 
 
 	res := kafkaLoopResult{addr: addr}
 	begin := time.Now()
+	var workEnd uint64 // the WAL's end once the workload has committed everything
 	for kill := 1; kill <= lc.kills; kill++ {
 		// Kill at a random point while records are being produced: the
 		// slot holds far more than these few thousand events, so every
@@ -86,18 +87,16 @@ func runKafkaCrashLoop(t *testing.T, name string, lc kafkaLoop) kafkaLoopResult 
 		target := highWatermarks(ctx, adm, kafkaTopic) + 1 + int64(r.IntN(20000/(lc.kills+1)))
 		// On a slow machine the workload may end, and walcast deliver all
 		// of it, before the target is reached: then there is nothing left
-		// to interrupt, and the remaining kills are skipped (at least two
-		// must have landed, checked below).
-		var last int64
-		lastMove := time.Now()
+		// to interrupt (the slot has confirmed the workload's end), and
+		// the remaining kills are skipped (at least two must have landed,
+		// checked below).
 		drained := false
 		waitFor(t, "records before kill", 2*time.Minute, func() bool {
-			hw := highWatermarks(ctx, adm, kafkaTopic)
-			if hw != last {
-				last, lastMove = hw, time.Now()
+			if worked.Load() && workEnd == 0 {
+				workEnd = lsnQuery(t, db, `SELECT pg_current_wal_lsn()::text`)
 			}
-			drained = worked.Load() && time.Since(lastMove) > 3*time.Second
-			return hw >= target || drained
+			drained = workEnd != 0 && confirmedFlush(t, db, "walcast_"+name) >= workEnd
+			return highWatermarks(ctx, adm, kafkaTopic) >= target || drained
 		})
 		if drained {
 			if kill <= 2 {
