@@ -1,13 +1,11 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -155,25 +153,6 @@ FROM walcast.backfills WHERE pipeline = $1`, name).Scan(&written, &active); err 
 		samples, worst, backfillWindow, worstAfterKill, s.written, tables*rowsEach, killed)
 }
 
-// syncBuffer is a bytes.Buffer safe for a process writing while the test
-// reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // TestBackfillWaitAcknowledged: walcast backfill --wait must return only
 // once the sink acknowledged the rows, not once they are written. The
 // receiver holds every request until the backfill is written; --wait must
@@ -199,20 +178,9 @@ func TestBackfillWaitAcknowledged(t *testing.T) {
 
 	rcv.setMode(modeHang)
 	var out syncBuffer
-	cmd := exec.Command(filepath.Join(binDir, "walcast"), "backfill", pipeline, "--table", "public.items", "--wait")
+	cmd := walcastCommand("backfill", pipeline, "--table", "public.items", "--wait")
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-		}
-	})
+	backfill := startLogged(t, cmd, "walcast backfill")
 	var id int64
 	waitFor(t, "the backfill to be queued", time.Minute, func() bool {
 		_, err := fmt.Sscanf(out.String(), "backfill %d ", &id)
@@ -223,9 +191,9 @@ func TestBackfillWaitAcknowledged(t *testing.T) {
 	waitDeadline := time.Now().Add(2 * time.Minute)
 	for !strings.Contains(out.String(), "to acknowledge every row") {
 		select {
-		case err := <-exited:
+		case <-backfill.exited:
 			_, got, _ := counter.counts()
-			t.Fatalf("walcast backfill --wait returned (%v) once the rows were written, with %d of %d rows at the sink:\n%s", err, got, rows, out.String())
+			t.Fatalf("walcast backfill --wait returned (%v) once the rows were written, with %d of %d rows at the sink:\n%s", backfill.err, got, rows, out.String())
 		case <-time.After(25 * time.Millisecond):
 		}
 		if time.Now().After(waitDeadline) {
@@ -234,8 +202,8 @@ func TestBackfillWaitAcknowledged(t *testing.T) {
 	}
 	rcv.setMode(modeOK)
 	select {
-	case err := <-exited:
-		if err != nil {
+	case <-backfill.exited:
+		if err := backfill.err; err != nil {
 			var ee *exec.ExitError
 			if errors.As(err, &ee) {
 				t.Fatalf("walcast backfill --wait exited %d:\n%s", ee.ExitCode(), out.String())

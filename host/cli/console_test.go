@@ -1,14 +1,12 @@
 package cli
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -17,52 +15,6 @@ import (
 
 	"github.com/chromedp/chromedp"
 )
-
-// startConsole runs `walcast console` on a free loopback port, with env
-// added to its environment, and returns its URL.
-func startConsole(t *testing.T, env []string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, "walcast"), append([]string{"console", "--listen", "127.0.0.1:0"}, args...)...)
-	cmd.Env = append(os.Environ(), env...)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(t.TempDir(), "console.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("walcast console log:\n%s", tail(string(b), 40))
-		}
-	})
-	urls := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if m := regexp.MustCompile(`^walcast console on (http://\S+/)`).FindStringSubmatch(sc.Text()); m != nil {
-				urls <- m[1]
-			}
-		}
-	}()
-	select {
-	case u := <-urls:
-		return u
-	case <-time.After(time.Minute):
-		t.Fatal("walcast console did not print its address within a minute")
-		return ""
-	}
-}
 
 // chromiumForConsole returns the Chromium executable, failing in CI (where
 // `make tools` installs it) and skipping elsewhere when it is missing.

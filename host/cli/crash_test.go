@@ -10,52 +10,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/walcast/walcast/host/pgtest"
 )
-
-// workload commits at least n changes to items in transactions of mixed
-// size (1 to 5,000 rows): inserts of new rows, updates of existing ones
-// (rows change many times, so per-row order is observable) and deletes.
-func workload(ctx context.Context, db *pgx.Conn, r *rand.Rand, n int) (int, error) {
-	sizes := []int{1, 1, 2, 5, 10, 50, 200, 1000, 5000}
-	next, changes := 1, 0
-	for changes < n {
-		size := sizes[r.IntN(len(sizes))]
-		var sql string
-		switch op := r.IntN(10); {
-		case next < 2*size || op < 5:
-			sql = fmt.Sprintf(`INSERT INTO items (id, v, pad) SELECT g, 0, repeat('x', 50) FROM generate_series(%d, %d) g`, next, next+size-1)
-			next += size
-		case op < 9:
-			lo := 1 + r.IntN(next-size)
-			sql = fmt.Sprintf(`UPDATE items SET v = v + 1 WHERE id BETWEEN %d AND %d`, lo, lo+size-1)
-		default:
-			lo := 1 + r.IntN(next-size)
-			sql = fmt.Sprintf(`DELETE FROM items WHERE id BETWEEN %d AND %d`, lo, lo+size-1)
-		}
-		tag, err := db.Exec(ctx, sql)
-		if err != nil {
-			return changes, err
-		}
-		changes += int(tag.RowsAffected())
-		// Several statements per transaction now and then.
-		if r.IntN(4) == 0 {
-			err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-				if _, err := tx.Exec(ctx, `UPDATE items SET v = v + 1 WHERE id = 1`); err != nil {
-					return err
-				}
-				_, err := tx.Exec(ctx, `INSERT INTO items VALUES ($1, 0, 'y')`, next)
-				return err
-			})
-			if err != nil {
-				return changes, err
-			}
-			next++
-			changes += 2 // the update may hit a deleted row; counted by truth anyway
-		}
-	}
-	return changes, nil
-}
 
 // TestCrashLoopLosesNothing kills walcast with SIGKILL three times while a
 // 20,000+ change workload runs (both times WALCAST_CHAOS) and checks,

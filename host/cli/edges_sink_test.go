@@ -3,7 +3,6 @@ package cli
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -21,8 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/walcast/walcast/host/pgtest"
 	"github.com/walcast/walcast/pluginkit"
 )
@@ -30,14 +26,6 @@ import (
 // Issue 24's sink edges, end to end: a real PostgreSQL, the built walcast
 // and sink plugins, real HTTP servers on 127.0.0.1 and a real full disk
 // (tmpfs).
-
-// ownTruthSlot is truthSlot for a slot dropped when the test ends, so
-// that the test can run again (-count) against the shared cluster.
-func ownTruthSlot(t *testing.T, dsn string, db *pgx.Conn, slot string) {
-	t.Helper()
-	truthSlot(t, db, slot)
-	t.Cleanup(func() { dropSlot(dsn, slot) })
-}
 
 // landingServer is where a redirect points: it answers 200 to anything
 // (so a followed redirect looks delivered) and records every request.
@@ -69,35 +57,6 @@ func (s *landingServer) requests() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.reqs...)
-}
-
-// parkedErrors returns walcast.parked's last_error of every parked event
-// of the pipeline, by sink.
-func parkedErrors(t *testing.T, db *pgx.Conn, pipeline string) map[string][]string {
-	t.Helper()
-	rows, err := db.Query(context.Background(), `SELECT sink, last_error FROM walcast.parked WHERE pipeline = $1`, pipeline)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[string][]string{}
-	for rows.Next() {
-		var sink, msg string
-		if err := rows.Scan(&sink, &msg); err != nil {
-			t.Fatal(err)
-		}
-		out[sink] = append(out[sink], msg)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func parkedCount(db *pgx.Conn, pipeline string) int {
-	var n int
-	db.QueryRow(context.Background(), `SELECT count(*) FROM walcast.parked WHERE pipeline = $1`, pipeline).Scan(&n)
-	return n
 }
 
 // TestWebhookRedirectIsParkedNotLost: a receiver that answers 302 (Go's
@@ -462,35 +421,4 @@ func testStdoutFullDisk(t *testing.T, toPath bool) {
 	}
 	dups := verify(t, truth(t, db, "truth_"+name, map[string]bool{"public.items": true}), evs)
 	t.Logf("%d rounds: %d changes, all in whole lines (%d written twice, %d fragment lines)", rounds, len(evs)-dups, dups, len(bad))
-}
-
-// startWalcastStdout is startWalcast with walcast's stdout going to
-// stdoutPath and its log (stderr) to a file of its own.
-func startWalcastStdout(t *testing.T, pipeline, stdoutPath string) *walcastProc {
-	t.Helper()
-	logPath := filepath.Join(t.TempDir(), "walcast.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	outf, err := os.OpenFile(stdoutPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(filepath.Join(binDir, "walcast"), "run", pipeline, "--plugin-dir", binDir, "--shutdown-timeout", "10s")
-	cmd.Stdout, cmd.Stderr = outf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &walcastProc{t: t, cmd: cmd, log: logPath, done: make(chan error, 1)}
-	go func() { p.done <- cmd.Wait(); logf.Close(); outf.Close() }()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.done
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("walcast log (%s):\n%s", logPath, tail(string(b), 60))
-		}
-	})
-	return p
 }

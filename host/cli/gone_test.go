@@ -24,9 +24,8 @@ func TestWebhookGoneStopsTheSink(t *testing.T) {
 	exec1(t, db, `INSERT INTO items SELECT g, 0 FROM generate_series(1, 5) g`)
 
 	select {
-	case err := <-proc.done:
-		proc.done <- err
-		if err == nil {
+	case <-proc.exited:
+		if proc.err == nil {
 			t.Fatal("walcast run exited 0 after the endpoint answered 410 Gone")
 		}
 	case <-time.After(2 * time.Minute):

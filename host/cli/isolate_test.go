@@ -9,31 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/walcast/walcast/host/internal/delivery/isolate"
 )
-
-// catchupSlots lists the slots that exist named like a catch-up slot of
-// the pipeline whose slot is main.
-func catchupSlots(t testing.TB, db *pgx.Conn, main string) []string {
-	t.Helper()
-	rows, err := db.Query(context.Background(), `SELECT slot_name::text FROM pg_replication_slots`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, n := range names {
-		if isolate.IsCatchupSlot(main, n) {
-			out = append(out, n)
-		}
-	}
-	return out
-}
 
 // TestSlowSinkDetachesCatchesUpAndRejoins runs a fast and a stalled
 // webhook sink on one pipeline. The stalled one is detached onto a copy of

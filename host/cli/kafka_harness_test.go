@@ -64,29 +64,12 @@ func buildKfake(t testing.TB) string {
 func startKafka(t testing.TB) string {
 	t.Helper()
 	bin := buildKfake(t)
-	logPath := filepath.Join(t.TempDir(), "kfake.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cmd := exec.Command(bin, "-ports", "0", "-default-partitions", "3", "-log-level", "warn")
-	cmd.Stderr = logf
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("kfake log:\n%s", tail(string(b), 40))
-		}
-	})
+	startLogged(t, cmd, "kfake")
 	addr := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/walcast/walcast/host/internal/control/checkpoint"
 	"github.com/walcast/walcast/host/pgtest"
 )
@@ -20,76 +18,6 @@ import (
 // Tests of what happens when the slot, the publication or the database
 // changes under walcast: each ends in an explicit, explained stop, and
 // --accept-gap is the recorded way on.
-
-// walcastOut runs a walcast subcommand to completion (walcastCmd) and
-// returns its stdout and stderr together, and its exit code.
-func walcastOut(t *testing.T, args ...string) (string, int) {
-	t.Helper()
-	stdout, stderr, code := walcastCmd(t, args...)
-	return stdout + stderr, code
-}
-
-// insertItems commits n single-row transactions, ids from..from+n-1.
-func insertItems(t *testing.T, db *pgx.Conn, from, n int) {
-	t.Helper()
-	for i := from; i < from+n; i++ {
-		exec1(t, db, `INSERT INTO items (id) VALUES ($1)`, i)
-	}
-}
-
-// keysOf returns the set of {"id":N} keys in a list of changes.
-func keysOf[T any](xs []T, key func(T) string) map[string]bool {
-	m := map[string]bool{}
-	for _, x := range xs {
-		m[key(x)] = true
-	}
-	return m
-}
-
-// missingKeys lists, in id order, the keys the truth has that arrived
-// nowhere.
-func missingKeys(want []change, got []received) []string {
-	have := keysOf(got, func(r received) string { return r.Key })
-	var out []string
-	for _, c := range want {
-		if !have[c.Key] {
-			out = append(out, c.Key)
-		}
-	}
-	return out
-}
-
-func itemKeys(from, n int) []string {
-	var out []string
-	for i := from; i < from+n; i++ {
-		out = append(out, fmt.Sprintf(`{"id":%d}`, i))
-	}
-	return out
-}
-
-func slotCount(t *testing.T, db *pgx.Conn, slot string) int {
-	t.Helper()
-	var n int
-	if err := db.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-// streamItems starts walcast, commits n rows and waits until the receiver
-// has them all, then stops walcast cleanly.
-func streamItems(t *testing.T, db *pgx.Conn, pipeline, slot string, rcv *receiver, from, n int, args ...string) {
-	t.Helper()
-	w := startWalcast(t, pipeline, args...)
-	waitSlot(t, db, slot)
-	w.waitLog(t, "streaming from slot")
-	before := rcv.distinct()
-	insertItems(t, db, from, n)
-	waitFor(t, "deliveries", time.Minute, func() bool { return rcv.distinct() >= before+n })
-	w.stop()
-	// What a test does to the slot next must not race its walsender.
-	waitSlotReleased(t, db, slot)
-}
 
 var checkpointRe = regexp.MustCompile(`hook [0-9A-F]+/[0-9A-F]+:\d+`)
 
@@ -414,10 +342,9 @@ func TestGroupStopIsClean(t *testing.T) {
 				syscall.Kill(pid, syscall.SIGTERM)
 			}
 			select {
-			case err := <-w.done:
-				w.done <- err
-				if err != nil {
-					t.Fatalf("walcast exited with %v after the group SIGTERM, want 0", err)
+			case <-w.exited:
+				if w.err != nil {
+					t.Fatalf("walcast exited with %v after the group SIGTERM, want 0", w.err)
 				}
 			case <-time.After(time.Minute):
 				t.Fatal("walcast did not stop")

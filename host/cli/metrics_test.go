@@ -9,10 +9,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
 
 // TestMetrics scrapes `walcast run --metrics-listen` with Prometheus's own
@@ -157,70 +153,4 @@ func TestMetrics(t *testing.T) {
 	}
 	want("walcast_leader", map[string]string{"pipeline": "metrics"}, eq(1), "1")
 	proc.stop()
-}
-
-func scrape(t *testing.T, base string) map[string]*dto.MetricFamily {
-	t.Helper()
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /metrics: %s", resp.Status)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	mf, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("parse /metrics: %v", err)
-	}
-	return mf
-}
-
-// find returns the series of family name whose labels include labels.
-func find(t *testing.T, mf map[string]*dto.MetricFamily, name string, labels map[string]string) *dto.Metric {
-	t.Helper()
-	f, ok := mf[name]
-	if !ok {
-		t.Fatalf("metric %s missing", name)
-	}
-	for _, m := range f.GetMetric() {
-		match := 0
-		for _, lp := range m.GetLabel() {
-			if v, ok := labels[lp.GetName()]; ok && v == lp.GetValue() {
-				match++
-			}
-		}
-		if match == len(labels) {
-			return m
-		}
-	}
-	return nil
-}
-
-func value(t *testing.T, mf map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
-	t.Helper()
-	m := find(t, mf, name, labels)
-	switch {
-	case m == nil:
-		t.Fatalf("no %s series with %v", name, labels)
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
-	}
-	t.Fatalf("%s is neither a counter nor a gauge", name)
-	return 0
-}
-
-func histogramCount(t *testing.T, mf map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
-	t.Helper()
-	if _, ok := mf[name]; !ok {
-		return 0 // no observation yet
-	}
-	m := find(t, mf, name, labels)
-	if m == nil {
-		return 0
-	}
-	return float64(m.GetHistogram().GetSampleCount())
 }

@@ -3,66 +3,15 @@ package cli
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/walcast/walcast/host/internal/control/leader"
 )
-
-// pipelineDir writes one pipeline per receiver, all on public.items, into
-// one directory (walcast run takes it as the set), and returns the
-// directory and each pipeline's file.
-func pipelineDir(t *testing.T, dsn, prefix string, rcvs []*receiver) (dir string, files []string) {
-	t.Helper()
-	dir = t.TempDir()
-	for i, r := range rcvs {
-		name := fmt.Sprintf("%s%d", prefix, i)
-		src := writePipeline(t, name, dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: r.URL, Batch: 10})
-		b, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dst := filepath.Join(dir, name+".hcl")
-		if err := os.WriteFile(dst, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		files = append(files, dst)
-	}
-	return dir, files
-}
-
-// metricsBase returns the http://host:port walcast serves /metrics and
-// /healthz on (started with --metrics-listen 127.0.0.1:0).
-func metricsBase(t *testing.T, p *walcastProc) string {
-	t.Helper()
-	p.waitLog(t, "serving metrics")
-	m := regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(p.logText())
-	if m == nil {
-		t.Fatalf("no metrics address in the log:\n%s", p.logText())
-	}
-	return "http://" + m[1]
-}
-
-// healthz returns /healthz's status code and body.
-func healthz(t *testing.T, base string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(base + "/healthz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
-}
 
 // TestMaxPipelinesCapsEachInstance runs two instances with the same four
 // pipelines and --max-pipelines 1: each leads exactly one, the two others
@@ -224,9 +173,8 @@ func TestFailedPipelineStopsAlone(t *testing.T) {
 		waitFor(t, fmt.Sprintf("alone%d to deliver after alone1 failed", i), time.Minute, func() bool { return rcvs[i].distinct() >= 30 })
 	}
 	select {
-	case err := <-proc.done:
-		proc.done <- err
-		t.Fatalf("walcast exited (%v) while two pipelines could go on", err)
+	case <-proc.exited:
+		t.Fatalf("walcast exited (%v) while two pipelines could go on", proc.err)
 	default:
 	}
 	if n := rcvs[1].distinct(); n > 20 {
@@ -235,9 +183,8 @@ func TestFailedPipelineStopsAlone(t *testing.T) {
 	// Stopped, the process reports the failure: exit 1 naming the pipeline.
 	proc.cmd.Process.Signal(os.Interrupt)
 	select {
-	case err := <-proc.done:
-		proc.done <- err
-		if err == nil {
+	case <-proc.exited:
+		if proc.err == nil {
 			t.Error("walcast exited 0 with a pipeline that failed")
 		}
 	case <-time.After(time.Minute):

@@ -92,25 +92,8 @@ scrape_configs:
 		t.Fatal(err)
 	}
 	port := freePort(t)
-	logf, err := os.Create(filepath.Join(dir, "prometheus.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(prometheus, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address=127.0.0.1:"+port, "--log.level=warn")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			t.Logf("prometheus log:\n%s", tail(string(b), 30))
-		}
-	})
+	startLogged(t, exec.Command(prometheus, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address=127.0.0.1:"+port, "--log.level=warn"), "prometheus")
 	api := "http://127.0.0.1:" + port + "/api/v1/"
 	get := func(path string, into any) bool {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)

@@ -87,31 +87,11 @@ func runSh(t *testing.T, dir string, env []string, script string) string {
 // for walcast's output (stdout and stderr).
 func runPipelineUntil(t *testing.T, pipeline, pluginDir, dsn, slot string, act func(), what string, done func(out string) bool) {
 	t.Helper()
-	logPath := filepath.Join(t.TempDir(), "walcast.log")
-	f, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(filepath.Join(binDir, "walcast"), "run", pipeline, "--plugin-dir", pluginDir, "--shutdown-timeout", "10s")
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		f.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("walcast run log:\n%s", tail(string(b), 60))
-		}
-	}()
+	p := startWalcastCmd(t, runCommand(pluginDir, pipeline))
+	defer p.kill()
 	waitSlot(t, connect(t, dsn), slot)
 	act()
-	waitFor(t, what, 2*time.Minute, func() bool {
-		b, _ := os.ReadFile(logPath)
-		return done(string(b))
-	})
+	waitFor(t, what, 2*time.Minute, func() bool { return done(p.logText()) })
 }
 
 // TestSinkOutsideRepository follows docs/writing-a-sink.md literally from

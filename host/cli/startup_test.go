@@ -2,44 +2,14 @@ package cli
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/walcast/walcast/host/pgtest"
 )
-
-// runOnce runs `walcast run` expecting it to fail at startup, and returns
-// its output.
-func runOnce(t *testing.T, pipeline string, env ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "walcast"), "run", pipeline)
-	cmd.Env = append(os.Environ(), env...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
-		t.Fatalf("walcast run: want exit status 1, got %v; output:\n%s", err, out.String())
-	}
-	return out.String()
-}
-
-func wantAll(t *testing.T, out string, parts ...string) {
-	t.Helper()
-	for _, p := range parts {
-		if !strings.Contains(out, p) {
-			t.Errorf("output lacks %q:\n%s", p, out)
-		}
-	}
-}
 
 func TestStartupErrorsSayWhatToDo(t *testing.T) {
 	dsn := cluster.Database(t)

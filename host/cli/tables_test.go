@@ -2,9 +2,7 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -17,82 +15,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 )
-
-// mirror applies a stream of events, in the order a sink received them,
-// to an in-memory copy of tables with columns (id int, v int): what a
-// consumer replicating the stream would end up with.
-type mirror map[string]map[int]int
-
-func applyStream(t testing.TB, evs []received) mirror {
-	t.Helper()
-	m := mirror{}
-	seen := map[string]bool{}
-	for _, e := range evs {
-		if seen[e.ID.String()] {
-			continue // a redelivery: the consumer dedupes on the id
-		}
-		seen[e.ID.String()] = true
-		var ev struct {
-			New *struct{ ID, V int } `json:"new"`
-			Old *struct{ ID int }    `json:"old"`
-			Key *struct{ ID int }    `json:"key"`
-		}
-		if err := json.Unmarshal(e.Raw, &ev); err != nil {
-			t.Fatalf("event %s: %v", e.ID, err)
-		}
-		tb := m[e.Table]
-		if tb == nil {
-			tb = map[int]int{}
-			m[e.Table] = tb
-		}
-		switch e.Op {
-		case "insert", "update", "read":
-			tb[ev.New.ID] = ev.New.V
-		case "delete":
-			delete(tb, ev.Key.ID)
-		case "truncate":
-			clear(tb)
-		default:
-			t.Fatalf("event %s: op %s", e.ID, e.Op)
-		}
-	}
-	return m
-}
-
-// tableRows reads a (id int, v int) table.
-func tableRows(t testing.TB, db *pgx.Conn, table string) map[int]int {
-	t.Helper()
-	rows, err := db.Query(context.Background(), "SELECT id, v FROM "+table)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[int]int{}
-	for rows.Next() {
-		var id, v int
-		if err := rows.Scan(&id, &v); err != nil {
-			t.Fatal(err)
-		}
-		out[id] = v
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-// checkMirror compares the mirror of each table with the table and logs
-// the row counts.
-func checkMirror(t testing.TB, db *pgx.Conn, m mirror, tables ...string) {
-	t.Helper()
-	for _, tb := range tables {
-		want := tableRows(t, db, "public."+tb)
-		got := m[tb]
-		t.Logf("table %s: %d rows, mirror %d rows", tb, len(want), len(got))
-		if !maps.Equal(want, got) && !(len(want) == 0 && len(got) == 0) {
-			t.Errorf("mirror of %s has %d rows, the table %d: the stream applied in order does not rebuild the table", tb, len(got), len(want))
-		}
-	}
-}
 
 // TestTruncateOrderedWithItsRows: rounds of (20 inserts, 6 updates,
 // TRUNCATE) from concurrent writers, with a multi-table TRUNCATE now and

@@ -1,0 +1,244 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/walcast/walcast/pluginkit"
+)
+
+// The far end of a webhook sink: a real HTTP server on 127.0.0.1 that
+// records every event it takes, and can fail, hang, slow down or answer
+// each request as a test decides.
+
+// received is one event as it arrived at a receiver.
+type received struct {
+	ID    pluginkit.EventID
+	Xid   uint32
+	Table string
+	Op    string
+	Key   string // compact JSON
+	Raw   []byte
+}
+
+type receiverMode int32
+
+const (
+	modeOK   receiverMode = iota
+	modeFail              // answer 500
+	modeHang              // hold the request until the mode changes or the client gives up
+)
+
+// receiver is a real HTTP webhook endpoint on 127.0.0.1 that records every
+// event of every successful request, in arrival order.
+type receiver struct {
+	t    testing.TB
+	URL  string
+	srv  *http.Server
+	mu   sync.Mutex
+	got  []received
+	mode receiverMode
+	wake chan struct{} // closed and replaced when the mode changes
+	reqs int
+	// delay, when set, is slept before answering 200 (a slow sink).
+	delay time.Duration
+	// respond, when set, decides each request's answer from its events
+	// (0 means 200); a non-200 answer records nothing.
+	respond func(h http.Header, body []byte, evs []received) (status int, header http.Header)
+	// arrivals holds the time each event arrived (parallel to got).
+	arrivals []time.Time
+	// inFlight counts requests being handled per row; overlap records a
+	// row that was in two requests at once.
+	inFlight map[string]int
+	overlap  []string
+	// ids and ops count distinct ids and events by op as they arrive, so
+	// that tests polling them do not hold mu for work proportional to
+	// everything received (under the race detector that starved the
+	// handlers and made the sink look slow).
+	ids map[pluginkit.EventID]struct{}
+	ops map[string]int
+}
+
+func newReceiver(t testing.TB) *receiver {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &receiver{t: t, URL: "http://" + l.Addr().String() + "/hooks", wake: make(chan struct{})}
+	r.srv = &http.Server{Handler: r}
+	go r.srv.Serve(l)
+	t.Cleanup(func() {
+		r.setMode(modeOK)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		r.srv.Shutdown(ctx)
+	})
+	return r
+}
+
+func (r *receiver) setMode(m receiverMode) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.mode = m
+	close(r.wake)
+	r.wake = make(chan struct{})
+}
+
+func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	for {
+		r.mu.Lock()
+		r.reqs++
+		mode, wake, delay := r.mode, r.wake, r.delay
+		r.mu.Unlock()
+		switch mode {
+		case modeFail:
+			http.Error(w, "receiver told to fail", http.StatusInternalServerError)
+			return
+		case modeHang:
+			select {
+			case <-wake:
+				continue
+			case <-req.Context().Done():
+				return
+			}
+		}
+		if delay > 0 {
+			time.Sleep(delay)
+		}
+		break
+	}
+	var batch struct {
+		Events []json.RawMessage `json:"events"`
+	}
+	if err := json.Unmarshal(body, &batch); err != nil {
+		r.t.Errorf("receiver: bad body: %v: %.200s", err, body)
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	evs := make([]received, 0, len(batch.Events))
+	for _, raw := range batch.Events {
+		var e struct {
+			ID    string          `json:"id"`
+			Xid   uint32          `json:"xid"`
+			Table string          `json:"table"`
+			Op    string          `json:"op"`
+			Key   json.RawMessage `json:"key"`
+		}
+		if err := json.Unmarshal(raw, &e); err != nil {
+			r.t.Errorf("receiver: bad event: %v", err)
+			continue
+		}
+		id, err := pluginkit.ParseEventID(e.ID)
+		if err != nil {
+			r.t.Errorf("receiver: %v", err)
+			continue
+		}
+		var key bytes.Buffer
+		json.Compact(&key, e.Key)
+		evs = append(evs, received{ID: id, Xid: e.Xid, Table: e.Table, Op: e.Op, Key: key.String(), Raw: raw})
+	}
+	r.mu.Lock()
+	respond := r.respond
+	if r.inFlight == nil {
+		r.inFlight = map[string]int{}
+	}
+	rows := map[string]bool{}
+	for _, e := range evs {
+		k := e.Table + e.Key
+		if !rows[k] {
+			rows[k] = true
+			if r.inFlight[k]++; r.inFlight[k] > 1 {
+				r.overlap = append(r.overlap, k)
+			}
+		}
+	}
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		for k := range rows {
+			r.inFlight[k]--
+		}
+		r.mu.Unlock()
+	}()
+	if respond != nil {
+		if status, hdr := respond(req.Header, body, evs); status != 0 && status != http.StatusOK {
+			for k, v := range hdr {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(status)
+			return
+		}
+	}
+	r.mu.Lock()
+	now := time.Now()
+	r.got = append(r.got, evs...)
+	if r.ids == nil {
+		r.ids, r.ops = map[pluginkit.EventID]struct{}{}, map[string]int{}
+	}
+	for _, e := range evs {
+		r.ids[e.ID] = struct{}{}
+		r.ops[e.Op]++
+	}
+	for range evs {
+		r.arrivals = append(r.arrivals, now)
+	}
+	r.mu.Unlock()
+	w.WriteHeader(http.StatusOK)
+}
+
+func (r *receiver) setRespond(f func(h http.Header, body []byte, evs []received) (int, http.Header)) {
+	r.mu.Lock()
+	r.respond = f
+	r.mu.Unlock()
+}
+
+func (r *receiver) arrivalTimes() []time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]time.Time(nil), r.arrivals...)
+}
+
+func (r *receiver) overlaps() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.overlap...)
+}
+
+func (r *receiver) events() []received {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]received(nil), r.got...)
+}
+
+func (r *receiver) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.got)
+}
+
+// distinct is how many different ids arrived.
+func (r *receiver) distinct() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.ids)
+}
+
+// countOp is how many events of op arrived (redeliveries included).
+func (r *receiver) countOp(op string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ops[op]
+}
