@@ -155,8 +155,7 @@ func TestBackfillCrashMirror(t *testing.T) {
 	const existing = 100000
 	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	exec1(t, db, fmt.Sprintf(`INSERT INTO items SELECT g, 0, repeat('p', 40) FROM generate_series(1, %d) g`, existing))
-	truthSlot(t, db, "truth_bfcrash")
-	t.Cleanup(func() { dropSlot(dsn, "truth_bfcrash") })
+	truthSlot(t, dsn, db, "truth_bfcrash")
 	rcv := newReceiver(t)
 	rcv.delay = 2 * time.Millisecond
 	pipeline := writePipeline(t, "bfcrash", dsn, []string{"public.items"},

@@ -25,7 +25,7 @@ func TestCrashLoopLosesNothing(t *testing.T) {
 	dsn := cluster.Database(t)
 	db := connect(t, dsn)
 	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
-	truthSlot(t, db, "truth_crash")
+	truthSlot(t, dsn, db, "truth_crash")
 	rcv := newReceiver(t)
 	// A receiver taking a few ms per request and two lanes spread the
 	// delivery over a few seconds: the whole workload commits in well under
@@ -118,7 +118,6 @@ func TestCrashLoopLosesNothing(t *testing.T) {
 	got := rcv.events()
 	dups := verify(t, want, got)
 	t.Logf("%d committed changes, %d deliveries, %d duplicates after %d SIGKILLs (%d mid-stream)", len(want), len(got), dups, kills, midStream)
-	exec1(t, db, `SELECT pg_drop_replication_slot('truth_crash')`)
 }
 
 // workFinished returns how many changes the workload committed once it has

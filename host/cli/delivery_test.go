@@ -152,7 +152,7 @@ func TestPluginCrashIsRedelivered(t *testing.T) {
 	dsn := cluster.Database(t)
 	db := connect(t, dsn)
 	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
-	truthSlot(t, db, "truth_plugin")
+	truthSlot(t, dsn, db, "truth_plugin")
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "plugcrash", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
 	proc := startWalcast(t, pipeline)
@@ -178,5 +178,4 @@ func TestPluginCrashIsRedelivered(t *testing.T) {
 	}
 	proc.stop()
 	verify(t, want, rcv.events())
-	exec1(t, db, `SELECT pg_drop_replication_slot('truth_plugin')`)
 }

@@ -28,7 +28,7 @@ func TestDocumentedDeviations(t *testing.T) {
 	exec1(t, db, `CREATE TABLE later (id int PRIMARY KEY, v int NOT NULL)`)
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "deviations", dsn, []string{"public.docs", "public.gen", "public.full_t"}, sinkSpec{ID: "hook", URL: rcv.URL})
-	truthSlot(t, db, "truth_deviations")
+	truthSlot(t, dsn, db, "truth_deviations")
 	proc := startWalcast(t, pipeline)
 	waitSlot(t, db, "walcast_deviations")
 	proc.waitLog(t, "streaming from slot")

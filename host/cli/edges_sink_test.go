@@ -3,7 +3,6 @@ package cli
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,7 +19,6 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/host/pgtest"
-	"github.com/walcast/walcast/pluginkit"
 )
 
 // Issue 24's sink edges, end to end: a real PostgreSQL, the built walcast
@@ -70,7 +68,7 @@ func TestWebhookRedirectIsParkedNotLost(t *testing.T) {
 	dsn := cluster.Database(t)
 	db := connect(t, dsn)
 	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
-	ownTruthSlot(t, dsn, db, "truth_redirect")
+	truthSlot(t, dsn, db, "truth_redirect")
 	rcv := newReceiver(t)
 	land := newLandingServer(t)
 	var redirect atomic.Int32
@@ -307,24 +305,16 @@ func jsonLines(t *testing.T, path string) (evs []received, bad []string) {
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
 		line := sc.Bytes()
-		var e struct {
-			ID    string          `json:"id"`
-			Xid   uint32          `json:"xid"`
-			Table string          `json:"table"`
-			Op    string          `json:"op"`
-			Key   json.RawMessage `json:"key"`
-		}
-		if json.Unmarshal(line, &e) != nil {
+		e, err := decodeEnvelope(line)
+		if err != nil {
 			bad = append(bad, string(line))
 			continue
 		}
-		id, err := pluginkit.ParseEventID(e.ID)
+		ev, err := e.received(bytes.Clone(line))
 		if err != nil {
 			t.Fatalf("line %q: %v", line, err)
 		}
-		var key bytes.Buffer
-		json.Compact(&key, e.Key)
-		evs = append(evs, received{ID: id, Xid: e.Xid, Table: e.Table, Op: e.Op, Key: key.String(), Raw: bytes.Clone(line)})
+		evs = append(evs, ev)
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
@@ -362,7 +352,7 @@ func testStdoutFullDisk(t *testing.T, toPath bool) {
 	dsn := cluster.Database(t)
 	db := connect(t, dsn)
 	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, pad text NOT NULL)`)
-	ownTruthSlot(t, dsn, db, "truth_"+name)
+	truthSlot(t, dsn, db, "truth_"+name)
 	// A round writes about 120 KB of lines (more with lines written
 	// again); the rest of the file system is for the filler.
 	dir := mountSmallTmpfs(t, (256+160*rounds)<<10)

@@ -134,7 +134,7 @@ func TestPostgresRestart(t *testing.T) {
 	dsn := own.DSN("postgres")
 	db := connect(t, dsn)
 	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
-	truthSlot(t, db, "truth_restart")
+	truthSlot(t, dsn, db, "truth_restart")
 	rcv := newReceiver(t)
 	rcv.delay = 20 * time.Millisecond
 	pipeline := writePipeline(t, "restart", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 50})

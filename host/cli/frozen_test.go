@@ -21,7 +21,7 @@ func TestFrozenLeaderIsFenced(t *testing.T) {
 	dsn := cluster.Database(t)
 	db := connect(t, dsn)
 	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
-	truthSlot(t, db, "truth_frozen")
+	truthSlot(t, dsn, db, "truth_frozen")
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "frozen", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 10})
 	first := startWalcast(t, pipeline)

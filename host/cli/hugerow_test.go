@@ -122,7 +122,7 @@ func TestHugeRow(t *testing.T) {
 	pipeline := writePipeline(t, "huge", dsn, []string{"public.big"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Config: fmt.Sprintf("    url = %q\n    timeout = \"2m\"\n", rcv.URL)},
 		sinkSpec{ID: "out", SinkType: "stdout", Config: fmt.Sprintf("    path = %q\n", out)})
-	truthSlot(t, db, "truth_huge")
+	truthSlot(t, dsn, db, "truth_huge")
 	proc := startWalcast(t, pipeline)
 	waitSlot(t, db, "walcast_huge")
 	proc.waitLog(t, "streaming from slot")

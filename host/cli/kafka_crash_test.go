@@ -49,7 +49,7 @@ func runKafkaCrashLoop(t *testing.T, name string, lc kafkaLoop) kafkaLoopResult 
 	dsn := cluster.Database(t)
 	db := connect(t, dsn)
 	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
-	truthSlot(t, db, "truth_"+name)
+	truthSlot(t, dsn, db, "truth_"+name)
 	addr := startKafka(t)
 	// Progress polling must notice the topic as soon as it appears.
 	adm := kadm.NewClient(kafkaClient(t, addr, kgo.MetadataMinAge(10*time.Millisecond), kgo.MetadataMaxAge(100*time.Millisecond)))
@@ -158,7 +158,6 @@ func runKafkaCrashLoop(t *testing.T, name string, lc kafkaLoop) kafkaLoopResult 
 	for _, p := range logs {
 		res.logs += p.logText()
 	}
-	exec1(t, db, `SELECT pg_drop_replication_slot($1)`, "truth_"+name)
 	return res
 }
 

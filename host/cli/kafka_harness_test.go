@@ -19,8 +19,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/walcast/walcast/pluginkit"
 )
 
 // Helpers for the Kafka sink's end-to-end tests: a kfake broker process
@@ -274,28 +272,20 @@ func asReceived(t testing.TB, rs []kafkaRecord) []received {
 			// from an event (README, Kafka sink), not events themselves.
 			continue
 		}
-		var e struct {
-			ID     string          `json:"id"`
-			Xid    uint32          `json:"xid"`
-			Schema string          `json:"schema"`
-			Table  string          `json:"table"`
-			Op     string          `json:"op"`
-			Key    json.RawMessage `json:"key"`
-		}
-		if err := json.Unmarshal(r.Value, &e); err != nil {
+		e, err := decodeEnvelope(r.Value)
+		if err != nil {
 			t.Fatalf("partition %d offset %d: value is not an envelope: %v: %.200s", r.Partition, r.Offset, err, r.Value)
 		}
-		id, err := pluginkit.ParseEventID(e.ID)
+		ev, err := e.received(r.Value)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if r.Headers["walcast-id"] != e.ID || r.Headers["walcast-op"] != e.Op || r.Headers["walcast-table"] != e.Schema+"."+e.Table {
 			t.Fatalf("event %s: headers %v disagree with the envelope", e.ID, r.Headers)
 		}
-		var key, rkey bytes.Buffer
-		json.Compact(&key, e.Key)
+		var rkey bytes.Buffer
 		json.Compact(&rkey, r.Key)
-		wantKey := key.String()
+		wantKey := ev.Key
 		if wantKey == "null" {
 			// Truncates and keyless rows are keyed by their event id.
 			wantKey = fmt.Sprintf(`{"walcast_id":%q}`, e.ID)
@@ -303,7 +293,7 @@ func asReceived(t testing.TB, rs []kafkaRecord) []received {
 		if wantKey != rkey.String() {
 			t.Fatalf("event %s: record key %s, envelope key %s", e.ID, r.Key, e.Key)
 		}
-		out = append(out, received{ID: id, Xid: e.Xid, Table: e.Table, Op: e.Op, Key: key.String(), Raw: r.Value})
+		out = append(out, ev)
 	}
 	return out
 }

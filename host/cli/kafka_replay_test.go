@@ -20,8 +20,7 @@ func TestKafkaReplayOfParkedEvent(t *testing.T) {
 	dsn := cluster.Database(t)
 	db := connect(t, dsn)
 	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
-	truthSlot(t, db, "truth_kreplay")
-	t.Cleanup(func() { dropSlot(dsn, "truth_kreplay") }) // cluster-wide: -count reruns the test
+	truthSlot(t, dsn, db, "truth_kreplay")
 	addr := startKafka(t)
 	pipeline := writePipeline(t, "kreplay", dsn, []string{"public.items"}, sinkSpec{
 		ID: "kafka", SinkType: "kafka", Batch: 10,

@@ -41,7 +41,7 @@ func takeoverRounds(t *testing.T, name string, rounds int, handOver func(round i
 	dsn := cluster.Database(t)
 	db := connect(t, dsn)
 	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
-	truthSlot(t, db, "truth_"+name)
+	truthSlot(t, dsn, db, "truth_"+name)
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, name, dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 20})
 	procs := [2]*walcastProc{startWalcast(t, pipeline)}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -26,6 +27,38 @@ type received struct {
 	Op    string
 	Key   string // compact JSON
 	Raw   []byte
+}
+
+// envelope is what the tests read of an event's JSON envelope, wherever
+// it arrived (a webhook request, a JSON line, a Kafka record, a gRPC call).
+type envelope struct {
+	ID     string          `json:"id"`
+	Xid    uint32          `json:"xid"`
+	Schema string          `json:"schema"`
+	Table  string          `json:"table"`
+	Op     string          `json:"op"`
+	Key    json.RawMessage `json:"key"`
+}
+
+// decodeEnvelope reads raw as an event's envelope.
+func decodeEnvelope(raw []byte) (envelope, error) {
+	var e envelope
+	err := json.Unmarshal(raw, &e)
+	return e, err
+}
+
+// received is the event as a receiver records it: its id parsed, its key
+// compacted, raw kept as the bytes that arrived.
+func (e envelope) received(raw []byte) (received, error) {
+	id, err := pluginkit.ParseEventID(e.ID)
+	if err != nil {
+		return received{}, err
+	}
+	var key bytes.Buffer
+	if err := json.Compact(&key, e.Key); err != nil {
+		return received{}, fmt.Errorf("event %s: key: %w", e.ID, err)
+	}
+	return received{ID: id, Xid: e.Xid, Table: e.Table, Op: e.Op, Key: key.String(), Raw: raw}, nil
 }
 
 type receiverMode int32
@@ -130,25 +163,17 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	evs := make([]received, 0, len(batch.Events))
 	for _, raw := range batch.Events {
-		var e struct {
-			ID    string          `json:"id"`
-			Xid   uint32          `json:"xid"`
-			Table string          `json:"table"`
-			Op    string          `json:"op"`
-			Key   json.RawMessage `json:"key"`
-		}
-		if err := json.Unmarshal(raw, &e); err != nil {
+		e, err := decodeEnvelope(raw)
+		if err != nil {
 			r.t.Errorf("receiver: bad event: %v", err)
 			continue
 		}
-		id, err := pluginkit.ParseEventID(e.ID)
+		ev, err := e.received(raw)
 		if err != nil {
 			r.t.Errorf("receiver: %v", err)
 			continue
 		}
-		var key bytes.Buffer
-		json.Compact(&key, e.Key)
-		evs = append(evs, received{ID: id, Xid: e.Xid, Table: e.Table, Op: e.Op, Key: key.String(), Raw: raw})
+		evs = append(evs, ev)
 	}
 	r.mu.Lock()
 	respond := r.respond

@@ -17,7 +17,7 @@ func TestStandbyTakesOver(t *testing.T) {
 	dsn := cluster.Database(t)
 	db := connect(t, dsn)
 	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
-	truthSlot(t, db, "truth_standby")
+	truthSlot(t, dsn, db, "truth_standby")
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "standby", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 20})
 
@@ -90,5 +90,4 @@ func TestStandbyTakesOver(t *testing.T) {
 	if out, _, _ := walcastCmd(t, "status", pipeline); !strings.Contains(out, "leader: none") || !strings.Contains(out, "idle (no walcast run)") || strings.Contains(out, " running ") {
 		t.Errorf("walcast status with nothing running:\n%s", out)
 	}
-	exec1(t, db, `SELECT pg_drop_replication_slot('truth_standby')`)
 }

@@ -31,7 +31,7 @@ func TestTruncateOrderedWithItsRows(t *testing.T) {
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "trunc", dsn, []string{"public.a", "public.b"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Batch: 5, Extra: "    max_in_flight = 8\n"})
-	truthSlot(t, db, "truth_trunc")
+	truthSlot(t, dsn, db, "truth_trunc")
 	proc := startWalcast(t, pipeline)
 	waitSlot(t, db, "walcast_trunc")
 
@@ -189,7 +189,7 @@ func TestPartitionedTableUnderRootName(t *testing.T) {
 		t.Fatalf("validate with a partition in a sink filter: err %v\n%s", err, out)
 	}
 
-	truthSlot(t, db, "truth_parts")
+	truthSlot(t, dsn, db, "truth_parts")
 	proc := startWalcast(t, pipeline)
 	waitSlot(t, db, "walcast_parts")
 
@@ -306,7 +306,7 @@ func TestOnlyListedTables(t *testing.T) {
 		rcv := newReceiver(t)
 		pipeline := writePipeline(t, "listed_all", dsn, []string{"public.a"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 5})
 		withSource(t, pipeline, "  publication = \"allpub\"\n")
-		truthSlot(t, db, "truth_listed_all")
+		truthSlot(t, dsn, db, "truth_listed_all")
 		proc := startWalcast(t, pipeline, "--metrics-listen", "127.0.0.1:0")
 		waitSlot(t, db, "walcast_listed_all")
 		proc.waitLog(t, "not in source.tables")
@@ -332,7 +332,7 @@ func TestOnlyListedTables(t *testing.T) {
 	t.Run("added by hand", func(t *testing.T) {
 		rcv := newReceiver(t)
 		pipeline := writePipeline(t, "listed_own", dsn, []string{"public.a"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 5})
-		truthSlot(t, db, "truth_listed_own")
+		truthSlot(t, dsn, db, "truth_listed_own")
 		proc := startWalcast(t, pipeline)
 		waitSlot(t, db, "walcast_listed_own")
 		exec1(t, db, `ALTER PUBLICATION walcast_listed_own ADD TABLE b`)
@@ -359,7 +359,7 @@ func TestKeylessTableNeverBlocksTheApplication(t *testing.T) {
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "keyless", dsn, []string{"public.logs", "public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 5})
 	withSource(t, pipeline, "  allow_keyless = true\n")
-	truthSlot(t, db, "truth_keyless")
+	truthSlot(t, dsn, db, "truth_keyless")
 	proc := startWalcast(t, pipeline)
 	waitSlot(t, db, "walcast_keyless")
 	proc.waitLog(t, "streaming from slot")

@@ -39,10 +39,13 @@ var (
 
 // truthSlot creates a test_decoding slot before a workload; truth reads it
 // afterwards. test_decoding is PostgreSQL's own decoder, independent of
-// walcast, so it is the reference for "every committed change".
-func truthSlot(t testing.TB, db *pgx.Conn, slot string) {
+// walcast, so it is the reference for "every committed change". Slots are
+// cluster-wide: the slot is dropped when the test ends, so that the test
+// can run again (-count) against the shared cluster.
+func truthSlot(t testing.TB, dsn string, db *pgx.Conn, slot string) {
 	t.Helper()
 	exec1(t, db, `SELECT pg_create_logical_replication_slot($1, 'test_decoding')`, slot)
+	t.Cleanup(func() { dropSlot(dsn, slot) })
 }
 
 func truth(t testing.TB, db *pgx.Conn, slot string, tables map[string]bool) []change {
@@ -157,14 +160,6 @@ func verify(t testing.TB, want []change, got []received) (dups int) {
 		last[row] = r.ID
 	}
 	return dups
-}
-
-// ownTruthSlot is truthSlot for a slot dropped when the test ends, so
-// that the test can run again (-count) against the shared cluster.
-func ownTruthSlot(t *testing.T, dsn string, db *pgx.Conn, slot string) {
-	t.Helper()
-	truthSlot(t, db, slot)
-	t.Cleanup(func() { dropSlot(dsn, slot) })
 }
 
 // keysOf returns the set of {"id":N} keys in a list of changes.
