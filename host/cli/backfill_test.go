@@ -150,8 +150,7 @@ func countOp(evs []received, op string) int {
 // table twice.
 func TestBackfillCrashMirror(t *testing.T) {
 	ctx := context.Background()
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
+	dsn, db := newSource(t)
 	const existing = 100000
 	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	exec1(t, db, fmt.Sprintf(`INSERT INTO items SELECT g, 0, repeat('p', 40) FROM generate_series(1, %d) g`, existing))
@@ -252,11 +251,11 @@ FROM pg_replication_slots WHERE slot_name = 'walcast_bfcrash'`).Scan(&lag)
 // and an empty table to one sink only: that sink's mirror equals the
 // table, the other sink receives no read events.
 func TestBackfillPerSinkKeys(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE accts (region text, id uuid, n int, note text, PRIMARY KEY (region, id))`)
-	exec1(t, db, `INSERT INTO accts SELECT 'r' || (g % 7), md5(g::text)::uuid, g, CASE WHEN g % 3 = 0 THEN NULL ELSE E'ä "q"\n\t\\ \x01' || g END FROM generate_series(1, 2500) g`)
-	exec1(t, db, `CREATE TABLE empty_t (k text PRIMARY KEY, v int)`)
+	dsn, db := newSource(t,
+		`CREATE TABLE accts (region text, id uuid, n int, note text, PRIMARY KEY (region, id))`,
+		`INSERT INTO accts SELECT 'r' || (g % 7), md5(g::text)::uuid, g, CASE WHEN g % 3 = 0 THEN NULL ELSE E'ä "q"\n\t\\ \x01' || g END FROM generate_series(1, 2500) g`,
+		`CREATE TABLE empty_t (k text PRIMARY KEY, v int)`,
+	)
 	a, b := newReceiver(t), newReceiver(t)
 	pipeline := writePipeline(t, "bfsink", dsn, []string{"public.accts", "public.empty_t"},
 		sinkSpec{ID: "a", URL: a.URL}, sinkSpec{ID: "b", URL: b.URL})
@@ -309,12 +308,12 @@ func TestBackfillPerSinkKeys(t *testing.T) {
 // TestBackfillBadInput: each bad request is refused with a message and
 // exit 1, and nothing is queued.
 func TestBackfillBadInput(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE good (id int PRIMARY KEY)`)
-	exec1(t, db, `CREATE TABLE other (id int PRIMARY KEY)`)
-	exec1(t, db, `CREATE TABLE nokey (v int)`)
-	exec1(t, db, `ALTER TABLE nokey REPLICA IDENTITY FULL`)
+	dsn, db := newSource(t,
+		`CREATE TABLE good (id int PRIMARY KEY)`,
+		`CREATE TABLE other (id int PRIMARY KEY)`,
+		`CREATE TABLE nokey (v int)`,
+		`ALTER TABLE nokey REPLICA IDENTITY FULL`,
+	)
 	pipeline := writePipeline(t, "bfbad", dsn, []string{"public.good", "public.nokey"}, sinkSpec{ID: "s", URL: "http://127.0.0.1:1/"})
 	for _, c := range []struct {
 		args []string
@@ -358,12 +357,12 @@ func TestBackfillBadInput(t *testing.T) {
 // start are backfilled, and a table added to the pipeline later is
 // backfilled when it first appears, the others not again.
 func TestBackfillNewTables(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE t1 (id int PRIMARY KEY, v text)`)
-	exec1(t, db, `CREATE TABLE t2 (id bigint PRIMARY KEY, v text)`)
-	exec1(t, db, `INSERT INTO t1 SELECT g, 'a' || g FROM generate_series(1, 300) g`)
-	exec1(t, db, `INSERT INTO t2 SELECT g, 'b' || g FROM generate_series(1, 200) g`)
+	dsn, db := newSource(t,
+		`CREATE TABLE t1 (id int PRIMARY KEY, v text)`,
+		`CREATE TABLE t2 (id bigint PRIMARY KEY, v text)`,
+		`INSERT INTO t1 SELECT g, 'a' || g FROM generate_series(1, 300) g`,
+		`INSERT INTO t2 SELECT g, 'b' || g FROM generate_series(1, 200) g`,
+	)
 	rcv := newReceiver(t)
 	sink := sinkSpec{ID: "hook", URL: rcv.URL}
 	withOption := func(path string) {
@@ -406,11 +405,11 @@ func TestBackfillNewTables(t *testing.T) {
 // exactly the published columns, like the table's live events, and never
 // a hidden one.
 func TestBackfillColumnList(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE cols (id int PRIMARY KEY, shown text, secret text)`)
-	exec1(t, db, `INSERT INTO cols SELECT g, 'shown' || g, 'SECRET' || g FROM generate_series(1, 300) g`)
-	exec1(t, db, `CREATE PUBLICATION colpub FOR TABLE cols (id, shown)`)
+	dsn, db := newSource(t,
+		`CREATE TABLE cols (id int PRIMARY KEY, shown text, secret text)`,
+		`INSERT INTO cols SELECT g, 'shown' || g, 'SECRET' || g FROM generate_series(1, 300) g`,
+		`CREATE PUBLICATION colpub FOR TABLE cols (id, shown)`,
+	)
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "bfcols", dsn, []string{"public.cols"}, sinkSpec{ID: "hook", URL: rcv.URL})
 	b, err := os.ReadFile(pipeline)
@@ -463,8 +462,7 @@ func rfKeeps(row map[string]any) bool {
 // stream alone delivers for rows written after the slot.
 func TestBackfillRowFilter(t *testing.T) {
 	ctx := context.Background()
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
+	dsn, db := newSource(t)
 	const existing = 20000
 	// REPLICA IDENTITY FULL: a filter on v needs v in the replica
 	// identity for the publication to publish updates and deletes.
@@ -547,8 +545,7 @@ func TestBackfillRowFilter(t *testing.T) {
 // pipeline's tables), and the backfill honours it like the live stream
 // does.
 func TestBackfillRowFilterAddedByHand(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
+	dsn, db := newSource(t)
 	const filter = `(id % 3 <> 0)`
 	exec1(t, db, `CREATE TABLE rfh (id int PRIMARY KEY, v text)`)
 	exec1(t, db, `INSERT INTO rfh SELECT g, 'v' || g FROM generate_series(1, 3000) g`)

@@ -67,8 +67,7 @@ func newChunkCounter(r *receiver) *chunkCounter {
 // rows) and started again. Every row arrives.
 func TestBackfillWindowAcrossTablesKill(t *testing.T) {
 	ctx := context.Background()
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
+	dsn, db := newSource(t)
 	// More kills take more rows to land them in: each waits for the run
 	// before it to write a chunk.
 	kills := pgtest.Chaos(t, 1)
@@ -160,8 +159,7 @@ FROM walcast.backfills WHERE pipeline = $1`, name).Scan(&written, &active); err 
 // has arrived and the sink's checkpoint covers the last one.
 func TestBackfillWaitAcknowledged(t *testing.T) {
 	ctx := context.Background()
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
+	dsn, db := newSource(t)
 	const rows = 3000
 	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, pad text NOT NULL)`)
 	exec1(t, db, fmt.Sprintf(`INSERT INTO items SELECT g, repeat('p', 40) FROM generate_series(1, %d) g`, rows))

@@ -101,10 +101,10 @@ func screenshot(t *testing.T, ctx context.Context, name string) string {
 func TestConsoleInBrowser(t *testing.T) {
 	exe := chromiumForConsole(t)
 	ctx := context.Background()
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE orders (id int PRIMARY KEY, status text NOT NULL)`)
-	exec1(t, db, `INSERT INTO orders SELECT g, 'new' FROM generate_series(1, 20) g`)
+	dsn, db := newSource(t,
+		`CREATE TABLE orders (id int PRIMARY KEY, status text NOT NULL)`,
+		`INSERT INTO orders SELECT g, 'new' FROM generate_series(1, 20) g`,
+	)
 	rcv := newReceiver(t)
 	var reject atomic.Bool
 	reject.Store(true)

@@ -22,9 +22,7 @@ import (
 // first deliveries arrived in commit order.
 func TestCrashLoopLosesNothing(t *testing.T) {
 	ctx := context.Background()
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	truthSlot(t, dsn, db, "truth_crash")
 	rcv := newReceiver(t)
 	// A receiver taking a few ms per request and two lanes spread the

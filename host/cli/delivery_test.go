@@ -16,9 +16,7 @@ import (
 // skips every replayed event at or below its checkpoint.
 func TestSinkAheadIsNotRedelivered(t *testing.T) {
 	ctx := context.Background()
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	fast, slow := newReceiver(t), newReceiver(t)
 	slow.setMode(modeHang)
 	pipeline := writePipeline(t, "ahead", dsn, []string{"public.items"},
@@ -74,9 +72,7 @@ func TestSinkAheadIsNotRedelivered(t *testing.T) {
 // other tables write, keepalives keep moving it.
 func TestSlotWaitsForStuckSink(t *testing.T) {
 	ctx := context.Background()
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text); CREATE TABLE other (id int)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text); CREATE TABLE other (id int)`)
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "stuck", dsn, []string{"public.items"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Extra: "    deliver_timeout = \"1s\"\n    max_attempts = 100000\n"})
@@ -149,9 +145,7 @@ func TestSlotWaitsForStuckSink(t *testing.T) {
 // TestPluginCrashIsRedelivered SIGKILLs the webhook plugin process while it
 // delivers; the host restarts it and delivers its batch again.
 func TestPluginCrashIsRedelivered(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	truthSlot(t, dsn, db, "truth_plugin")
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "plugcrash", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})

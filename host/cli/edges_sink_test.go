@@ -65,9 +65,7 @@ func (s *landingServer) requests() []string {
 // nothing may reach the Location, and `walcast replay` then delivers every
 // change: nothing lost.
 func TestWebhookRedirectIsParkedNotLost(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	truthSlot(t, dsn, db, "truth_redirect")
 	rcv := newReceiver(t)
 	land := newLandingServer(t)
@@ -177,9 +175,7 @@ func assertNoURLSecret(t *testing.T, what, text string) bool {
 // errors show scheme and host. A URL that does not parse is rejected by `walcast
 // validate` without repeating it either.
 func TestWebhookURLSecretsNeverShown(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	failing := newReceiver(t)
 	failing.setMode(modeFail)
 	failingBase := strings.TrimSuffix(failing.URL, "/hooks")
@@ -349,9 +345,7 @@ func testStdoutFullDisk(t *testing.T, toPath bool) {
 		name = "fdpath"
 	}
 	slot := "walcast_" + name
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, pad text NOT NULL)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, pad text NOT NULL)`)
 	truthSlot(t, dsn, db, "truth_"+name)
 	// A round writes about 120 KB of lines (more with lines written
 	// again); the rest of the file system is for the filler.

@@ -16,9 +16,8 @@ import (
 // tables through the real webhook plugin and checks the documented
 // envelope and type mapping as the receiver sees it.
 func TestEnvelopeAcrossTypes(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `
+	dsn, db := newSource(t,
+		`
 CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
 CREATE TABLE typed (
 	id bigint PRIMARY KEY,
@@ -27,7 +26,8 @@ CREATE TABLE typed (
 	raw bytea, js json, jsb jsonb, uid uuid, day date, ts timestamp, tstz timestamptz,
 	span interval, ints int[], texts text[], feel mood, big text);
 ALTER TABLE typed ALTER COLUMN big SET STORAGE EXTERNAL;
-CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL);`)
+CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL);`,
+	)
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "types", dsn, []string{"public.typed", "public.customers"}, sinkSpec{ID: "hook", URL: rcv.URL})
 	proc := startWalcast(t, pipeline)

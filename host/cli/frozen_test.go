@@ -18,9 +18,7 @@ import (
 // Woken up (SIGCONT), the old leader must deliver nothing more and write
 // no checkpoint: it learns it lost the leadership and stands by again.
 func TestFrozenLeaderIsFenced(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	truthSlot(t, dsn, db, "truth_frozen")
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "frozen", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 10})

@@ -74,9 +74,7 @@ func redeliveredNext(t *testing.T, round int, log string) int {
 // sink's stopped line how many events it leaves undelivered, and it still
 // exits 0 with every event delivered by the next run.
 func TestStopAtShutdownTimeoutCounts(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "stuckstop", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 5})
 	proc := startWalcast(t, pipeline, "--shutdown-timeout", "1s")

@@ -114,9 +114,7 @@ func peakRSS(pid int) int64 {
 // output is measured inside PostgreSQL, never fetched).
 func TestHugeRow(t *testing.T) {
 	const size = 200 << 20
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE big (id int PRIMARY KEY, body text NOT NULL)`)
+	dsn, db := newSource(t, `CREATE TABLE big (id int PRIMARY KEY, body text NOT NULL)`)
 	rcv := newStreamReceiver(t, 0)
 	out := filepath.Join(t.TempDir(), "events.jsonl")
 	pipeline := writePipeline(t, "huge", dsn, []string{"public.big"},
@@ -227,9 +225,7 @@ func fileCount(t testing.TB, path string) (streamed, int) {
 // reason, while the next row is delivered.
 func TestTooLargeForDestinationParksAtOnce(t *testing.T) {
 	const size = 20 << 20
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE big (id int PRIMARY KEY, body text NOT NULL)`)
+	dsn, db := newSource(t, `CREATE TABLE big (id int PRIMARY KEY, body text NOT NULL)`)
 	rcv := newStreamReceiver(t, 10<<20)
 	pipeline := writePipeline(t, "toolarge", dsn, []string{"public.big"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Extra: "    retry_base = \"1m\"\n"})

@@ -17,9 +17,7 @@ import (
 // walcast.replay_requests goes only once the replay ended.
 func TestReplayAcrossDetach(t *testing.T) {
 	ctx := context.Background()
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	fast, slow := newReceiver(t), newReceiver(t)
 	var reject atomic.Bool
 	reject.Store(true)

@@ -22,9 +22,7 @@ import (
 // More changes after the rejoin reach both.
 func TestSlowSinkDetachesCatchesUpAndRejoins(t *testing.T) {
 	ctx := context.Background()
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	truthSlot(t, dsn, db, "truth_iso")
 	fast, slow := newReceiver(t), newReceiver(t)
 	slow.setMode(modeHang)
@@ -129,9 +127,7 @@ func TestSlowSinkDetachesCatchesUpAndRejoins(t *testing.T) {
 // teardown.
 func TestTwoStalledSinksAndTeardown(t *testing.T) {
 	ctx := context.Background()
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	truthSlot(t, dsn, db, "truth_iso2")
 	fast, s1, s2 := newReceiver(t), newReceiver(t), newReceiver(t)
 	s1.setMode(modeHang)
@@ -337,9 +333,7 @@ func TestTwoStalledSinksAndTeardown(t *testing.T) {
 // accepted, then the sink resumes from the pipeline's slot, missing
 // exactly those changes, and receives everything after.
 func TestCatchupSlotDroppedByHand(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY)`)
 	truthSlot(t, dsn, db, "truth_cudrop")
 	fast, slow := newReceiver(t), newReceiver(t)
 	slow.setMode(modeHang)

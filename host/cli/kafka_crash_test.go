@@ -46,9 +46,7 @@ const kafkaBatch = 20
 // walcast cleanly. The checks are the caller's.
 func runKafkaCrashLoop(t *testing.T, name string, lc kafkaLoop) kafkaLoopResult {
 	ctx := context.Background()
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	truthSlot(t, dsn, db, "truth_"+name)
 	addr := startKafka(t)
 	// Progress polling must notice the topic as soon as it appears.

@@ -17,9 +17,7 @@ import (
 // exactly once, row order kept.
 func TestKafkaReplayOfParkedEvent(t *testing.T) {
 	ctx := context.Background()
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	truthSlot(t, dsn, db, "truth_kreplay")
 	addr := startKafka(t)
 	pipeline := writePipeline(t, "kreplay", dsn, []string{"public.items"}, sinkSpec{

@@ -38,9 +38,7 @@ func TestStandbyKillLoop(t *testing.T) {
 // many events arrived more than once.
 func takeoverRounds(t *testing.T, name string, rounds int, handOver func(round int, lead, next *walcastProc) time.Duration) (took []string, dups int) {
 	t.Helper()
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	truthSlot(t, dsn, db, "truth_"+name)
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, name, dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 20})

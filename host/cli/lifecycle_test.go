@@ -22,9 +22,7 @@ import (
 var checkpointRe = regexp.MustCompile(`hook [0-9A-F]+/[0-9A-F]+:\d+`)
 
 func TestSlotDroppedWhileStoppedRefusesUntilGapAccepted(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY)`)
 	truthSlot(t, dsn, db, "truth_lost")
 	rcv := newReceiver(t)
 	p := writePipeline(t, "lost", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
@@ -77,9 +75,7 @@ func TestSlotDroppedWhileStoppedRefusesUntilGapAccepted(t *testing.T) {
 }
 
 func TestSlotDroppedWhileRunningStopsAndRestartRefuses(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY)`)
 	rcv := newReceiver(t)
 	p := writePipeline(t, "droprun", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
 	w := startWalcast(t, p)
@@ -124,9 +120,7 @@ func pgDumpRestore(t *testing.T, from *pgtest.Cluster, srcDSN string, to *pgtest
 }
 
 func TestRestoredIntoAnotherClusterRefusesForeignCheckpoints(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY)`)
 	rcv := newReceiver(t)
 	p := writePipeline(t, "moved", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
 	streamItems(t, db, p, "walcast_moved", rcv, 1, 10)
@@ -169,9 +163,7 @@ func TestRestoredIntoAnotherClusterRefusesForeignCheckpoints(t *testing.T) {
 }
 
 func TestPublicationDroppedWhileRunning(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY)`)
 	truthSlot(t, dsn, db, "truth_pubdrop")
 	rcv := newReceiver(t)
 	p := writePipeline(t, "pubdrop", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
@@ -212,9 +204,7 @@ func TestPublicationDroppedWhileRunning(t *testing.T) {
 }
 
 func TestFailedStartLeavesNoSlot(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY)`)
 	t.Run("missing plugin", func(t *testing.T) {
 		p := writePipeline(t, "noslot1", dsn, []string{"public.items"}, sinkSpec{ID: "x", SinkType: "nosuch", Config: " "})
 		out := runOnce(t, p, "WALCAST_PLUGIN_DIR="+t.TempDir())
@@ -311,9 +301,7 @@ func TestInvalidatedSlotIsFatalAndExplained(t *testing.T) {
 func TestGroupStopIsClean(t *testing.T) {
 	for _, how := range []string{"process group", "every process"} {
 		t.Run(how, func(t *testing.T) {
-			dsn := cluster.Database(t)
-			db := connect(t, dsn)
-			exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
+			dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY)`)
 			truthSlot(t, dsn, db, "truth_groupstop")
 			rcv := newReceiver(t)
 			rcv.delay = 700 * time.Millisecond
@@ -404,9 +392,7 @@ func TestSlotRecreatedOrAdvancedByHandRefuses(t *testing.T) {
 		{"advanced", `SELECT pg_replication_slot_advance('walcast_%[1]s', pg_current_wal_lsn())`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			dsn := cluster.Database(t)
-			db := connect(t, dsn)
-			exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
+			dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY)`)
 			truthSlot(t, dsn, db, "truth_"+c.name)
 			rcv := newReceiver(t)
 			p := writePipeline(t, c.name, dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
@@ -462,10 +448,10 @@ func TestTableRemovedFromPublicationRefuses(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			name := "pub" + c.name
-			dsn := cluster.Database(t)
-			db := connect(t, dsn)
-			exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
-			exec1(t, db, `CREATE TABLE other (id int PRIMARY KEY)`)
+			dsn, db := newSource(t,
+				`CREATE TABLE items (id int PRIMARY KEY)`,
+				`CREATE TABLE other (id int PRIMARY KEY)`,
+			)
 			truthSlot(t, dsn, db, "truth_"+name)
 			rcv := newReceiver(t)
 			p := writePipeline(t, name, dsn, []string{"public.items", "public.other"}, sinkSpec{ID: "hook", URL: rcv.URL})

@@ -19,9 +19,7 @@ import (
 // `walcast status`, /healthz and walcast_leader say so. A third instance
 // allowed two leads those two; then every pipeline delivers.
 func TestMaxPipelinesCapsEachInstance(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	rcvs := []*receiver{newReceiver(t), newReceiver(t), newReceiver(t), newReceiver(t)}
 	dir, files := pipelineDir(t, dsn, "capped", rcvs)
 	names := make([]string, len(files))
@@ -132,9 +130,7 @@ func TestMaxPipelinesCapsEachInstance(t *testing.T) {
 // go on delivering, and /healthz (503, naming it) and
 // walcast_pipeline_failed show it.
 func TestFailedPipelineStopsAlone(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	rcvs := []*receiver{newReceiver(t), newReceiver(t), newReceiver(t)}
 	dir, _ := pipelineDir(t, dsn, "alone", rcvs)
 	proc := startWalcast(t, dir, "--metrics-listen", "127.0.0.1:0")

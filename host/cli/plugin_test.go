@@ -556,8 +556,7 @@ func TestPluginInstallModule(t *testing.T) {
 
 	// The installed plugin checks its config block...
 	out := filepath.Join(t.TempDir(), "notes.txt")
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
+	dsn, db := newSource(t)
 	exec1(t, db, "CREATE TABLE orders (id int PRIMARY KEY)")
 	pipeline := writePipeline(t, "pluginmodule", dsn, []string{"public.orders"}, sinkSpec{
 		ID: "notes", SinkType: "notes", Config: fmt.Sprintf("    path = %q\n", out)})

@@ -27,10 +27,10 @@ import (
 // next change follows it.
 func TestParkingAndReplay(t *testing.T) {
 	ctx := context.Background()
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
-	exec1(t, db, `INSERT INTO items SELECT g, 0, 'x' FROM generate_series(1, 40) g`)
+	dsn, db := newSource(t,
+		`CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`,
+		`INSERT INTO items SELECT g, 0, 'x' FROM generate_series(1, 40) g`,
+	)
 	rcv := newReceiver(t)
 	var reject atomic.Bool
 	reject.Store(true)
@@ -113,9 +113,7 @@ func TestParkingAndReplay(t *testing.T) {
 // TestReplayWithoutDaemon parks a row, stops walcast and replays directly.
 func TestReplayWithoutDaemon(t *testing.T) {
 	ctx := context.Background()
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	rcv := newReceiver(t)
 	var reject atomic.Bool
 	reject.Store(true)
@@ -159,9 +157,7 @@ func TestReplayWithoutDaemon(t *testing.T) {
 // TestThrottleRetryAfter: a 429 with Retry-After pauses the sink for that
 // long and does not use up attempts (max_attempts = 1 would park at once).
 func TestThrottleRetryAfter(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	rcv := newReceiver(t)
 	var mu sync.Mutex
 	var calls []time.Time
@@ -223,9 +219,7 @@ func TestThrottleRetryAfter(t *testing.T) {
 // loaded 2-core CI machine.
 func TestRateLimit(t *testing.T) {
 	const rate, burst, events = 200.0, 200.0, 1000
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "rate", dsn, []string{"public.items"},
 		sinkSpec{ID: "hook", URL: rcv.URL,
@@ -278,10 +272,10 @@ func TestRateLimit(t *testing.T) {
 // benchmark's job.
 func TestRowOrderingLanes(t *testing.T) {
 	measure := func(ordering string) (time.Duration, int64) {
-		dsn := cluster.Database(t)
-		db := connect(t, dsn)
-		exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
-		exec1(t, db, `INSERT INTO items SELECT g, 0, 'x' FROM generate_series(1, 100) g`)
+		dsn, db := newSource(t,
+			`CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`,
+			`INSERT INTO items SELECT g, 0, 'x' FROM generate_series(1, 100) g`,
+		)
 		rcv := newReceiver(t)
 		var n, inFlight, most atomic.Int64
 		rcv.setRespond(func(http.Header, []byte, []received) (int, http.Header) {
@@ -343,9 +337,7 @@ func TestRowOrderingLanes(t *testing.T) {
 // TestHangingReceiverIsRetried: a request that hangs past deliver_timeout is
 // abandoned and the batch delivered again.
 func TestHangingReceiverIsRetried(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	rcv := newReceiver(t)
 	var calls atomic.Int64
 	rcv.setRespond(func(http.Header, []byte, []received) (int, http.Header) {
@@ -370,9 +362,7 @@ func TestHangingReceiverIsRetried(t *testing.T) {
 // implementation of the Standard Webhooks scheme: base64 HMAC-SHA256 over
 // "webhook-id.webhook-timestamp.body" with the secret after "whsec_".
 func TestWebhookSignature(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	key := []byte("walcast-test-signing-key-0123456")
 	secret := "whsec_" + base64.StdEncoding.EncodeToString(key)
 	rcv := newReceiver(t)

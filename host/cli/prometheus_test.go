@@ -44,9 +44,7 @@ type promAlert struct {
 // that sink with its labels; every series the rules use is scraped.
 func TestPrometheusScrapesAndAlerts(t *testing.T) {
 	prometheus := needPrometheus(t)
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	exec1(t, db, `CREATE TABLE other (id serial PRIMARY KEY, pad text)`) // not captured: WAL only
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "prom", dsn, []string{"public.items"},

@@ -142,8 +142,7 @@ func TestSinkOutsideRepository(t *testing.T) {
 	}
 	wantInstalled(t, stdout, "notes", pluginDir)
 
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
+	dsn, db := newSource(t)
 	exec1(t, db, "CREATE TABLE orders (id int PRIMARY KEY)")
 	pipeline := writePipeline(t, "outsidesink", dsn, []string{"public.orders"}, sinkSpec{ID: "notes", SinkType: "notes", Config: "\n"})
 	eventLine := regexp.MustCompile(`msg=event .*sink=notes.* id=\S+:\d+ table=orders op=insert`)
@@ -273,8 +272,7 @@ func TestPythonSink(t *testing.T) {
 	}
 	wantInstalled(t, stdout, "pyfile", pluginDir)
 
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
+	dsn, db := newSource(t)
 	exec1(t, db, "CREATE TABLE orders (id int PRIMARY KEY, note text)")
 	dest := filepath.Join(t.TempDir(), "pipeline.jsonl")
 	pipeline := writePipeline(t, "pythonsink", dsn, []string{"public.orders"},

@@ -208,3 +208,16 @@ func workload(ctx context.Context, db *pgx.Conn, r *rand.Rand, n int) (int, erro
 	}
 	return changes, nil
 }
+
+// newSource makes a fresh database for the test, runs the setup
+// statements in it (tables, rows), and returns its DSN and a connection
+// to it.
+func newSource(t testing.TB, setup ...string) (string, *pgx.Conn) {
+	t.Helper()
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	for _, sql := range setup {
+		exec1(t, db, sql)
+	}
+	return dsn, db
+}

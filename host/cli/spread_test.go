@@ -17,9 +17,7 @@ import (
 // ceil(6/2) = 3 each). How long the move took is logged (docs/operations.md
 // quotes it), not asserted: on a loaded machine that is a benchmark's job.
 func TestPipelinesSpreadAndMove(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	rcv := newReceiver(t)
 	dir, files := pipelineDir(t, dsn, "spread", []*receiver{rcv, rcv, rcv, rcv, rcv, rcv})
 	var names []string

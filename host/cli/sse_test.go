@@ -75,9 +75,7 @@ func freeAddr(t *testing.T) string {
 // right after that event; and a client that stops reading holds back
 // neither the webhook sink nor the slot (sse is not durable).
 func TestSSE(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	rcv := newReceiver(t)
 	addr := freeAddr(t)
 	url := "http://" + addr + "/events"

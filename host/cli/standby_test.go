@@ -14,9 +14,7 @@ import (
 // test_decoding); a graceful stop hands over too. The takeover times are
 // logged (docs/operations.md quotes them), not asserted.
 func TestStandbyTakesOver(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	truthSlot(t, dsn, db, "truth_standby")
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "standby", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 20})

@@ -12,9 +12,7 @@ import (
 )
 
 func TestStartupErrorsSayWhatToDo(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE keyless (v int); CREATE TABLE items (id int PRIMARY KEY)`)
+	dsn, _ := newSource(t, `CREATE TABLE keyless (v int); CREATE TABLE items (id int PRIMARY KEY)`)
 
 	t.Run("table without key", func(t *testing.T) {
 		p := writePipeline(t, "nokey", dsn, []string{"public.keyless"}, sinkSpec{ID: "hook", URL: "http://127.0.0.1:1/x"})
@@ -54,9 +52,7 @@ func TestWalLevelMustBeLogical(t *testing.T) {
 }
 
 func TestAllowKeylessDeliversKeyNull(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE keyless (v int)`)
+	dsn, db := newSource(t, `CREATE TABLE keyless (v int)`)
 	rcv := newReceiver(t)
 	p := writePipeline(t, "allowkeyless", dsn, []string{"public.keyless"}, sinkSpec{ID: "hook", URL: rcv.URL})
 	src, _ := os.ReadFile(p)

@@ -23,11 +23,11 @@ import (
 // applying the stream in arrival order ends with exactly the source
 // tables: no row change overtakes or trails a truncate of its table.
 func TestTruncateOrderedWithItsRows(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE a (id int PRIMARY KEY, v int NOT NULL)`)
-	exec1(t, db, `CREATE TABLE b (id int PRIMARY KEY, v int NOT NULL)`)
-	exec1(t, db, `CREATE SEQUENCE ids`)
+	dsn, db := newSource(t,
+		`CREATE TABLE a (id int PRIMARY KEY, v int NOT NULL)`,
+		`CREATE TABLE b (id int PRIMARY KEY, v int NOT NULL)`,
+		`CREATE SEQUENCE ids`,
+	)
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "trunc", dsn, []string{"public.a", "public.b"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Batch: 5, Extra: "    max_in_flight = 8\n"})
@@ -169,13 +169,13 @@ func rootTruth(cs []change, root string, leaves ...string) []change {
 // small batches, 8 in flight; a consumer applying the stream in order
 // rebuilds the table. A sink filter naming a partition is a config error.
 func TestPartitionedTableUnderRootName(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE p (id int PRIMARY KEY, v int NOT NULL) PARTITION BY RANGE (id)`)
-	exec1(t, db, `CREATE TABLE p_lo PARTITION OF p FOR VALUES FROM (0) TO (1000000)`)
-	exec1(t, db, `CREATE TABLE p_hi PARTITION OF p FOR VALUES FROM (1000000) TO (2000000)`)
-	exec1(t, db, `CREATE TABLE other (id int PRIMARY KEY, v int NOT NULL)`)
-	exec1(t, db, `CREATE SEQUENCE ids`)
+	dsn, db := newSource(t,
+		`CREATE TABLE p (id int PRIMARY KEY, v int NOT NULL) PARTITION BY RANGE (id)`,
+		`CREATE TABLE p_lo PARTITION OF p FOR VALUES FROM (0) TO (1000000)`,
+		`CREATE TABLE p_hi PARTITION OF p FOR VALUES FROM (1000000) TO (2000000)`,
+		`CREATE TABLE other (id int PRIMARY KEY, v int NOT NULL)`,
+		`CREATE SEQUENCE ids`,
+	)
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "parts", dsn, []string{"public.p", "public.other"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Batch: 5, Extra: "    max_in_flight = 8\n"})
@@ -295,8 +295,7 @@ func readFile(t testing.TB, path string) string {
 // reach the sink, the others are dropped and counted, and the start says
 // which tables are dropped.
 func TestOnlyListedTables(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
+	dsn, db := newSource(t)
 	for _, tb := range []string{"a", "b", "extra"} {
 		exec1(t, db, `CREATE TABLE `+tb+` (id int PRIMARY KEY, v int NOT NULL)`)
 	}
@@ -352,10 +351,10 @@ func TestOnlyListedTables(t *testing.T) {
 // the application's UPDATE and DELETE on it succeed while walcast runs
 // and after it stops.
 func TestKeylessTableNeverBlocksTheApplication(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE logs (id int NOT NULL, v int NOT NULL)`)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	dsn, db := newSource(t,
+		`CREATE TABLE logs (id int NOT NULL, v int NOT NULL)`,
+		`CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`,
+	)
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "keyless", dsn, []string{"public.logs", "public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 5})
 	withSource(t, pipeline, "  allow_keyless = true\n")
@@ -398,11 +397,11 @@ func TestKeylessTableNeverBlocksTheApplication(t *testing.T) {
 // events after its partitions; walcast run refuses it and says how to fix
 // it.
 func TestForeignPublicationOfPartitionsRefused(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE p (id int PRIMARY KEY, v int NOT NULL) PARTITION BY RANGE (id)`)
-	exec1(t, db, `CREATE TABLE p_lo PARTITION OF p FOR VALUES FROM (0) TO (1000000)`)
-	exec1(t, db, `CREATE PUBLICATION leafpub FOR TABLE p`)
+	dsn, db := newSource(t,
+		`CREATE TABLE p (id int PRIMARY KEY, v int NOT NULL) PARTITION BY RANGE (id)`,
+		`CREATE TABLE p_lo PARTITION OF p FOR VALUES FROM (0) TO (1000000)`,
+		`CREATE PUBLICATION leafpub FOR TABLE p`,
+	)
 	pipeline := writePipeline(t, "leafpub", dsn, []string{"public.p"}, sinkSpec{ID: "hook", URL: "http://127.0.0.1:1/"})
 	withSource(t, pipeline, "  publication = \"leafpub\"\n")
 	out, err := walcastCLI(t, "run", pipeline, "--plugin-dir", binDir)

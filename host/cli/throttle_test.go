@@ -31,9 +31,7 @@ func TestThrottleRetryAfterEdges(t *testing.T) {
 		{"huge", func() string { return "4294967295" }, ceiling},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dsn := cluster.Database(t)
-			db := connect(t, dsn)
-			exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+			dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 			rcv := newReceiver(t)
 			type request struct {
 				start, end time.Time
