@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -106,16 +105,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		`INSERT INTO orders SELECT g, 'new' FROM generate_series(1, 20) g`,
 	)
 	rcv := newReceiver(t)
-	var reject atomic.Bool
-	reject.Store(true)
-	rcv.setRespond(func(_ http.Header, _ []byte, evs []received) (int, http.Header) {
-		for _, e := range evs {
-			if e.Key == `{"id":13}` && reject.Load() {
-				return http.StatusServiceUnavailable, nil
-			}
-		}
-		return 0, nil
-	})
+	reject := rcv.rejectRow(`{"id":13}`, http.StatusServiceUnavailable)
 	pipeline := writePipeline(t, "console", dsn, []string{"public.orders"},
 		sinkSpec{ID: "orders-hook", URL: rcv.URL, Batch: 10, Extra: "    max_attempts = 2\n    retry_base = \"50ms\"\n"})
 	proc := startWalcast(t, pipeline)

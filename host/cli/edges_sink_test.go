@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -35,19 +34,13 @@ type landingServer struct {
 
 func newLandingServer(t *testing.T) *landingServer {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &landingServer{URL: "http://" + l.Addr().String()}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s := &landingServer{}
+	s.URL = serveLoopback(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		s.mu.Lock()
 		s.reqs = append(s.reqs, fmt.Sprintf("%s %s (%d bytes, Authorization %q)", r.Method, r.URL.Path, len(body), r.Header.Get("Authorization")))
 		s.mu.Unlock()
-	})}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
+	}))
 	return s
 }
 
@@ -179,12 +172,7 @@ func TestWebhookURLSecretsNeverShown(t *testing.T) {
 	failing := newReceiver(t)
 	failing.setMode(modeFail)
 	failingBase := strings.TrimSuffix(failing.URL, "/hooks")
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	downBase := "http://" + l.Addr().String()
-	l.Close() // nothing listens there: connection refused, a *url.Error
+	downBase := "http://" + freeAddr(t) // nothing listens there: connection refused, a *url.Error
 
 	extra := "    max_attempts = 2\n    retry_base = \"50ms\"\n"
 	pipeline := writePipeline(t, "secrets", dsn, []string{"public.items"},

@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"bytes"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -88,4 +89,17 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// freeAddr is an address on 127.0.0.1 whose port was free a moment ago:
+// for a server walcast or a tool is told to listen on, or for one nothing
+// listens on.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }

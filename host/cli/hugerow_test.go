@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -37,14 +36,8 @@ type streamed struct {
 
 func newStreamReceiver(t testing.TB, limit int64) *streamReceiver {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &streamReceiver{URL: "http://" + l.Addr().String() + "/hooks", limit: limit}
-	srv := &http.Server{Handler: r}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
+	r := &streamReceiver{limit: limit}
+	r.URL = serveLoopback(t, r) + "/hooks"
 	return r
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -19,16 +18,7 @@ func TestReplayAcrossDetach(t *testing.T) {
 	ctx := context.Background()
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	fast, slow := newReceiver(t), newReceiver(t)
-	var reject atomic.Bool
-	reject.Store(true)
-	slow.setRespond(func(_ http.Header, _ []byte, evs []received) (int, http.Header) {
-		for _, e := range evs {
-			if e.Key == `{"id":13}` && reject.Load() {
-				return http.StatusInternalServerError, nil
-			}
-		}
-		return 0, nil
-	})
+	reject := slow.rejectRow(`{"id":13}`, http.StatusInternalServerError)
 	// The slow sink's requests time out only after a minute: the batches
 	// in flight when it detaches hang until the receiver is released,
 	// which keeps the detachment half done for as long as the test needs.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"math/rand/v2"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -61,17 +60,13 @@ func TestSlowSinkDetachesCatchesUpAndRejoins(t *testing.T) {
 	proc.waitLog(t, "sink resumes catching up from its slot")
 
 	// Let the slow sink go, slowly, and kill it again while it catches up.
-	slow.mu.Lock()
-	slow.delay = 20 * time.Millisecond
-	slow.mu.Unlock()
+	slow.setDelay(20 * time.Millisecond)
 	slow.setMode(modeOK)
 	waitFor(t, "the slow sink to start catching up", time.Minute, func() bool { return slow.distinct() > 2000 })
 	proc.kill()
 	t.Logf("killed while catching up: slow sink had %d of %d", slow.distinct(), len(want))
 	// Slow enough that the handover takes a while: killed while rejoining.
-	slow.mu.Lock()
-	slow.delay = 300 * time.Millisecond
-	slow.mu.Unlock()
+	slow.setDelay(300 * time.Millisecond)
 	proc = startWalcast(t, pipeline)
 	proc.waitLog(t, "sink rejoining the live stream")
 	proc.kill()
@@ -84,9 +79,7 @@ func TestSlowSinkDetachesCatchesUpAndRejoins(t *testing.T) {
 			t.Fatalf("walcast status after a kill while rejoining: %v\n%s", err, out)
 		}
 	}
-	slow.mu.Lock()
-	slow.delay = 0
-	slow.mu.Unlock()
+	slow.setDelay(0)
 	proc = startWalcast(t, pipeline)
 	if inRejoin {
 		proc.waitLog(t, "sink resumes catching up from its slot")
@@ -137,12 +130,7 @@ func TestTwoStalledSinksAndTeardown(t *testing.T) {
 		sinkSpec{ID: "s1", URL: s1.URL, Batch: 50},
 		sinkSpec{ID: "s2", URL: s2.URL, Batch: 50, Extra: "    detach_after = \"200ms\"\n    max_attempts = 1000\n"})
 	proc := startWalcast(t, pipeline, "--metrics-listen", "127.0.0.1:0", "--warn-retained-wal-mb", "1", "--slot-check-interval", "200ms")
-	proc.waitLog(t, "serving metrics")
-	m := regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(proc.logText())
-	if m == nil {
-		t.Fatalf("no metrics address in the log:\n%s", proc.logText())
-	}
-	base := "http://" + m[1]
+	base := metricsBase(t, proc)
 	waitSlot(t, db, "walcast_iso2")
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"regexp"
@@ -21,12 +20,7 @@ func TestMetrics(t *testing.T) {
 	pipeline := writePipeline(t, "metrics", dsn, []string{"public.items"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Batch: 10, Extra: "    retry_base = \"50ms\"\n"})
 	proc := startWalcast(t, pipeline, "--metrics-listen", "127.0.0.1:0")
-	proc.waitLog(t, "serving metrics")
-	m := regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(proc.logText())
-	if m == nil {
-		t.Fatalf("no metrics address in the log:\n%s", proc.logText())
-	}
-	base := "http://" + m[1]
+	base := metricsBase(t, proc)
 	waitSlot(t, db, "walcast_metrics")
 
 	exec1(t, db, `INSERT INTO items SELECT g, 0 FROM generate_series(1, 100) g`)
@@ -140,14 +134,8 @@ func TestMetrics(t *testing.T) {
 	}
 	waitFor(t, "the pause gauge", time.Minute, func() bool { return value(t, scrape(t, base), "walcast_sink_paused", hook) == 1 })
 
-	resp, err := http.Get(base + "/healthz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || string(body) != "ok\nmetrics: leader, streaming\n" {
-		t.Fatalf("/healthz: %s %q", resp.Status, body)
+	if code, body := healthz(t, base); code != http.StatusOK || body != "ok\nmetrics: leader, streaming\n" {
+		t.Fatalf("/healthz: %d %q", code, body)
 	}
 	want("walcast_leader", map[string]string{"pipeline": "metrics"}, eq(1), "1")
 	proc.stop()

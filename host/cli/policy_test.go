@@ -32,16 +32,7 @@ func TestParkingAndReplay(t *testing.T) {
 		`INSERT INTO items SELECT g, 0, 'x' FROM generate_series(1, 40) g`,
 	)
 	rcv := newReceiver(t)
-	var reject atomic.Bool
-	reject.Store(true)
-	rcv.setRespond(func(_ http.Header, _ []byte, evs []received) (int, http.Header) {
-		for _, e := range evs {
-			if e.Key == `{"id":13}` && reject.Load() {
-				return http.StatusInternalServerError, nil
-			}
-		}
-		return 0, nil
-	})
+	reject := rcv.rejectRow(`{"id":13}`, http.StatusInternalServerError)
 	pipeline := writePipeline(t, "park", dsn, []string{"public.items"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Batch: 25, Extra: "    max_attempts = 3\n    retry_base = \"50ms\"\n"})
 	proc := startWalcast(t, pipeline)

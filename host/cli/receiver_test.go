@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,7 +75,6 @@ const (
 type receiver struct {
 	t    testing.TB
 	URL  string
-	srv  *http.Server
 	mu   sync.Mutex
 	got  []received
 	mode receiverMode
@@ -99,21 +99,31 @@ type receiver struct {
 	ops map[string]int
 }
 
-func newReceiver(t testing.TB) *receiver {
+// serveLoopback serves h on a free port of 127.0.0.1 until the test ends
+// and returns its base URL (http://127.0.0.1:port).
+func serveLoopback(t testing.TB, h http.Handler) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &receiver{t: t, URL: "http://" + l.Addr().String() + "/hooks", wake: make(chan struct{})}
-	r.srv = &http.Server{Handler: r}
-	go r.srv.Serve(l)
+	srv := &http.Server{Handler: h}
+	go srv.Serve(l)
 	t.Cleanup(func() {
-		r.setMode(modeOK)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		r.srv.Shutdown(ctx)
+		srv.Shutdown(ctx)
 	})
+	return "http://" + l.Addr().String()
+}
+
+func newReceiver(t testing.TB) *receiver {
+	t.Helper()
+	r := &receiver{t: t, wake: make(chan struct{})}
+	r.URL = serveLoopback(t, r) + "/hooks"
+	// Runs before the server's shutdown (cleanups run in reverse): a
+	// request the receiver holds is let go first.
+	t.Cleanup(func() { r.setMode(modeOK) })
 	return r
 }
 
@@ -227,6 +237,30 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 func (r *receiver) setRespond(f func(h http.Header, body []byte, evs []received) (int, http.Header)) {
 	r.mu.Lock()
 	r.respond = f
+	r.mu.Unlock()
+}
+
+// rejectRow makes the receiver answer status to every request that
+// carries an event of the row whose key (compact JSON) is key, until the
+// test turns the switch it returns off.
+func (r *receiver) rejectRow(key string, status int) *atomic.Bool {
+	var reject atomic.Bool
+	reject.Store(true)
+	r.setRespond(func(_ http.Header, _ []byte, evs []received) (int, http.Header) {
+		for _, e := range evs {
+			if e.Key == key && reject.Load() {
+				return status, nil
+			}
+		}
+		return 0, nil
+	})
+	return &reject
+}
+
+// setDelay makes the receiver wait d before answering each request.
+func (r *receiver) setDelay(d time.Duration) {
+	r.mu.Lock()
+	r.delay = d
 	r.mu.Unlock()
 }
 

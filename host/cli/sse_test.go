@@ -59,16 +59,6 @@ func sseSubscribe(t *testing.T, url, lastEventID string) <-chan sseFrame {
 	return out
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // TestSSE: walcast run with the sse sink beside a webhook sink. A browser
 // style client receives every change as an id/event/data frame carrying
 // the envelope, in commit order; reconnecting with Last-Event-ID resumes

@@ -3,7 +3,6 @@ package cli
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"os"
 	"testing"
 	"time"
@@ -24,15 +23,10 @@ func TestStartupErrorsSayWhatToDo(t *testing.T) {
 		wantAll(t, runOnce(t, p), "public.nope does not exist")
 	})
 	t.Run("unreachable database", func(t *testing.T) {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close() // nothing listens there now
-		p := writePipeline(t, "unreach", fmt.Sprintf("postgres://postgres@127.0.0.1:%d/x?connect_timeout=3", port), []string{"public.items"},
+		addr := freeAddr(t) // nothing listens there
+		p := writePipeline(t, "unreach", fmt.Sprintf("postgres://postgres@%s/x?connect_timeout=3", addr), []string{"public.items"},
 			sinkSpec{ID: "hook", URL: "http://127.0.0.1:1/x"})
-		wantAll(t, runOnce(t, p), "cannot reach the source database", fmt.Sprintf("127.0.0.1:%d", port), "PostgreSQL is running")
+		wantAll(t, runOnce(t, p), "cannot reach the source database", addr, "PostgreSQL is running")
 	})
 	t.Run("missing plugin", func(t *testing.T) {
 		p := writePipeline(t, "noplugin", dsn, []string{"public.items"}, sinkSpec{ID: "x", SinkType: "nosuch", Config: " "})

@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -320,7 +319,7 @@ func TestOnlyListedTables(t *testing.T) {
 		exec1(t, db, `UPDATE a SET v = 1`)
 		want := truth(t, db, "truth_listed_all", map[string]bool{"public.a": true})
 		waitFor(t, "a's changes", time.Minute, func() bool { return rcv.distinct() >= len(want) })
-		base := "http://" + regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(proc.logText())[1]
+		base := metricsBase(t, proc)
 		waitFor(t, "20 dropped changes counted", time.Minute, func() bool {
 			return value(t, scrape(t, base), "walcast_events_unlisted_total", nil) == 20
 		})
