@@ -412,14 +412,7 @@ func TestBackfillColumnList(t *testing.T) {
 	)
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "bfcols", dsn, []string{"public.cols"}, sinkSpec{ID: "hook", URL: rcv.URL})
-	b, err := os.ReadFile(pipeline)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := strings.Replace(string(b), "  tables = [\"public.cols\"]\n", "  tables = [\"public.cols\"]\n  publication = \"colpub\"\n", 1)
-	if err := os.WriteFile(pipeline, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	withSource(t, pipeline, "  publication = \"colpub\"\n")
 	proc := startWalcast(t, pipeline)
 	waitSlot(t, db, "walcast_bfcols")
 	exec1(t, db, `UPDATE cols SET shown = 'live', secret = 'SECRET-live' WHERE id = 7`)
@@ -472,14 +465,7 @@ func TestBackfillRowFilter(t *testing.T) {
 	exec1(t, db, `CREATE PUBLICATION rfpub FOR TABLE rf WHERE `+rfFilter)
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "bfrf", dsn, []string{"public.rf"}, sinkSpec{ID: "hook", URL: rcv.URL})
-	b, err := os.ReadFile(pipeline)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := strings.Replace(string(b), "  tables = [\"public.rf\"]\n", "  tables = [\"public.rf\"]\n  publication = \"rfpub\"\n", 1)
-	if err := os.WriteFile(pipeline, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	withSource(t, pipeline, "  publication = \"rfpub\"\n")
 	proc := startWalcast(t, pipeline)
 	waitSlot(t, db, "walcast_bfrf")
 

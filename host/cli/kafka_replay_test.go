@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -40,13 +39,7 @@ func TestKafkaReplayOfParkedEvent(t *testing.T) {
 	proc.stop()
 
 	// Raise the limit and replay through the running daemon.
-	src, err := os.ReadFile(pipeline)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(pipeline, []byte(strings.Replace(string(src), "max_message_bytes = 2048", "max_message_bytes = 1048576", 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	editPipeline(t, pipeline, "max_message_bytes = 2048", "max_message_bytes = 1048576")
 	proc = startWalcast(t, pipeline)
 	// The daemon must be streaming (its slot active) for walcast replay to
 	// hand it the request rather than replay directly.

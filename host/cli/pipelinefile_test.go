@@ -94,3 +94,26 @@ func pipelineDir(t *testing.T, dsn, prefix string, rcvs []*receiver) (dir string
 	}
 	return dir, files
 }
+
+// withSource adds lines to the source block of a pipeline file.
+func withSource(t testing.TB, path string, lines string) {
+	t.Helper()
+	editPipeline(t, path, "]\n}\n", "]\n"+lines+"}\n")
+}
+
+// editPipeline replaces the first old in a pipeline file with new; it
+// fails the test when the file has no old, so that an edit cannot miss
+// silently.
+func editPipeline(t testing.TB, path, old, new string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), old) {
+		t.Fatalf("pipeline %s has no %q to edit:\n%s", path, old, b)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(string(b), old, new, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

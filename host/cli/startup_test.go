@@ -1,9 +1,7 @@
 package cli
 
 import (
-	"bytes"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -49,8 +47,7 @@ func TestAllowKeylessDeliversKeyNull(t *testing.T) {
 	dsn, db := newSource(t, `CREATE TABLE keyless (v int)`)
 	rcv := newReceiver(t)
 	p := writePipeline(t, "allowkeyless", dsn, []string{"public.keyless"}, sinkSpec{ID: "hook", URL: rcv.URL})
-	src, _ := os.ReadFile(p)
-	os.WriteFile(p, bytes.Replace(src, []byte("tables = ["), []byte("allow_keyless = true\n  tables = ["), 1), 0o644)
+	withSource(t, p, "  allow_keyless = true\n")
 	proc := startWalcast(t, p)
 	waitSlot(t, db, "walcast_allowkeyless")
 	exec1(t, db, `INSERT INTO keyless VALUES (1)`)

@@ -123,19 +123,6 @@ func wrongSideOfTruncate(evs []received) int {
 	return n
 }
 
-// withSource adds lines to the source block of a pipeline file.
-func withSource(t testing.TB, path string, lines string) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := strings.Replace(string(b), "]\n}\n", "]\n"+lines+"}\n", 1)
-	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // rootTruth is the truth of a partitioned table as walcast publishes it:
 // test_decoding names the leaf partitions; walcast (publishing via the
 // root) names the root, and a TRUNCATE of the root is one event.
@@ -178,7 +165,7 @@ func TestPartitionedTableUnderRootName(t *testing.T) {
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "parts", dsn, []string{"public.p", "public.other"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Batch: 5, Extra: "    max_in_flight = 8\n"})
-	os.WriteFile(pipeline, []byte(strings.Replace(readFile(t, pipeline), "  delivery {", "  tables = [\"public.p\"]\n  delivery {", 1)), 0o644)
+	editPipeline(t, pipeline, "  delivery {", "  tables = [\"public.p\"]\n  delivery {")
 
 	// A filter naming a partition (or a typo) never silently filters.
 	bad := strings.Replace(readFile(t, pipeline), `tables = ["public.p"]`, `tables = ["public.p_lo"]`, 1)
