@@ -159,8 +159,7 @@ func TestBackfillCrashMirror(t *testing.T) {
 	rcv.delay = 2 * time.Millisecond
 	pipeline := writePipeline(t, "bfcrash", dsn, []string{"public.items"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Batch: 100, Extra: "    max_in_flight = 2\n"})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_bfcrash")
+	proc := startCapturing(t, db, pipeline)
 
 	// Writers run on their own connection from before the backfill until
 	// after it, but never more than maxLag of WAL ahead of what the sink
@@ -259,8 +258,7 @@ func TestBackfillPerSinkKeys(t *testing.T) {
 	a, b := newReceiver(t), newReceiver(t)
 	pipeline := writePipeline(t, "bfsink", dsn, []string{"public.accts", "public.empty_t"},
 		sinkSpec{ID: "a", URL: a.URL}, sinkSpec{ID: "b", URL: b.URL})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_bfsink")
+	proc := startCapturing(t, db, pipeline)
 	exec1(t, db, `UPDATE accts SET n = -n WHERE n % 10 = 0`)
 	id := requestBackfill(t, db, pipeline, "--table", "public.accts", "--table", "public.empty_t", "--sink", "a", "--wait")
 	exec1(t, db, `INSERT INTO empty_t VALUES ('after', 1)`)
@@ -413,8 +411,7 @@ func TestBackfillColumnList(t *testing.T) {
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "bfcols", dsn, []string{"public.cols"}, sinkSpec{ID: "hook", URL: rcv.URL})
 	withSource(t, pipeline, "  publication = \"colpub\"\n")
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_bfcols")
+	proc := startCapturing(t, db, pipeline)
 	exec1(t, db, `UPDATE cols SET shown = 'live', secret = 'SECRET-live' WHERE id = 7`)
 	id := requestBackfill(t, db, pipeline, "--table", "public.cols", "--wait")
 	waitFor(t, "read and update events", time.Minute, func() bool { return rcv.countOp("read") >= 300 && rcv.countOp("update") >= 1 })
@@ -466,8 +463,7 @@ func TestBackfillRowFilter(t *testing.T) {
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "bfrf", dsn, []string{"public.rf"}, sinkSpec{ID: "hook", URL: rcv.URL})
 	withSource(t, pipeline, "  publication = \"rfpub\"\n")
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_bfrf")
+	proc := startCapturing(t, db, pipeline)
 
 	// Writers flip v (in and out of the filter), delete and insert from
 	// before the backfill until after it.
@@ -537,8 +533,7 @@ func TestBackfillRowFilterAddedByHand(t *testing.T) {
 	exec1(t, db, `INSERT INTO rfh SELECT g, 'v' || g FROM generate_series(1, 3000) g`)
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "bfrfh", dsn, []string{"public.rfh"}, sinkSpec{ID: "hook", URL: rcv.URL})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_bfrfh")
+	proc := startCapturing(t, db, pipeline)
 	exec1(t, db, `ALTER PUBLICATION walcast_bfrfh SET TABLE public.rfh WHERE `+filter)
 	exec1(t, db, `UPDATE rfh SET v = 'live' WHERE id IN (4, 6)`)
 	proc.stop()

@@ -85,8 +85,7 @@ func TestBackfillWindowAcrossTablesKill(t *testing.T) {
 	const name = "bfwindow"
 	pipeline := writePipeline(t, name, dsn, names,
 		sinkSpec{ID: "hook", URL: rcv.URL, Batch: 100, Extra: "    rate_limit = 2000\n"})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_"+name)
+	proc := startCapturing(t, db, pipeline)
 
 	args := []string{"backfill", pipeline}
 	for _, n := range names {
@@ -167,8 +166,7 @@ func TestBackfillWaitAcknowledged(t *testing.T) {
 	counter := newChunkCounter(rcv)
 	const name = "bfwait"
 	pipeline := writePipeline(t, name, dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 100})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_"+name)
+	proc := startCapturing(t, db, pipeline)
 
 	if _, errOut, code := walcastCmd(t, "backfill", pipeline, "--table", "public.items", "--wait", "--until", "soon"); code != 2 || !strings.Contains(errOut, "want acknowledged or written") {
 		t.Fatalf("--until soon: exit %d, %q; want 2 and the accepted values", code, errOut)

@@ -108,8 +108,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	reject := rcv.rejectRow(`{"id":13}`, http.StatusServiceUnavailable)
 	pipeline := writePipeline(t, "console", dsn, []string{"public.orders"},
 		sinkSpec{ID: "orders-hook", URL: rcv.URL, Batch: 10, Extra: "    max_attempts = 2\n    retry_base = \"50ms\"\n"})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_console")
+	proc := startCapturing(t, db, pipeline)
 	for _, status := range []string{"paid", "shipped", "delivered"} {
 		exec1(t, db, `UPDATE orders SET status = $1`, status)
 	}

@@ -38,8 +38,7 @@ func TestCrashLoopLosesNothing(t *testing.T) {
 	t.Logf("seed %d", seed)
 	r := rand.New(rand.NewPCG(seed, 7))
 	workDone := make(chan error, 1)
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_crash")
+	proc := startCapturing(t, db, pipeline)
 	go func() {
 		_, err := workload(ctx, wdb, rand.New(rand.NewPCG(seed, 8)), pgtest.Chaos(t, 20000))
 		workDone <- err

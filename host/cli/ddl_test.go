@@ -26,8 +26,7 @@ func TestDDLMidStream(t *testing.T) {
 	truthSlot(t, dsn, db, "truth_ddl")
 	rcv := newReceiver(t)
 	p := writePipeline(t, "ddl", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
-	w := startWalcast(t, p)
-	waitSlot(t, db, "walcast_ddl")
+	w := startCapturing(t, db, p)
 	w.waitLog(t, "streaming from slot")
 
 	// Writers touch only id and v, which every step keeps.

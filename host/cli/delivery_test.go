@@ -22,8 +22,7 @@ func TestSinkAheadIsNotRedelivered(t *testing.T) {
 	pipeline := writePipeline(t, "ahead", dsn, []string{"public.items"},
 		sinkSpec{ID: "fast", URL: fast.URL},
 		sinkSpec{ID: "slow", URL: slow.URL, Extra: "    deliver_timeout = \"1s\"\n    max_attempts = 100000\n"})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_ahead")
+	proc := startCapturing(t, db, pipeline)
 	// Fewer events than the stuck sink's queue holds: past that, the first
 	// version applies backpressure to every sink (docs/architecture.md).
 	const n = 800
@@ -76,8 +75,7 @@ func TestSlotWaitsForStuckSink(t *testing.T) {
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "stuck", dsn, []string{"public.items"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Extra: "    deliver_timeout = \"1s\"\n    max_attempts = 100000\n"})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_stuck")
+	proc := startCapturing(t, db, pipeline)
 	exec1(t, db, `INSERT INTO items VALUES (0, 0, 'warm-up')`)
 	waitFor(t, "warm-up event", time.Minute, func() bool { return rcv.count() == 1 })
 	walsender := func() int {
@@ -149,8 +147,7 @@ func TestPluginCrashIsRedelivered(t *testing.T) {
 	truthSlot(t, dsn, db, "truth_plugin")
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "plugcrash", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_plugcrash")
+	proc := startCapturing(t, db, pipeline)
 	rcv.setMode(modeHang) // so the kill lands while a batch is in flight
 	for i := 0; i < 5000; i += 500 {
 		exec1(t, db, `INSERT INTO items SELECT g, 0, 'x' FROM generate_series($1::int, $2::int) g`, i, i+499)

@@ -74,8 +74,7 @@ func TestWebhookRedirectIsParkedNotLost(t *testing.T) {
 		ID: "hook", Batch: 20, Extra: "    max_attempts = 2\n    retry_base = \"50ms\"\n",
 		Config: fmt.Sprintf("    url = %q\n    timeout = \"5s\"\n    headers = { Authorization = \"Bearer api-key-e2e\" }\n    secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n", rcv.URL),
 	})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_redir")
+	proc := startCapturing(t, db, pipeline)
 
 	parked := 0
 	for _, code := range []int{http.StatusFound, http.StatusTemporaryRedirect} {
@@ -179,8 +178,7 @@ func TestWebhookURLSecretsNeverShown(t *testing.T) {
 		sinkSpec{ID: "failing", URL: secretHookURL(failingBase), Extra: extra},
 		sinkSpec{ID: "down", URL: secretHookURL(downBase), Extra: extra},
 	)
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_secrets")
+	proc := startCapturing(t, db, pipeline)
 	exec1(t, db, `INSERT INTO items SELECT g, 0 FROM generate_series(1, 5) g`)
 	waitFor(t, "both sinks' 5 events parked", 2*time.Minute, func() bool { return parkedCount(db, "secrets") == 10 })
 

@@ -30,8 +30,7 @@ CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL);`,
 	)
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "types", dsn, []string{"public.typed", "public.customers"}, sinkSpec{ID: "hook", URL: rcv.URL})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_types")
+	proc := startCapturing(t, db, pipeline)
 	big := strings.Repeat("walcast-toast-", 8000) // ~110 KB, stored out of line
 	exec1(t, db, `INSERT INTO typed VALUES (1, -2, 42, 1.5, 3.25, 'NaN', 12345678.90, true, 'he said "hi"', 'v', 'ab',
 		'\x00ff', '{"a": [1, 2]}', '{"b": {"c": null}}', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '2026-11-30',
@@ -138,8 +137,7 @@ func TestPostgresRestart(t *testing.T) {
 	rcv := newReceiver(t)
 	rcv.delay = 20 * time.Millisecond
 	pipeline := writePipeline(t, "restart", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 50})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_restart")
+	proc := startCapturing(t, db, pipeline)
 	for i := 0; i < 2000; i += 100 {
 		exec1(t, db, `INSERT INTO items SELECT g, 0, 'x' FROM generate_series($1::int, $2::int) g`, i, i+99)
 	}

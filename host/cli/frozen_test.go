@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -22,10 +21,7 @@ func TestFrozenLeaderIsFenced(t *testing.T) {
 	truthSlot(t, dsn, db, "truth_frozen")
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "frozen", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 10})
-	first := startWalcast(t, pipeline)
-	first.waitLog(t, "streaming from slot")
-	second := startWalcast(t, pipeline)
-	second.waitLog(t, "standing by")
+	first, second := leaderAndStandby(t, pipeline)
 
 	// The destination fails: the leader holds the events and retries.
 	rcv.setMode(modeFail)
@@ -33,8 +29,7 @@ func TestFrozenLeaderIsFenced(t *testing.T) {
 	first.waitLog(t, "delivery failed")
 	first.cmd.Process.Signal(syscall.SIGSTOP)
 	defer first.cmd.Process.Signal(syscall.SIGCONT)
-	host, _ := os.Hostname()
-	standby := fmt.Sprintf("walcast %s pid %d", host, second.cmd.Process.Pid)
+	standby := holderName(second)
 	exec1(t, db, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_name <> $1`, standby)
 	stopped := time.Now()

@@ -17,8 +17,7 @@ func TestWebhookGoneStopsTheSink(t *testing.T) {
 	rcv.setRespond(func(http.Header, []byte, []received) (int, http.Header) { return http.StatusGone, nil })
 	pipeline := writePipeline(t, "gone", dsn, []string{"public.items"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Batch: 10, Extra: "    retry_base = \"50ms\"\n"})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_gone")
+	proc := startCapturing(t, db, pipeline)
 	exec1(t, db, `INSERT INTO items SELECT g, 0 FROM generate_series(1, 5) g`)
 
 	select {

@@ -36,8 +36,7 @@ func TestGRPCSinkDeliversEveryChange(t *testing.T) {
 		// test watches it retry.
 		Extra: "    max_attempts = 100000\n",
 	})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_grpcsink")
+	proc := startCapturing(t, db, pipeline)
 
 	// Healthy: one big transaction, then small ones mixing every op.
 	exec1(t, db, `INSERT INTO items SELECT g, 0, 'café ☕ ' || g FROM generate_series(1, 150) g`)

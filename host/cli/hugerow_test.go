@@ -114,8 +114,7 @@ func TestHugeRow(t *testing.T) {
 		sinkSpec{ID: "hook", URL: rcv.URL, Config: fmt.Sprintf("    url = %q\n    timeout = \"2m\"\n", rcv.URL)},
 		sinkSpec{ID: "out", SinkType: "stdout", Config: fmt.Sprintf("    path = %q\n", out)})
 	truthSlot(t, dsn, db, "truth_huge")
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_huge")
+	proc := startCapturing(t, db, pipeline)
 	proc.waitLog(t, "streaming from slot")
 	begin := time.Now()
 	exec1(t, db, `INSERT INTO big VALUES (1, repeat('x', $1))`, size)
@@ -222,8 +221,7 @@ func TestTooLargeForDestinationParksAtOnce(t *testing.T) {
 	rcv := newStreamReceiver(t, 10<<20)
 	pipeline := writePipeline(t, "toolarge", dsn, []string{"public.big"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Extra: "    retry_base = \"1m\"\n"})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_toolarge")
+	proc := startCapturing(t, db, pipeline)
 	exec1(t, db, `INSERT INTO big VALUES (1, repeat('x', $1))`, size)
 	exec1(t, db, `INSERT INTO big VALUES (2, 'small')`)
 	var attempts int

@@ -27,8 +27,7 @@ func TestReplayAcrossDetach(t *testing.T) {
 		sinkSpec{ID: "slow", URL: slow.URL, Batch: 50,
 			Extra:  "    max_attempts = 2\n    retry_base = \"50ms\"\n    detach_after = \"200ms\"\n",
 			Config: fmt.Sprintf("    url = %q\n    timeout = \"60s\"\n", slow.URL)})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_isoreplay")
+	proc := startCapturing(t, db, pipeline)
 	exec1(t, db, `INSERT INTO items VALUES (13, 0, 'x')`)
 	exec1(t, db, `UPDATE items SET v = 1 WHERE id = 13`)
 	exec1(t, db, `UPDATE items SET v = 2 WHERE id = 13`)

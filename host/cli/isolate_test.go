@@ -30,8 +30,7 @@ func TestSlowSinkDetachesCatchesUpAndRejoins(t *testing.T) {
 		sinkSpec{ID: "slow", URL: slow.URL, Batch: 100, Extra: "    max_in_flight = 2\n"})
 	cuSlot := isolate.SlotName("walcast_iso", "slow")
 
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_iso")
+	proc := startCapturing(t, db, pipeline)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	start := time.Now()
@@ -328,8 +327,7 @@ func TestCatchupSlotDroppedByHand(t *testing.T) {
 	pipeline := writePipeline(t, "cudrop", dsn, []string{"public.items"},
 		sinkSpec{ID: "fast", URL: fast.URL}, sinkSpec{ID: "slow", URL: slow.URL})
 	cuSlot := isolate.SlotName("walcast_cudrop", "slow")
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_cudrop")
+	proc := startCapturing(t, db, pipeline)
 	insertItems(t, db, 1, 3000)
 	waitFor(t, "the fast sink to receive every insert", time.Minute, func() bool { return fast.distinct() >= 3000 })
 	proc.waitLog(t, "detaching it to catch up")

@@ -27,8 +27,7 @@ func TestKafkaTombstonesAndTopicNames(t *testing.T) {
 	if err != nil {
 		t.Fatalf("walcast validate: %v\n%s", err, out)
 	}
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_kedges")
+	proc := startCapturing(t, db, pipeline)
 
 	exec1(t, db, `INSERT INTO "order items" VALUES (1, 0), (2, 0)`)
 	exec1(t, db, `UPDATE "order items" SET id = 3 WHERE id = 1`)

@@ -23,8 +23,7 @@ func TestKafkaReplayOfParkedEvent(t *testing.T) {
 		ID: "kafka", SinkType: "kafka", Batch: 10,
 		Config: kafkaConfig(addr, true, "walcast-kreplay") + "    max_message_bytes = 2048\n",
 	})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_kreplay")
+	proc := startCapturing(t, db, pipeline)
 	exec1(t, db, `INSERT INTO items SELECT g, 0, 'x' FROM generate_series(1, 5) g`)
 	exec1(t, db, `UPDATE items SET pad = repeat('y', 4000) WHERE id = 3`) // too large
 	exec1(t, db, `UPDATE items SET v = 1`)                                // row 3's later event parks behind it

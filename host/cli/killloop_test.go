@@ -42,10 +42,8 @@ func takeoverRounds(t *testing.T, name string, rounds int, handOver func(round i
 	truthSlot(t, dsn, db, "truth_"+name)
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, name, dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 20})
-	procs := [2]*walcastProc{startWalcast(t, pipeline)}
-	procs[0].waitLog(t, "streaming from slot")
-	procs[1] = startWalcast(t, pipeline)
-	procs[1].waitLog(t, "standing by")
+	var procs [2]*walcastProc
+	procs[0], procs[1] = leaderAndStandby(t, pipeline)
 
 	wdb := connect(t, dsn)
 	stop, done := make(chan struct{}), make(chan error, 1)

@@ -12,8 +12,7 @@ func TestLargeRows(t *testing.T) {
 	exec1(t, db, `ALTER TABLE docs ALTER COLUMN body SET STORAGE EXTERNAL`) // no compression: 3 MB in the WAL
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "large", dsn, []string{"public.docs"}, sinkSpec{ID: "hook", URL: rcv.URL})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_large")
+	proc := startCapturing(t, db, pipeline)
 	exec1(t, db, `INSERT INTO docs SELECT g, repeat(md5(g::text), 3 * 1024 * 1024 / 32) FROM generate_series(1, 12) g`)
 	waitFor(t, "12 rows of 3 MB", 2*time.Minute, func() bool { return rcv.distinct() == 12 })
 	proc.stop()

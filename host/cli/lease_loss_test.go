@@ -43,8 +43,7 @@ func TestLostLeaseProxyBlamesNoSink(t *testing.T) {
 	pipeline := writePipeline(t, name, proxy.DSN(direct), []string{"public.items"},
 		sinkSpec{ID: "good", URL: good.URL, Batch: 10},
 		sinkSpec{ID: "bad", URL: bad.URL, Batch: 1, Extra: "    max_attempts = 1\n    retry_base = \"50ms\"\n"})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_"+name)
+	proc := startCapturing(t, db, pipeline)
 
 	// Rows keep coming throughout, on a connection of their own.
 	ins := connect(t, direct)

@@ -16,8 +16,7 @@ func TestPauseResume(t *testing.T) {
 	a, b := newReceiver(t), newReceiver(t)
 	pipeline := writePipeline(t, "pause", dsn, []string{"public.items"},
 		sinkSpec{ID: "a", URL: a.URL, Batch: 10}, sinkSpec{ID: "b", URL: b.URL, Batch: 10})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_pause")
+	proc := startCapturing(t, db, pipeline)
 	exec1(t, db, `INSERT INTO items SELECT g, 0 FROM generate_series(1, 50) g`)
 	waitFor(t, "50 events at both sinks", time.Minute, func() bool { return a.distinct() == 50 && b.distinct() == 50 })
 

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -9,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/walcast/walcast/host/internal/control/leader"
 )
 
 // TestMaxPipelinesCapsEachInstance runs two instances with the same four
@@ -31,17 +28,11 @@ func TestMaxPipelinesCapsEachInstance(t *testing.T) {
 		startWalcast(t, dir, "--max-pipelines", "1", "--metrics-listen", "127.0.0.1:0"),
 	}
 	bases := []string{metricsBase(t, procs[0]), metricsBase(t, procs[1])}
-	host, _ := os.Hostname()
-	holder := func(p *walcastProc) string { return fmt.Sprintf("walcast %s pid %d", host, p.cmd.Process.Pid) }
 	// leaders maps each led pipeline to its leader.
 	leaders := func() map[string]string {
-		out := map[string]string{}
-		for _, n := range names {
-			if h, ok, err := leader.Current(context.Background(), db, n); err != nil {
-				t.Fatal(err)
-			} else if ok {
-				out[n] = h.Name
-			}
+		out, err := leadersOf(db, names)
+		if err != nil {
+			t.Fatal(err)
 		}
 		return out
 	}
@@ -50,7 +41,7 @@ func TestMaxPipelinesCapsEachInstance(t *testing.T) {
 		for _, h := range leaders() {
 			per[h]++
 		}
-		return len(per) == 2 && per[holder(procs[0])] == 1 && per[holder(procs[1])] == 1
+		return len(per) == 2 && per[holderName(procs[0])] == 1 && per[holderName(procs[1])] == 1
 	}
 	waitFor(t, "each instance to lead one pipeline", time.Minute, oneEach)
 	// The two others stay unled: a pipeline unled for three polls is taken
@@ -106,7 +97,7 @@ func TestMaxPipelinesCapsEachInstance(t *testing.T) {
 		for _, h := range leaders() {
 			per[h]++
 		}
-		return per[holder(procs[0])] == 1 && per[holder(procs[1])] == 1 && per[holder(third)] == 2
+		return per[holderName(procs[0])] == 1 && per[holderName(procs[1])] == 1 && per[holderName(third)] == 2
 	})
 	for _, n := range names {
 		waitSlot(t, db, "walcast_"+n)

@@ -35,8 +35,7 @@ func TestParkingAndReplay(t *testing.T) {
 	reject := rcv.rejectRow(`{"id":13}`, http.StatusInternalServerError)
 	pipeline := writePipeline(t, "park", dsn, []string{"public.items"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Batch: 25, Extra: "    max_attempts = 3\n    retry_base = \"50ms\"\n"})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_park")
+	proc := startCapturing(t, db, pipeline)
 	for round := 0; round < 10; round++ {
 		exec1(t, db, `UPDATE items SET v = v + 1`) // 40 rows, row 13 among them
 	}
@@ -116,8 +115,7 @@ func TestReplayWithoutDaemon(t *testing.T) {
 	})
 	pipeline := writePipeline(t, "direct", dsn, []string{"public.items"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Extra: "    max_attempts = 2\n    retry_base = \"20ms\"\n"})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_direct")
+	proc := startCapturing(t, db, pipeline)
 	exec1(t, db, `INSERT INTO items VALUES (1, 0, 'a'), (2, 0, 'b')`)
 	exec1(t, db, `UPDATE items SET v = 1`)
 	waitFor(t, "row 1 parked", time.Minute, func() bool {
@@ -163,8 +161,7 @@ func TestThrottleRetryAfter(t *testing.T) {
 	})
 	pipeline := writePipeline(t, "throttle", dsn, []string{"public.items"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Extra: "    max_attempts = 1\n    max_in_flight = 1\n"})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_throttle")
+	proc := startCapturing(t, db, pipeline)
 	exec1(t, db, `INSERT INTO items VALUES (1, 0, 'a')`)
 	waitFor(t, "delivery after two throttles", time.Minute, func() bool { return rcv.count() == 1 })
 	proc.stop()
@@ -216,8 +213,7 @@ func TestRateLimit(t *testing.T) {
 		sinkSpec{ID: "hook", URL: rcv.URL,
 			Extra:  "    rate_limit = 200\n    max_in_flight = 1\n    deliver_timeout = \"10m\"\n",
 			Config: fmt.Sprintf("    url = %q\n    timeout = \"10m\"\n", rcv.URL)})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_rate")
+	proc := startCapturing(t, db, pipeline)
 	idle := time.Now()
 	waitFor(t, "four idle seconds", time.Minute, func() bool { return time.Since(idle) > 4*time.Second })
 	exec1(t, db, fmt.Sprintf(`INSERT INTO items SELECT g, 0, 'x' FROM generate_series(1, %d) g`, events))
@@ -281,8 +277,7 @@ func TestRowOrderingLanes(t *testing.T) {
 		name := "lanes_" + ordering
 		pipeline := writePipeline(t, name, dsn, []string{"public.items"},
 			sinkSpec{ID: "hook", URL: rcv.URL, Batch: 10, Extra: fmt.Sprintf("    ordering = %q\n    max_in_flight = 8\n", ordering)})
-		proc := startWalcast(t, pipeline)
-		waitSlot(t, db, "walcast_"+name)
+		proc := startCapturing(t, db, pipeline)
 		for round := 0; round < 20; round++ {
 			exec1(t, db, `UPDATE items SET v = v + 1`)
 		}
@@ -339,8 +334,7 @@ func TestHangingReceiverIsRetried(t *testing.T) {
 	})
 	pipeline := writePipeline(t, "hang", dsn, []string{"public.items"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Extra: "    deliver_timeout = \"1s\"\n    retry_base = \"100ms\"\n"})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_hang")
+	proc := startCapturing(t, db, pipeline)
 	exec1(t, db, `INSERT INTO items VALUES (1, 0, 'a')`)
 	waitFor(t, "redelivery after the timeout", time.Minute, func() bool { return rcv.count() >= 1 })
 	proc.stop()
@@ -388,8 +382,7 @@ func TestWebhookSignature(t *testing.T) {
 	})
 	pipeline := writePipeline(t, "signed", dsn, []string{"public.items"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Config: fmt.Sprintf("    url = %q\n    secret = %q\n", rcv.URL, secret)})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_signed")
+	proc := startCapturing(t, db, pipeline)
 	exec1(t, db, `INSERT INTO items SELECT g, 0, 'x' FROM generate_series(1, 300) g`)
 	waitFor(t, "300 signed events", time.Minute, func() bool { return rcv.count() == 300 })
 	proc.stop()

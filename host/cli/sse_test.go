@@ -72,8 +72,7 @@ func TestSSE(t *testing.T) {
 	pipeline := writePipeline(t, "sse", dsn, []string{"public.items"},
 		sinkSpec{ID: "browser", SinkType: "sse", Config: fmt.Sprintf("    listen = %q\n    retention_events = 100000\n", addr)},
 		sinkSpec{ID: "hook", URL: rcv.URL})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_sse")
+	proc := startCapturing(t, db, pipeline)
 	waitFor(t, "the sse server", time.Minute, func() bool {
 		resp, err := http.Get(url + "?tables=none.none")
 		if err == nil {

@@ -19,10 +19,7 @@ func TestStandbyTakesOver(t *testing.T) {
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "standby", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 20})
 
-	first := startWalcast(t, pipeline)
-	first.waitLog(t, "streaming from slot")
-	second := startWalcast(t, pipeline)
-	second.waitLog(t, "standing by")
+	first, second := leaderAndStandby(t, pipeline)
 	exec1(t, db, `INSERT INTO items SELECT g, 0, 'a' FROM generate_series(1, 100) g`)
 	waitFor(t, "the leader to deliver", time.Minute, func() bool { return rcv.distinct() >= 100 })
 	// Standing by is quiet: one line, not a warning a second.

@@ -31,8 +31,7 @@ func TestTruncateOrderedWithItsRows(t *testing.T) {
 	pipeline := writePipeline(t, "trunc", dsn, []string{"public.a", "public.b"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Batch: 5, Extra: "    max_in_flight = 8\n"})
 	truthSlot(t, dsn, db, "truth_trunc")
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_trunc")
+	proc := startCapturing(t, db, pipeline)
 
 	const writers, rounds = 3, 40
 	var wg sync.WaitGroup
@@ -176,8 +175,7 @@ func TestPartitionedTableUnderRootName(t *testing.T) {
 	}
 
 	truthSlot(t, dsn, db, "truth_parts")
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_parts")
+	proc := startCapturing(t, db, pipeline)
 
 	const writers, rounds = 3, 30
 	var wg sync.WaitGroup
@@ -292,8 +290,7 @@ func TestOnlyListedTables(t *testing.T) {
 		pipeline := writePipeline(t, "listed_all", dsn, []string{"public.a"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 5})
 		withSource(t, pipeline, "  publication = \"allpub\"\n")
 		truthSlot(t, dsn, db, "truth_listed_all")
-		proc := startWalcast(t, pipeline, "--metrics-listen", "127.0.0.1:0")
-		waitSlot(t, db, "walcast_listed_all")
+		proc := startCapturing(t, db, pipeline, "--metrics-listen", "127.0.0.1:0")
 		proc.waitLog(t, "not in source.tables")
 		if !strings.Contains(proc.logText(), "public.b, public.extra") {
 			t.Fatalf("the start does not name the dropped tables:\n%s", proc.logText())
@@ -318,8 +315,7 @@ func TestOnlyListedTables(t *testing.T) {
 		rcv := newReceiver(t)
 		pipeline := writePipeline(t, "listed_own", dsn, []string{"public.a"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 5})
 		truthSlot(t, dsn, db, "truth_listed_own")
-		proc := startWalcast(t, pipeline)
-		waitSlot(t, db, "walcast_listed_own")
+		proc := startCapturing(t, db, pipeline)
 		exec1(t, db, `ALTER PUBLICATION walcast_listed_own ADD TABLE b`)
 		exec1(t, db, `UPDATE b SET v = v + 1`)
 		exec1(t, db, `UPDATE a SET v = v + 1`)
@@ -345,8 +341,7 @@ func TestKeylessTableNeverBlocksTheApplication(t *testing.T) {
 	pipeline := writePipeline(t, "keyless", dsn, []string{"public.logs", "public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 5})
 	withSource(t, pipeline, "  allow_keyless = true\n")
 	truthSlot(t, dsn, db, "truth_keyless")
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_keyless")
+	proc := startCapturing(t, db, pipeline)
 	proc.waitLog(t, "streaming from slot")
 	exec1(t, db, `INSERT INTO logs SELECT g, 0 FROM generate_series(1, 10) g`)
 	exec1(t, db, `INSERT INTO items SELECT g, 0 FROM generate_series(1, 10) g`)
@@ -398,8 +393,7 @@ func TestForeignPublicationOfPartitionsRefused(t *testing.T) {
 	rcv := newReceiver(t)
 	pipeline = writePipeline(t, "leafpub", dsn, []string{"public.p"}, sinkSpec{ID: "hook", URL: rcv.URL})
 	withSource(t, pipeline, "  publication = \"leafpub\"\n")
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_leafpub")
+	proc := startCapturing(t, db, pipeline)
 	exec1(t, db, `INSERT INTO p VALUES (1, 1)`)
 	waitFor(t, "the insert under the root's name", time.Minute, func() bool {
 		evs := rcv.events()

@@ -22,6 +22,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/walcast/walcast/host/internal/control/leader"
 )
 
 // The binaries under test as processes: walcast run (or any command that
@@ -417,4 +418,50 @@ func histogramCount(t *testing.T, mf map[string]*dto.MetricFamily, name string, 
 		return 0
 	}
 	return float64(m.GetHistogram().GetSampleCount())
+}
+
+// startCapturing starts walcast on pipeline, a file writePipeline wrote,
+// and waits until its slot exists: from then on every commit is captured
+// (changes committed before are not, by design).
+func startCapturing(t testing.TB, db *pgx.Conn, pipeline string, args ...string) *walcastProc {
+	t.Helper()
+	p := startWalcast(t, pipeline, args...)
+	waitSlot(t, db, "walcast_"+strings.TrimSuffix(filepath.Base(pipeline), ".hcl"))
+	return p
+}
+
+// holderName is how walcast process p names itself as a pipeline's leader
+// (walcast.leaderships, walcast status) and in its sessions'
+// application_name.
+func holderName(p *walcastProc) string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("walcast %s pid %d", host, p.cmd.Process.Pid)
+}
+
+// leadersOf maps each of pipelines that is led to its leader's name. err
+// is the first failure to read one; the others are read all the same.
+func leadersOf(db *pgx.Conn, pipelines []string) (map[string]string, error) {
+	out := map[string]string{}
+	var first error
+	for _, n := range pipelines {
+		h, ok, err := leader.Current(context.Background(), db, n)
+		if err != nil && first == nil {
+			first = err
+		}
+		if err == nil && ok {
+			out[n] = h.Name
+		}
+	}
+	return out, first
+}
+
+// leaderAndStandby starts two walcast processes of pipeline: the first
+// leads (streams), the second stands by.
+func leaderAndStandby(t testing.TB, pipeline string) (lead, standby *walcastProc) {
+	t.Helper()
+	lead = startWalcast(t, pipeline)
+	lead.waitLog(t, "streaming from slot")
+	standby = startWalcast(t, pipeline)
+	standby.waitLog(t, "standing by")
+	return lead, standby
 }
