@@ -76,8 +76,7 @@ func TestGettingStarted(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	adminDSN := cluster.Database(t)
-	admin := connect(t, adminDSN)
+	adminDSN, admin := newSource(t)
 	var dbName string
 	admin.QueryRow(ctx, `SELECT current_database()`).Scan(&dbName)
 	dir := t.TempDir()

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -15,7 +14,6 @@ import (
 // scheduler replays it once it takes over, and the request's row in
 // walcast.replay_requests goes only once the replay ended.
 func TestReplayAcrossDetach(t *testing.T) {
-	ctx := context.Background()
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	fast, slow := newReceiver(t), newReceiver(t)
 	reject := slow.rejectRow(`{"id":13}`, http.StatusInternalServerError)
@@ -31,12 +29,7 @@ func TestReplayAcrossDetach(t *testing.T) {
 	exec1(t, db, `INSERT INTO items VALUES (13, 0, 'x')`)
 	exec1(t, db, `UPDATE items SET v = 1 WHERE id = 13`)
 	exec1(t, db, `UPDATE items SET v = 2 WHERE id = 13`)
-	count := func(sql string) (n int) {
-		if err := db.QueryRow(ctx, sql).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	count := func(sql string) int { return queryInt(t, db, sql) }
 	parked := func() int {
 		return count(`SELECT count(*) FROM walcast.parked WHERE pipeline = 'isoreplay' AND sink = 'slow'`)
 	}

@@ -7,12 +7,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -63,28 +62,7 @@ func startKafka(t testing.TB) string {
 	t.Helper()
 	bin := buildKfake(t)
 	cmd := exec.Command(bin, "-ports", "0", "-default-partitions", "3", "-log-level", "warn")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	startLogged(t, cmd, "kfake")
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if a, ok := strings.CutPrefix(sc.Text(), "listening on "); ok {
-				addr <- a
-			}
-		}
-		io.Copy(io.Discard, stdout)
-	}()
-	select {
-	case a := <-addr:
-		return a
-	case <-time.After(30 * time.Second):
-		t.Fatal("walcast-kfake did not report its address within 30s")
-		return ""
-	}
+	return startAnnounced(t, cmd, "walcast-kfake", regexp.MustCompile(`^listening on (.*)$`), 30*time.Second)
 }
 
 // kafkaConfig is the config block body of a kafka sink.

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +14,6 @@ import (
 // read_committed librdkafka consumer (kcat) sees every committed change
 // exactly once, row order kept.
 func TestKafkaReplayOfParkedEvent(t *testing.T) {
-	ctx := context.Background()
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	truthSlot(t, dsn, db, "truth_kreplay")
 	addr := startKafka(t)
@@ -28,11 +26,7 @@ func TestKafkaReplayOfParkedEvent(t *testing.T) {
 	exec1(t, db, `UPDATE items SET pad = repeat('y', 4000) WHERE id = 3`) // too large
 	exec1(t, db, `UPDATE items SET v = 1`)                                // row 3's later event parks behind it
 	end := lsnQuery(t, db, `SELECT pg_current_wal_lsn()::text`)
-	parked := func() int {
-		var n int
-		db.QueryRow(ctx, `SELECT count(*) FROM walcast.parked WHERE pipeline = 'kreplay'`).Scan(&n)
-		return n
-	}
+	parked := func() int { return parkedCount(db, "kreplay") }
 	waitFor(t, "row 3's two events to be parked", time.Minute, func() bool { return parked() == 2 })
 	waitFor(t, "the slot to move past the parked events", time.Minute, func() bool { return confirmedFlush(t, db, "walcast_kreplay") >= end })
 	proc.stop()

@@ -33,9 +33,7 @@ import (
 // WALCAST_CHAOS times.
 func TestLostLeaseProxyBlamesNoSink(t *testing.T) {
 	ctx := context.Background()
-	direct := cluster.Database(t)
-	db := connect(t, direct)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v text)`)
+	direct, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v text)`)
 	proxy := cluster.Proxy(t)
 	good, bad := newReceiver(t), newReceiver(t)
 	bad.setMode(modeFail)
@@ -66,14 +64,7 @@ func TestLostLeaseProxyBlamesNoSink(t *testing.T) {
 		stopInserts()
 		<-insDone
 	}()
-	count := func(sql string, args ...any) int {
-		t.Helper()
-		var n int
-		if err := db.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-		return n
-	}
+	count := func(sql string, args ...any) int { return queryInt(t, db, sql, args...) }
 	parked := func() int { return count(`SELECT count(*) FROM walcast.parked WHERE pipeline = $1`, name) }
 	catchups := func() int {
 		return count(`SELECT (SELECT count(*) FROM walcast.catchup_slots WHERE pipeline = $1)

@@ -40,12 +40,8 @@ func TestParkingAndReplay(t *testing.T) {
 		exec1(t, db, `UPDATE items SET v = v + 1`) // 40 rows, row 13 among them
 	}
 	end := lsnQuery(t, db, `SELECT pg_current_wal_lsn()::text`)
-	parkedCount := func() int {
-		var n int
-		db.QueryRow(ctx, `SELECT count(*) FROM walcast.parked WHERE pipeline = 'park'`).Scan(&n)
-		return n
-	}
-	waitFor(t, "row 13's 10 events to be parked", time.Minute, func() bool { return parkedCount() == 10 })
+	parked := func() int { return parkedCount(db, "park") }
+	waitFor(t, "row 13's 10 events to be parked", time.Minute, func() bool { return parked() == 10 })
 	waitFor(t, "the other 390 events", time.Minute, func() bool { return rcv.distinct() == 390 })
 	for _, e := range rcv.events() {
 		if e.Key == `{"id":13}` {
@@ -69,7 +65,7 @@ func TestParkingAndReplay(t *testing.T) {
 	if err != nil || !strings.Contains(out, "asked the running daemon") {
 		t.Fatalf("walcast replay: %v\n%s", err, out)
 	}
-	if n := parkedCount(); n != 0 {
+	if n := parked(); n != 0 {
 		t.Fatalf("%d events still parked after replay", n)
 	}
 	exec1(t, db, `UPDATE items SET v = -1 WHERE id = 13`)

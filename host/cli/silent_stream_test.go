@@ -147,9 +147,7 @@ func waitArrived(t *testing.T, what string, got func() int64, want int64) {
 // test_decoding. The warning, /healthz (503 while silent, then the count),
 // walcast_stream_receive_timeouts_total and walcast status show it.
 func TestProxySilentReplicationStream(t *testing.T) {
-	direct := cluster.Database(t)
-	db := connect(t, direct)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	direct, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	truthSlot(t, direct, db, "truth_silent")
 	proxy := cluster.Proxy(t)
 	dsn := pgtest.WithOptions(t, proxy.DSN(direct), "-c wal_sender_timeout=2s")
@@ -255,9 +253,7 @@ func TestProxySilentReplicationStream(t *testing.T) {
 // stream asks for keep it alive. Idle for several timeouts, then a change
 // still arrives on the same walsender.
 func TestSilentStreamIdleIsNotCut(t *testing.T) {
-	direct := cluster.Database(t)
-	db := connect(t, direct)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	direct, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "idle_silent", pgtest.WithOptions(t, direct, "-c wal_sender_timeout=0"), []string{"public.items"},
 		sinkSpec{ID: "hook", URL: rcv.URL})
@@ -303,9 +299,7 @@ func TestSilentStreamIdleIsNotCut(t *testing.T) {
 // pipeline's stream, counted for its sink, and the sink still gets every
 // committed change.
 func TestProxySilentCatchupStream(t *testing.T) {
-	direct := cluster.Database(t)
-	db := connect(t, direct)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	direct, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	truthSlot(t, direct, db, "truth_silent_cu")
 	proxy := cluster.Proxy(t)
 	dsn := pgtest.WithOptions(t, proxy.DSN(direct), "-c wal_sender_timeout=2s")

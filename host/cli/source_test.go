@@ -35,6 +35,16 @@ func exec1(t testing.TB, db *pgx.Conn, sql string, args ...any) {
 	}
 }
 
+// queryInt runs a query of one integer (a count) and returns it.
+func queryInt(t testing.TB, db *pgx.Conn, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
 func lsnQuery(t testing.TB, db *pgx.Conn, sql string, args ...any) uint64 {
 	t.Helper()
 	var s *string

@@ -32,6 +32,38 @@ import (
 
 // ---- processes in the background ----------------------------------------
 
+// startAnnounced starts cmd as startLogged does, and waits up to d for
+// the first line of its stdout that re matches: how a server started on
+// port 0 says where it listens. It returns the match's first group.
+func startAnnounced(t testing.TB, cmd *exec.Cmd, what string, re *regexp.Regexp, d time.Duration) string {
+	t.Helper()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	startLogged(t, cmd, what)
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case found <- m[1]:
+				default:
+				}
+			}
+		}
+		io.Copy(io.Discard, stdout) // a line too long for the scanner
+	}()
+	select {
+	case s := <-found:
+		return s
+	case <-time.After(d):
+		t.Fatalf("%s did not say where it listens within %s", what, d)
+		return ""
+	}
+}
+
 // process is a command running in the background (startLogged).
 type process struct {
 	cmd    *exec.Cmd
@@ -229,27 +261,7 @@ func startConsole(t *testing.T, env []string, args ...string) string {
 	t.Helper()
 	cmd := walcastCommand(append([]string{"console", "--listen", "127.0.0.1:0"}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	startLogged(t, cmd, "walcast console")
-	urls := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if m := regexp.MustCompile(`^walcast console on (http://\S+/)`).FindStringSubmatch(sc.Text()); m != nil {
-				urls <- m[1]
-			}
-		}
-	}()
-	select {
-	case u := <-urls:
-		return u
-	case <-time.After(time.Minute):
-		t.Fatal("walcast console did not print its address within a minute")
-		return ""
-	}
+	return startAnnounced(t, cmd, "walcast console", regexp.MustCompile(`^walcast console on (http://\S+/)`), time.Minute)
 }
 
 // ---- commands run to completion -----------------------------------------
