@@ -135,12 +135,45 @@ func (r *receiver) setMode(m receiverMode) {
 	r.wake = make(chan struct{})
 }
 
+// ServeHTTP answers one request of the sink: as the mode says (fail,
+// hang, slow down), then as respond says, and records its events when it
+// answers 200.
 func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	body, err := io.ReadAll(req.Body)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	if !r.awaitMode(w, req) {
+		return
+	}
+	evs, err := r.batchEvents(body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	done := r.enter(evs)
+	defer done()
+	r.mu.Lock()
+	respond := r.respond
+	r.mu.Unlock()
+	if respond != nil {
+		if status, hdr := respond(req.Header, body, evs); status != 0 && status != http.StatusOK {
+			for k, v := range hdr {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(status)
+			return
+		}
+	}
+	r.record(evs)
+	w.WriteHeader(http.StatusOK)
+}
+
+// awaitMode holds the request while the receiver hangs, answers 500 when
+// it fails, and sleeps the delay otherwise; false when the request got its
+// answer (or its client gave up).
+func (r *receiver) awaitMode(w http.ResponseWriter, req *http.Request) bool {
 	for {
 		r.mu.Lock()
 		r.reqs++
@@ -149,27 +182,31 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		switch mode {
 		case modeFail:
 			http.Error(w, "receiver told to fail", http.StatusInternalServerError)
-			return
+			return false
 		case modeHang:
 			select {
 			case <-wake:
 				continue
 			case <-req.Context().Done():
-				return
+				return false
 			}
 		}
 		if delay > 0 {
 			time.Sleep(delay)
 		}
-		break
+		return true
 	}
+}
+
+// batchEvents reads a webhook body's events; an event it cannot read
+// fails the test and is left out.
+func (r *receiver) batchEvents(body []byte) ([]received, error) {
 	var batch struct {
 		Events []json.RawMessage `json:"events"`
 	}
 	if err := json.Unmarshal(body, &batch); err != nil {
 		r.t.Errorf("receiver: bad body: %v: %.200s", err, body)
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
+		return nil, err
 	}
 	evs := make([]received, 0, len(batch.Events))
 	for _, raw := range batch.Events {
@@ -185,8 +222,14 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 		evs = append(evs, ev)
 	}
+	return evs, nil
+}
+
+// enter counts the rows of evs in flight, noting a row that already was,
+// and returns the function that counts them out.
+func (r *receiver) enter(evs []received) (done func()) {
 	r.mu.Lock()
-	respond := r.respond
+	defer r.mu.Unlock()
 	if r.inFlight == nil {
 		r.inFlight = map[string]int{}
 	}
@@ -200,24 +243,19 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			}
 		}
 	}
-	r.mu.Unlock()
-	defer func() {
+	return func() {
 		r.mu.Lock()
+		defer r.mu.Unlock()
 		for k := range rows {
 			r.inFlight[k]--
 		}
-		r.mu.Unlock()
-	}()
-	if respond != nil {
-		if status, hdr := respond(req.Header, body, evs); status != 0 && status != http.StatusOK {
-			for k, v := range hdr {
-				w.Header()[k] = v
-			}
-			w.WriteHeader(status)
-			return
-		}
 	}
+}
+
+// record keeps evs as delivered, with their arrival time.
+func (r *receiver) record(evs []received) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	now := time.Now()
 	r.got = append(r.got, evs...)
 	if r.ids == nil {
@@ -226,12 +264,8 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	for _, e := range evs {
 		r.ids[e.ID] = struct{}{}
 		r.ops[e.Op]++
-	}
-	for range evs {
 		r.arrivals = append(r.arrivals, now)
 	}
-	r.mu.Unlock()
-	w.WriteHeader(http.StatusOK)
 }
 
 func (r *receiver) setRespond(f func(h http.Header, body []byte, evs []received) (int, http.Header)) {
