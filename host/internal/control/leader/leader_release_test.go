@@ -1,9 +1,9 @@
 package leader
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -173,28 +173,33 @@ const (
 	leaseWait  = "waiting out its lease before streaming"
 )
 
-// logLines keeps what a lease logs, for a test to wait on.
+// logLines records the messages a lease logs, for a test to wait on.
 type logLines struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+	mu   sync.Mutex
+	msgs []string
 }
 
-func (l *logLines) Write(p []byte) (int, error) {
+func (l *logLines) logger() *slog.Logger { return slog.New(l) }
+
+func (l *logLines) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logLines) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *logLines) WithGroup(string) slog.Handler            { return l }
+func (l *logLines) Handle(_ context.Context, r slog.Record) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.buf.Write(p)
+	l.msgs = append(l.msgs, r.Message)
+	return nil
 }
 
-func (l *logLines) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
-
+// has reports whether a message containing substr was logged.
 func (l *logLines) has(substr string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return strings.Contains(l.buf.String(), substr)
+	return slices.ContainsFunc(l.msgs, func(m string) bool { return strings.Contains(m, substr) })
 }
 
-// wait returns once substr was logged; it fails the test when ctx ends
-// first.
+// wait returns once a message containing substr was logged; it fails the
+// test when ctx ends first.
 func (l *logLines) wait(ctx context.Context, t *testing.T, substr string) {
 	t.Helper()
 	for !l.has(substr) {
