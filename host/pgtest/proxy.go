@@ -61,13 +61,15 @@ type Conn struct {
 // proxied is one client connection and its upstream.
 type proxied struct {
 	client, server net.Conn
-	replication    bool
-	pid            atomic.Int32
-	silent         atomic.Bool
+	// replication and pid are learnt while the connection starts, and read
+	// by faults at any time.
+	replication atomic.Bool
+	pid         atomic.Int32
+	silent      atomic.Bool
 }
 
 func (c *proxied) info() Conn {
-	return Conn{Replication: c.replication, PID: int(c.pid.Load())}
+	return Conn{Replication: c.replication.Load(), PID: int(c.pid.Load())}
 }
 
 // Proxy starts a proxy in front of the cluster, on 127.0.0.1, closed when
@@ -189,13 +191,14 @@ func (p *Proxy) serve(client net.Conn) {
 		return
 	}
 	defer p.forget(c)
-	encrypted := false
-	if c.replication, encrypted, err = startup(client, server); err != nil {
+	replication, encrypted, err := startup(client, server)
+	if err != nil {
 		client.Close()
 		server.Close()
 		return
 	}
-	if c.replication {
+	if replication {
+		c.replication.Store(true)
 		p.replication.Add(1)
 	}
 	var relays sync.WaitGroup
