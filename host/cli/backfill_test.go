@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,146 +18,6 @@ import (
 )
 
 // ---- backfill helpers ----------------------------------------------------
-
-// fullEvent is an event's row data as a consumer applies it.
-type fullEvent struct {
-	ID  pluginkit.EventID
-	Op  string
-	New map[string]any
-	Old map[string]any
-}
-
-func parseFull(t testing.TB, r received) fullEvent {
-	t.Helper()
-	var e struct {
-		Op  string         `json:"op"`
-		New map[string]any `json:"new"`
-		Old map[string]any `json:"old"`
-	}
-	if err := json.Unmarshal(r.Raw, &e); err != nil {
-		t.Fatalf("event %s: %v", r.ID, err)
-	}
-	return fullEvent{ID: r.ID, Op: e.Op, New: e.New, Old: e.Old}
-}
-
-// rowKey renders a row's key columns.
-func rowKey(row map[string]any, keyCols []string) string {
-	parts := make([]string, len(keyCols))
-	for i, c := range keyCols {
-		parts[i] = fmt.Sprint(row[c])
-	}
-	return strings.Join(parts, "|")
-}
-
-// mirrorRows applies events in arrival order the way an idempotent consumer
-// does: per row, an event at or below the last one applied is a redelivery
-// and skipped; insert, update and read store the new row, delete removes it.
-func mirrorRows(t testing.TB, evs []received, keyCols []string) map[string]map[string]any {
-	t.Helper()
-	rows := map[string]map[string]any{}
-	applied := map[string]pluginkit.EventID{}
-	for _, r := range evs {
-		e := parseFull(t, r)
-		var k string
-		switch e.Op {
-		case "insert", "update", "read":
-			k = rowKey(e.New, keyCols)
-		case "delete":
-			k = rowKey(e.Old, keyCols)
-		default:
-			t.Fatalf("event %s: unexpected op %q", e.ID, e.Op)
-		}
-		if last, ok := applied[k]; ok && e.ID.Compare(last) <= 0 {
-			continue
-		}
-		applied[k] = e.ID
-		if e.Op == "delete" {
-			delete(rows, k)
-		} else {
-			rows[k] = e.New
-		}
-	}
-	return rows
-}
-
-// tableRowsByKey reads a table as JSON objects keyed like mirror's rows.
-func tableRowsByKey(t testing.TB, db *pgx.Conn, table string, keyCols []string) map[string]map[string]any {
-	t.Helper()
-	return tableRowsWhere(t, db, table, "", keyCols)
-}
-
-// tableRowsWhere reads the rows of table that where keeps (all when
-// empty) as JSON objects keyed like mirror's rows.
-func tableRowsWhere(t testing.TB, db *pgx.Conn, table, where string, keyCols []string) map[string]map[string]any {
-	t.Helper()
-	sql := `SELECT to_json(t)::text FROM ` + table + ` t`
-	if where != "" {
-		sql += " WHERE " + where
-	}
-	rows, err := db.Query(context.Background(), sql)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[string]map[string]any{}
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		var row map[string]any
-		if err := json.Unmarshal([]byte(s), &row); err != nil {
-			t.Fatal(err)
-		}
-		out[rowKey(row, keyCols)] = row
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-// checkRowMirror fails unless applying evs leaves a mirror equal to table.
-func checkRowMirror(t testing.TB, db *pgx.Conn, table string, keyCols []string, evs []received) {
-	t.Helper()
-	checkRowMirrorWhere(t, db, table, "", keyCols, evs)
-}
-
-// checkRowMirrorWhere fails unless applying evs leaves a mirror equal to
-// the rows of table that where keeps.
-func checkRowMirrorWhere(t testing.TB, db *pgx.Conn, table, where string, keyCols []string, evs []received) {
-	t.Helper()
-	diffs, want := mirrorDiff(t, db, table, where, keyCols, evs)
-	for i, d := range diffs {
-		if i == 5 {
-			break
-		}
-		t.Error(d)
-	}
-	if len(diffs) > 0 {
-		t.Fatalf("mirror of %s differs from the table in %d rows (%d rows in the table)", table, len(diffs), want)
-	}
-}
-
-// mirrorDiff applies evs to a mirror and describes each row in which it
-// differs from the rows of table that where keeps; want is how many rows
-// those are.
-func mirrorDiff(t testing.TB, db *pgx.Conn, table, where string, keyCols []string, evs []received) (diffs []string, want int) {
-	t.Helper()
-	got := mirrorRows(t, evs, keyCols)
-	rows := tableRowsWhere(t, db, table, where, keyCols)
-	for k, w := range rows {
-		if g, ok := got[k]; !ok || !reflect.DeepEqual(g, w) {
-			diffs = append(diffs, fmt.Sprintf("row %s: mirror has %v, table has %v", k, g, w))
-		}
-	}
-	for k, g := range got {
-		if _, ok := rows[k]; !ok {
-			diffs = append(diffs, fmt.Sprintf("row %s: mirror has %v, the table has no such row", k, g))
-		}
-	}
-	return diffs, len(rows)
-}
 
 // sameContent fails when an id arrived twice with different bytes and
 // returns how many ids arrived more than once.
@@ -291,19 +150,16 @@ func countOp(evs []received, op string) int {
 // table twice.
 func TestBackfillCrashMirror(t *testing.T) {
 	ctx := context.Background()
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
+	dsn, db := newSource(t)
 	const existing = 100000
 	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	exec1(t, db, fmt.Sprintf(`INSERT INTO items SELECT g, 0, repeat('p', 40) FROM generate_series(1, %d) g`, existing))
-	truthSlot(t, db, "truth_bfcrash")
-	t.Cleanup(func() { dropSlot(dsn, "truth_bfcrash") })
+	truthSlot(t, dsn, db, "truth_bfcrash")
 	rcv := newReceiver(t)
 	rcv.delay = 2 * time.Millisecond
 	pipeline := writePipeline(t, "bfcrash", dsn, []string{"public.items"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Batch: 100, Extra: "    max_in_flight = 2\n"})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_bfcrash")
+	proc := startCapturing(t, db, pipeline)
 
 	// Writers run on their own connection from before the backfill until
 	// after it, but never more than maxLag of WAL ahead of what the sink
@@ -394,16 +250,15 @@ FROM pg_replication_slots WHERE slot_name = 'walcast_bfcrash'`).Scan(&lag)
 // and an empty table to one sink only: that sink's mirror equals the
 // table, the other sink receives no read events.
 func TestBackfillPerSinkKeys(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE accts (region text, id uuid, n int, note text, PRIMARY KEY (region, id))`)
-	exec1(t, db, `INSERT INTO accts SELECT 'r' || (g % 7), md5(g::text)::uuid, g, CASE WHEN g % 3 = 0 THEN NULL ELSE E'ä "q"\n\t\\ \x01' || g END FROM generate_series(1, 2500) g`)
-	exec1(t, db, `CREATE TABLE empty_t (k text PRIMARY KEY, v int)`)
+	dsn, db := newSource(t,
+		`CREATE TABLE accts (region text, id uuid, n int, note text, PRIMARY KEY (region, id))`,
+		`INSERT INTO accts SELECT 'r' || (g % 7), md5(g::text)::uuid, g, CASE WHEN g % 3 = 0 THEN NULL ELSE E'ä "q"\n\t\\ \x01' || g END FROM generate_series(1, 2500) g`,
+		`CREATE TABLE empty_t (k text PRIMARY KEY, v int)`,
+	)
 	a, b := newReceiver(t), newReceiver(t)
 	pipeline := writePipeline(t, "bfsink", dsn, []string{"public.accts", "public.empty_t"},
 		sinkSpec{ID: "a", URL: a.URL}, sinkSpec{ID: "b", URL: b.URL})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_bfsink")
+	proc := startCapturing(t, db, pipeline)
 	exec1(t, db, `UPDATE accts SET n = -n WHERE n % 10 = 0`)
 	id := requestBackfill(t, db, pipeline, "--table", "public.accts", "--table", "public.empty_t", "--sink", "a", "--wait")
 	exec1(t, db, `INSERT INTO empty_t VALUES ('after', 1)`)
@@ -451,12 +306,12 @@ func TestBackfillPerSinkKeys(t *testing.T) {
 // TestBackfillBadInput: each bad request is refused with a message and
 // exit 1, and nothing is queued.
 func TestBackfillBadInput(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE good (id int PRIMARY KEY)`)
-	exec1(t, db, `CREATE TABLE other (id int PRIMARY KEY)`)
-	exec1(t, db, `CREATE TABLE nokey (v int)`)
-	exec1(t, db, `ALTER TABLE nokey REPLICA IDENTITY FULL`)
+	dsn, db := newSource(t,
+		`CREATE TABLE good (id int PRIMARY KEY)`,
+		`CREATE TABLE other (id int PRIMARY KEY)`,
+		`CREATE TABLE nokey (v int)`,
+		`ALTER TABLE nokey REPLICA IDENTITY FULL`,
+	)
 	pipeline := writePipeline(t, "bfbad", dsn, []string{"public.good", "public.nokey"}, sinkSpec{ID: "s", URL: "http://127.0.0.1:1/"})
 	for _, c := range []struct {
 		args []string
@@ -500,12 +355,12 @@ func TestBackfillBadInput(t *testing.T) {
 // start are backfilled, and a table added to the pipeline later is
 // backfilled when it first appears, the others not again.
 func TestBackfillNewTables(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE t1 (id int PRIMARY KEY, v text)`)
-	exec1(t, db, `CREATE TABLE t2 (id bigint PRIMARY KEY, v text)`)
-	exec1(t, db, `INSERT INTO t1 SELECT g, 'a' || g FROM generate_series(1, 300) g`)
-	exec1(t, db, `INSERT INTO t2 SELECT g, 'b' || g FROM generate_series(1, 200) g`)
+	dsn, db := newSource(t,
+		`CREATE TABLE t1 (id int PRIMARY KEY, v text)`,
+		`CREATE TABLE t2 (id bigint PRIMARY KEY, v text)`,
+		`INSERT INTO t1 SELECT g, 'a' || g FROM generate_series(1, 300) g`,
+		`INSERT INTO t2 SELECT g, 'b' || g FROM generate_series(1, 200) g`,
+	)
 	rcv := newReceiver(t)
 	sink := sinkSpec{ID: "hook", URL: rcv.URL}
 	withOption := func(path string) {
@@ -548,23 +403,15 @@ func TestBackfillNewTables(t *testing.T) {
 // exactly the published columns, like the table's live events, and never
 // a hidden one.
 func TestBackfillColumnList(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE cols (id int PRIMARY KEY, shown text, secret text)`)
-	exec1(t, db, `INSERT INTO cols SELECT g, 'shown' || g, 'SECRET' || g FROM generate_series(1, 300) g`)
-	exec1(t, db, `CREATE PUBLICATION colpub FOR TABLE cols (id, shown)`)
+	dsn, db := newSource(t,
+		`CREATE TABLE cols (id int PRIMARY KEY, shown text, secret text)`,
+		`INSERT INTO cols SELECT g, 'shown' || g, 'SECRET' || g FROM generate_series(1, 300) g`,
+		`CREATE PUBLICATION colpub FOR TABLE cols (id, shown)`,
+	)
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "bfcols", dsn, []string{"public.cols"}, sinkSpec{ID: "hook", URL: rcv.URL})
-	b, err := os.ReadFile(pipeline)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := strings.Replace(string(b), "  tables = [\"public.cols\"]\n", "  tables = [\"public.cols\"]\n  publication = \"colpub\"\n", 1)
-	if err := os.WriteFile(pipeline, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_bfcols")
+	withSource(t, pipeline, "  publication = \"colpub\"\n")
+	proc := startCapturing(t, db, pipeline)
 	exec1(t, db, `UPDATE cols SET shown = 'live', secret = 'SECRET-live' WHERE id = 7`)
 	id := requestBackfill(t, db, pipeline, "--table", "public.cols", "--wait")
 	waitFor(t, "read and update events", time.Minute, func() bool { return rcv.countOp("read") >= 300 && rcv.countOp("update") >= 1 })
@@ -605,8 +452,7 @@ func rfKeeps(row map[string]any) bool {
 // stream alone delivers for rows written after the slot.
 func TestBackfillRowFilter(t *testing.T) {
 	ctx := context.Background()
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
+	dsn, db := newSource(t)
 	const existing = 20000
 	// REPLICA IDENTITY FULL: a filter on v needs v in the replica
 	// identity for the publication to publish updates and deletes.
@@ -616,16 +462,8 @@ func TestBackfillRowFilter(t *testing.T) {
 	exec1(t, db, `CREATE PUBLICATION rfpub FOR TABLE rf WHERE `+rfFilter)
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "bfrf", dsn, []string{"public.rf"}, sinkSpec{ID: "hook", URL: rcv.URL})
-	b, err := os.ReadFile(pipeline)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := strings.Replace(string(b), "  tables = [\"public.rf\"]\n", "  tables = [\"public.rf\"]\n  publication = \"rfpub\"\n", 1)
-	if err := os.WriteFile(pipeline, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_bfrf")
+	withSource(t, pipeline, "  publication = \"rfpub\"\n")
+	proc := startCapturing(t, db, pipeline)
 
 	// Writers flip v (in and out of the filter), delete and insert from
 	// before the backfill until after it.
@@ -689,15 +527,13 @@ func TestBackfillRowFilter(t *testing.T) {
 // pipeline's tables), and the backfill honours it like the live stream
 // does.
 func TestBackfillRowFilterAddedByHand(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
+	dsn, db := newSource(t)
 	const filter = `(id % 3 <> 0)`
 	exec1(t, db, `CREATE TABLE rfh (id int PRIMARY KEY, v text)`)
 	exec1(t, db, `INSERT INTO rfh SELECT g, 'v' || g FROM generate_series(1, 3000) g`)
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "bfrfh", dsn, []string{"public.rfh"}, sinkSpec{ID: "hook", URL: rcv.URL})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_bfrfh")
+	proc := startCapturing(t, db, pipeline)
 	exec1(t, db, `ALTER PUBLICATION walcast_bfrfh SET TABLE public.rfh WHERE `+filter)
 	exec1(t, db, `UPDATE rfh SET v = 'live' WHERE id IN (4, 6)`)
 	proc.stop()

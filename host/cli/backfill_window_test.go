@@ -1,13 +1,11 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -69,8 +67,7 @@ func newChunkCounter(r *receiver) *chunkCounter {
 // rows) and started again. Every row arrives.
 func TestBackfillWindowAcrossTablesKill(t *testing.T) {
 	ctx := context.Background()
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
+	dsn, db := newSource(t)
 	// More kills take more rows to land them in: each waits for the run
 	// before it to write a chunk.
 	kills := pgtest.Chaos(t, 1)
@@ -88,8 +85,7 @@ func TestBackfillWindowAcrossTablesKill(t *testing.T) {
 	const name = "bfwindow"
 	pipeline := writePipeline(t, name, dsn, names,
 		sinkSpec{ID: "hook", URL: rcv.URL, Batch: 100, Extra: "    rate_limit = 2000\n"})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_"+name)
+	proc := startCapturing(t, db, pipeline)
 
 	args := []string{"backfill", pipeline}
 	for _, n := range names {
@@ -155,25 +151,6 @@ FROM walcast.backfills WHERE pipeline = $1`, name).Scan(&written, &active); err 
 		samples, worst, backfillWindow, worstAfterKill, s.written, tables*rowsEach, killed)
 }
 
-// syncBuffer is a bytes.Buffer safe for a process writing while the test
-// reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // TestBackfillWaitAcknowledged: walcast backfill --wait must return only
 // once the sink acknowledged the rows, not once they are written. The
 // receiver holds every request until the backfill is written; --wait must
@@ -181,8 +158,7 @@ func (b *syncBuffer) String() string {
 // has arrived and the sink's checkpoint covers the last one.
 func TestBackfillWaitAcknowledged(t *testing.T) {
 	ctx := context.Background()
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
+	dsn, db := newSource(t)
 	const rows = 3000
 	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, pad text NOT NULL)`)
 	exec1(t, db, fmt.Sprintf(`INSERT INTO items SELECT g, repeat('p', 40) FROM generate_series(1, %d) g`, rows))
@@ -190,8 +166,7 @@ func TestBackfillWaitAcknowledged(t *testing.T) {
 	counter := newChunkCounter(rcv)
 	const name = "bfwait"
 	pipeline := writePipeline(t, name, dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 100})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_"+name)
+	proc := startCapturing(t, db, pipeline)
 
 	if _, errOut, code := walcastCmd(t, "backfill", pipeline, "--table", "public.items", "--wait", "--until", "soon"); code != 2 || !strings.Contains(errOut, "want acknowledged or written") {
 		t.Fatalf("--until soon: exit %d, %q; want 2 and the accepted values", code, errOut)
@@ -199,20 +174,9 @@ func TestBackfillWaitAcknowledged(t *testing.T) {
 
 	rcv.setMode(modeHang)
 	var out syncBuffer
-	cmd := exec.Command(filepath.Join(binDir, "walcast"), "backfill", pipeline, "--table", "public.items", "--wait")
+	cmd := walcastCommand("backfill", pipeline, "--table", "public.items", "--wait")
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-		}
-	})
+	backfill := startLogged(t, cmd, "walcast backfill")
 	var id int64
 	waitFor(t, "the backfill to be queued", time.Minute, func() bool {
 		_, err := fmt.Sscanf(out.String(), "backfill %d ", &id)
@@ -223,9 +187,9 @@ func TestBackfillWaitAcknowledged(t *testing.T) {
 	waitDeadline := time.Now().Add(2 * time.Minute)
 	for !strings.Contains(out.String(), "to acknowledge every row") {
 		select {
-		case err := <-exited:
+		case <-backfill.exited:
 			_, got, _ := counter.counts()
-			t.Fatalf("walcast backfill --wait returned (%v) once the rows were written, with %d of %d rows at the sink:\n%s", err, got, rows, out.String())
+			t.Fatalf("walcast backfill --wait returned (%v) once the rows were written, with %d of %d rows at the sink:\n%s", backfill.err, got, rows, out.String())
 		case <-time.After(25 * time.Millisecond):
 		}
 		if time.Now().After(waitDeadline) {
@@ -234,8 +198,8 @@ func TestBackfillWaitAcknowledged(t *testing.T) {
 	}
 	rcv.setMode(modeOK)
 	select {
-	case err := <-exited:
-		if err != nil {
+	case <-backfill.exited:
+		if err := backfill.err; err != nil {
 			var ee *exec.ExitError
 			if errors.As(err, &ee) {
 				t.Fatalf("walcast backfill --wait exited %d:\n%s", ee.ExitCode(), out.String())

@@ -1,68 +1,19 @@
 package cli
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 )
-
-// startConsole runs `walcast console` on a free loopback port, with env
-// added to its environment, and returns its URL.
-func startConsole(t *testing.T, env []string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, "walcast"), append([]string{"console", "--listen", "127.0.0.1:0"}, args...)...)
-	cmd.Env = append(os.Environ(), env...)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(t.TempDir(), "console.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("walcast console log:\n%s", tail(string(b), 40))
-		}
-	})
-	urls := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if m := regexp.MustCompile(`^walcast console on (http://\S+/)`).FindStringSubmatch(sc.Text()); m != nil {
-				urls <- m[1]
-			}
-		}
-	}()
-	select {
-	case u := <-urls:
-		return u
-	case <-time.After(time.Minute):
-		t.Fatal("walcast console did not print its address within a minute")
-		return ""
-	}
-}
 
 // chromiumForConsole returns the Chromium executable, failing in CI (where
 // `make tools` installs it) and skipping elsewhere when it is missing.
@@ -149,25 +100,15 @@ func screenshot(t *testing.T, ctx context.Context, name string) string {
 func TestConsoleInBrowser(t *testing.T) {
 	exe := chromiumForConsole(t)
 	ctx := context.Background()
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE orders (id int PRIMARY KEY, status text NOT NULL)`)
-	exec1(t, db, `INSERT INTO orders SELECT g, 'new' FROM generate_series(1, 20) g`)
+	dsn, db := newSource(t,
+		`CREATE TABLE orders (id int PRIMARY KEY, status text NOT NULL)`,
+		`INSERT INTO orders SELECT g, 'new' FROM generate_series(1, 20) g`,
+	)
 	rcv := newReceiver(t)
-	var reject atomic.Bool
-	reject.Store(true)
-	rcv.setRespond(func(_ http.Header, _ []byte, evs []received) (int, http.Header) {
-		for _, e := range evs {
-			if e.Key == `{"id":13}` && reject.Load() {
-				return http.StatusServiceUnavailable, nil
-			}
-		}
-		return 0, nil
-	})
+	reject := rcv.rejectRow(`{"id":13}`, http.StatusServiceUnavailable)
 	pipeline := writePipeline(t, "console", dsn, []string{"public.orders"},
 		sinkSpec{ID: "orders-hook", URL: rcv.URL, Batch: 10, Extra: "    max_attempts = 2\n    retry_base = \"50ms\"\n"})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_console")
+	proc := startCapturing(t, db, pipeline)
 	for _, status := range []string{"paid", "shipped", "delivered"} {
 		exec1(t, db, `UPDATE orders SET status = $1`, status)
 	}

@@ -10,52 +10,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/walcast/walcast/host/pgtest"
 )
-
-// workload commits at least n changes to items in transactions of mixed
-// size (1 to 5,000 rows): inserts of new rows, updates of existing ones
-// (rows change many times, so per-row order is observable) and deletes.
-func workload(ctx context.Context, db *pgx.Conn, r *rand.Rand, n int) (int, error) {
-	sizes := []int{1, 1, 2, 5, 10, 50, 200, 1000, 5000}
-	next, changes := 1, 0
-	for changes < n {
-		size := sizes[r.IntN(len(sizes))]
-		var sql string
-		switch op := r.IntN(10); {
-		case next < 2*size || op < 5:
-			sql = fmt.Sprintf(`INSERT INTO items (id, v, pad) SELECT g, 0, repeat('x', 50) FROM generate_series(%d, %d) g`, next, next+size-1)
-			next += size
-		case op < 9:
-			lo := 1 + r.IntN(next-size)
-			sql = fmt.Sprintf(`UPDATE items SET v = v + 1 WHERE id BETWEEN %d AND %d`, lo, lo+size-1)
-		default:
-			lo := 1 + r.IntN(next-size)
-			sql = fmt.Sprintf(`DELETE FROM items WHERE id BETWEEN %d AND %d`, lo, lo+size-1)
-		}
-		tag, err := db.Exec(ctx, sql)
-		if err != nil {
-			return changes, err
-		}
-		changes += int(tag.RowsAffected())
-		// Several statements per transaction now and then.
-		if r.IntN(4) == 0 {
-			err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-				if _, err := tx.Exec(ctx, `UPDATE items SET v = v + 1 WHERE id = 1`); err != nil {
-					return err
-				}
-				_, err := tx.Exec(ctx, `INSERT INTO items VALUES ($1, 0, 'y')`, next)
-				return err
-			})
-			if err != nil {
-				return changes, err
-			}
-			next++
-			changes += 2 // the update may hit a deleted row; counted by truth anyway
-		}
-	}
-	return changes, nil
-}
 
 // TestCrashLoopLosesNothing kills walcast with SIGKILL three times while a
 // 20,000+ change workload runs (both times WALCAST_CHAOS) and checks,
@@ -65,10 +22,8 @@ func workload(ctx context.Context, db *pgx.Conn, r *rand.Rand, n int) (int, erro
 // first deliveries arrived in commit order.
 func TestCrashLoopLosesNothing(t *testing.T) {
 	ctx := context.Background()
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
-	truthSlot(t, db, "truth_crash")
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	truthSlot(t, dsn, db, "truth_crash")
 	rcv := newReceiver(t)
 	// A receiver taking a few ms per request and two lanes spread the
 	// delivery over a few seconds: the whole workload commits in well under
@@ -83,8 +38,7 @@ func TestCrashLoopLosesNothing(t *testing.T) {
 	t.Logf("seed %d", seed)
 	r := rand.New(rand.NewPCG(seed, 7))
 	workDone := make(chan error, 1)
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_crash")
+	proc := startCapturing(t, db, pipeline)
 	go func() {
 		_, err := workload(ctx, wdb, rand.New(rand.NewPCG(seed, 8)), pgtest.Chaos(t, 20000))
 		workDone <- err
@@ -161,7 +115,6 @@ func TestCrashLoopLosesNothing(t *testing.T) {
 	got := rcv.events()
 	dups := verify(t, want, got)
 	t.Logf("%d committed changes, %d deliveries, %d duplicates after %d SIGKILLs (%d mid-stream)", len(want), len(got), dups, kills, midStream)
-	exec1(t, db, `SELECT pg_drop_replication_slot('truth_crash')`)
 }
 
 // workFinished returns how many changes the workload committed once it has

@@ -20,16 +20,14 @@ import (
 // columns the row had at its commit, and a consumer applying the stream
 // ends equal to the table.
 func TestDDLMidStream(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, note text)`)
-	exec1(t, db, `INSERT INTO items SELECT g, 0, 'n' FROM generate_series(1, 200) g`)
-	truthSlot(t, db, "truth_ddl")
-	t.Cleanup(func() { dropSlot(dsn, "truth_ddl") })
+	dsn, db := newSource(t,
+		`CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, note text)`,
+		`INSERT INTO items SELECT g, 0, 'n' FROM generate_series(1, 200) g`,
+	)
+	truthSlot(t, dsn, db, "truth_ddl")
 	rcv := newReceiver(t)
 	p := writePipeline(t, "ddl", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
-	w := startWalcast(t, p)
-	waitSlot(t, db, "walcast_ddl")
+	w := startCapturing(t, db, p)
 	w.waitLog(t, "streaming from slot")
 
 	// Writers touch only id and v, which every step keeps.
@@ -110,9 +108,7 @@ func TestDDLMidStream(t *testing.T) {
 // list. walcast stops and says so rather than dropping its changes as
 // another table's.
 func TestTableRenamedMidStream(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY)`)
 	rcv := newReceiver(t)
 	p := writePipeline(t, "rename", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
 	streamItems(t, db, p, "walcast_rename", rcv, 1, 5)

@@ -16,16 +16,13 @@ import (
 // skips every replayed event at or below its checkpoint.
 func TestSinkAheadIsNotRedelivered(t *testing.T) {
 	ctx := context.Background()
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	fast, slow := newReceiver(t), newReceiver(t)
 	slow.setMode(modeHang)
 	pipeline := writePipeline(t, "ahead", dsn, []string{"public.items"},
 		sinkSpec{ID: "fast", URL: fast.URL},
 		sinkSpec{ID: "slow", URL: slow.URL, Extra: "    deliver_timeout = \"1s\"\n    max_attempts = 100000\n"})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_ahead")
+	proc := startCapturing(t, db, pipeline)
 	// Fewer events than the stuck sink's queue holds: past that, the first
 	// version applies backpressure to every sink (docs/architecture.md).
 	const n = 800
@@ -74,14 +71,11 @@ func TestSinkAheadIsNotRedelivered(t *testing.T) {
 // other tables write, keepalives keep moving it.
 func TestSlotWaitsForStuckSink(t *testing.T) {
 	ctx := context.Background()
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text); CREATE TABLE other (id int)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text); CREATE TABLE other (id int)`)
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "stuck", dsn, []string{"public.items"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Extra: "    deliver_timeout = \"1s\"\n    max_attempts = 100000\n"})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_stuck")
+	proc := startCapturing(t, db, pipeline)
 	exec1(t, db, `INSERT INTO items VALUES (0, 0, 'warm-up')`)
 	waitFor(t, "warm-up event", time.Minute, func() bool { return rcv.count() == 1 })
 	walsender := func() int {
@@ -149,14 +143,11 @@ func TestSlotWaitsForStuckSink(t *testing.T) {
 // TestPluginCrashIsRedelivered SIGKILLs the webhook plugin process while it
 // delivers; the host restarts it and delivers its batch again.
 func TestPluginCrashIsRedelivered(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
-	truthSlot(t, db, "truth_plugin")
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	truthSlot(t, dsn, db, "truth_plugin")
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "plugcrash", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_plugcrash")
+	proc := startCapturing(t, db, pipeline)
 	rcv.setMode(modeHang) // so the kill lands while a batch is in flight
 	for i := 0; i < 5000; i += 500 {
 		exec1(t, db, `INSERT INTO items SELECT g, 0, 'x' FROM generate_series($1::int, $2::int) g`, i, i+499)
@@ -178,5 +169,4 @@ func TestPluginCrashIsRedelivered(t *testing.T) {
 	}
 	proc.stop()
 	verify(t, want, rcv.events())
-	exec1(t, db, `SELECT pg_drop_replication_slot('truth_plugin')`)
 }

@@ -18,19 +18,18 @@ import (
 //   - a table added to tables later is captured only from the restart that
 //     adds it.
 func TestDocumentedDeviations(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE docs (code text PRIMARY KEY, v int NOT NULL)`)
-	exec1(t, db, `ALTER TABLE docs ALTER COLUMN code SET STORAGE EXTERNAL`) // a 2.5 kB key goes out of line
-	exec1(t, db, `CREATE TABLE gen (id int PRIMARY KEY, a int NOT NULL, twice int GENERATED ALWAYS AS (a * 2) STORED)`)
-	exec1(t, db, `CREATE TABLE full_t (id int NOT NULL, code int NOT NULL, v int NOT NULL)`)
-	exec1(t, db, `ALTER TABLE full_t REPLICA IDENTITY FULL`)
-	exec1(t, db, `CREATE TABLE later (id int PRIMARY KEY, v int NOT NULL)`)
+	dsn, db := newSource(t,
+		`CREATE TABLE docs (code text PRIMARY KEY, v int NOT NULL)`,
+		`ALTER TABLE docs ALTER COLUMN code SET STORAGE EXTERNAL`, // a 2.5 kB key goes out of line
+		`CREATE TABLE gen (id int PRIMARY KEY, a int NOT NULL, twice int GENERATED ALWAYS AS (a * 2) STORED)`,
+		`CREATE TABLE full_t (id int NOT NULL, code int NOT NULL, v int NOT NULL)`,
+		`ALTER TABLE full_t REPLICA IDENTITY FULL`,
+		`CREATE TABLE later (id int PRIMARY KEY, v int NOT NULL)`,
+	)
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "deviations", dsn, []string{"public.docs", "public.gen", "public.full_t"}, sinkSpec{ID: "hook", URL: rcv.URL})
-	truthSlot(t, db, "truth_deviations")
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_deviations")
+	truthSlot(t, dsn, db, "truth_deviations")
+	proc := startCapturing(t, db, pipeline)
 	proc.waitLog(t, "streaming from slot")
 	key := strings.Repeat("k", 2500)
 	exec1(t, db, `INSERT INTO docs VALUES ($1, 0)`, key)

@@ -10,12 +10,10 @@ import (
 	"go/token"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -78,21 +76,18 @@ func TestGettingStarted(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	adminDSN := cluster.Database(t)
-	admin := connect(t, adminDSN)
+	adminDSN, admin := newSource(t)
 	var dbName string
 	admin.QueryRow(ctx, `SELECT current_database()`).Scan(&dbName)
 	dir := t.TempDir()
 	env := []string{"PATH=" + binDir + string(os.PathListSeparator) + os.Getenv("PATH")}
-	var run *exec.Cmd
-	var runOut lockedBuffer
-	runDone := make(chan error, 1)
-	defer func() {
-		if run != nil && run.ProcessState == nil {
-			run.Process.Kill()
-			<-runDone
+	var run *walcastProc
+	runOut := func() string {
+		if run == nil {
+			return ""
 		}
-	}()
+		return run.logText()
+	}
 	shell := func(b block, line string) {
 		t.Helper()
 		fields := strings.Fields(line)
@@ -110,23 +105,19 @@ func TestGettingStarted(t *testing.T) {
 			doc.Host, doc.Path = ours.Host, "/"+dbName
 			env = append(env, "WALCAST_SOURCE_DSN="+doc.String())
 		case fields[0] == "walcast" && fields[1] == "run":
-			run = exec.Command(filepath.Join(binDir, "walcast"), fields[1:]...)
-			run.Dir, run.Env = dir, append(os.Environ(), env...)
-			run.Stdout, run.Stderr = &runOut, &runOut
-			if err := run.Start(); err != nil {
-				t.Fatal(err)
-			}
-			go func() { runDone <- run.Wait() }()
-			waitFor(t, "walcast run to stream", time.Minute, func() bool { return strings.Contains(runOut.String(), "streaming from slot") })
+			cmd := walcastCommand(fields[1:]...)
+			cmd.Dir, cmd.Env = dir, append(os.Environ(), env...)
+			run = startWalcastCmd(t, cmd)
+			waitFor(t, "walcast run to stream", time.Minute, func() bool { return strings.Contains(runOut(), "streaming from slot") })
 		case fields[0] == "walcast":
 			if fields[1] == "teardown" && run != nil {
 				// The page says: stop walcast first (Ctrl-C).
-				run.Process.Signal(os.Interrupt)
-				if err := <-runDone; err != nil {
-					t.Fatalf("walcast run after Ctrl-C: %v\n%s", err, runOut.String())
+				run.cmd.Process.Signal(os.Interrupt)
+				if <-run.exited; run.err != nil {
+					t.Fatalf("walcast run after Ctrl-C: %v\n%s", run.err, runOut())
 				}
 			}
-			cmd := exec.Command(filepath.Join(binDir, "walcast"), fields[1:]...)
+			cmd := walcastCommand(fields[1:]...)
 			cmd.Dir, cmd.Env = dir, append(os.Environ(), env...)
 			out, err := cmd.CombinedOutput()
 			if err != nil {
@@ -163,7 +154,7 @@ func TestGettingStarted(t *testing.T) {
 			}
 			if strings.Contains(b.text, "INSERT INTO public.orders") {
 				waitFor(t, "the change as a JSON line", time.Minute, func() bool {
-					return strings.Contains(runOut.String(), `"table":"orders","op":"insert"`)
+					return strings.Contains(runOut(), `"table":"orders","op":"insert"`)
 				})
 			}
 		case "hcl":
@@ -173,7 +164,7 @@ func TestGettingStarted(t *testing.T) {
 		case "json":
 			// The printed line has the fields the page shows, in its order.
 			var line string
-			for _, l := range strings.Split(runOut.String(), "\n") {
+			for _, l := range strings.Split(runOut(), "\n") {
 				if strings.HasPrefix(l, `{"id"`) {
 					line = l
 				}
@@ -276,7 +267,7 @@ func checkHCLSnippet(t *testing.T, name, text string) {
 	for _, m := range envCall.FindAllStringSubmatch(src, -1) {
 		env = append(env, m[1]+"=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
 	}
-	cmd := exec.Command(filepath.Join(binDir, "walcast"), "validate", file, "--plugin-dir", binDir)
+	cmd := walcastCommand("validate", file, "--plugin-dir", binDir)
 	cmd.Dir, cmd.Env = dir, append(os.Environ(), env...)
 	out, err := cmd.CombinedOutput()
 	if err == nil {
@@ -301,7 +292,7 @@ func checkCommandLine(t *testing.T, name, line string) {
 	if fields[1] == "plugin" && len(fields) > 2 {
 		args = append(args, fields[2])
 	}
-	cmd := exec.Command(filepath.Join(binDir, "walcast"), append(args, "-h")...)
+	cmd := walcastCommand(append(args, "-h")...)
 	help, _ := cmd.CombinedOutput()
 	if strings.Contains(string(help), "unknown command") {
 		t.Errorf("%s: %q: walcast has no command %q", name, line, strings.Join(args, " "))
@@ -345,22 +336,4 @@ func jsonKeys(t *testing.T, s string) []string {
 		dec.Decode(&v)
 	}
 	return keys
-}
-
-// lockedBuffer lets the test read what a running process wrote so far.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -3,15 +3,11 @@ package cli
 import (
 	"bufio"
 	"bytes"
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -21,23 +17,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/walcast/walcast/host/pgtest"
-	"github.com/walcast/walcast/pluginkit"
 )
 
 // Issue 24's sink edges, end to end: a real PostgreSQL, the built walcast
 // and sink plugins, real HTTP servers on 127.0.0.1 and a real full disk
 // (tmpfs).
-
-// ownTruthSlot is truthSlot for a slot dropped when the test ends, so
-// that the test can run again (-count) against the shared cluster.
-func ownTruthSlot(t *testing.T, dsn string, db *pgx.Conn, slot string) {
-	t.Helper()
-	truthSlot(t, db, slot)
-	t.Cleanup(func() { dropSlot(dsn, slot) })
-}
 
 // landingServer is where a redirect points: it answers 200 to anything
 // (so a followed redirect looks delivered) and records every request.
@@ -49,19 +34,13 @@ type landingServer struct {
 
 func newLandingServer(t *testing.T) *landingServer {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &landingServer{URL: "http://" + l.Addr().String()}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s := &landingServer{}
+	s.URL = serveLoopback(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		s.mu.Lock()
 		s.reqs = append(s.reqs, fmt.Sprintf("%s %s (%d bytes, Authorization %q)", r.Method, r.URL.Path, len(body), r.Header.Get("Authorization")))
 		s.mu.Unlock()
-	})}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
+	}))
 	return s
 }
 
@@ -69,35 +48,6 @@ func (s *landingServer) requests() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.reqs...)
-}
-
-// parkedErrors returns walcast.parked's last_error of every parked event
-// of the pipeline, by sink.
-func parkedErrors(t *testing.T, db *pgx.Conn, pipeline string) map[string][]string {
-	t.Helper()
-	rows, err := db.Query(context.Background(), `SELECT sink, last_error FROM walcast.parked WHERE pipeline = $1`, pipeline)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[string][]string{}
-	for rows.Next() {
-		var sink, msg string
-		if err := rows.Scan(&sink, &msg); err != nil {
-			t.Fatal(err)
-		}
-		out[sink] = append(out[sink], msg)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func parkedCount(db *pgx.Conn, pipeline string) int {
-	var n int
-	db.QueryRow(context.Background(), `SELECT count(*) FROM walcast.parked WHERE pipeline = $1`, pipeline).Scan(&n)
-	return n
 }
 
 // TestWebhookRedirectIsParkedNotLost: a receiver that answers 302 (Go's
@@ -108,10 +58,8 @@ func parkedCount(db *pgx.Conn, pipeline string) int {
 // nothing may reach the Location, and `walcast replay` then delivers every
 // change: nothing lost.
 func TestWebhookRedirectIsParkedNotLost(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
-	ownTruthSlot(t, dsn, db, "truth_redirect")
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	truthSlot(t, dsn, db, "truth_redirect")
 	rcv := newReceiver(t)
 	land := newLandingServer(t)
 	var redirect atomic.Int32
@@ -126,8 +74,7 @@ func TestWebhookRedirectIsParkedNotLost(t *testing.T) {
 		ID: "hook", Batch: 20, Extra: "    max_attempts = 2\n    retry_base = \"50ms\"\n",
 		Config: fmt.Sprintf("    url = %q\n    timeout = \"5s\"\n    headers = { Authorization = \"Bearer api-key-e2e\" }\n    secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n", rcv.URL),
 	})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_redir")
+	proc := startCapturing(t, db, pipeline)
 
 	parked := 0
 	for _, code := range []int{http.StatusFound, http.StatusTemporaryRedirect} {
@@ -220,26 +167,18 @@ func assertNoURLSecret(t *testing.T, what, text string) bool {
 // errors show scheme and host. A URL that does not parse is rejected by `walcast
 // validate` without repeating it either.
 func TestWebhookURLSecretsNeverShown(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	failing := newReceiver(t)
 	failing.setMode(modeFail)
 	failingBase := strings.TrimSuffix(failing.URL, "/hooks")
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	downBase := "http://" + l.Addr().String()
-	l.Close() // nothing listens there: connection refused, a *url.Error
+	downBase := "http://" + freeAddr(t) // nothing listens there: connection refused, a *url.Error
 
 	extra := "    max_attempts = 2\n    retry_base = \"50ms\"\n"
 	pipeline := writePipeline(t, "secrets", dsn, []string{"public.items"},
 		sinkSpec{ID: "failing", URL: secretHookURL(failingBase), Extra: extra},
 		sinkSpec{ID: "down", URL: secretHookURL(downBase), Extra: extra},
 	)
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_secrets")
+	proc := startCapturing(t, db, pipeline)
 	exec1(t, db, `INSERT INTO items SELECT g, 0 FROM generate_series(1, 5) g`)
 	waitFor(t, "both sinks' 5 events parked", 2*time.Minute, func() bool { return parkedCount(db, "secrets") == 10 })
 
@@ -348,24 +287,16 @@ func jsonLines(t *testing.T, path string) (evs []received, bad []string) {
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
 		line := sc.Bytes()
-		var e struct {
-			ID    string          `json:"id"`
-			Xid   uint32          `json:"xid"`
-			Table string          `json:"table"`
-			Op    string          `json:"op"`
-			Key   json.RawMessage `json:"key"`
-		}
-		if json.Unmarshal(line, &e) != nil {
+		e, err := decodeEnvelope(line)
+		if err != nil {
 			bad = append(bad, string(line))
 			continue
 		}
-		id, err := pluginkit.ParseEventID(e.ID)
+		ev, err := e.received(bytes.Clone(line))
 		if err != nil {
 			t.Fatalf("line %q: %v", line, err)
 		}
-		var key bytes.Buffer
-		json.Compact(&key, e.Key)
-		evs = append(evs, received{ID: id, Xid: e.Xid, Table: e.Table, Op: e.Op, Key: key.String(), Raw: bytes.Clone(line)})
+		evs = append(evs, ev)
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
@@ -400,10 +331,8 @@ func testStdoutFullDisk(t *testing.T, toPath bool) {
 		name = "fdpath"
 	}
 	slot := "walcast_" + name
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, pad text NOT NULL)`)
-	ownTruthSlot(t, dsn, db, "truth_"+name)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, pad text NOT NULL)`)
+	truthSlot(t, dsn, db, "truth_"+name)
 	// A round writes about 120 KB of lines (more with lines written
 	// again); the rest of the file system is for the filler.
 	dir := mountSmallTmpfs(t, (256+160*rounds)<<10)
@@ -462,35 +391,4 @@ func testStdoutFullDisk(t *testing.T, toPath bool) {
 	}
 	dups := verify(t, truth(t, db, "truth_"+name, map[string]bool{"public.items": true}), evs)
 	t.Logf("%d rounds: %d changes, all in whole lines (%d written twice, %d fragment lines)", rounds, len(evs)-dups, dups, len(bad))
-}
-
-// startWalcastStdout is startWalcast with walcast's stdout going to
-// stdoutPath and its log (stderr) to a file of its own.
-func startWalcastStdout(t *testing.T, pipeline, stdoutPath string) *walcastProc {
-	t.Helper()
-	logPath := filepath.Join(t.TempDir(), "walcast.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	outf, err := os.OpenFile(stdoutPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(filepath.Join(binDir, "walcast"), "run", pipeline, "--plugin-dir", binDir, "--shutdown-timeout", "10s")
-	cmd.Stdout, cmd.Stderr = outf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &walcastProc{t: t, cmd: cmd, log: logPath, done: make(chan error, 1)}
-	go func() { p.done <- cmd.Wait(); logf.Close(); outf.Close() }()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.done
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("walcast log (%s):\n%s", logPath, tail(string(b), 60))
-		}
-	})
-	return p
 }

@@ -16,9 +16,8 @@ import (
 // tables through the real webhook plugin and checks the documented
 // envelope and type mapping as the receiver sees it.
 func TestEnvelopeAcrossTypes(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `
+	dsn, db := newSource(t,
+		`
 CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
 CREATE TABLE typed (
 	id bigint PRIMARY KEY,
@@ -27,11 +26,11 @@ CREATE TABLE typed (
 	raw bytea, js json, jsb jsonb, uid uuid, day date, ts timestamp, tstz timestamptz,
 	span interval, ints int[], texts text[], feel mood, big text);
 ALTER TABLE typed ALTER COLUMN big SET STORAGE EXTERNAL;
-CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL);`)
+CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL);`,
+	)
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "types", dsn, []string{"public.typed", "public.customers"}, sinkSpec{ID: "hook", URL: rcv.URL})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_types")
+	proc := startCapturing(t, db, pipeline)
 	big := strings.Repeat("walcast-toast-", 8000) // ~110 KB, stored out of line
 	exec1(t, db, `INSERT INTO typed VALUES (1, -2, 42, 1.5, 3.25, 'NaN', 12345678.90, true, 'he said "hi"', 'v', 'ab',
 		'\x00ff', '{"a": [1, 2]}', '{"b": {"c": null}}', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '2026-11-30',
@@ -134,12 +133,11 @@ func TestPostgresRestart(t *testing.T) {
 	dsn := own.DSN("postgres")
 	db := connect(t, dsn)
 	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
-	truthSlot(t, db, "truth_restart")
+	truthSlot(t, dsn, db, "truth_restart")
 	rcv := newReceiver(t)
 	rcv.delay = 20 * time.Millisecond
 	pipeline := writePipeline(t, "restart", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 50})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_restart")
+	proc := startCapturing(t, db, pipeline)
 	for i := 0; i < 2000; i += 100 {
 		exec1(t, db, `INSERT INTO items SELECT g, 0, 'x' FROM generate_series($1::int, $2::int) g`, i, i+99)
 	}

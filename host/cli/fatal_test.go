@@ -12,9 +12,7 @@ import (
 // (pluginkit.Fatal): walcast run stops with exit 1 and prints the error
 // once, with its cause.
 func TestFatalRunErrorPrintedOnce(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	addr := startKafka(t)
 	cfg := kafkaConfig(addr, true, "walcast-shared")
 	first := startWalcast(t, writePipeline(t, "fatal_a", dsn, []string{"public.items"}, sinkSpec{ID: "kafka", SinkType: "kafka", Config: cfg}))

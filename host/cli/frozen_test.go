@@ -3,11 +3,12 @@ package cli
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/walcast/walcast/pluginkit"
 )
 
 // TestFrozenLeaderIsFenced freezes the leader (SIGSTOP) with deliveries
@@ -16,16 +17,11 @@ import (
 // Woken up (SIGCONT), the old leader must deliver nothing more and write
 // no checkpoint: it learns it lost the leadership and stands by again.
 func TestFrozenLeaderIsFenced(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
-	truthSlot(t, db, "truth_frozen")
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	truthSlot(t, dsn, db, "truth_frozen")
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "frozen", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 10})
-	first := startWalcast(t, pipeline)
-	first.waitLog(t, "streaming from slot")
-	second := startWalcast(t, pipeline)
-	second.waitLog(t, "standing by")
+	first, second := leaderAndStandby(t, pipeline)
 
 	// The destination fails: the leader holds the events and retries.
 	rcv.setMode(modeFail)
@@ -33,8 +29,7 @@ func TestFrozenLeaderIsFenced(t *testing.T) {
 	first.waitLog(t, "delivery failed")
 	first.cmd.Process.Signal(syscall.SIGSTOP)
 	defer first.cmd.Process.Signal(syscall.SIGCONT)
-	host, _ := os.Hostname()
-	standby := fmt.Sprintf("walcast %s pid %d", host, second.cmd.Process.Pid)
+	standby := holderName(second)
 	exec1(t, db, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_name <> $1`, standby)
 	stopped := time.Now()
@@ -55,8 +50,17 @@ func TestFrozenLeaderIsFenced(t *testing.T) {
 		}
 		return s
 	}
-	waitFor(t, "the new leader's checkpoint", time.Minute, func() bool { return checkpoints() != "" })
-	time.Sleep(time.Second) // let the new leader's checkpoint settle (nothing else is written)
+	// The new leader's checkpoint settles on the last event, and nothing
+	// else is written.
+	var last pluginkit.EventID
+	for _, e := range rcv.events() {
+		if e.ID.Compare(last) > 0 {
+			last = e.ID
+		}
+	}
+	waitFor(t, "the new leader's checkpoint at the last event", time.Minute, func() bool {
+		return checkpoints() == fmt.Sprintf("hook=%s:%d", pluginkit.FormatLSN(last.CommitLSN), last.Index)
+	})
 	before, got := checkpoints(), rcv.count()
 
 	first.cmd.Process.Signal(syscall.SIGCONT)

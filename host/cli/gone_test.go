@@ -12,21 +12,17 @@ import (
 // saying why, and walcast status shows the sink stopped with the error
 // until it delivers again after a restart.
 func TestWebhookGoneStopsTheSink(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	rcv := newReceiver(t)
 	rcv.setRespond(func(http.Header, []byte, []received) (int, http.Header) { return http.StatusGone, nil })
 	pipeline := writePipeline(t, "gone", dsn, []string{"public.items"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Batch: 10, Extra: "    retry_base = \"50ms\"\n"})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_gone")
+	proc := startCapturing(t, db, pipeline)
 	exec1(t, db, `INSERT INTO items SELECT g, 0 FROM generate_series(1, 5) g`)
 
 	select {
-	case err := <-proc.done:
-		proc.done <- err
-		if err == nil {
+	case <-proc.exited:
+		if proc.err == nil {
 			t.Fatal("walcast run exited 0 after the endpoint answered 410 Gone")
 		}
 	case <-time.After(2 * time.Minute):

@@ -26,11 +26,8 @@ import (
 // high) and delivered them once it recovered. PostgreSQL's own
 // test_decoding is the reference for what was committed.
 func TestGRPCSinkDeliversEveryChange(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, note text)`)
-	truthSlot(t, db, "truth_grpcsink")
-	t.Cleanup(func() { dropSlot(dsn, "truth_grpcsink") })
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, note text)`)
+	truthSlot(t, dsn, db, "truth_grpcsink")
 	rcv := newGRPCReceiver(t, "grpcsink", "rcv")
 	pipeline := writePipeline(t, "grpcsink", dsn, []string{"public.items"}, sinkSpec{
 		ID: "rcv", SinkType: "grpc", Batch: 50,
@@ -39,8 +36,7 @@ func TestGRPCSinkDeliversEveryChange(t *testing.T) {
 		// test watches it retry.
 		Extra: "    max_attempts = 100000\n",
 	})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_grpcsink")
+	proc := startCapturing(t, db, pipeline)
 
 	// Healthy: one big transaction, then small ones mixing every op.
 	exec1(t, db, `INSERT INTO items SELECT g, 0, 'café ☕ ' || g FROM generate_series(1, 150) g`)
@@ -169,33 +165,23 @@ func (r *grpcReceiver) Deliver(_ context.Context, req *receiverv1.DeliverRequest
 // receivedFrom decodes an event's envelope and checks that the fields the
 // request repeats beside it agree with it.
 func receivedFrom(e *receiverv1.Event) (received, error) {
-	var env struct {
-		ID     string          `json:"id"`
-		Xid    uint32          `json:"xid"`
-		Schema string          `json:"schema"`
-		Table  string          `json:"table"`
-		Op     string          `json:"op"`
-		Key    json.RawMessage `json:"key"`
-	}
-	if err := json.Unmarshal(e.GetPayload(), &env); err != nil {
+	env, err := decodeEnvelope(e.GetPayload())
+	if err != nil {
 		return received{}, fmt.Errorf("payload is not an envelope: %w", err)
 	}
-	id, err := pluginkit.ParseEventID(env.ID)
+	rc, err := env.received(e.GetPayload())
 	if err != nil {
 		return received{}, err
 	}
-	var key, fieldKey bytes.Buffer
-	if err := json.Compact(&key, env.Key); err != nil {
-		return received{}, fmt.Errorf("envelope key: %w", err)
-	}
+	var fieldKey bytes.Buffer
 	if err := json.Compact(&fieldKey, e.GetKey()); err != nil {
 		return received{}, fmt.Errorf("key field: %w", err)
 	}
-	if e.GetId() != env.ID || e.GetSchema() != env.Schema || e.GetTable() != env.Table || e.GetOp() != env.Op || fieldKey.String() != key.String() {
+	if e.GetId() != env.ID || e.GetSchema() != env.Schema || e.GetTable() != env.Table || e.GetOp() != env.Op || fieldKey.String() != rc.Key {
 		return received{}, fmt.Errorf("fields %s %s.%s %s %s disagree with the envelope's %s %s.%s %s %s",
-			e.GetId(), e.GetSchema(), e.GetTable(), e.GetOp(), fieldKey.String(), env.ID, env.Schema, env.Table, env.Op, key.String())
+			e.GetId(), e.GetSchema(), e.GetTable(), e.GetOp(), fieldKey.String(), env.ID, env.Schema, env.Table, env.Op, rc.Key)
 	}
-	return received{ID: id, Xid: env.Xid, Table: env.Table, Op: env.Op, Key: key.String(), Raw: e.GetPayload()}, nil
+	return rc, nil
 }
 
 func (r *grpcReceiver) setFailing(v bool) {

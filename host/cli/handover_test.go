@@ -16,10 +16,11 @@ const leaseWait = "waiting out its lease before streaming"
 // TestGracefulHandoverIsQuick runs two instances of one pipeline under a
 // steady write load and stops the leader gracefully (SIGTERM) three times,
 // alternating: its term ends, its final checkpoints are written and it
-// releases the pipeline on purpose, so the standby streams at once (within
-// its poll interval, 2 s) without waiting out the old leader's lease, as
-// it must after a crash. Every committed change arrives, first deliveries
-// in commit order, and a mirror of what the sink received equals the table.
+// releases the pipeline on purpose, so the standby streams without waiting
+// out the old leader's lease, as it must after a crash (it logs no such
+// wait; the handover times are logged, not asserted: docs/operations.md
+// quotes them). Every committed change arrives, first deliveries in commit
+// order, and a mirror of what the sink received equals the table.
 func TestGracefulHandoverIsQuick(t *testing.T) {
 	reported := 0
 	took, dups := takeoverRounds(t, "handover", 3, func(round int, lead, next *walcastProc) time.Duration {
@@ -27,13 +28,8 @@ func TestGracefulHandoverIsQuick(t *testing.T) {
 		stopped := time.Now()
 		next.waitLog(t, "streaming from slot")
 		d := time.Since(stopped)
-		// The standby polls the lock every 2 s; the old leader's drain and
-		// the new leader's start come on top. 4 s leaves room for a
-		// loaded machine while failing a successor that waits out the
-		// 3 s lease as after a crash.
-		if d > 4*time.Second {
-			t.Errorf("round %d: the standby took %s to stream after a graceful stop, want under 4s", round, d)
-		}
+		// A successor that waited out the 3 s lease as after a crash says
+		// so: that, not the time, tells a release from a crash.
 		if strings.Contains(next.logText(), leaseWait) {
 			t.Errorf("round %d: the standby waited out the lease of a leader that released the pipeline", round)
 		}
@@ -78,9 +74,7 @@ func redeliveredNext(t *testing.T, round int, log string) int {
 // sink's stopped line how many events it leaves undelivered, and it still
 // exits 0 with every event delivered by the next run.
 func TestStopAtShutdownTimeoutCounts(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "stuckstop", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 5})
 	proc := startWalcast(t, pipeline, "--shutdown-timeout", "1s")

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -37,14 +36,8 @@ type streamed struct {
 
 func newStreamReceiver(t testing.TB, limit int64) *streamReceiver {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &streamReceiver{URL: "http://" + l.Addr().String() + "/hooks", limit: limit}
-	srv := &http.Server{Handler: r}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
+	r := &streamReceiver{limit: limit}
+	r.URL = serveLoopback(t, r) + "/hooks"
 	return r
 }
 
@@ -114,17 +107,14 @@ func peakRSS(pid int) int64 {
 // output is measured inside PostgreSQL, never fetched).
 func TestHugeRow(t *testing.T) {
 	const size = 200 << 20
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE big (id int PRIMARY KEY, body text NOT NULL)`)
+	dsn, db := newSource(t, `CREATE TABLE big (id int PRIMARY KEY, body text NOT NULL)`)
 	rcv := newStreamReceiver(t, 0)
 	out := filepath.Join(t.TempDir(), "events.jsonl")
 	pipeline := writePipeline(t, "huge", dsn, []string{"public.big"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Config: fmt.Sprintf("    url = %q\n    timeout = \"2m\"\n", rcv.URL)},
 		sinkSpec{ID: "out", SinkType: "stdout", Config: fmt.Sprintf("    path = %q\n", out)})
-	truthSlot(t, db, "truth_huge")
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_huge")
+	truthSlot(t, dsn, db, "truth_huge")
+	proc := startCapturing(t, db, pipeline)
 	proc.waitLog(t, "streaming from slot")
 	begin := time.Now()
 	exec1(t, db, `INSERT INTO big VALUES (1, repeat('x', $1))`, size)
@@ -227,14 +217,11 @@ func fileCount(t testing.TB, path string) (streamed, int) {
 // reason, while the next row is delivered.
 func TestTooLargeForDestinationParksAtOnce(t *testing.T) {
 	const size = 20 << 20
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE big (id int PRIMARY KEY, body text NOT NULL)`)
+	dsn, db := newSource(t, `CREATE TABLE big (id int PRIMARY KEY, body text NOT NULL)`)
 	rcv := newStreamReceiver(t, 10<<20)
 	pipeline := writePipeline(t, "toolarge", dsn, []string{"public.big"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Extra: "    retry_base = \"1m\"\n"})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_toolarge")
+	proc := startCapturing(t, db, pipeline)
 	exec1(t, db, `INSERT INTO big VALUES (1, repeat('x', $1))`, size)
 	exec1(t, db, `INSERT INTO big VALUES (2, 'small')`)
 	var attempts int

@@ -1,11 +1,9 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -16,21 +14,9 @@ import (
 // scheduler replays it once it takes over, and the request's row in
 // walcast.replay_requests goes only once the replay ended.
 func TestReplayAcrossDetach(t *testing.T) {
-	ctx := context.Background()
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	fast, slow := newReceiver(t), newReceiver(t)
-	var reject atomic.Bool
-	reject.Store(true)
-	slow.setRespond(func(_ http.Header, _ []byte, evs []received) (int, http.Header) {
-		for _, e := range evs {
-			if e.Key == `{"id":13}` && reject.Load() {
-				return http.StatusInternalServerError, nil
-			}
-		}
-		return 0, nil
-	})
+	reject := slow.rejectRow(`{"id":13}`, http.StatusInternalServerError)
 	// The slow sink's requests time out only after a minute: the batches
 	// in flight when it detaches hang until the receiver is released,
 	// which keeps the detachment half done for as long as the test needs.
@@ -39,17 +25,11 @@ func TestReplayAcrossDetach(t *testing.T) {
 		sinkSpec{ID: "slow", URL: slow.URL, Batch: 50,
 			Extra:  "    max_attempts = 2\n    retry_base = \"50ms\"\n    detach_after = \"200ms\"\n",
 			Config: fmt.Sprintf("    url = %q\n    timeout = \"60s\"\n", slow.URL)})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_isoreplay")
+	proc := startCapturing(t, db, pipeline)
 	exec1(t, db, `INSERT INTO items VALUES (13, 0, 'x')`)
 	exec1(t, db, `UPDATE items SET v = 1 WHERE id = 13`)
 	exec1(t, db, `UPDATE items SET v = 2 WHERE id = 13`)
-	count := func(sql string) (n int) {
-		if err := db.QueryRow(ctx, sql).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	count := func(sql string) int { return queryInt(t, db, sql) }
 	parked := func() int {
 		return count(`SELECT count(*) FROM walcast.parked WHERE pipeline = 'isoreplay' AND sink = 'slow'`)
 	}

@@ -4,36 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"math/rand/v2"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/walcast/walcast/host/internal/delivery/isolate"
 )
-
-// catchupSlots lists the slots that exist named like a catch-up slot of
-// the pipeline whose slot is main.
-func catchupSlots(t testing.TB, db *pgx.Conn, main string) []string {
-	t.Helper()
-	rows, err := db.Query(context.Background(), `SELECT slot_name::text FROM pg_replication_slots`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, n := range names {
-		if isolate.IsCatchupSlot(main, n) {
-			out = append(out, n)
-		}
-	}
-	return out
-}
 
 // TestSlowSinkDetachesCatchesUpAndRejoins runs a fast and a stalled
 // webhook sink on one pipeline. The stalled one is detached onto a copy of
@@ -45,11 +21,8 @@ func catchupSlots(t testing.TB, db *pgx.Conn, main string) []string {
 // More changes after the rejoin reach both.
 func TestSlowSinkDetachesCatchesUpAndRejoins(t *testing.T) {
 	ctx := context.Background()
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
-	truthSlot(t, db, "truth_iso")
-	t.Cleanup(func() { dropSlot(dsn, "truth_iso") })
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	truthSlot(t, dsn, db, "truth_iso")
 	fast, slow := newReceiver(t), newReceiver(t)
 	slow.setMode(modeHang)
 	pipeline := writePipeline(t, "iso", dsn, []string{"public.items"},
@@ -57,8 +30,7 @@ func TestSlowSinkDetachesCatchesUpAndRejoins(t *testing.T) {
 		sinkSpec{ID: "slow", URL: slow.URL, Batch: 100, Extra: "    max_in_flight = 2\n"})
 	cuSlot := isolate.SlotName("walcast_iso", "slow")
 
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_iso")
+	proc := startCapturing(t, db, pipeline)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	start := time.Now()
@@ -87,17 +59,13 @@ func TestSlowSinkDetachesCatchesUpAndRejoins(t *testing.T) {
 	proc.waitLog(t, "sink resumes catching up from its slot")
 
 	// Let the slow sink go, slowly, and kill it again while it catches up.
-	slow.mu.Lock()
-	slow.delay = 20 * time.Millisecond
-	slow.mu.Unlock()
+	slow.setDelay(20 * time.Millisecond)
 	slow.setMode(modeOK)
 	waitFor(t, "the slow sink to start catching up", time.Minute, func() bool { return slow.distinct() > 2000 })
 	proc.kill()
 	t.Logf("killed while catching up: slow sink had %d of %d", slow.distinct(), len(want))
 	// Slow enough that the handover takes a while: killed while rejoining.
-	slow.mu.Lock()
-	slow.delay = 300 * time.Millisecond
-	slow.mu.Unlock()
+	slow.setDelay(300 * time.Millisecond)
 	proc = startWalcast(t, pipeline)
 	proc.waitLog(t, "sink rejoining the live stream")
 	proc.kill()
@@ -110,9 +78,7 @@ func TestSlowSinkDetachesCatchesUpAndRejoins(t *testing.T) {
 			t.Fatalf("walcast status after a kill while rejoining: %v\n%s", err, out)
 		}
 	}
-	slow.mu.Lock()
-	slow.delay = 0
-	slow.mu.Unlock()
+	slow.setDelay(0)
 	proc = startWalcast(t, pipeline)
 	if inRejoin {
 		proc.waitLog(t, "sink resumes catching up from its slot")
@@ -153,11 +119,8 @@ func TestSlowSinkDetachesCatchesUpAndRejoins(t *testing.T) {
 // teardown.
 func TestTwoStalledSinksAndTeardown(t *testing.T) {
 	ctx := context.Background()
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
-	truthSlot(t, db, "truth_iso2")
-	t.Cleanup(func() { dropSlot(dsn, "truth_iso2") })
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	truthSlot(t, dsn, db, "truth_iso2")
 	fast, s1, s2 := newReceiver(t), newReceiver(t), newReceiver(t)
 	s1.setMode(modeHang)
 	s2.setMode(modeFail)
@@ -166,12 +129,7 @@ func TestTwoStalledSinksAndTeardown(t *testing.T) {
 		sinkSpec{ID: "s1", URL: s1.URL, Batch: 50},
 		sinkSpec{ID: "s2", URL: s2.URL, Batch: 50, Extra: "    detach_after = \"200ms\"\n    max_attempts = 1000\n"})
 	proc := startWalcast(t, pipeline, "--metrics-listen", "127.0.0.1:0", "--warn-retained-wal-mb", "1", "--slot-check-interval", "200ms")
-	proc.waitLog(t, "serving metrics")
-	m := regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(proc.logText())
-	if m == nil {
-		t.Fatalf("no metrics address in the log:\n%s", proc.logText())
-	}
-	base := "http://" + m[1]
+	base := metricsBase(t, proc)
 	waitSlot(t, db, "walcast_iso2")
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
@@ -362,18 +320,14 @@ func TestTwoStalledSinksAndTeardown(t *testing.T) {
 // accepted, then the sink resumes from the pipeline's slot, missing
 // exactly those changes, and receives everything after.
 func TestCatchupSlotDroppedByHand(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
-	truthSlot(t, db, "truth_cudrop")
-	t.Cleanup(func() { dropSlot(dsn, "truth_cudrop") })
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY)`)
+	truthSlot(t, dsn, db, "truth_cudrop")
 	fast, slow := newReceiver(t), newReceiver(t)
 	slow.setMode(modeHang)
 	pipeline := writePipeline(t, "cudrop", dsn, []string{"public.items"},
 		sinkSpec{ID: "fast", URL: fast.URL}, sinkSpec{ID: "slow", URL: slow.URL})
 	cuSlot := isolate.SlotName("walcast_cudrop", "slow")
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_cudrop")
+	proc := startCapturing(t, db, pipeline)
 	insertItems(t, db, 1, 3000)
 	waitFor(t, "the fast sink to receive every insert", time.Minute, func() bool { return fast.distinct() >= 3000 })
 	proc.waitLog(t, "detaching it to catch up")

@@ -46,10 +46,8 @@ const kafkaBatch = 20
 // walcast cleanly. The checks are the caller's.
 func runKafkaCrashLoop(t *testing.T, name string, lc kafkaLoop) kafkaLoopResult {
 	ctx := context.Background()
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
-	truthSlot(t, db, "truth_"+name)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	truthSlot(t, dsn, db, "truth_"+name)
 	addr := startKafka(t)
 	// Progress polling must notice the topic as soon as it appears.
 	adm := kadm.NewClient(kafkaClient(t, addr, kgo.MetadataMinAge(10*time.Millisecond), kgo.MetadataMaxAge(100*time.Millisecond)))
@@ -76,6 +74,7 @@ func runKafkaCrashLoop(t *testing.T, name string, lc kafkaLoop) kafkaLoopResult 
 
 	res := kafkaLoopResult{addr: addr}
 	begin := time.Now()
+	var workEnd uint64 // the WAL's end once the workload has committed everything
 	for kill := 1; kill <= lc.kills; kill++ {
 		// Kill at a random point while records are being produced: the
 		// slot holds far more than these few thousand events, so every
@@ -86,18 +85,16 @@ func runKafkaCrashLoop(t *testing.T, name string, lc kafkaLoop) kafkaLoopResult 
 		target := highWatermarks(ctx, adm, kafkaTopic) + 1 + int64(r.IntN(20000/(lc.kills+1)))
 		// On a slow machine the workload may end, and walcast deliver all
 		// of it, before the target is reached: then there is nothing left
-		// to interrupt, and the remaining kills are skipped (at least two
-		// must have landed, checked below).
-		var last int64
-		lastMove := time.Now()
+		// to interrupt (the slot has confirmed the workload's end), and
+		// the remaining kills are skipped (at least two must have landed,
+		// checked below).
 		drained := false
 		waitFor(t, "records before kill", 2*time.Minute, func() bool {
-			hw := highWatermarks(ctx, adm, kafkaTopic)
-			if hw != last {
-				last, lastMove = hw, time.Now()
+			if worked.Load() && workEnd == 0 {
+				workEnd = lsnQuery(t, db, `SELECT pg_current_wal_lsn()::text`)
 			}
-			drained = worked.Load() && time.Since(lastMove) > 3*time.Second
-			return hw >= target || drained
+			drained = workEnd != 0 && confirmedFlush(t, db, "walcast_"+name) >= workEnd
+			return highWatermarks(ctx, adm, kafkaTopic) >= target || drained
 		})
 		if drained {
 			if kill <= 2 {
@@ -159,7 +156,6 @@ func runKafkaCrashLoop(t *testing.T, name string, lc kafkaLoop) kafkaLoopResult 
 	for _, p := range logs {
 		res.logs += p.logText()
 	}
-	exec1(t, db, `SELECT pg_drop_replication_slot($1)`, "truth_"+name)
 	return res
 }
 

@@ -17,18 +17,17 @@ import (
 func TestKafkaTombstonesAndTopicNames(t *testing.T) {
 	needKcat(t)
 	addr := startKafka(t)
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE "order items" (id int PRIMARY KEY, v int NOT NULL)`)
-	exec1(t, db, `CREATE TABLE café (id int PRIMARY KEY, v int NOT NULL)`)
+	dsn, db := newSource(t,
+		`CREATE TABLE "order items" (id int PRIMARY KEY, v int NOT NULL)`,
+		`CREATE TABLE café (id int PRIMARY KEY, v int NOT NULL)`,
+	)
 	pipeline := writePipeline(t, "kedges", dsn, []string{"public.order items", "public.café"},
 		sinkSpec{ID: "k", SinkType: "kafka", Config: kafkaConfig(addr, true, "walcast-kedges")})
 	out, err := walcastCLI(t, "validate", pipeline, "--plugin-dir", binDir)
 	if err != nil {
 		t.Fatalf("walcast validate: %v\n%s", err, out)
 	}
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_kedges")
+	proc := startCapturing(t, db, pipeline)
 
 	exec1(t, db, `INSERT INTO "order items" VALUES (1, 0), (2, 0)`)
 	exec1(t, db, `UPDATE "order items" SET id = 3 WHERE id = 1`)

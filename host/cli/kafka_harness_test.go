@@ -7,20 +7,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/walcast/walcast/pluginkit"
 )
 
 // Helpers for the Kafka sink's end-to-end tests: a kfake broker process
@@ -64,46 +61,8 @@ func buildKfake(t testing.TB) string {
 func startKafka(t testing.TB) string {
 	t.Helper()
 	bin := buildKfake(t)
-	logPath := filepath.Join(t.TempDir(), "kfake.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cmd := exec.Command(bin, "-ports", "0", "-default-partitions", "3", "-log-level", "warn")
-	cmd.Stderr = logf
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("kfake log:\n%s", tail(string(b), 40))
-		}
-	})
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if a, ok := strings.CutPrefix(sc.Text(), "listening on "); ok {
-				addr <- a
-			}
-		}
-		io.Copy(io.Discard, stdout)
-	}()
-	select {
-	case a := <-addr:
-		return a
-	case <-time.After(30 * time.Second):
-		t.Fatal("walcast-kfake did not report its address within 30s")
-		return ""
-	}
+	return startAnnounced(t, cmd, "walcast-kfake", regexp.MustCompile(`^listening on (.*)$`), 30*time.Second)
 }
 
 // kafkaConfig is the config block body of a kafka sink.
@@ -291,28 +250,20 @@ func asReceived(t testing.TB, rs []kafkaRecord) []received {
 			// from an event (README, Kafka sink), not events themselves.
 			continue
 		}
-		var e struct {
-			ID     string          `json:"id"`
-			Xid    uint32          `json:"xid"`
-			Schema string          `json:"schema"`
-			Table  string          `json:"table"`
-			Op     string          `json:"op"`
-			Key    json.RawMessage `json:"key"`
-		}
-		if err := json.Unmarshal(r.Value, &e); err != nil {
+		e, err := decodeEnvelope(r.Value)
+		if err != nil {
 			t.Fatalf("partition %d offset %d: value is not an envelope: %v: %.200s", r.Partition, r.Offset, err, r.Value)
 		}
-		id, err := pluginkit.ParseEventID(e.ID)
+		ev, err := e.received(r.Value)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if r.Headers["walcast-id"] != e.ID || r.Headers["walcast-op"] != e.Op || r.Headers["walcast-table"] != e.Schema+"."+e.Table {
 			t.Fatalf("event %s: headers %v disagree with the envelope", e.ID, r.Headers)
 		}
-		var key, rkey bytes.Buffer
-		json.Compact(&key, e.Key)
+		var rkey bytes.Buffer
 		json.Compact(&rkey, r.Key)
-		wantKey := key.String()
+		wantKey := ev.Key
 		if wantKey == "null" {
 			// Truncates and keyless rows are keyed by their event id.
 			wantKey = fmt.Sprintf(`{"walcast_id":%q}`, e.ID)
@@ -320,7 +271,7 @@ func asReceived(t testing.TB, rs []kafkaRecord) []received {
 		if wantKey != rkey.String() {
 			t.Fatalf("event %s: record key %s, envelope key %s", e.ID, r.Key, e.Key)
 		}
-		out = append(out, received{ID: id, Xid: e.Xid, Table: e.Table, Op: e.Op, Key: key.String(), Raw: r.Value})
+		out = append(out, ev)
 	}
 	return out
 }

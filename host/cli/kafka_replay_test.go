@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -16,40 +14,25 @@ import (
 // read_committed librdkafka consumer (kcat) sees every committed change
 // exactly once, row order kept.
 func TestKafkaReplayOfParkedEvent(t *testing.T) {
-	ctx := context.Background()
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
-	truthSlot(t, db, "truth_kreplay")
-	t.Cleanup(func() { dropSlot(dsn, "truth_kreplay") }) // cluster-wide: -count reruns the test
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	truthSlot(t, dsn, db, "truth_kreplay")
 	addr := startKafka(t)
 	pipeline := writePipeline(t, "kreplay", dsn, []string{"public.items"}, sinkSpec{
 		ID: "kafka", SinkType: "kafka", Batch: 10,
 		Config: kafkaConfig(addr, true, "walcast-kreplay") + "    max_message_bytes = 2048\n",
 	})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_kreplay")
+	proc := startCapturing(t, db, pipeline)
 	exec1(t, db, `INSERT INTO items SELECT g, 0, 'x' FROM generate_series(1, 5) g`)
 	exec1(t, db, `UPDATE items SET pad = repeat('y', 4000) WHERE id = 3`) // too large
 	exec1(t, db, `UPDATE items SET v = 1`)                                // row 3's later event parks behind it
 	end := lsnQuery(t, db, `SELECT pg_current_wal_lsn()::text`)
-	parked := func() int {
-		var n int
-		db.QueryRow(ctx, `SELECT count(*) FROM walcast.parked WHERE pipeline = 'kreplay'`).Scan(&n)
-		return n
-	}
+	parked := func() int { return parkedCount(db, "kreplay") }
 	waitFor(t, "row 3's two events to be parked", time.Minute, func() bool { return parked() == 2 })
 	waitFor(t, "the slot to move past the parked events", time.Minute, func() bool { return confirmedFlush(t, db, "walcast_kreplay") >= end })
 	proc.stop()
 
 	// Raise the limit and replay through the running daemon.
-	src, err := os.ReadFile(pipeline)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(pipeline, []byte(strings.Replace(string(src), "max_message_bytes = 2048", "max_message_bytes = 1048576", 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	editPipeline(t, pipeline, "max_message_bytes = 2048", "max_message_bytes = 1048576")
 	proc = startWalcast(t, pipeline)
 	// The daemon must be streaming (its slot active) for walcast replay to
 	// hand it the request rather than replay directly.

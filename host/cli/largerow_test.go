@@ -8,14 +8,11 @@ import (
 // TestLargeRows: rows of 3 MB go through the queue, the scheduler's byte
 // bounds and 16 MiB batches to the webhook, every one of them, whole.
 func TestLargeRows(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE docs (id int PRIMARY KEY, body text NOT NULL)`)
+	dsn, db := newSource(t, `CREATE TABLE docs (id int PRIMARY KEY, body text NOT NULL)`)
 	exec1(t, db, `ALTER TABLE docs ALTER COLUMN body SET STORAGE EXTERNAL`) // no compression: 3 MB in the WAL
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "large", dsn, []string{"public.docs"}, sinkSpec{ID: "hook", URL: rcv.URL})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_large")
+	proc := startCapturing(t, db, pipeline)
 	exec1(t, db, `INSERT INTO docs SELECT g, repeat(md5(g::text), 3 * 1024 * 1024 / 32) FROM generate_series(1, 12) g`)
 	waitFor(t, "12 rows of 3 MB", 2*time.Minute, func() bool { return rcv.distinct() == 12 })
 	proc.stop()

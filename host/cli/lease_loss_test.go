@@ -1,15 +1,10 @@
 package cli
 
 import (
-	"bufio"
 	"context"
-	"encoding/binary"
 	"fmt"
-	"io"
-	"net"
 	"regexp"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,162 +14,10 @@ import (
 	"github.com/walcast/walcast/host/pgtest"
 )
 
-// pidProxy is a TCP proxy in front of PostgreSQL that knows each
-// connection's backend pid (from the server's BackendKeyData) and can
-// black-hole the connection of one backend: from then on it reads nothing
-// more from either side and sends nothing, and keeps both sockets open,
-// like a network that drops that flow's packets.
-type pidProxy struct {
-	ln net.Listener
-	to string
-
-	mu    sync.Mutex
-	conns []*pidConn
-}
-
-type pidConn struct {
-	client, server net.Conn
-	pid            atomic.Int32
-	holed          chan struct{}
-	once           sync.Once
-}
-
-func newPIDProxy(t testing.TB, to string) *pidProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &pidProxy{ln: ln, to: to}
-	go p.accept()
-	t.Cleanup(p.close)
-	return p
-}
-
-// dsn is dsn with its host and port replaced by the proxy's.
-func (p *pidProxy) dsn(t testing.TB, dsn string) string {
-	t.Helper()
-	re := regexp.MustCompile(`@[^/]+/`)
-	if !re.MatchString(dsn) {
-		t.Fatalf("cannot route %s through the proxy", dsn)
-	}
-	return re.ReplaceAllString(dsn, "@"+p.ln.Addr().String()+"/")
-}
-
-func (p *pidProxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		s, err := net.Dial("tcp", p.to)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		pc := &pidConn{client: c, server: s, holed: make(chan struct{})}
-		p.mu.Lock()
-		p.conns = append(p.conns, pc)
-		p.mu.Unlock()
-		go pc.fromClient()
-		go pc.fromServer()
-	}
-}
-
-// fromClient forwards what the client sends.
-func (c *pidConn) fromClient() { c.pump(c.server, c.client) }
-
-// fromServer reads the server's first messages one by one (up to
-// ReadyForQuery) to learn the backend pid, then forwards raw bytes.
-func (c *pidConn) fromServer() {
-	r := bufio.NewReader(c.server)
-	for {
-		var head [5]byte
-		if _, err := io.ReadFull(r, head[:]); err != nil {
-			c.client.Close()
-			return
-		}
-		body := make([]byte, binary.BigEndian.Uint32(head[1:])-4)
-		if _, err := io.ReadFull(r, body); err != nil {
-			c.client.Close()
-			return
-		}
-		if head[0] == 'K' && len(body) >= 4 {
-			c.pid.Store(int32(binary.BigEndian.Uint32(body)))
-		}
-		if _, err := c.client.Write(append(head[:], body...)); err != nil {
-			return
-		}
-		if head[0] == 'Z' {
-			break
-		}
-	}
-	c.pump(c.client, readerConn{r, c.server})
-}
-
-// readerConn reads through the buffered reader that holds what was read
-// ahead of the handshake.
-type readerConn struct {
-	r io.Reader
-	net.Conn
-}
-
-func (c readerConn) Read(b []byte) (int, error) { return c.r.Read(b) }
-
-func (c *pidConn) pump(dst net.Conn, src io.Reader) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		select {
-		case <-c.holed:
-			return // what src sends from now on piles up in its socket
-		default:
-		}
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			dst.Close()
-			return
-		}
-	}
-}
-
-// blackHole stops the connections of backend pid; it fails the test when
-// the proxy carries none.
-func (p *pidProxy) blackHole(t testing.TB, pid int) {
-	t.Helper()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := 0
-	for _, c := range p.conns {
-		if int(c.pid.Load()) == pid {
-			c.once.Do(func() { close(c.holed) })
-			n++
-		}
-	}
-	if n == 0 {
-		t.Fatalf("no connection of backend %d goes through the proxy", pid)
-	}
-}
-
-func (p *pidProxy) close() {
-	p.ln.Close()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.once.Do(func() { close(c.holed) })
-		c.client.Close()
-		c.server.Close()
-	}
-}
-
 // TestLostLeaseProxyBlamesNoSink runs a pipeline with a healthy sink and a
 // failing one that parks every event at its first failure, through a TCP
 // proxy; then it takes the leadership away the way a network does: the
-// proxy black-holes the lease's session (walcast's side hears nothing
+// proxy silences the lease's session (walcast's side hears nothing
 // more) and the server ends it, so that the lock is free for a successor
 // (the test takes it). Until the leader notices, it may deliver, but:
 //
@@ -190,18 +33,15 @@ func (p *pidProxy) close() {
 // WALCAST_CHAOS times.
 func TestLostLeaseProxyBlamesNoSink(t *testing.T) {
 	ctx := context.Background()
-	direct := cluster.Database(t)
-	db := connect(t, direct)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v text)`)
-	proxy := newPIDProxy(t, fmt.Sprintf("%s:%d", cluster.Host, cluster.Port))
+	direct, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v text)`)
+	proxy := cluster.Proxy(t)
 	good, bad := newReceiver(t), newReceiver(t)
 	bad.setMode(modeFail)
 	const name = "lostlease"
-	pipeline := writePipeline(t, name, proxy.dsn(t, direct), []string{"public.items"},
+	pipeline := writePipeline(t, name, proxy.DSN(direct), []string{"public.items"},
 		sinkSpec{ID: "good", URL: good.URL, Batch: 10},
 		sinkSpec{ID: "bad", URL: bad.URL, Batch: 1, Extra: "    max_attempts = 1\n    retry_base = \"50ms\"\n"})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_"+name)
+	proc := startCapturing(t, db, pipeline)
 
 	// Rows keep coming throughout, on a connection of their own.
 	ins := connect(t, direct)
@@ -224,14 +64,7 @@ func TestLostLeaseProxyBlamesNoSink(t *testing.T) {
 		stopInserts()
 		<-insDone
 	}()
-	count := func(sql string, args ...any) int {
-		t.Helper()
-		var n int
-		if err := db.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-		return n
-	}
+	count := func(sql string, args ...any) int { return queryInt(t, db, sql, args...) }
 	parked := func() int { return count(`SELECT count(*) FROM walcast.parked WHERE pipeline = $1`, name) }
 	catchups := func() int {
 		return count(`SELECT (SELECT count(*) FROM walcast.catchup_slots WHERE pipeline = $1)
@@ -256,7 +89,9 @@ func TestLostLeaseProxyBlamesNoSink(t *testing.T) {
 		detachedBefore := catchups()
 		lostLines := countLines(proc.logText(), "standing by again after losing the leadership")
 
-		proxy.blackHole(t, h.PID)
+		if n := proxy.Silence(func(c pgtest.Conn) bool { return c.PID == h.PID }); n == 0 {
+			t.Fatalf("cycle %d: no connection of backend %d goes through the proxy", cycle, h.PID)
+		}
 		loss := time.Now()
 		exec1(t, db, `SELECT pg_terminate_backend($1)`, h.PID)
 		// The test is the successor: it holds the lock while the old term's

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/host/pgtest"
 )
@@ -21,84 +19,11 @@ import (
 // changes under walcast: each ends in an explicit, explained stop, and
 // --accept-gap is the recorded way on.
 
-// walcastOut runs a walcast subcommand to completion (walcastCmd) and
-// returns its stdout and stderr together, and its exit code.
-func walcastOut(t *testing.T, args ...string) (string, int) {
-	t.Helper()
-	stdout, stderr, code := walcastCmd(t, args...)
-	return stdout + stderr, code
-}
-
-// insertItems commits n single-row transactions, ids from..from+n-1.
-func insertItems(t *testing.T, db *pgx.Conn, from, n int) {
-	t.Helper()
-	for i := from; i < from+n; i++ {
-		exec1(t, db, `INSERT INTO items (id) VALUES ($1)`, i)
-	}
-}
-
-// keysOf returns the set of {"id":N} keys in a list of changes.
-func keysOf[T any](xs []T, key func(T) string) map[string]bool {
-	m := map[string]bool{}
-	for _, x := range xs {
-		m[key(x)] = true
-	}
-	return m
-}
-
-// missingKeys lists, in id order, the keys the truth has that arrived
-// nowhere.
-func missingKeys(want []change, got []received) []string {
-	have := keysOf(got, func(r received) string { return r.Key })
-	var out []string
-	for _, c := range want {
-		if !have[c.Key] {
-			out = append(out, c.Key)
-		}
-	}
-	return out
-}
-
-func itemKeys(from, n int) []string {
-	var out []string
-	for i := from; i < from+n; i++ {
-		out = append(out, fmt.Sprintf(`{"id":%d}`, i))
-	}
-	return out
-}
-
-func slotCount(t *testing.T, db *pgx.Conn, slot string) int {
-	t.Helper()
-	var n int
-	if err := db.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-// streamItems starts walcast, commits n rows and waits until the receiver
-// has them all, then stops walcast cleanly.
-func streamItems(t *testing.T, db *pgx.Conn, pipeline, slot string, rcv *receiver, from, n int, args ...string) {
-	t.Helper()
-	w := startWalcast(t, pipeline, args...)
-	waitSlot(t, db, slot)
-	w.waitLog(t, "streaming from slot")
-	before := rcv.distinct()
-	insertItems(t, db, from, n)
-	waitFor(t, "deliveries", time.Minute, func() bool { return rcv.distinct() >= before+n })
-	w.stop()
-	// What a test does to the slot next must not race its walsender.
-	waitSlotReleased(t, db, slot)
-}
-
 var checkpointRe = regexp.MustCompile(`hook [0-9A-F]+/[0-9A-F]+:\d+`)
 
 func TestSlotDroppedWhileStoppedRefusesUntilGapAccepted(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
-	truthSlot(t, db, "truth_lost")
-	t.Cleanup(func() { dropSlot(dsn, "truth_lost") })
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY)`)
+	truthSlot(t, dsn, db, "truth_lost")
 	rcv := newReceiver(t)
 	p := writePipeline(t, "lost", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
 	streamItems(t, db, p, "walcast_lost", rcv, 1, 10)
@@ -150,13 +75,10 @@ func TestSlotDroppedWhileStoppedRefusesUntilGapAccepted(t *testing.T) {
 }
 
 func TestSlotDroppedWhileRunningStopsAndRestartRefuses(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY)`)
 	rcv := newReceiver(t)
 	p := writePipeline(t, "droprun", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
-	w := startWalcast(t, p)
-	waitSlot(t, db, "walcast_droprun")
+	w := startCapturing(t, db, p)
 	w.waitLog(t, "streaming from slot")
 	insertItems(t, db, 1, 3)
 	waitFor(t, "deliveries", time.Minute, func() bool { return rcv.distinct() >= 3 })
@@ -197,9 +119,7 @@ func pgDumpRestore(t *testing.T, from *pgtest.Cluster, srcDSN string, to *pgtest
 }
 
 func TestRestoredIntoAnotherClusterRefusesForeignCheckpoints(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY)`)
 	rcv := newReceiver(t)
 	p := writePipeline(t, "moved", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
 	streamItems(t, db, p, "walcast_moved", rcv, 1, 10)
@@ -227,9 +147,8 @@ func TestRestoredIntoAnotherClusterRefusesForeignCheckpoints(t *testing.T) {
 	status, _ := walcastOut(t, "status", p2)
 	wantAll(t, status, "walcast run refuses to start (foreign checkpoints)")
 
-	truthSlot(t, mdb, "truth_moved")
-	w := startWalcast(t, p2, "--accept-gap")
-	waitSlot(t, mdb, "walcast_moved")
+	truthSlot(t, movedDSN, mdb, "truth_moved")
+	w := startCapturing(t, mdb, p2, "--accept-gap")
 	w.waitLog(t, "streaming from slot")
 	insertItems(t, mdb, 100, 10)
 	waitFor(t, "deliveries from the new cluster", time.Minute, func() bool { return rcv2.distinct() >= 10 })
@@ -242,15 +161,11 @@ func TestRestoredIntoAnotherClusterRefusesForeignCheckpoints(t *testing.T) {
 }
 
 func TestPublicationDroppedWhileRunning(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
-	truthSlot(t, db, "truth_pubdrop")
-	t.Cleanup(func() { dropSlot(dsn, "truth_pubdrop") })
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY)`)
+	truthSlot(t, dsn, db, "truth_pubdrop")
 	rcv := newReceiver(t)
 	p := writePipeline(t, "pubdrop", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
-	w := startWalcast(t, p)
-	waitSlot(t, db, "walcast_pubdrop")
+	w := startCapturing(t, db, p)
 	w.waitLog(t, "streaming from slot")
 	insertItems(t, db, 1, 3)
 	waitFor(t, "deliveries", time.Minute, func() bool { return rcv.distinct() >= 3 })
@@ -286,9 +201,7 @@ func TestPublicationDroppedWhileRunning(t *testing.T) {
 }
 
 func TestFailedStartLeavesNoSlot(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY)`)
 	t.Run("missing plugin", func(t *testing.T) {
 		p := writePipeline(t, "noslot1", dsn, []string{"public.items"}, sinkSpec{ID: "x", SinkType: "nosuch", Config: " "})
 		out := runOnce(t, p, "WALCAST_PLUGIN_DIR="+t.TempDir())
@@ -385,11 +298,8 @@ func TestInvalidatedSlotIsFatalAndExplained(t *testing.T) {
 func TestGroupStopIsClean(t *testing.T) {
 	for _, how := range []string{"process group", "every process"} {
 		t.Run(how, func(t *testing.T) {
-			dsn := cluster.Database(t)
-			db := connect(t, dsn)
-			exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
-			truthSlot(t, db, "truth_groupstop")
-			t.Cleanup(func() { dropSlot(dsn, "truth_groupstop") })
+			dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY)`)
+			truthSlot(t, dsn, db, "truth_groupstop")
 			rcv := newReceiver(t)
 			rcv.delay = 700 * time.Millisecond
 			p := writePipeline(t, "groupstop", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 10})
@@ -414,10 +324,9 @@ func TestGroupStopIsClean(t *testing.T) {
 				syscall.Kill(pid, syscall.SIGTERM)
 			}
 			select {
-			case err := <-w.done:
-				w.done <- err
-				if err != nil {
-					t.Fatalf("walcast exited with %v after the group SIGTERM, want 0", err)
+			case <-w.exited:
+				if w.err != nil {
+					t.Fatalf("walcast exited with %v after the group SIGTERM, want 0", w.err)
 				}
 			case <-time.After(time.Minute):
 				t.Fatal("walcast did not stop")
@@ -480,11 +389,8 @@ func TestSlotRecreatedOrAdvancedByHandRefuses(t *testing.T) {
 		{"advanced", `SELECT pg_replication_slot_advance('walcast_%[1]s', pg_current_wal_lsn())`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			dsn := cluster.Database(t)
-			db := connect(t, dsn)
-			exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
-			truthSlot(t, db, "truth_"+c.name)
-			t.Cleanup(func() { dropSlot(dsn, "truth_"+c.name) })
+			dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY)`)
+			truthSlot(t, dsn, db, "truth_"+c.name)
 			rcv := newReceiver(t)
 			p := writePipeline(t, c.name, dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
 			streamItems(t, db, p, "walcast_"+c.name, rcv, 1, 10)
@@ -539,12 +445,11 @@ func TestTableRemovedFromPublicationRefuses(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			name := "pub" + c.name
-			dsn := cluster.Database(t)
-			db := connect(t, dsn)
-			exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY)`)
-			exec1(t, db, `CREATE TABLE other (id int PRIMARY KEY)`)
-			truthSlot(t, db, "truth_"+name)
-			t.Cleanup(func() { dropSlot(dsn, "truth_"+name) })
+			dsn, db := newSource(t,
+				`CREATE TABLE items (id int PRIMARY KEY)`,
+				`CREATE TABLE other (id int PRIMARY KEY)`,
+			)
+			truthSlot(t, dsn, db, "truth_"+name)
 			rcv := newReceiver(t)
 			p := writePipeline(t, name, dsn, []string{"public.items", "public.other"}, sinkSpec{ID: "hook", URL: rcv.URL})
 			streamItems(t, db, p, "walcast_"+name, rcv, 1, 10)

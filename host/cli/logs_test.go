@@ -18,9 +18,7 @@ import (
 // process ended, no error text repeats the sink id the line already
 // carries, and the startup error is printed once.
 func TestRunLogSaysEachThingOnce(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	good := newReceiver(t)
 	bad := newReceiver(t)
 	bad.setMode(modeFail)

@@ -2,17 +2,12 @@ package cli
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"regexp"
 	"sync"
 	"testing"
 	"time"
-
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
 
 // TestMetrics scrapes `walcast run --metrics-listen` with Prometheus's own
@@ -20,19 +15,12 @@ import (
 // receiver failing for a while), the Deliver latency histogram by outcome,
 // the slot positions, the pause gauge and /healthz.
 func TestMetrics(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "metrics", dsn, []string{"public.items"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Batch: 10, Extra: "    retry_base = \"50ms\"\n"})
 	proc := startWalcast(t, pipeline, "--metrics-listen", "127.0.0.1:0")
-	proc.waitLog(t, "serving metrics")
-	m := regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(proc.logText())
-	if m == nil {
-		t.Fatalf("no metrics address in the log:\n%s", proc.logText())
-	}
-	base := "http://" + m[1]
+	base := metricsBase(t, proc)
 	waitSlot(t, db, "walcast_metrics")
 
 	exec1(t, db, `INSERT INTO items SELECT g, 0 FROM generate_series(1, 100) g`)
@@ -146,81 +134,9 @@ func TestMetrics(t *testing.T) {
 	}
 	waitFor(t, "the pause gauge", time.Minute, func() bool { return value(t, scrape(t, base), "walcast_sink_paused", hook) == 1 })
 
-	resp, err := http.Get(base + "/healthz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || string(body) != "ok\nmetrics: leader, streaming\n" {
-		t.Fatalf("/healthz: %s %q", resp.Status, body)
+	if code, body := healthz(t, base); code != http.StatusOK || body != "ok\nmetrics: leader, streaming\n" {
+		t.Fatalf("/healthz: %d %q", code, body)
 	}
 	want("walcast_leader", map[string]string{"pipeline": "metrics"}, eq(1), "1")
 	proc.stop()
-}
-
-func scrape(t *testing.T, base string) map[string]*dto.MetricFamily {
-	t.Helper()
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /metrics: %s", resp.Status)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	mf, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("parse /metrics: %v", err)
-	}
-	return mf
-}
-
-// find returns the series of family name whose labels include labels.
-func find(t *testing.T, mf map[string]*dto.MetricFamily, name string, labels map[string]string) *dto.Metric {
-	t.Helper()
-	f, ok := mf[name]
-	if !ok {
-		t.Fatalf("metric %s missing", name)
-	}
-	for _, m := range f.GetMetric() {
-		match := 0
-		for _, lp := range m.GetLabel() {
-			if v, ok := labels[lp.GetName()]; ok && v == lp.GetValue() {
-				match++
-			}
-		}
-		if match == len(labels) {
-			return m
-		}
-	}
-	return nil
-}
-
-func value(t *testing.T, mf map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
-	t.Helper()
-	m := find(t, mf, name, labels)
-	switch {
-	case m == nil:
-		t.Fatalf("no %s series with %v", name, labels)
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
-	}
-	t.Fatalf("%s is neither a counter nor a gauge", name)
-	return 0
-}
-
-func histogramCount(t *testing.T, mf map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
-	t.Helper()
-	if _, ok := mf[name]; !ok {
-		return 0 // no observation yet
-	}
-	m := find(t, mf, name, labels)
-	if m == nil {
-		return 0
-	}
-	return float64(m.GetHistogram().GetSampleCount())
 }

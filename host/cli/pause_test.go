@@ -12,14 +12,11 @@ import (
 // survives a restart of the daemon, and `walcast resume` delivers every
 // held event in per-row order. Pausing the whole pipeline stops both sinks.
 func TestPauseResume(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	a, b := newReceiver(t), newReceiver(t)
 	pipeline := writePipeline(t, "pause", dsn, []string{"public.items"},
 		sinkSpec{ID: "a", URL: a.URL, Batch: 10}, sinkSpec{ID: "b", URL: b.URL, Batch: 10})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_pause")
+	proc := startCapturing(t, db, pipeline)
 	exec1(t, db, `INSERT INTO items SELECT g, 0 FROM generate_series(1, 50) g`)
 	waitFor(t, "50 events at both sinks", time.Minute, func() bool { return a.distinct() == 50 && b.distinct() == 50 })
 

@@ -76,8 +76,7 @@ func lastLine(out string) string {
 // instead of retrying "cannot reach the source database" forever, and B's
 // failed start must leave A's objects as they were.
 func TestSecondRoleWithoutGrantsStopsWithTheGrant(t *testing.T) {
-	dsn := cluster.Database(t)
-	admin := connect(t, dsn)
+	dsn, admin := newSource(t)
 	db := pgx.Identifier{dbName(t, dsn)}.Sanitize()
 	a := newRole(t, admin, dsn, "walcast_a", "REPLICATION")
 	b := newRole(t, admin, dsn, "walcast_b", "REPLICATION")
@@ -179,8 +178,7 @@ func TestFailedStartLeavesNothingBehind(t *testing.T) {
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			dsn := cluster.Database(t)
-			admin := connect(t, dsn)
+			dsn, admin := newSource(t)
 			table := fmt.Sprintf("items_%d", i)
 			exec1(t, admin, `CREATE TABLE `+table+` (id int PRIMARY KEY, v text)`)
 			// Objects walcast did not make, which must stay as they are.

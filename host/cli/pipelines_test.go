@@ -1,68 +1,14 @@
 package cli
 
 import (
-	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/walcast/walcast/host/internal/control/leader"
 )
-
-// pipelineDir writes one pipeline per receiver, all on public.items, into
-// one directory (walcast run takes it as the set), and returns the
-// directory and each pipeline's file.
-func pipelineDir(t *testing.T, dsn, prefix string, rcvs []*receiver) (dir string, files []string) {
-	t.Helper()
-	dir = t.TempDir()
-	for i, r := range rcvs {
-		name := fmt.Sprintf("%s%d", prefix, i)
-		src := writePipeline(t, name, dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: r.URL, Batch: 10})
-		b, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dst := filepath.Join(dir, name+".hcl")
-		if err := os.WriteFile(dst, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		files = append(files, dst)
-	}
-	return dir, files
-}
-
-// metricsBase returns the http://host:port walcast serves /metrics and
-// /healthz on (started with --metrics-listen 127.0.0.1:0).
-func metricsBase(t *testing.T, p *walcastProc) string {
-	t.Helper()
-	p.waitLog(t, "serving metrics")
-	m := regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(p.logText())
-	if m == nil {
-		t.Fatalf("no metrics address in the log:\n%s", p.logText())
-	}
-	return "http://" + m[1]
-}
-
-// healthz returns /healthz's status code and body.
-func healthz(t *testing.T, base string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(base + "/healthz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
-}
 
 // TestMaxPipelinesCapsEachInstance runs two instances with the same four
 // pipelines and --max-pipelines 1: each leads exactly one, the two others
@@ -70,9 +16,7 @@ func healthz(t *testing.T, base string) (int, string) {
 // `walcast status`, /healthz and walcast_leader say so. A third instance
 // allowed two leads those two; then every pipeline delivers.
 func TestMaxPipelinesCapsEachInstance(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	rcvs := []*receiver{newReceiver(t), newReceiver(t), newReceiver(t), newReceiver(t)}
 	dir, files := pipelineDir(t, dsn, "capped", rcvs)
 	names := make([]string, len(files))
@@ -84,17 +28,11 @@ func TestMaxPipelinesCapsEachInstance(t *testing.T) {
 		startWalcast(t, dir, "--max-pipelines", "1", "--metrics-listen", "127.0.0.1:0"),
 	}
 	bases := []string{metricsBase(t, procs[0]), metricsBase(t, procs[1])}
-	host, _ := os.Hostname()
-	holder := func(p *walcastProc) string { return fmt.Sprintf("walcast %s pid %d", host, p.cmd.Process.Pid) }
 	// leaders maps each led pipeline to its leader.
 	leaders := func() map[string]string {
-		out := map[string]string{}
-		for _, n := range names {
-			if h, ok, err := leader.Current(context.Background(), db, n); err != nil {
-				t.Fatal(err)
-			} else if ok {
-				out[n] = h.Name
-			}
+		out, err := leadersOf(db, names)
+		if err != nil {
+			t.Fatal(err)
 		}
 		return out
 	}
@@ -103,7 +41,7 @@ func TestMaxPipelinesCapsEachInstance(t *testing.T) {
 		for _, h := range leaders() {
 			per[h]++
 		}
-		return len(per) == 2 && per[holder(procs[0])] == 1 && per[holder(procs[1])] == 1
+		return len(per) == 2 && per[holderName(procs[0])] == 1 && per[holderName(procs[1])] == 1
 	}
 	waitFor(t, "each instance to lead one pipeline", time.Minute, oneEach)
 	// The two others stay unled: a pipeline unled for three polls is taken
@@ -159,7 +97,7 @@ func TestMaxPipelinesCapsEachInstance(t *testing.T) {
 		for _, h := range leaders() {
 			per[h]++
 		}
-		return per[holder(procs[0])] == 1 && per[holder(procs[1])] == 1 && per[holder(third)] == 2
+		return per[holderName(procs[0])] == 1 && per[holderName(procs[1])] == 1 && per[holderName(third)] == 2
 	})
 	for _, n := range names {
 		waitSlot(t, db, "walcast_"+n)
@@ -183,9 +121,7 @@ func TestMaxPipelinesCapsEachInstance(t *testing.T) {
 // go on delivering, and /healthz (503, naming it) and
 // walcast_pipeline_failed show it.
 func TestFailedPipelineStopsAlone(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	rcvs := []*receiver{newReceiver(t), newReceiver(t), newReceiver(t)}
 	dir, _ := pipelineDir(t, dsn, "alone", rcvs)
 	proc := startWalcast(t, dir, "--metrics-listen", "127.0.0.1:0")
@@ -224,9 +160,8 @@ func TestFailedPipelineStopsAlone(t *testing.T) {
 		waitFor(t, fmt.Sprintf("alone%d to deliver after alone1 failed", i), time.Minute, func() bool { return rcvs[i].distinct() >= 30 })
 	}
 	select {
-	case err := <-proc.done:
-		proc.done <- err
-		t.Fatalf("walcast exited (%v) while two pipelines could go on", err)
+	case <-proc.exited:
+		t.Fatalf("walcast exited (%v) while two pipelines could go on", proc.err)
 	default:
 	}
 	if n := rcvs[1].distinct(); n > 20 {
@@ -235,9 +170,8 @@ func TestFailedPipelineStopsAlone(t *testing.T) {
 	// Stopped, the process reports the failure: exit 1 naming the pipeline.
 	proc.cmd.Process.Signal(os.Interrupt)
 	select {
-	case err := <-proc.done:
-		proc.done <- err
-		if err == nil {
+	case <-proc.exited:
+		if proc.err == nil {
 			t.Error("walcast exited 0 with a pipeline that failed")
 		}
 	case <-time.After(time.Minute):

@@ -20,14 +20,6 @@ import (
 	"github.com/walcast/walcast/host/internal/plugin/pluginlock"
 )
 
-// walcastCmd runs the walcast binary TestMain built with args, outside any
-// $WALCAST_PLUGIN_DIR so that only --plugin-dir and binDir are searched,
-// and returns its stdout, stderr and exit status.
-func walcastCmd(t *testing.T, args ...string) (string, string, int) {
-	t.Helper()
-	return walcastEnvCmd(t, nil, args...)
-}
-
 // buildCustomSink builds examples/customsink, a third-party sink that
 // reports the name "batchfiles", into dir under the given file name.
 func buildCustomSink(t *testing.T, dir, name string) string {
@@ -564,8 +556,7 @@ func TestPluginInstallModule(t *testing.T) {
 
 	// The installed plugin checks its config block...
 	out := filepath.Join(t.TempDir(), "notes.txt")
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
+	dsn, db := newSource(t)
 	exec1(t, db, "CREATE TABLE orders (id int PRIMARY KEY)")
 	pipeline := writePipeline(t, "pluginmodule", dsn, []string{"public.orders"}, sinkSpec{
 		ID: "notes", SinkType: "notes", Config: fmt.Sprintf("    path = %q\n", out)})
@@ -579,56 +570,12 @@ func TestPluginInstallModule(t *testing.T) {
 	}
 
 	// ...and delivers.
-	cmd := exec.Command(filepath.Join(binDir, "walcast"), "run", pipeline, "--plugin-dir", dir)
-	var log bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("walcast run log:\n%s", tail(log.String(), 40))
-		}
-	}()
+	p := startWalcastCmd(t, runCommand(dir, pipeline))
+	defer p.kill()
 	waitSlot(t, db, "walcast_pluginmodule")
 	exec1(t, db, "INSERT INTO orders VALUES (1), (2)")
 	waitFor(t, "the notes sink to write two event ids", time.Minute, func() bool {
 		b, _ := os.ReadFile(out)
 		return strings.Count(string(b), "\n") >= 2
 	})
-}
-
-// walcastEnvCmd is walcastCmd with more environment variables. Its
-// deadline leaves room for `plugin install` builds on a loaded machine.
-func walcastEnvCmd(t *testing.T, env []string, args ...string) (string, string, int) {
-	t.Helper()
-	return walcastTimed(t, 10*time.Minute, env, args...)
-}
-
-// walcastTimed is walcastEnvCmd that kills walcast after d: exit code -1
-// then (a walcast run that streamed instead of refusing to start).
-func walcastTimed(t *testing.T, d time.Duration, env []string, args ...string) (string, string, int) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "walcast"), args...)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "WALCAST_PLUGIN_DIR=") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, env...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var exitErr *exec.ExitError
-	switch {
-	case errors.As(err, &exitErr):
-		return stdout.String(), stderr.String(), exitErr.ExitCode()
-	case err != nil:
-		t.Fatalf("walcast %s: %v", strings.Join(args, " "), err)
-	}
-	return stdout.String(), stderr.String(), 0
 }

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -10,8 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,17 +17,6 @@ import (
 	"testing"
 	"time"
 )
-
-func walcastCLI(t *testing.T, args ...string) (string, error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "walcast"), args...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	return out.String(), err
-}
 
 // TestParkingAndReplay: a receiver rejects every request that carries row
 // 13. That row's first event is parked after max_attempts and its later
@@ -41,35 +27,21 @@ func walcastCLI(t *testing.T, args ...string) (string, error) {
 // next change follows it.
 func TestParkingAndReplay(t *testing.T) {
 	ctx := context.Background()
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
-	exec1(t, db, `INSERT INTO items SELECT g, 0, 'x' FROM generate_series(1, 40) g`)
+	dsn, db := newSource(t,
+		`CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`,
+		`INSERT INTO items SELECT g, 0, 'x' FROM generate_series(1, 40) g`,
+	)
 	rcv := newReceiver(t)
-	var reject atomic.Bool
-	reject.Store(true)
-	rcv.setRespond(func(_ http.Header, _ []byte, evs []received) (int, http.Header) {
-		for _, e := range evs {
-			if e.Key == `{"id":13}` && reject.Load() {
-				return http.StatusInternalServerError, nil
-			}
-		}
-		return 0, nil
-	})
+	reject := rcv.rejectRow(`{"id":13}`, http.StatusInternalServerError)
 	pipeline := writePipeline(t, "park", dsn, []string{"public.items"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Batch: 25, Extra: "    max_attempts = 3\n    retry_base = \"50ms\"\n"})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_park")
+	proc := startCapturing(t, db, pipeline)
 	for round := 0; round < 10; round++ {
 		exec1(t, db, `UPDATE items SET v = v + 1`) // 40 rows, row 13 among them
 	}
 	end := lsnQuery(t, db, `SELECT pg_current_wal_lsn()::text`)
-	parkedCount := func() int {
-		var n int
-		db.QueryRow(ctx, `SELECT count(*) FROM walcast.parked WHERE pipeline = 'park'`).Scan(&n)
-		return n
-	}
-	waitFor(t, "row 13's 10 events to be parked", time.Minute, func() bool { return parkedCount() == 10 })
+	parked := func() int { return parkedCount(db, "park") }
+	waitFor(t, "row 13's 10 events to be parked", time.Minute, func() bool { return parked() == 10 })
 	waitFor(t, "the other 390 events", time.Minute, func() bool { return rcv.distinct() == 390 })
 	for _, e := range rcv.events() {
 		if e.Key == `{"id":13}` {
@@ -93,7 +65,7 @@ func TestParkingAndReplay(t *testing.T) {
 	if err != nil || !strings.Contains(out, "asked the running daemon") {
 		t.Fatalf("walcast replay: %v\n%s", err, out)
 	}
-	if n := parkedCount(); n != 0 {
+	if n := parked(); n != 0 {
 		t.Fatalf("%d events still parked after replay", n)
 	}
 	exec1(t, db, `UPDATE items SET v = -1 WHERE id = 13`)
@@ -127,9 +99,7 @@ func TestParkingAndReplay(t *testing.T) {
 // TestReplayWithoutDaemon parks a row, stops walcast and replays directly.
 func TestReplayWithoutDaemon(t *testing.T) {
 	ctx := context.Background()
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	rcv := newReceiver(t)
 	var reject atomic.Bool
 	reject.Store(true)
@@ -141,8 +111,7 @@ func TestReplayWithoutDaemon(t *testing.T) {
 	})
 	pipeline := writePipeline(t, "direct", dsn, []string{"public.items"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Extra: "    max_attempts = 2\n    retry_base = \"20ms\"\n"})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_direct")
+	proc := startCapturing(t, db, pipeline)
 	exec1(t, db, `INSERT INTO items VALUES (1, 0, 'a'), (2, 0, 'b')`)
 	exec1(t, db, `UPDATE items SET v = 1`)
 	waitFor(t, "row 1 parked", time.Minute, func() bool {
@@ -173,9 +142,7 @@ func TestReplayWithoutDaemon(t *testing.T) {
 // TestThrottleRetryAfter: a 429 with Retry-After pauses the sink for that
 // long and does not use up attempts (max_attempts = 1 would park at once).
 func TestThrottleRetryAfter(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	rcv := newReceiver(t)
 	var mu sync.Mutex
 	var calls []time.Time
@@ -190,8 +157,7 @@ func TestThrottleRetryAfter(t *testing.T) {
 	})
 	pipeline := writePipeline(t, "throttle", dsn, []string{"public.items"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Extra: "    max_attempts = 1\n    max_in_flight = 1\n"})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_throttle")
+	proc := startCapturing(t, db, pipeline)
 	exec1(t, db, `INSERT INTO items VALUES (1, 0, 'a')`)
 	waitFor(t, "delivery after two throttles", time.Minute, func() bool { return rcv.count() == 1 })
 	proc.stop()
@@ -237,16 +203,13 @@ func TestThrottleRetryAfter(t *testing.T) {
 // loaded 2-core CI machine.
 func TestRateLimit(t *testing.T) {
 	const rate, burst, events = 200.0, 200.0, 1000
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "rate", dsn, []string{"public.items"},
 		sinkSpec{ID: "hook", URL: rcv.URL,
 			Extra:  "    rate_limit = 200\n    max_in_flight = 1\n    deliver_timeout = \"10m\"\n",
 			Config: fmt.Sprintf("    url = %q\n    timeout = \"10m\"\n", rcv.URL)})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_rate")
+	proc := startCapturing(t, db, pipeline)
 	idle := time.Now()
 	waitFor(t, "four idle seconds", time.Minute, func() bool { return time.Since(idle) > 4*time.Second })
 	exec1(t, db, fmt.Sprintf(`INSERT INTO items SELECT g, 0, 'x' FROM generate_series(1, %d) g`, events))
@@ -292,10 +255,10 @@ func TestRateLimit(t *testing.T) {
 // benchmark's job.
 func TestRowOrderingLanes(t *testing.T) {
 	measure := func(ordering string) (time.Duration, int64) {
-		dsn := cluster.Database(t)
-		db := connect(t, dsn)
-		exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
-		exec1(t, db, `INSERT INTO items SELECT g, 0, 'x' FROM generate_series(1, 100) g`)
+		dsn, db := newSource(t,
+			`CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`,
+			`INSERT INTO items SELECT g, 0, 'x' FROM generate_series(1, 100) g`,
+		)
 		rcv := newReceiver(t)
 		var n, inFlight, most atomic.Int64
 		rcv.setRespond(func(http.Header, []byte, []received) (int, http.Header) {
@@ -310,8 +273,7 @@ func TestRowOrderingLanes(t *testing.T) {
 		name := "lanes_" + ordering
 		pipeline := writePipeline(t, name, dsn, []string{"public.items"},
 			sinkSpec{ID: "hook", URL: rcv.URL, Batch: 10, Extra: fmt.Sprintf("    ordering = %q\n    max_in_flight = 8\n", ordering)})
-		proc := startWalcast(t, pipeline)
-		waitSlot(t, db, "walcast_"+name)
+		proc := startCapturing(t, db, pipeline)
 		for round := 0; round < 20; round++ {
 			exec1(t, db, `UPDATE items SET v = v + 1`)
 		}
@@ -357,9 +319,7 @@ func TestRowOrderingLanes(t *testing.T) {
 // TestHangingReceiverIsRetried: a request that hangs past deliver_timeout is
 // abandoned and the batch delivered again.
 func TestHangingReceiverIsRetried(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	rcv := newReceiver(t)
 	var calls atomic.Int64
 	rcv.setRespond(func(http.Header, []byte, []received) (int, http.Header) {
@@ -370,8 +330,7 @@ func TestHangingReceiverIsRetried(t *testing.T) {
 	})
 	pipeline := writePipeline(t, "hang", dsn, []string{"public.items"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Extra: "    deliver_timeout = \"1s\"\n    retry_base = \"100ms\"\n"})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_hang")
+	proc := startCapturing(t, db, pipeline)
 	exec1(t, db, `INSERT INTO items VALUES (1, 0, 'a')`)
 	waitFor(t, "redelivery after the timeout", time.Minute, func() bool { return rcv.count() >= 1 })
 	proc.stop()
@@ -384,9 +343,7 @@ func TestHangingReceiverIsRetried(t *testing.T) {
 // implementation of the Standard Webhooks scheme: base64 HMAC-SHA256 over
 // "webhook-id.webhook-timestamp.body" with the secret after "whsec_".
 func TestWebhookSignature(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	key := []byte("walcast-test-signing-key-0123456")
 	secret := "whsec_" + base64.StdEncoding.EncodeToString(key)
 	rcv := newReceiver(t)
@@ -421,8 +378,7 @@ func TestWebhookSignature(t *testing.T) {
 	})
 	pipeline := writePipeline(t, "signed", dsn, []string{"public.items"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Config: fmt.Sprintf("    url = %q\n    secret = %q\n", rcv.URL, secret)})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_signed")
+	proc := startCapturing(t, db, pipeline)
 	exec1(t, db, `INSERT INTO items SELECT g, 0, 'x' FROM generate_series(1, 300) g`)
 	waitFor(t, "300 signed events", time.Minute, func() bool { return rcv.count() == 300 })
 	proc.stop()

@@ -44,19 +44,13 @@ type promAlert struct {
 // that sink with its labels; every series the rules use is scraped.
 func TestPrometheusScrapesAndAlerts(t *testing.T) {
 	prometheus := needPrometheus(t)
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	exec1(t, db, `CREATE TABLE other (id serial PRIMARY KEY, pad text)`) // not captured: WAL only
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "prom", dsn, []string{"public.items"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Batch: 10, Extra: "    retry_base = \"50ms\"\n    max_attempts = 1000\n"})
 	proc := startWalcast(t, pipeline, "--metrics-listen", "127.0.0.1:0")
-	proc.waitLog(t, "serving metrics")
-	m := regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(proc.logText())
-	if m == nil {
-		t.Fatalf("no metrics address in the log:\n%s", proc.logText())
-	}
+	target := strings.TrimPrefix(metricsBase(t, proc), "http://")
 	waitSlot(t, db, "walcast_prom")
 
 	// The README's rules, made to act within seconds.
@@ -87,30 +81,13 @@ scrape_configs:
   - job_name: walcast
     static_configs:
       - targets: [%q]
-`, m[1])
+`, target)
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(promCfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	port := freePort(t)
-	logf, err := os.Create(filepath.Join(dir, "prometheus.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(prometheus, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address=127.0.0.1:"+port, "--log.level=warn")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			t.Logf("prometheus log:\n%s", tail(string(b), 30))
-		}
-	})
+	_, port, _ := net.SplitHostPort(freeAddr(t))
+	startLogged(t, exec.Command(prometheus, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address=127.0.0.1:"+port, "--log.level=warn"), "prometheus")
 	api := "http://127.0.0.1:" + port + "/api/v1/"
 	get := func(path string, into any) bool {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
@@ -222,16 +199,4 @@ scrape_configs:
 	rcv.setMode(modeOK)
 	waitFor(t, "the update after recovery", time.Minute, func() bool { return rcv.distinct() == 51 })
 	proc.stop()
-}
-
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	return port
 }

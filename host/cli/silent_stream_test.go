@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
-	"os"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -22,35 +20,6 @@ import (
 // within the receive timeout, while the pipeline's other connections,
 // through the same proxy, stay healthy: nothing committed is lost, and the
 // log, /healthz, walcast status and a metric say what happened.
-
-// withOptions adds server settings for every session of dsn (a URL).
-func withOptions(t *testing.T, dsn, options string) string {
-	t.Helper()
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// %20, not +: libpq-style URLs do not read + as a space.
-	if u.RawQuery != "" {
-		u.RawQuery += "&"
-	}
-	u.RawQuery += "options=" + strings.ReplaceAll(url.QueryEscape(options), "+", "%20")
-	return u.String()
-}
-
-// setReceiveTimeout writes receive_timeout into a pipeline file's source
-// block.
-func setReceiveTimeout(t *testing.T, pipeline, timeout string) {
-	t.Helper()
-	b, err := os.ReadFile(pipeline)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := strings.Replace(string(b), "]\n}\n", "]\n  receive_timeout = \""+timeout+"\"\n}\n", 1)
-	if err := os.WriteFile(pipeline, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // silentLine is the warning walcast logs when it ends a silent stream.
 const silentLine = "replication stream silent for the receive timeout"
@@ -178,13 +147,10 @@ func waitArrived(t *testing.T, what string, got func() int64, want int64) {
 // test_decoding. The warning, /healthz (503 while silent, then the count),
 // walcast_stream_receive_timeouts_total and walcast status show it.
 func TestProxySilentReplicationStream(t *testing.T) {
-	direct := cluster.Database(t)
-	db := connect(t, direct)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
-	truthSlot(t, db, "truth_silent")
-	t.Cleanup(func() { dropSlot(direct, "truth_silent") })
+	direct, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	truthSlot(t, direct, db, "truth_silent")
 	proxy := cluster.Proxy(t)
-	dsn := withOptions(t, proxy.DSN(direct), "-c wal_sender_timeout=2s")
+	dsn := pgtest.WithOptions(t, proxy.DSN(direct), "-c wal_sender_timeout=2s")
 	const timeout = 4 * time.Second
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "silent", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 50})
@@ -287,13 +253,11 @@ func TestProxySilentReplicationStream(t *testing.T) {
 // stream asks for keep it alive. Idle for several timeouts, then a change
 // still arrives on the same walsender.
 func TestSilentStreamIdleIsNotCut(t *testing.T) {
-	direct := cluster.Database(t)
-	db := connect(t, direct)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	direct, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	rcv := newReceiver(t)
-	pipeline := writePipeline(t, "idle_silent", withOptions(t, direct, "-c wal_sender_timeout=0"), []string{"public.items"},
+	pipeline := writePipeline(t, "idle_silent", pgtest.WithOptions(t, direct, "-c wal_sender_timeout=0"), []string{"public.items"},
 		sinkSpec{ID: "hook", URL: rcv.URL})
-	setReceiveTimeout(t, pipeline, "2s")
+	withSource(t, pipeline, "  receive_timeout = \"2s\"\n")
 	proc := startWalcast(t, pipeline, "--metrics-listen", "127.0.0.1:0")
 	base := metricsBase(t, proc)
 	proc.waitLog(t, "streaming from slot")
@@ -335,13 +299,10 @@ func TestSilentStreamIdleIsNotCut(t *testing.T) {
 // pipeline's stream, counted for its sink, and the sink still gets every
 // committed change.
 func TestProxySilentCatchupStream(t *testing.T) {
-	direct := cluster.Database(t)
-	db := connect(t, direct)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
-	truthSlot(t, db, "truth_silent_cu")
-	t.Cleanup(func() { dropSlot(direct, "truth_silent_cu") })
+	direct, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	truthSlot(t, direct, db, "truth_silent_cu")
 	proxy := cluster.Proxy(t)
-	dsn := withOptions(t, proxy.DSN(direct), "-c wal_sender_timeout=2s")
+	dsn := pgtest.WithOptions(t, proxy.DSN(direct), "-c wal_sender_timeout=2s")
 	fast, slow := newReceiver(t), newReceiver(t)
 	slow.setMode(modeHang)
 	pipeline := writePipeline(t, "silent_cu", dsn, []string{"public.items"},

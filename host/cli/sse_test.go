@@ -59,33 +59,20 @@ func sseSubscribe(t *testing.T, url, lastEventID string) <-chan sseFrame {
 	return out
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // TestSSE: walcast run with the sse sink beside a webhook sink. A browser
 // style client receives every change as an id/event/data frame carrying
 // the envelope, in commit order; reconnecting with Last-Event-ID resumes
 // right after that event; and a client that stops reading holds back
 // neither the webhook sink nor the slot (sse is not durable).
 func TestSSE(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	rcv := newReceiver(t)
 	addr := freeAddr(t)
 	url := "http://" + addr + "/events"
 	pipeline := writePipeline(t, "sse", dsn, []string{"public.items"},
 		sinkSpec{ID: "browser", SinkType: "sse", Config: fmt.Sprintf("    listen = %q\n    retention_events = 100000\n", addr)},
 		sinkSpec{ID: "hook", URL: rcv.URL})
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_sse")
+	proc := startCapturing(t, db, pipeline)
 	waitFor(t, "the sse server", time.Minute, func() bool {
 		resp, err := http.Get(url + "?tables=none.none")
 		if err == nil {

@@ -1,50 +1,15 @@
 package cli
 
 import (
-	"bytes"
-	"context"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/walcast/walcast/host/pgtest"
 )
 
-// runOnce runs `walcast run` expecting it to fail at startup, and returns
-// its output.
-func runOnce(t *testing.T, pipeline string, env ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "walcast"), "run", pipeline)
-	cmd.Env = append(os.Environ(), env...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
-		t.Fatalf("walcast run: want exit status 1, got %v; output:\n%s", err, out.String())
-	}
-	return out.String()
-}
-
-func wantAll(t *testing.T, out string, parts ...string) {
-	t.Helper()
-	for _, p := range parts {
-		if !strings.Contains(out, p) {
-			t.Errorf("output lacks %q:\n%s", p, out)
-		}
-	}
-}
-
 func TestStartupErrorsSayWhatToDo(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE keyless (v int); CREATE TABLE items (id int PRIMARY KEY)`)
+	dsn, _ := newSource(t, `CREATE TABLE keyless (v int); CREATE TABLE items (id int PRIMARY KEY)`)
 
 	t.Run("table without key", func(t *testing.T) {
 		p := writePipeline(t, "nokey", dsn, []string{"public.keyless"}, sinkSpec{ID: "hook", URL: "http://127.0.0.1:1/x"})
@@ -56,15 +21,10 @@ func TestStartupErrorsSayWhatToDo(t *testing.T) {
 		wantAll(t, runOnce(t, p), "public.nope does not exist")
 	})
 	t.Run("unreachable database", func(t *testing.T) {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close() // nothing listens there now
-		p := writePipeline(t, "unreach", fmt.Sprintf("postgres://postgres@127.0.0.1:%d/x?connect_timeout=3", port), []string{"public.items"},
+		addr := freeAddr(t) // nothing listens there
+		p := writePipeline(t, "unreach", fmt.Sprintf("postgres://postgres@%s/x?connect_timeout=3", addr), []string{"public.items"},
 			sinkSpec{ID: "hook", URL: "http://127.0.0.1:1/x"})
-		wantAll(t, runOnce(t, p), "cannot reach the source database", fmt.Sprintf("127.0.0.1:%d", port), "PostgreSQL is running")
+		wantAll(t, runOnce(t, p), "cannot reach the source database", addr, "PostgreSQL is running")
 	})
 	t.Run("missing plugin", func(t *testing.T) {
 		p := writePipeline(t, "noplugin", dsn, []string{"public.items"}, sinkSpec{ID: "x", SinkType: "nosuch", Config: " "})
@@ -84,15 +44,11 @@ func TestWalLevelMustBeLogical(t *testing.T) {
 }
 
 func TestAllowKeylessDeliversKeyNull(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE keyless (v int)`)
+	dsn, db := newSource(t, `CREATE TABLE keyless (v int)`)
 	rcv := newReceiver(t)
 	p := writePipeline(t, "allowkeyless", dsn, []string{"public.keyless"}, sinkSpec{ID: "hook", URL: rcv.URL})
-	src, _ := os.ReadFile(p)
-	os.WriteFile(p, bytes.Replace(src, []byte("tables = ["), []byte("allow_keyless = true\n  tables = ["), 1), 0o644)
-	proc := startWalcast(t, p)
-	waitSlot(t, db, "walcast_allowkeyless")
+	withSource(t, p, "  allow_keyless = true\n")
+	proc := startCapturing(t, db, p)
 	exec1(t, db, `INSERT INTO keyless VALUES (1)`)
 	waitFor(t, "keyless insert", time.Minute, func() bool { return rcv.count() == 1 })
 	proc.stop()

@@ -30,9 +30,7 @@ func statusBacklogOf(t *testing.T, pipeline, sink string) *statusBacklog {
 // an empty backlog once it recovers, and nothing once no daemon runs (a
 // stale report would be a lie).
 func TestStatusShowsBacklog(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	rcv := newReceiver(t)
 	rcv.setMode(modeHang) // every request waits: the events stay in flight
 	pipeline := writePipeline(t, "backlog", dsn, []string{"public.items"},

@@ -2,13 +2,10 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -18,82 +15,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// mirror applies a stream of events, in the order a sink received them,
-// to an in-memory copy of tables with columns (id int, v int): what a
-// consumer replicating the stream would end up with.
-type mirror map[string]map[int]int
-
-func applyStream(t testing.TB, evs []received) mirror {
-	t.Helper()
-	m := mirror{}
-	seen := map[string]bool{}
-	for _, e := range evs {
-		if seen[e.ID.String()] {
-			continue // a redelivery: the consumer dedupes on the id
-		}
-		seen[e.ID.String()] = true
-		var ev struct {
-			New *struct{ ID, V int } `json:"new"`
-			Old *struct{ ID int }    `json:"old"`
-			Key *struct{ ID int }    `json:"key"`
-		}
-		if err := json.Unmarshal(e.Raw, &ev); err != nil {
-			t.Fatalf("event %s: %v", e.ID, err)
-		}
-		tb := m[e.Table]
-		if tb == nil {
-			tb = map[int]int{}
-			m[e.Table] = tb
-		}
-		switch e.Op {
-		case "insert", "update", "read":
-			tb[ev.New.ID] = ev.New.V
-		case "delete":
-			delete(tb, ev.Key.ID)
-		case "truncate":
-			clear(tb)
-		default:
-			t.Fatalf("event %s: op %s", e.ID, e.Op)
-		}
-	}
-	return m
-}
-
-// tableRows reads a (id int, v int) table.
-func tableRows(t testing.TB, db *pgx.Conn, table string) map[int]int {
-	t.Helper()
-	rows, err := db.Query(context.Background(), "SELECT id, v FROM "+table)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[int]int{}
-	for rows.Next() {
-		var id, v int
-		if err := rows.Scan(&id, &v); err != nil {
-			t.Fatal(err)
-		}
-		out[id] = v
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-// checkMirror compares the mirror of each table with the table and logs
-// the row counts.
-func checkMirror(t testing.TB, db *pgx.Conn, m mirror, tables ...string) {
-	t.Helper()
-	for _, tb := range tables {
-		want := tableRows(t, db, "public."+tb)
-		got := m[tb]
-		t.Logf("table %s: %d rows, mirror %d rows", tb, len(want), len(got))
-		if !maps.Equal(want, got) && !(len(want) == 0 && len(got) == 0) {
-			t.Errorf("mirror of %s has %d rows, the table %d: the stream applied in order does not rebuild the table", tb, len(got), len(want))
-		}
-	}
-}
-
 // TestTruncateOrderedWithItsRows: rounds of (20 inserts, 6 updates,
 // TRUNCATE) from concurrent writers, with a multi-table TRUNCATE now and
 // then, delivered with small batches and 8 batches in flight. Every
@@ -101,17 +22,16 @@ func checkMirror(t testing.TB, db *pgx.Conn, m mirror, tables ...string) {
 // applying the stream in arrival order ends with exactly the source
 // tables: no row change overtakes or trails a truncate of its table.
 func TestTruncateOrderedWithItsRows(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE a (id int PRIMARY KEY, v int NOT NULL)`)
-	exec1(t, db, `CREATE TABLE b (id int PRIMARY KEY, v int NOT NULL)`)
-	exec1(t, db, `CREATE SEQUENCE ids`)
+	dsn, db := newSource(t,
+		`CREATE TABLE a (id int PRIMARY KEY, v int NOT NULL)`,
+		`CREATE TABLE b (id int PRIMARY KEY, v int NOT NULL)`,
+		`CREATE SEQUENCE ids`,
+	)
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "trunc", dsn, []string{"public.a", "public.b"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Batch: 5, Extra: "    max_in_flight = 8\n"})
-	truthSlot(t, db, "truth_trunc")
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_trunc")
+	truthSlot(t, dsn, db, "truth_trunc")
+	proc := startCapturing(t, db, pipeline)
 
 	const writers, rounds = 3, 40
 	var wg sync.WaitGroup
@@ -202,19 +122,6 @@ func wrongSideOfTruncate(evs []received) int {
 	return n
 }
 
-// withSource adds lines to the source block of a pipeline file.
-func withSource(t testing.TB, path string, lines string) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := strings.Replace(string(b), "]\n}\n", "]\n"+lines+"}\n", 1)
-	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // rootTruth is the truth of a partitioned table as walcast publishes it:
 // test_decoding names the leaf partitions; walcast (publishing via the
 // root) names the root, and a TRUNCATE of the root is one event.
@@ -247,17 +154,17 @@ func rootTruth(cs []change, root string, leaves ...string) []change {
 // small batches, 8 in flight; a consumer applying the stream in order
 // rebuilds the table. A sink filter naming a partition is a config error.
 func TestPartitionedTableUnderRootName(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE p (id int PRIMARY KEY, v int NOT NULL) PARTITION BY RANGE (id)`)
-	exec1(t, db, `CREATE TABLE p_lo PARTITION OF p FOR VALUES FROM (0) TO (1000000)`)
-	exec1(t, db, `CREATE TABLE p_hi PARTITION OF p FOR VALUES FROM (1000000) TO (2000000)`)
-	exec1(t, db, `CREATE TABLE other (id int PRIMARY KEY, v int NOT NULL)`)
-	exec1(t, db, `CREATE SEQUENCE ids`)
+	dsn, db := newSource(t,
+		`CREATE TABLE p (id int PRIMARY KEY, v int NOT NULL) PARTITION BY RANGE (id)`,
+		`CREATE TABLE p_lo PARTITION OF p FOR VALUES FROM (0) TO (1000000)`,
+		`CREATE TABLE p_hi PARTITION OF p FOR VALUES FROM (1000000) TO (2000000)`,
+		`CREATE TABLE other (id int PRIMARY KEY, v int NOT NULL)`,
+		`CREATE SEQUENCE ids`,
+	)
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "parts", dsn, []string{"public.p", "public.other"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Batch: 5, Extra: "    max_in_flight = 8\n"})
-	os.WriteFile(pipeline, []byte(strings.Replace(readFile(t, pipeline), "  delivery {", "  tables = [\"public.p\"]\n  delivery {", 1)), 0o644)
+	editPipeline(t, pipeline, "  delivery {", "  tables = [\"public.p\"]\n  delivery {")
 
 	// A filter naming a partition (or a typo) never silently filters.
 	bad := strings.Replace(readFile(t, pipeline), `tables = ["public.p"]`, `tables = ["public.p_lo"]`, 1)
@@ -267,9 +174,8 @@ func TestPartitionedTableUnderRootName(t *testing.T) {
 		t.Fatalf("validate with a partition in a sink filter: err %v\n%s", err, out)
 	}
 
-	truthSlot(t, db, "truth_parts")
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_parts")
+	truthSlot(t, dsn, db, "truth_parts")
+	proc := startCapturing(t, db, pipeline)
 
 	const writers, rounds = 3, 30
 	var wg sync.WaitGroup
@@ -373,8 +279,7 @@ func readFile(t testing.TB, path string) string {
 // reach the sink, the others are dropped and counted, and the start says
 // which tables are dropped.
 func TestOnlyListedTables(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
+	dsn, db := newSource(t)
 	for _, tb := range []string{"a", "b", "extra"} {
 		exec1(t, db, `CREATE TABLE `+tb+` (id int PRIMARY KEY, v int NOT NULL)`)
 	}
@@ -384,9 +289,8 @@ func TestOnlyListedTables(t *testing.T) {
 		rcv := newReceiver(t)
 		pipeline := writePipeline(t, "listed_all", dsn, []string{"public.a"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 5})
 		withSource(t, pipeline, "  publication = \"allpub\"\n")
-		truthSlot(t, db, "truth_listed_all")
-		proc := startWalcast(t, pipeline, "--metrics-listen", "127.0.0.1:0")
-		waitSlot(t, db, "walcast_listed_all")
+		truthSlot(t, dsn, db, "truth_listed_all")
+		proc := startCapturing(t, db, pipeline, "--metrics-listen", "127.0.0.1:0")
 		proc.waitLog(t, "not in source.tables")
 		if !strings.Contains(proc.logText(), "public.b, public.extra") {
 			t.Fatalf("the start does not name the dropped tables:\n%s", proc.logText())
@@ -399,7 +303,7 @@ func TestOnlyListedTables(t *testing.T) {
 		exec1(t, db, `UPDATE a SET v = 1`)
 		want := truth(t, db, "truth_listed_all", map[string]bool{"public.a": true})
 		waitFor(t, "a's changes", time.Minute, func() bool { return rcv.distinct() >= len(want) })
-		base := "http://" + regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(proc.logText())[1]
+		base := metricsBase(t, proc)
 		waitFor(t, "20 dropped changes counted", time.Minute, func() bool {
 			return value(t, scrape(t, base), "walcast_events_unlisted_total", nil) == 20
 		})
@@ -410,9 +314,8 @@ func TestOnlyListedTables(t *testing.T) {
 	t.Run("added by hand", func(t *testing.T) {
 		rcv := newReceiver(t)
 		pipeline := writePipeline(t, "listed_own", dsn, []string{"public.a"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 5})
-		truthSlot(t, db, "truth_listed_own")
-		proc := startWalcast(t, pipeline)
-		waitSlot(t, db, "walcast_listed_own")
+		truthSlot(t, dsn, db, "truth_listed_own")
+		proc := startCapturing(t, db, pipeline)
 		exec1(t, db, `ALTER PUBLICATION walcast_listed_own ADD TABLE b`)
 		exec1(t, db, `UPDATE b SET v = v + 1`)
 		exec1(t, db, `UPDATE a SET v = v + 1`)
@@ -430,16 +333,15 @@ func TestOnlyListedTables(t *testing.T) {
 // the application's UPDATE and DELETE on it succeed while walcast runs
 // and after it stops.
 func TestKeylessTableNeverBlocksTheApplication(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE logs (id int NOT NULL, v int NOT NULL)`)
-	exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	dsn, db := newSource(t,
+		`CREATE TABLE logs (id int NOT NULL, v int NOT NULL)`,
+		`CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`,
+	)
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "keyless", dsn, []string{"public.logs", "public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 5})
 	withSource(t, pipeline, "  allow_keyless = true\n")
-	truthSlot(t, db, "truth_keyless")
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_keyless")
+	truthSlot(t, dsn, db, "truth_keyless")
+	proc := startCapturing(t, db, pipeline)
 	proc.waitLog(t, "streaming from slot")
 	exec1(t, db, `INSERT INTO logs SELECT g, 0 FROM generate_series(1, 10) g`)
 	exec1(t, db, `INSERT INTO items SELECT g, 0 FROM generate_series(1, 10) g`)
@@ -476,11 +378,11 @@ func TestKeylessTableNeverBlocksTheApplication(t *testing.T) {
 // events after its partitions; walcast run refuses it and says how to fix
 // it.
 func TestForeignPublicationOfPartitionsRefused(t *testing.T) {
-	dsn := cluster.Database(t)
-	db := connect(t, dsn)
-	exec1(t, db, `CREATE TABLE p (id int PRIMARY KEY, v int NOT NULL) PARTITION BY RANGE (id)`)
-	exec1(t, db, `CREATE TABLE p_lo PARTITION OF p FOR VALUES FROM (0) TO (1000000)`)
-	exec1(t, db, `CREATE PUBLICATION leafpub FOR TABLE p`)
+	dsn, db := newSource(t,
+		`CREATE TABLE p (id int PRIMARY KEY, v int NOT NULL) PARTITION BY RANGE (id)`,
+		`CREATE TABLE p_lo PARTITION OF p FOR VALUES FROM (0) TO (1000000)`,
+		`CREATE PUBLICATION leafpub FOR TABLE p`,
+	)
 	pipeline := writePipeline(t, "leafpub", dsn, []string{"public.p"}, sinkSpec{ID: "hook", URL: "http://127.0.0.1:1/"})
 	withSource(t, pipeline, "  publication = \"leafpub\"\n")
 	out, err := walcastCLI(t, "run", pipeline, "--plugin-dir", binDir)
@@ -491,8 +393,7 @@ func TestForeignPublicationOfPartitionsRefused(t *testing.T) {
 	rcv := newReceiver(t)
 	pipeline = writePipeline(t, "leafpub", dsn, []string{"public.p"}, sinkSpec{ID: "hook", URL: rcv.URL})
 	withSource(t, pipeline, "  publication = \"leafpub\"\n")
-	proc := startWalcast(t, pipeline)
-	waitSlot(t, db, "walcast_leafpub")
+	proc := startCapturing(t, db, pipeline)
 	exec1(t, db, `INSERT INTO p VALUES (1, 1)`)
 	waitFor(t, "the insert under the root's name", time.Minute, func() bool {
 		evs := rcv.events()

@@ -31,9 +31,7 @@ func TestThrottleRetryAfterEdges(t *testing.T) {
 		{"huge", func() string { return "4294967295" }, ceiling},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dsn := cluster.Database(t)
-			db := connect(t, dsn)
-			exec1(t, db, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+			dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 			rcv := newReceiver(t)
 			type request struct {
 				start, end time.Time
@@ -68,8 +66,7 @@ func TestThrottleRetryAfterEdges(t *testing.T) {
 			name := "throttle_" + tc.name
 			pipeline := writePipeline(t, name, dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 1,
 				Extra: "    max_in_flight = 8\n    max_attempts = 1\n    throttle_min = \"500ms\"\n    throttle_max = \"1s\"\n"})
-			proc := startWalcast(t, pipeline)
-			waitSlot(t, db, "walcast_"+name)
+			proc := startCapturing(t, db, pipeline)
 			exec1(t, db, `INSERT INTO items SELECT g, 0 FROM generate_series(1, 16) g`)
 			waitFor(t, "all 16 rows once the receiver stops throttling", 2*time.Minute, func() bool { return rcv.distinct() == 16 })
 			proc.stop()

@@ -1,10 +1,3 @@
-// Package pgtest starts throwaway PostgreSQL clusters with wal_level=logical
-// for tests, benchmarks and the demo. A cluster lives in its own temporary
-// directory, listens on 127.0.0.1 on a free port and on a Unix socket in
-// that directory, trusts every local connection and is removed by Close.
-//
-// initdb refuses to run as root, so when the process is root the cluster is
-// created and run as the "postgres" user.
 package pgtest
 
 import (

@@ -3,7 +3,9 @@ package pgtest
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -54,4 +56,21 @@ func (c *Cluster) Database(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return dsn
+}
+
+// WithOptions returns dsn (a URL, as DSN returns) with server settings for
+// every session it opens, the way libpq's options parameter passes them
+// ("-c wal_sender_timeout=2s").
+func WithOptions(t testing.TB, dsn, options string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatalf("parse dsn: %v", err)
+	}
+	if u.RawQuery != "" {
+		u.RawQuery += "&"
+	}
+	// %20, not +: libpq-style URLs do not read + as a space.
+	u.RawQuery += "options=" + strings.ReplaceAll(url.QueryEscape(options), "+", "%20")
+	return u.String()
 }

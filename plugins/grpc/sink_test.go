@@ -180,13 +180,14 @@ func TestRequestOverLimitIsNotSent(t *testing.T) {
 }
 
 // TestTimeout: the configured timeout ends a call to a receiver that does
-// not answer, well before the host's own deadline, and the error is
-// retryable.
+// not answer, before the host's own deadline (generous here, so that what
+// ends the call can only be the timeout: the host's context is still live
+// when Deliver returns), and the error is retryable. The time is logged.
 func TestTimeout(t *testing.T) {
 	rcv := startReceiver(t)
 	s := openSink(t, map[string]any{"address": rcv.addr, "timeout": "200ms"})
 	defer rcv.hang()()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // the host's deliver_timeout
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // the host's deliver_timeout
 	defer cancel()
 	start := time.Now()
 	_, err := s.Deliver(ctx, pluginkit.Batch{Events: batch()})
@@ -197,9 +198,13 @@ func TestTimeout(t *testing.T) {
 	if status.Code(err) != codes.DeadlineExceeded {
 		t.Errorf("error %q is not the deadline", err)
 	}
-	if elapsed < 200*time.Millisecond || elapsed > 2*time.Second {
-		t.Errorf("Deliver returned after %s, want about the 200ms timeout", elapsed)
+	if ctx.Err() != nil {
+		t.Errorf("Deliver returned after %s, at the host's deadline: the 200ms timeout did not end the call", elapsed)
 	}
+	if elapsed < 200*time.Millisecond {
+		t.Errorf("Deliver returned after %s, before the 200ms timeout", elapsed)
+	}
+	t.Logf("the 200ms timeout ended the call after %s", elapsed.Round(time.Millisecond))
 }
 
 // TestReceiverDownAtOpen: Open does not need the receiver, deliveries fail

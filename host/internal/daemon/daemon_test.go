@@ -152,11 +152,18 @@ func TestStreamsAndConfirms(t *testing.T) {
 	endLSN, _ := pluginkit.ParseLSN(end)
 	// The end of the burst (the WAL past its last commit, reached by an
 	// idle advance) is confirmed promptly, not after the 10 s that
-	// idle-only records wait for each other.
+	// idle-only records wait for each other (docs/operations.md,
+	// walcast.pipelines.confirm_limit). That interval is the bound: a
+	// confirmation that waited for it took 10.1 s, a prompt one takes
+	// well under a second, so the wait itself has a generous deadline and
+	// only the product's own figure fails the test.
+	const idleRecordEvery = 10 * time.Second
 	start := time.Now()
-	waitFor(t, "slot to reach the end of the burst", 30*time.Second, func() bool { return confirmed() >= endLSN })
-	if took := time.Since(start); took > 5*time.Second {
-		t.Fatalf("the end of the burst was confirmed %s after its last event was delivered, want well under idleRecordEvery", took.Round(time.Millisecond))
+	waitFor(t, "slot to reach the end of the burst", time.Minute, func() bool { return confirmed() >= endLSN })
+	took := time.Since(start)
+	t.Logf("the end of the burst was confirmed %s after its last event was delivered", took.Round(time.Millisecond))
+	if took >= idleRecordEvery {
+		t.Fatalf("the end of the burst was confirmed %s after its last event was delivered: it waited for the idle-only record interval (%s)", took.Round(time.Millisecond), idleRecordEvery)
 	}
 	var end2 string
 	if err := db.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&end2); err != nil {

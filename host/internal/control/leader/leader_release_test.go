@@ -2,6 +2,10 @@ package leader
 
 import (
 	"context"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,19 +23,22 @@ func TestSuccessorWaitsOnlyForAVanishedLeader(t *testing.T) {
 	defer cancel()
 	db, cfg := slowLeases(ctx, t)
 	// successor stands by for lead until stop hands over, and returns how
-	// long WaitOutPredecessor took once it leads.
-	successor := func(holder string, stop func()) (*Lease, time.Duration) {
+	// long WaitOutPredecessor took once it leads, and whether it said it
+	// waited out its predecessor's lease.
+	successor := func(holder string, stop func()) (*Lease, time.Duration, bool) {
 		t.Helper()
+		var log logLines
 		got := make(chan *Lease, 1)
 		go func() {
-			l, err := Acquire(ctx, cfg(holder))
+			c := cfg(holder)
+			c.Logger = log.logger()
+			l, err := Acquire(ctx, c)
 			if err != nil {
 				t.Error(err)
 			}
 			got <- l
 		}()
-		// Seen standing by for the leader: Acquire polled at least twice.
-		time.Sleep(300 * time.Millisecond)
+		log.wait(ctx, t, standingBy)
 		stop()
 		l := <-got
 		if l == nil {
@@ -41,7 +48,7 @@ func TestSuccessorWaitsOnlyForAVanishedLeader(t *testing.T) {
 		if err := l.WaitOutPredecessor(ctx); err != nil {
 			t.Fatal(err)
 		}
-		return l, time.Since(start)
+		return l, time.Since(start), log.has(leaseWait)
 	}
 	released := func() bool {
 		var r bool
@@ -55,14 +62,14 @@ func TestSuccessorWaitsOnlyForAVanishedLeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, waited := successor("walcast b", func() {
+	b, waited, waitedOut := successor("walcast b", func() {
 		if err := a.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
 	})
 	t.Logf("after a release the successor waited %s", waited)
-	if waited > 500*time.Millisecond {
-		t.Errorf("after a released term the successor waited %s before streaming, want at once", waited)
+	if waitedOut {
+		t.Errorf("after a released term the successor waited out its predecessor's lease (%s) before streaming, want at once", waited)
 	}
 	if released() {
 		t.Error("the released mark outlived the term that wrote it: the new leader must clear it")
@@ -72,7 +79,7 @@ func TestSuccessorWaitsOnlyForAVanishedLeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, waited := successor("walcast c", func() {
+	c, waited, _ := successor("walcast c", func() {
 		if _, err := db.Exec(ctx, `SELECT pg_terminate_backend($1)`, h.PID); err != nil {
 			t.Fatal(err)
 		}
@@ -99,14 +106,17 @@ func TestFrozenLeaderIsStaleBeforeItsSuccessorStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := make(chan *Lease, 1)
+	var log logLines
 	go func() {
-		b, err := Acquire(ctx, cfg("walcast b"))
+		c := cfg("walcast b")
+		c.Logger = log.logger()
+		b, err := Acquire(ctx, c)
 		if err != nil {
 			t.Error(err)
 		}
 		got <- b
 	}()
-	time.Sleep(300 * time.Millisecond) // b stands by for a
+	log.wait(ctx, t, standingBy) // b stands by for a
 	h, _, err := Current(ctx, db, "shop")
 	if err != nil {
 		t.Fatal(err)
@@ -153,5 +163,50 @@ func slowLeases(ctx context.Context, t *testing.T) (*pgx.Conn, func(holder strin
 		c := fast(dsn, holder)
 		c.CheckInterval = time.Second
 		return c
+	}
+}
+
+// What Acquire and WaitOutPredecessor log: a standby saw a leader, and a
+// successor waits out the lease of one that vanished.
+const (
+	standingBy = "standing by: another walcast streams this pipeline"
+	leaseWait  = "waiting out its lease before streaming"
+)
+
+// logLines records the messages a lease logs, for a test to wait on.
+type logLines struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (l *logLines) logger() *slog.Logger { return slog.New(l) }
+
+func (l *logLines) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logLines) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *logLines) WithGroup(string) slog.Handler            { return l }
+func (l *logLines) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.msgs = append(l.msgs, r.Message)
+	return nil
+}
+
+// has reports whether a message containing substr was logged.
+func (l *logLines) has(substr string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.ContainsFunc(l.msgs, func(m string) bool { return strings.Contains(m, substr) })
+}
+
+// wait returns once a message containing substr was logged; it fails the
+// test when ctx ends first.
+func (l *logLines) wait(ctx context.Context, t *testing.T, substr string) {
+	t.Helper()
+	for !l.has(substr) {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%q never logged", substr)
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 }

@@ -3,10 +3,7 @@ package capture
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,89 +16,6 @@ import (
 	"github.com/walcast/walcast/host/pgtest"
 )
 
-// blackHoleProxy forwards TCP connections to a server until blackHole is
-// called; from then on it reads nothing more from either side and sends
-// nothing, and keeps the sockets open: a server that stopped answering
-// behind a network that drops packets without a reset.
-type blackHoleProxy struct {
-	ln    net.Listener
-	to    string
-	holed chan struct{}
-	once  sync.Once
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func newBlackHoleProxy(t *testing.T, to string) *blackHoleProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &blackHoleProxy{ln: ln, to: to, holed: make(chan struct{})}
-	go p.accept()
-	t.Cleanup(p.close)
-	return p
-}
-
-func (p *blackHoleProxy) addr() string { return p.ln.Addr().String() }
-
-func (p *blackHoleProxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		s, err := net.Dial("tcp", p.to)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, c, s)
-		p.mu.Unlock()
-		go p.pump(s, c)
-		go p.pump(c, s)
-	}
-}
-
-// pump copies from src to dst until the hole opens; then it stops reading,
-// so that what src sends piles up in the kernel's buffers.
-func (p *blackHoleProxy) pump(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		select {
-		case <-p.holed:
-			return
-		default:
-		}
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				dst.Close()
-			}
-			return
-		}
-	}
-}
-
-func (p *blackHoleProxy) blackHole() { p.once.Do(func() { close(p.holed) }) }
-
-func (p *blackHoleProxy) close() {
-	p.blackHole()
-	p.ln.Close()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-}
-
 // nopConsumer takes every event and confirms nothing new.
 type nopConsumer struct{ flush atomic.Uint64 }
 
@@ -111,8 +25,9 @@ func (c *nopConsumer) Flush() uint64                                     { retur
 func (c *nopConsumer) AdvanceIdle(uint64) bool                           { return false }
 
 // TestCloseFinalStatusProxyBlackHole streams through a TCP proxy that then
-// black-holes the replication connection, until the socket's send queue is
-// full (what minutes of status updates to a vanished server come to), and
+// silences the replication connection (a black hole: no answer, no
+// reset), until the socket's send queue is full (what minutes of status
+// updates to a vanished server come to), and
 // checks that Close, the stop's final standby status update, returns
 // within its context's deadline instead of blocking in the write.
 func TestCloseFinalStatusProxyBlackHole(t *testing.T) {
@@ -133,13 +48,8 @@ func TestCloseFinalStatusProxyBlackHole(t *testing.T) {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
-	proxy := newBlackHoleProxy(t, fmt.Sprintf("%s:%d", cl.Host, cl.Port))
-	pcfg, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	viaProxy := fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", proxy.addr(), pcfg.Database)
-	c := New(Config{DSN: viaProxy, Slot: "s", Publication: "p", Tables: []string{"public.t"}}, &nopConsumer{})
+	proxy := cl.Proxy(t)
+	c := New(Config{DSN: proxy.DSN(dsn), Slot: "s", Publication: "p", Tables: []string{"public.t"}}, &nopConsumer{})
 	runCtx, stop := context.WithCancel(ctx)
 	ran := make(chan error, 1)
 	go func() { ran <- c.Run(runCtx) }()
@@ -150,7 +60,9 @@ func TestCloseFinalStatusProxyBlackHole(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	proxy.blackHole()
+	if n := proxy.SilenceReplication(); n == 0 {
+		t.Fatal("no replication connection to silence: the stream does not go through the proxy")
+	}
 	stop()
 	select {
 	case err := <-ran:
@@ -215,7 +127,7 @@ func TestCloseFinalStatusProxyBlackHole(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		// Unblock the write before failing, so that nothing leaks.
-		proxy.close()
+		proxy.Close()
 		<-closed
 		t.Fatalf("Close still blocked 30s after it was called with a deadline of %s: the final standby status update has no deadline", within)
 	}
