@@ -1,0 +1,80 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/walcast/walcast/pluginkit"
+)
+
+// checkpointDoc is the checkpoint object: the last event id such that this
+// sink has written every event at or below it that walcast delivered to it
+// (parked events aside), and when.
+type checkpointDoc struct {
+	Checkpoint string `json:"checkpoint"`
+	Pipeline   string `json:"pipeline,omitempty"`
+	Sink       string `json:"sink,omitempty"`
+	UpdatedAt  string `json:"updated_at"`
+}
+
+// readCheckpoint reads the checkpoint object; zero when there is none yet.
+func (s *Sink) readCheckpoint(ctx context.Context) (pluginkit.EventID, error) {
+	what := fmt.Sprintf("read checkpoint s3://%s/%s", s.cfg.bucket, s.cfg.checkpointKey)
+	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{
+		Bucket: aws.String(s.cfg.bucket),
+		Key:    aws.String(s.cfg.checkpointKey),
+	})
+	if _, missing := errors.AsType[*types.NoSuchKey](err); missing || errorCode(err) == "NoSuchKey" {
+		return pluginkit.EventID{}, nil
+	}
+	if err != nil {
+		return pluginkit.EventID{}, s.classify(what, err)
+	}
+	defer out.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(out.Body, 1<<20))
+	if err != nil {
+		return pluginkit.EventID{}, s.classify(what, err)
+	}
+	var doc checkpointDoc
+	if err := json.Unmarshal(body, &doc); err != nil {
+		return pluginkit.EventID{}, pluginkit.Fatal(fmt.Errorf("%s: not a checkpoint written by this sink (%v): delete it, or set checkpoint_key to a key of this sink's own", what, err))
+	}
+	id, err := pluginkit.ParseEventID(doc.Checkpoint)
+	if err != nil {
+		return pluginkit.EventID{}, pluginkit.Fatal(fmt.Errorf("%s: %w", what, err))
+	}
+	return id, nil
+}
+
+// writeCheckpoint stores id as the checkpoint.
+func (s *Sink) writeCheckpoint(ctx context.Context, id pluginkit.EventID) error {
+	body, err := json.Marshal(checkpointDoc{
+		Checkpoint: id.String(),
+		Pipeline:   s.identity.Pipeline,
+		Sink:       s.identity.SinkID,
+		UpdatedAt:  time.Now().UTC().Format(time.RFC3339Nano),
+	})
+	if err != nil {
+		return pluginkit.Permanent(fmt.Errorf("encode checkpoint: %w", err))
+	}
+	_, err = s.client.PutObject(ctx, &s3.PutObjectInput{
+		Bucket:        aws.String(s.cfg.bucket),
+		Key:           aws.String(s.cfg.checkpointKey),
+		Body:          bytes.NewReader(body),
+		ContentLength: aws.Int64(int64(len(body))),
+		ContentType:   aws.String("application/json"),
+	})
+	if err != nil {
+		return s.classify(fmt.Sprintf("write checkpoint %s to s3://%s/%s", id, s.cfg.bucket, s.cfg.checkpointKey), err)
+	}
+	return nil
+}
