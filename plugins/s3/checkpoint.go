@@ -28,7 +28,7 @@ type checkpointDoc struct {
 
 // readCheckpoint reads the checkpoint object; zero when there is none yet.
 func (s *Sink) readCheckpoint(ctx context.Context) (pluginkit.EventID, error) {
-	what := fmt.Sprintf("read checkpoint s3://%s/%s", s.cfg.bucket, s.cfg.checkpointKey)
+	what := fmt.Sprintf("read checkpoint %s in bucket %s", s.cfg.checkpointKey, s.cfg.bucket)
 	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{
 		Bucket: aws.String(s.cfg.bucket),
 		Key:    aws.String(s.cfg.checkpointKey),
@@ -74,7 +74,7 @@ func (s *Sink) writeCheckpoint(ctx context.Context, id pluginkit.EventID) error 
 		ContentType:   aws.String("application/json"),
 	})
 	if err != nil {
-		return s.classify(fmt.Sprintf("write checkpoint %s to s3://%s/%s", id, s.cfg.bucket, s.cfg.checkpointKey), err)
+		return s.classify(fmt.Sprintf("write checkpoint %s to %s in bucket %s", id, s.cfg.checkpointKey, s.cfg.bucket), err)
 	}
 	return nil
 }
