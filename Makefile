@@ -70,12 +70,16 @@ chaos: tools build
 #     python3-grpc-tools,      language that walcast plugin test and a
 #     python3-cryptography     pipeline run (stubs generated from the .proto
 #     (Debian)                 at build time, never committed)
+#   python3-boto3 (Debian),    what the s3 sink stored, listed and fetched
+#     zstd (Debian)            over the S3 API, and its .jsonl.zst objects
+#   hyparquet (npm package,    the s3 sink's Parquet objects, read by a
+#     into .tools/npm)         reader that shares no code with parquet-go
 # CI starts from a fresh machine, so `make test` runs this first. Each step
 # is skipped when its client is already there; installing needs root or
 # password-less sudo (the tests say what is missing otherwise).
-APT_TOOLS   := kcat:kcat chromium:chromium promtool:prometheus node:nodejs npm:npm
-PY_TOOLS    := grpc:python3-grpcio grpc_tools:python3-grpc-tools cryptography:python3-cryptography
-NPM_TOOLS   := standardwebhooks@1.1.1
+APT_TOOLS   := kcat:kcat chromium:chromium promtool:prometheus node:nodejs npm:npm zstd:zstd
+PY_TOOLS    := grpc:python3-grpcio grpc_tools:python3-grpc-tools cryptography:python3-cryptography boto3:python3-boto3
+NPM_TOOLS   := standardwebhooks@1.1.1 hyparquet@1.33.0
 NPM_DIR     := .tools/npm
 tools:
 	@missing=; for t in $(APT_TOOLS); do \
@@ -95,14 +99,18 @@ tools:
 		$$sudo apt-get install -y --no-install-recommends $$missing || \
 			{ $$sudo apt-get update && $$sudo apt-get install -y --no-install-recommends $$missing; } || exit 1; \
 	fi
-	@for p in $(NPM_TOOLS); do \
+	@stale=; for p in $(NPM_TOOLS); do \
 		name=$${p%@*}; want=$${p##*@}; \
 		have=$$(node -p "require('./$(NPM_DIR)/node_modules/$$name/package.json').version" 2>/dev/null); \
-		[ "$$have" = "$$want" ] && continue; \
-		command -v npm >/dev/null 2>&1 || { echo "WARNING: npm is missing; cannot install $$p" >&2; continue; }; \
-		echo "installing npm $$p into $(NPM_DIR)"; \
-		npm install --no-audit --no-fund --no-save --prefix $(NPM_DIR) $$p || exit 1; \
-	done
+		[ "$$have" = "$$want" ] || stale="$$stale $$p"; \
+	done; \
+	if [ -n "$$stale" ]; then \
+		if ! command -v npm >/dev/null 2>&1; then echo "WARNING: npm is missing; cannot install$$stale" >&2; exit 0; fi; \
+		echo "installing npm$$stale into $(NPM_DIR)"; \
+		npm install --no-audit --no-fund --no-save --prefix $(NPM_DIR) $(NPM_TOOLS) || exit 1; \
+	fi
+# (One npm install for every package: with --no-save and no package.json,
+# each install removes the packages the previous one put there.)
 
 # kafka runs kfake, an in-memory Kafka-protocol broker, on 127.0.0.1 (port
 # KAFKA_PORT, default 9092) until interrupted; KAFKA_DATA keeps its state
