@@ -247,3 +247,70 @@ func TestS3Errors(t *testing.T) {
 		t.Logf("%d SlowDown answers, %d uploads cut, %d events stored", srv.throttled.Load(), srv.dropped.Load(), len(evs))
 	})
 }
+
+// TestS3ParquetMatchesJSON: the same changes of a table with many column
+// types go to two s3 sinks, one writing JSON lines and one Parquet.
+// hyparquet, a reader sharing no code with the sink's parquet-go, reads
+// every Parquet object; each row's envelope columns and row values have
+// the types docs/sinks.md gives and the values of the JSON envelope of the
+// same event, and each event is in exactly one row.
+func TestS3ParquetMatchesJSON(t *testing.T) {
+	needS3Clients(t)
+	const name = "s3pq"
+	dsn, db := newSource(t, `CREATE TABLE typed (id int PRIMARY KEY, big bigint, f float8, n numeric, t text,
+		b bool, j jsonb, ts timestamptz, bin bytea, arr int[], mixed float8, note text)`)
+	srv := startS3(t)
+	p := writePipeline(t, name, dsn, []string{"public.typed"},
+		sinkSpec{ID: "js", SinkType: "s3", Batch: 20, Config: s3SinkConfig(srv, "json", "")},
+		sinkSpec{ID: "pq", SinkType: "s3", Batch: 20, Config: s3SinkConfig(srv, "pq", "    format = \"parquet\"\n")})
+	s3Credentials(t, p, "js")
+	s3Credentials(t, p, "pq")
+	w := startCapturing(t, db, p)
+	for _, sql := range []string{
+		`INSERT INTO typed SELECT g, g * 10000000000, g / 3.0, (g * 1.1)::numeric, 'row "' || g || '" é',
+			g % 2 = 0, jsonb_build_object('g', g, 'a', jsonb_build_array(1, 'x', null)), '2026-11-30 10:00:00.123456+00'::timestamptz + g * interval '1 hour',
+			decode('00ff' || lpad(to_hex(g), 2, '0'), 'hex'), ARRAY[g, g + 1], g, NULL FROM generate_series(1, 60) g`,
+		`UPDATE typed SET mixed = 'NaN', note = 'nan' WHERE id % 7 = 0`,
+		`UPDATE typed SET mixed = 'Infinity', f = 2 WHERE id % 11 = 0`,
+		`UPDATE typed SET id = id + 1000, big = NULL WHERE id BETWEEN 20 AND 24`,
+		`DELETE FROM typed WHERE id BETWEEN 30 AND 35`,
+		`TRUNCATE typed`,
+		`INSERT INTO typed (id, t) VALUES (1, 'after the truncate')`,
+	} {
+		exec1(t, db, sql)
+	}
+	end := lsnQuery(t, db, `SELECT pg_current_wal_lsn()::text`)
+	waitFor(t, "slot to confirm", 2*time.Minute, func() bool { return confirmedFlush(t, db, "walcast_"+name) >= end })
+	w.stop()
+
+	byID := map[pluginkit.EventID]s3Stored{}
+	for _, e := range jsonlEvents(t, readBucket(t, srv, "json/")) {
+		byID[e.ID] = e
+	}
+	var files []string
+	for _, o := range readBucket(t, srv, "pq/") {
+		if strings.HasSuffix(o.Key, ".parquet") {
+			files = append(files, o.File)
+		}
+	}
+	rows := 0
+	seen := map[pluginkit.EventID]bool{}
+	for i, f := range readParquet(t, files) {
+		if i == 0 && len(f.Rows) > 0 {
+			t.Logf("a row as hyparquet reads it: %s", toJSON(f.Rows[0]))
+		}
+		checkParquetSchema(t, f)
+		for _, row := range f.Rows {
+			id := compareParquetRow(t, row, byID)
+			if seen[id] {
+				t.Errorf("event %s in two Parquet rows", id)
+			}
+			seen[id] = true
+			rows++
+		}
+	}
+	if rows != len(byID) {
+		t.Errorf("%d Parquet rows, %d JSON events", rows, len(byID))
+	}
+	t.Logf("%d events: %d Parquet files read by hyparquet, every row equal to its JSON envelope", len(byID), len(files))
+}
