@@ -27,13 +27,15 @@ const (
 	PathWebhook100  = "daemon-webhook-100"
 	PathWebhook1000 = "daemon-webhook-1000"
 	PathKafka       = "daemon-kafka-eos"
-	PathBackfill    = "backfill" // bench/backfill.go
+	PathS3JSONL     = "daemon-s3-jsonl"   // bench/s3.go
+	PathS3Parquet   = "daemon-s3-parquet" // bench/s3.go
+	PathBackfill    = "backfill"          // bench/backfill.go
 	// PathIsolate is the isolation figures (isolate.go), not a drain.
 	PathIsolate = "isolate"
 )
 
 // AllPaths lists every path.
-var AllPaths = []string{PathRecvlogical, PathLibrary, PathStdout, PathWebhook100, PathWebhook1000, PathKafka, PathBackfill, PathIsolate}
+var AllPaths = []string{PathRecvlogical, PathLibrary, PathStdout, PathWebhook100, PathWebhook1000, PathKafka, PathS3JSONL, PathS3Parquet, PathBackfill, PathIsolate}
 
 // Config says what to run. Zero values take the sizes.
 type Config struct {

@@ -80,6 +80,17 @@ func (e *env) drain(ctx context.Context, p, slot string, run int) (Drain, error)
     transactional_id = "bench-%s"
   }
 }`, addr, d.name)
+	case PathS3JSONL, PathS3Parquet:
+		url, stop, err := startFakeS3()
+		if err != nil {
+			return Drain{}, err
+		}
+		defer stop()
+		format := "jsonl"
+		if p == PathS3Parquet {
+			format = "parquet"
+		}
+		d.sink = s3Sink(url, format)
 	}
 	return e.runDaemon(ctx, poll, d)
 }
