@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"go/parser"
 	"go/token"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -29,10 +30,25 @@ type block struct {
 	line             int
 }
 
+// docFiles returns README.md and every Markdown page under docs/.
+func docFiles(t *testing.T) []string {
+	t.Helper()
+	files := []string{"../../README.md"}
+	err := filepath.WalkDir("../../docs", func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".md") {
+			files = append(files, path)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
 func docBlocks(t *testing.T) []block {
 	t.Helper()
-	files, _ := filepath.Glob("../../docs/*.md")
-	files = append(files, "../../README.md")
+	files := docFiles(t)
 	var out []block
 	for _, f := range files {
 		data, err := os.ReadFile(f)
