@@ -57,15 +57,28 @@ const testBucket = "lake"
 
 func startFakeS3(t testing.TB) *fakeS3 {
 	t.Helper()
+	return startFakeS3With(t, nil, func(srv *httptest.Server) { srv.Start() })
+}
+
+// startFakeS3With is startFakeS3 with front, when not nil, in front of
+// everything (it sees each request first), started by start (Start or
+// StartTLS, after setting the server's TLS config).
+func startFakeS3With(t testing.TB, front func(http.Handler) http.Handler, start func(*httptest.Server)) *fakeS3 {
+	t.Helper()
 	f := &fakeS3{t: t, bucket: testBucket, backend: s3mem.New(), methods: map[string]int{}}
 	if err := f.backend.CreateBucket(testBucket); err != nil {
 		t.Fatal(err)
 	}
 	faker := gofakes3.New(f.backend, gofakes3.WithLogger(gofakes3.DiscardLog()))
 	inner := faker.Server()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.serve(inner, w, r)
-	}))
+	})
+	if front != nil {
+		h = front(h)
+	}
+	srv := httptest.NewUnstartedServer(h)
+	start(srv)
 	t.Cleanup(srv.Close)
 	t.Cleanup(f.release)
 	f.URL = srv.URL
