@@ -314,3 +314,33 @@ func TestS3ParquetMatchesJSON(t *testing.T) {
 	}
 	t.Logf("%d events: %d Parquet files read by hyparquet, every row equal to its JSON envelope", len(byID), len(files))
 }
+
+// TestS3IdleSinkFlushes is what stands for a flush interval
+// (docs/sinks.md, "Object sizes and age"): the sink asks for batches of
+// 10000 and buffers nothing, and walcast hands an idle sink what is
+// queued at once, so a single change becomes an object without waiting
+// for a full batch or a timer; so does the next one after a pause.
+func TestS3IdleSinkFlushes(t *testing.T) {
+	needS3Clients(t)
+	const name = "s3idle"
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL DEFAULT 0)`)
+	srv := startS3(t)
+	p := writePipeline(t, name, dsn, []string{"public.items"}, sinkSpec{ID: "lake", SinkType: "s3",
+		Config: s3SinkConfig(srv, "idle", "")})
+	s3Credentials(t, p, "lake")
+	w := startCapturing(t, db, p)
+	w.waitLog(t, "streaming from slot")
+	for i, id := range []int{1, 2} {
+		start := time.Now()
+		insertItems(t, db, id, 1)
+		waitFor(t, fmt.Sprintf("the object of change %d", i+1), 30*time.Second, func() bool {
+			return srv.objectCount("idle/public.items/") == i+1
+		})
+		t.Logf("change %d stored %s after its commit", i+1, time.Since(start).Round(time.Millisecond))
+	}
+	w.stop()
+	evs := jsonlEvents(t, readBucket(t, srv, "idle/public.items/"))
+	if len(evs) != 2 || evs[0].Key == evs[1].Key {
+		t.Fatalf("%d events stored, want the two inserts, one object each", len(evs))
+	}
+}
