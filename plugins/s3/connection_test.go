@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -19,8 +20,12 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/walcast/walcast/pluginkit"
 )
@@ -302,4 +307,49 @@ func TestCredentialSources(t *testing.T) {
 		}
 		wantKey(t, before, "walcast") // testConfig's access_key_id wins over the environment
 	})
+}
+
+// TestFailedMultipartAborted: a part that cannot be uploaded fails the
+// batch as retryable, the upload is aborted so that no parts are left
+// behind, no object appears at the key, and the retry writes it whole.
+func TestFailedMultipartAborted(t *testing.T) {
+	var failPart2 atomic.Bool
+	var aborts atomic.Int64
+	front := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			q := r.URL.Query()
+			if failPart2.Load() && q.Get("partNumber") == "2" {
+				writeS3Error(w, http.StatusInternalServerError, "InternalError")
+				return
+			}
+			if r.Method == http.MethodDelete && q.Has("uploadId") {
+				aborts.Add(1)
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	f := startFakeS3With(t, front, func(srv *httptest.Server) { srv.Start() })
+	s, _ := openSink(t, f, map[string]any{"multipart_threshold": 5 << 20, "part_size": 5 << 20})
+	big := ev(t, 0xD0, 0, "blobs", "insert", day1, `{"id":1}`, fmt.Sprintf(`{"id":1,"pad":%q}`, strings.Repeat("z", 11<<20)))
+	failPart2.Store(true)
+	_, err := s.Deliver(context.Background(), pluginkit.Batch{Events: []pluginkit.Event{big}})
+	if kind, _ := pluginkit.KindOf(err); kind != pluginkit.KindRetryable || !strings.Contains(fmt.Sprint(err), "upload part 2 of 3") {
+		t.Fatalf("Deliver with a failing part: %v (%v); want retryable, naming the part", err, kind)
+	}
+	if aborts.Load() != 1 {
+		t.Fatalf("%d aborts, want the upload aborted", aborts.Load())
+	}
+	ups, err := s.client.ListMultipartUploads(context.Background(), &s3.ListMultipartUploadsInput{Bucket: aws.String(testBucket)})
+	if err == nil && len(ups.Uploads) > 0 {
+		t.Fatalf("uploads left open: %+v", ups.Uploads)
+	}
+	if keys := f.keys("cdc/public.blobs/"); len(keys) != 0 {
+		t.Fatalf("objects after the failed upload: %v", keys)
+	}
+	failPart2.Store(false)
+	deliver(t, s, pluginkit.Batch{Events: []pluginkit.Event{big}})
+	keys := f.keys("cdc/public.blobs/")
+	if len(keys) != 1 || !bytes.Equal(f.object(keys[0]), append(big.Payload, '\n')) {
+		t.Fatalf("after the retry: %v", keys)
+	}
 }
