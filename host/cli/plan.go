@@ -89,7 +89,7 @@ func writePlan(ctx context.Context, stdout, stderr io.Writer, c checkedPipeline,
 	if err != nil {
 		// The checks themselves failed: a connection refused, a
 		// statement PostgreSQL rejected. Said in one line, cause first.
-		pl.refuse("source", explainSource(err, p.Source.DSN).Error())
+		pl.add(markRefused, "source", "source: %v", explainSource(err, p.Source.DSN))
 	}
 	planSinks(ctx, &pl, c, plugins)
 	for _, l := range pl.lines {
