@@ -236,4 +236,3 @@ func TestPlanShowsTheRefusalOfALostSlot(t *testing.T) {
 		t.Error("the plan created the lost slot again")
 	}
 }
-
