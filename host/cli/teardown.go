@@ -79,6 +79,9 @@ func cmdTeardown(args []string, stdout, stderr io.Writer) int {
 // a teardown: what --yes drops, and what it leaves.
 type teardownView struct {
 	p *config.Pipeline
+	// cmd and what name the command and what it acts on in what it
+	// prints: "walcast teardown", "pipeline \"shop\"".
+	cmd, what string
 	// slot exists; activePID is its walsender (0: not in use), holder the
 	// walcast run that leads the pipeline, if any.
 	slot      bool
@@ -101,7 +104,7 @@ type teardownView struct {
 // (the walcast schema is not created when missing).
 func viewTeardown(ctx context.Context, t target, plugins config.PluginChecker) (teardownView, error) {
 	p := t.p
-	v := teardownView{p: p}
+	v := teardownView{p: p, cmd: "walcast teardown", what: fmt.Sprintf("pipeline %q", p.Name)}
 	var pid *int32
 	err := t.db.QueryRow(ctx, `SELECT active_pid, coalesce(confirmed_flush_lsn::text, '') FROM pg_replication_slots WHERE slot_name = $1`, p.Source.Slot).Scan(&pid, &v.confirmed)
 	switch {
@@ -205,13 +208,13 @@ func (v teardownView) inUse() string {
 		return fmt.Sprintf("replication slot %q is in use by %s, which leads pipeline %q (its walsender is server process %d): stop that walcast run first (Ctrl-C or SIGTERM), then run walcast teardown again",
 			slot, v.holder.Name, v.p.Name, v.activePID)
 	}
-	return fmt.Sprintf("replication slot %q is in use by server process %d, and no walcast run leads pipeline %q: another client streams from it (see pg_stat_replication); stop it first",
+	return fmt.Sprintf("replication slot %q is in use by server process %d, and no walcast run leads pipeline %q: a library stream or another client streams from it (see pg_stat_replication); stop it first (a library stream: Stream.Close)",
 		slot, v.activePID, v.p.Name)
 }
 
 // writeDryRun lists what --yes would drop and what it would leave.
 func (v teardownView) writeDryRun(w io.Writer) {
-	fmt.Fprintf(w, "walcast teardown would drop, for pipeline %q:\n", v.p.Name)
+	fmt.Fprintf(w, "%s would drop, for %s:\n", v.cmd, v.what)
 	drops := 0
 	item := func(format string, args ...any) {
 		drops++
@@ -291,10 +294,10 @@ func (v teardownView) apply(ctx context.Context, t target) (done []string, err e
 // writeDone reports what the teardown did, and what it left.
 func (v teardownView) writeDone(w io.Writer, done []string) {
 	if len(done) == 0 {
-		fmt.Fprintf(w, "pipeline %q: nothing to tear down (it has no slot, publication or rows in this database)\n", v.p.Name)
+		fmt.Fprintf(w, "%s: nothing to tear down (it has no slot, publication or rows in this database)\n", v.what)
 		return
 	}
-	fmt.Fprintf(w, "pipeline %q torn down:\n", v.p.Name)
+	fmt.Fprintf(w, "%s torn down:\n", v.what)
 	for _, d := range done {
 		fmt.Fprintf(w, "  - %s\n", d)
 	}

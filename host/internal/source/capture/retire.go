@@ -30,7 +30,7 @@ type SlotInUseError struct {
 }
 
 func (e *SlotInUseError) Error() string {
-	return fmt.Sprintf("replication slot %s is in use (server process %d streams from it): stop the walcast that streams it first", e.Slot, e.PID)
+	return fmt.Sprintf("replication slot %s is in use (server process %d streams from it): stop the process that streams from it first (walcast run, or a library stream: Stream.Close)", e.Slot, e.PID)
 }
 
 // Retire removes what a pipeline or a library stream created in the source
