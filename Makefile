@@ -70,12 +70,14 @@ chaos: tools build
 #     python3-grpc-tools,      language that walcast plugin test and a
 #     python3-cryptography     pipeline run (stubs generated from the .proto
 #     (Debian)                 at build time, never committed)
+#   systemd-analyze (Debian's  the example units in examples/systemd/
+#     systemd package)
 #   python3-jsonschema         walcast status --json against the schema in
 #     (Debian)                 docs/status.schema.json
 # CI starts from a fresh machine, so `make test` runs this first. Each step
 # is skipped when its client is already there; installing needs root or
 # password-less sudo (the tests say what is missing otherwise).
-APT_TOOLS   := kcat:kcat chromium:chromium promtool:prometheus node:nodejs npm:npm
+APT_TOOLS   := kcat:kcat chromium:chromium promtool:prometheus node:nodejs npm:npm systemd-analyze:systemd
 PY_TOOLS    := grpc:python3-grpcio grpc_tools:python3-grpc-tools cryptography:python3-cryptography jsonschema:python3-jsonschema
 NPM_TOOLS   := standardwebhooks@1.1.1
 NPM_DIR     := .tools/npm
