@@ -157,7 +157,22 @@ func TestPlanRefusalsOfTheServer(t *testing.T) {
 			_, err := pgx.Connect(context.Background(), dsn)
 			return err != nil && strings.Contains(err.Error(), "28P01")
 		})
-		stdout, stderr, code := runPlan(t, writePipeline(t, "plan_pw", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: "http://127.0.0.1:1/"}))
+		p := writePipeline(t, "plan_pw", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: "http://127.0.0.1:1/"})
+		// walcast run and status say it in one line too, the cause first:
+		// no warning about announcing itself before, no TLS attempt.
+		for _, c := range []struct {
+			args   []string
+			prefix string
+		}{
+			{[]string{"run", p}, "walcast run: role walcast_pw could not log in: wrong password"},
+			{[]string{"status", p}, "walcast: role walcast_pw could not log in: wrong password"},
+		} {
+			out, code := walcastOut(t, c.args...)
+			if code != 1 || strings.Count(strings.TrimSpace(out), "\n") != 0 || !strings.HasPrefix(out, c.prefix) || strings.Contains(out, "tls") {
+				t.Errorf("walcast %s with a wrong password: exit %d, want 1 and one line starting %q:\n%s", c.args[0], code, c.prefix, out)
+			}
+		}
+		stdout, stderr, code := runPlan(t, p)
 		wantRefused(t, stdout+stderr, code, "source: role walcast_pw could not log in: wrong password", "correct the password in the dsn", "28P01")
 		for _, l := range planLines(stdout, "!") {
 			if strings.Contains(l, "tls error") || strings.Contains(l, "wrong") && strings.Contains(l, "\t") {
