@@ -15,7 +15,7 @@ import (
 // status scripts can act on, the standbys only when there are some, a
 // paused sink as paused.
 
-// needJSONSchema returns a validator command for docs/status.schema.json:
+// needJSONSchema returns a validator command for docs/reference/status.schema.json:
 // Debian's python3-jsonschema, an implementation nobody on this project
 // wrote. It fails the test with what to do when it is missing (in CI the
 // Makefile's tools step installs it); by hand without it the test skips.
@@ -37,7 +37,7 @@ func needJSONSchema(t *testing.T) string {
 // decoded.
 func validateStatusJSON(t *testing.T, py, out string) map[string]any {
 	t.Helper()
-	schema, err := filepath.Abs("../../docs/status.schema.json")
+	schema, err := filepath.Abs("../../docs/reference/status.schema.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ for e in errors:
     print("/".join(map(str, e.absolute_path)) + ": " + e.message)
 sys.exit(1 if errors else 0)`, schema, doc)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("walcast status --json does not match docs/status.schema.json (%v):\n%s\noutput:\n%s", err, b, out)
+		t.Fatalf("walcast status --json does not match docs/reference/status.schema.json (%v):\n%s\noutput:\n%s", err, b, out)
 	}
 	var m map[string]any
 	if err := json.Unmarshal([]byte(out), &m); err != nil {

@@ -9,7 +9,8 @@ import (
 
 // walcast status --json: the facts of the text, as machine values (enums,
 // numbers, RFC 3339 times, null for "none"), for scripts. Its schema is
-// written in docs/operations.md ("walcast status --json"), and
+// written in docs/reference/status.schema.json (its fields in
+// docs/reference/status.md), and
 // TestStatusJSONMatchesItsSchema validates the output against it with an
 // independent validator: a field added here without the schema, or a
 // value outside its enum, fails that test.
