@@ -82,7 +82,7 @@ func applyPause(ctx context.Context, t target, sinkID string, paused bool) (stri
 }
 
 // pauseEffect says what a pause does to the pipeline, as walcast run
-// applies it (README, "Sinks that fall behind"): the paused sink stops,
+// applies it (docs/slow-sinks.md): the paused sink stops,
 // the others do not.
 func pauseEffect(p *config.Pipeline, sinkID string) string {
 	const start = "a running walcast starts no new deliveries to "
