@@ -237,7 +237,8 @@ func TestCleanPlanThenRun(t *testing.T) {
 }
 
 // TestPlanShowsTheRefusalOfALostSlot: a slot dropped while walcast was
-// stopped is a refusal of walcast run (README, "When the slot …"), so it
+// stopped is a refusal of walcast run (docs/reference/errors.md, "The
+// slot, publication or database changed under walcast"), so it
 // is one of the plan's, with the ways out.
 func TestPlanShowsTheRefusalOfALostSlot(t *testing.T) {
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY)`)
