@@ -324,8 +324,11 @@ func TestProxySilentCatchupStream(t *testing.T) {
 	waitFor(t, "the catch-up stream to stream", time.Minute, func() bool {
 		return regexp.MustCompile(`streaming from slot".* slot=` + cuSlot + ` `).MatchString(proc.logText())
 	})
-	if n := proxy.SilenceReplication(); n != 2 {
-		t.Fatalf("silenced %d replication connections, want 2 (the pipeline's and the catch-up stream's)", n)
+	// At least the pipeline's and the catch-up stream's; on a loaded
+	// machine the fast sink may be detached too, or its rejoined catch-up
+	// connection not yet closed.
+	if n := proxy.SilenceReplication(); n < 2 {
+		t.Fatalf("silenced %d replication connections, want at least 2 (the pipeline's and the catch-up stream's)", n)
 	}
 	exec1(t, db, `INSERT INTO items SELECT g, 1 FROM generate_series(100001, 100200) g`)
 	slow.setMode(modeOK)

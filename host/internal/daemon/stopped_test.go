@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"testing"
@@ -50,7 +51,7 @@ func TestStoppedStartKeepsItsSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		db.Exec(context.Background(), `SELECT pg_drop_replication_slot('walcast_p')`)
+		db.Exec(context.Background(), `SELECT pg_drop_replication_slot('walcast_stopped')`)
 		db.Close(context.Background())
 	})
 	if _, err := db.Exec(ctx, `CREATE TABLE items (id int PRIMARY KEY, v text)`); err != nil {
@@ -62,7 +63,7 @@ func TestStoppedStartKeepsItsSlot(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(runCtx, Options{
-			Pipeline: pipelineFor(t, dsn, "s"),
+			Pipeline: stoppedPipeline(t, dsn),
 			Launch: func(context.Context, *config.Sink) (Plugin, pluginkit.OpenResult, error) {
 				return &memSink{}, pluginkit.OpenResult{}, nil
 			},
@@ -77,11 +78,23 @@ func TestStoppedStartKeepsItsSlot(t *testing.T) {
 		t.Fatal("Run did not return after it was stopped")
 	}
 	var slots, pubs int
-	if err := db.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'walcast_p'),
+	if err := db.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'walcast_stopped'),
 		(SELECT count(*) FROM pg_publication)`).Scan(&slots, &pubs); err != nil {
 		t.Fatal(err)
 	}
 	if slots != 1 || pubs == 0 {
 		t.Fatalf("a start stopped after it created them left %d slot(s) and %d publication(s); want the slot and its publication kept", slots, pubs)
 	}
+}
+
+// stoppedPipeline is pipelineFor's pipeline under a name of its own: slots
+// are cluster-wide, and the package's other tests use walcast_p.
+func stoppedPipeline(t *testing.T, dsn string) *config.Pipeline {
+	t.Helper()
+	src := fmt.Sprintf("pipeline = \"stopped\"\nsource \"postgres\" {\n dsn = %q\n tables = [\"public.items\"]\n}\nsink \"mem\" \"s\" {\n config {}\n}\n", dsn)
+	p, diags := config.Parse([]byte(src), "stopped.hcl")
+	if diags.HasErrors() {
+		t.Fatal(config.FormatDiagnostics(diags))
+	}
+	return p
 }
