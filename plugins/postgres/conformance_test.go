@@ -238,4 +238,3 @@ func reencode(t testing.TB, s string) json.RawMessage {
 	}
 	return b
 }
-

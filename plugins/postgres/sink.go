@@ -22,7 +22,7 @@ const openAttempt = 10 * time.Second
 type Sink struct {
 	log *slog.Logger
 
-	mu sync.Mutex // guards everything below
+	mu         sync.Mutex // guards everything below
 	cfg        settings
 	configured bool
 	pool       *pgxpool.Pool // nil before Open and after Close
