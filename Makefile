@@ -70,11 +70,14 @@ chaos: tools build
 #     python3-grpc-tools,      language that walcast plugin test and a
 #     python3-cryptography     pipeline run (stubs generated from the .proto
 #     (Debian)                 at build time, never committed)
+#   rabbitmq-server (Debian)   the broker the rabbitmq sink's tests start
+#   python3-pika (Debian)      an AMQP client nobody here wrote, draining
+#                              what the rabbitmq sink published
 # CI starts from a fresh machine, so `make test` runs this first. Each step
 # is skipped when its client is already there; installing needs root or
 # password-less sudo (the tests say what is missing otherwise).
-APT_TOOLS   := kcat:kcat chromium:chromium promtool:prometheus node:nodejs npm:npm
-PY_TOOLS    := grpc:python3-grpcio grpc_tools:python3-grpc-tools cryptography:python3-cryptography
+APT_TOOLS   := kcat:kcat chromium:chromium promtool:prometheus node:nodejs npm:npm rabbitmq-server:rabbitmq-server
+PY_TOOLS    := grpc:python3-grpcio grpc_tools:python3-grpc-tools cryptography:python3-cryptography pika:python3-pika
 NPM_TOOLS   := standardwebhooks@1.1.1
 NPM_DIR     := .tools/npm
 tools:
