@@ -382,3 +382,123 @@ func TestPostgresSinkCrashLoop(t *testing.T) {
 	checkSameRows(t, dsn, tg, "public.items")
 	proc.stop()
 }
+
+// reconnect replaces the test's connection to the target, after the
+// target was stopped or restarted.
+func (tg *pgTarget) reconnect(t *testing.T) {
+	t.Helper()
+	tg.db.Close(context.Background())
+	tg.db = connect(t, tg.dsn)
+}
+
+func clusterCtl(t *testing.T, what string, f func(context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := f(ctx); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// TestPostgresSinkTargetFaults: the target down when walcast starts
+// (walcast runs, deliveries retry, the rows arrive once it is up), crashed
+// and restarted mid-stream (nothing lost, nothing applied twice), and a
+// row the target refuses as too long for its column (that event alone is
+// parked with the server's message, the rest flows; after the column is
+// widened, walcast replay applies it). The target ends equal to the
+// source and the audit shows each change applied once.
+func TestPostgresSinkTargetFaults(t *testing.T) {
+	name := "pgfault"
+	dsn, db := newSource(t, pgItems)
+	truthSlot(t, dsn, db, "truth_"+name)
+	tg := newTarget(t)
+	tg.copySchema(t, dsn, "public.items")
+	exec1(t, tg.db, `ALTER TABLE items ALTER pad TYPE varchar(45)`)
+	sinks := pgSinks(tg.dsn, "    max_attempts = 1000\n")[:1]
+	pipeline := writePipeline(t, name, dsn, []string{"public.items"}, sinks...)
+	insert := func(from, n int, pad string) {
+		exec1(t, db, `INSERT INTO items (id, v, pad) SELECT g, 0, $3 FROM generate_series($1::int, $2::int) g`, from, from+n-1, pad)
+	}
+	sameSoon := func(what string) {
+		t.Helper()
+		end := lsnQuery(t, db, `SELECT pg_current_wal_lsn()::text`)
+		waitFor(t, what, 2*time.Minute, func() bool { return confirmedFlush(t, db, "walcast_"+name) >= end })
+		checkSameRows(t, dsn, tg, "public.items")
+	}
+
+	// Down at start.
+	clusterCtl(t, "stop the target", func(ctx context.Context) error { return tg.c.Stop(ctx, "fast") })
+	proc := startCapturing(t, db, pipeline)
+	proc.waitLog(t, "target database unreachable at start")
+	insert(1, 100, "a")
+	proc.waitLog(t, "cannot be reached")
+	clusterCtl(t, "start the target", tg.c.Start)
+	tg.reconnect(t)
+	sameSoon("rows written before the target came up")
+
+	// Crashed and restarted mid-stream.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		wdb := connect(t, dsn)
+		for i := range 300 {
+			if _, err := wdb.Exec(context.Background(), `UPDATE items SET v = v + 1 WHERE id = $1`, 1+i%100); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	waitFor(t, "updates to flow", time.Minute, func() bool { return queryInt(t, tg.db, `SELECT count(*) FROM applied WHERE op = 'U'`) > 20 })
+	clusterCtl(t, "crash and restart the target", func(ctx context.Context) error { return tg.c.Restart(ctx, "immediate") })
+	<-done
+	tg.reconnect(t)
+	sameSoon("updates across the target's restart")
+
+	// A row too long for the target's column.
+	insert(101, 1, strings.Repeat("y", 50))
+	insert(102, 5, "b")
+	waitFor(t, "the long row to be parked", time.Minute, func() bool { return parkedCount(db, name) == 1 })
+	errs := parkedErrors(t, db, name)["mirror"]
+	if len(errs) != 1 || !strings.Contains(errs[0], "value too long for type character varying(45)") || !strings.Contains(errs[0], "refused the row") {
+		t.Fatalf("parked: %q, want the target's refusal of the row", errs)
+	}
+	waitFor(t, "the rows after it", time.Minute, func() bool { return queryInt(t, tg.db, `SELECT count(*) FROM items WHERE id > 101`) == 5 })
+	exec1(t, tg.db, `ALTER TABLE items ALTER pad TYPE text`)
+	if out, errOut, code := walcastCmd(t, "replay", pipeline, "--sink", "mirror", "--all"); code != 0 {
+		t.Fatalf("walcast replay exited %d:\n%s%s", code, out, errOut)
+	}
+	waitFor(t, "the replayed row", time.Minute, func() bool { return parkedCount(db, name) == 0 })
+	sameSoon("the replayed row")
+	checkAppliedOnce(t, tg, itemTruth(t, db, "truth_"+name))
+	proc.stop()
+}
+
+// TestPostgresSinkAuthRefused: a target that refuses the sink's password
+// stops walcast at start with the cause and the user named, before
+// anything streams.
+func TestPostgresSinkAuthRefused(t *testing.T) {
+	dsn, db := newSource(t, pgItems)
+	tg := newTarget(t)
+	exec1(t, tg.db, `CREATE ROLE sink_writer LOGIN PASSWORD 'right'`)
+	hba := filepath.Join(tg.c.Data, "pg_hba.conf")
+	old, err := os.ReadFile(hba)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(hba, append([]byte("host all sink_writer 127.0.0.1/32 scram-sha-256\n"), old...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	exec1(t, tg.db, `SELECT pg_reload_conf()`)
+	target := strings.Replace(tg.dsn, "postgres://postgres@", "postgres://sink_writer@", 1)
+	if target == tg.dsn {
+		t.Fatalf("cannot set the user in %s", tg.dsn)
+	}
+	pipeline := writePipeline(t, "pgauth", dsn, []string{"public.items"}, sinkSpec{ID: "mirror", SinkType: "postgres",
+		Config: fmt.Sprintf("    dsn = %q\n    password = \"wrong\"\n", target)})
+	proc := startWalcast(t, pipeline)
+	proc.waitExit1(t, time.Minute, "the target refused the password")
+	wantAll(t, proc.logText(), `refused user "sink_writer"`, "password authentication failed")
+	if n := slotCount(t, db, "walcast_pgauth"); n != 0 {
+		t.Errorf("the refused start left %d slots", n)
+	}
+}
