@@ -115,7 +115,9 @@ func (s *Sink) connect(ctx context.Context) error {
 	return nil
 }
 
-// dial connects and declares the exchange.
+// dial connects and declares the exchange, or with declare_exchange =
+// false checks that it exists: publishing to a missing exchange would only
+// fail later, batch after batch, when the broker closes the channel.
 func (s *Sink) dial() (*amqp.Connection, error) {
 	conn, err := amqp.DialConfig(s.cfg.url, amqp.Config{
 		TLSClientConfig: s.cfg.tls,
@@ -123,17 +125,23 @@ func (s *Sink) dial() (*amqp.Connection, error) {
 		Properties:      amqp.Table{"connection_name": s.cfg.name},
 		Dial:            amqp.DefaultDial(dialTimeout),
 	})
-	if err != nil || !s.cfg.declare {
+	if err != nil || s.cfg.exchange == "" {
 		return conn, err
 	}
 	ch, err := conn.Channel()
-	if err == nil {
+	what := fmt.Sprintf("declare exchange %q (%s, durable)", s.cfg.exchange, s.cfg.exchangeType)
+	if err == nil && s.cfg.declare {
 		err = ch.ExchangeDeclare(s.cfg.exchange, s.cfg.exchangeType, true, false, false, false, nil)
+	} else if err == nil {
+		what = fmt.Sprintf("check that exchange %q exists", s.cfg.exchange)
+		err = ch.ExchangeDeclarePassive(s.cfg.exchange, s.cfg.exchangeType, true, false, false, false, nil)
+	}
+	if err == nil {
 		ch.Close()
 	}
 	if err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("declare exchange %q (%s, durable): %w", s.cfg.exchange, s.cfg.exchangeType, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return conn, nil
 }

@@ -255,3 +255,29 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestExchangeRefused: an exchange the sink cannot use fails Open (walcast
+// stops at start), naming it: one declared with another type, and a
+// missing one with declare_exchange = false.
+func TestExchangeRefused(t *testing.T) {
+	// A direct exchange under the name the sink declares as topic.
+	s := open(t, map[string]any{"url": rabbit.url(), "exchange": "other-type", "exchange_type": "direct"})
+	s.Close(ctx(t))
+	for _, c := range []struct {
+		cfg  map[string]any
+		want string
+	}{
+		{map[string]any{"url": rabbit.url(), "exchange": "other-type"}, `exchange "other-type" of another type than topic`},
+		{map[string]any{"url": rabbit.url(), "exchange": "never-declared", "declare_exchange": false}, `exchange "never-declared" does not exist`},
+	} {
+		s := New()
+		if err := s.Configure(ctx(t), pluginkit.Setup{Config: cfgJSON(t, c.cfg)}); err != nil {
+			t.Fatal(err)
+		}
+		_, err := s.Open(ctx(t))
+		if k, _ := pluginkit.KindOf(err); err == nil || k != pluginkit.KindPermanent || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Open with %v = %v (%s), want permanent saying %s", c.cfg, err, k, c.want)
+		}
+		s.Close(ctx(t))
+	}
+}
