@@ -78,10 +78,27 @@ func refuse(format string, args ...any) error { return &refusal{fmt.Errorf(forma
 // for an event the target cannot take as it is.
 func (s *Sink) resolveOne(ctx context.Context, e *pluginkit.Event) (*rowOp, error) {
 	name := s.cfg.targetOf(e.Schema + "." + e.Table)
-	newRow, oldRow, key := member(e, "new"), member(e, "old"), nullable(e.Key)
-	names, err := memberNames(newRow, oldRow, key)
+	newRow, oldRow, err := rows(e)
 	if err != nil {
 		return nil, refuse("read the event: %w", err)
+	}
+	key := nullable(e.Key)
+	// The new row's columns are the upsert's; the old row's and the key's
+	// must exist in the target too. Each JSON value is walked once: this
+	// is most of the sink's CPU.
+	newNames, err := memberNames(newRow)
+	if err != nil {
+		return nil, refuse("read the event: %w", err)
+	}
+	others, err := memberNames(oldRow, key)
+	if err != nil {
+		return nil, refuse("read the event: %w", err)
+	}
+	names := slices.Clip(newNames) // appending copies: newNames stays the new row's
+	for _, n := range others {
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
 	}
 	t, err := s.table(ctx, name)
 	if err != nil {
@@ -110,7 +127,7 @@ func (s *Sink) resolveOne(ctx context.Context, e *pluginkit.Event) (*rowOp, erro
 			return nil, err
 		}
 	}
-	return buildOp(t, e, newRow, oldRow, key)
+	return buildOp(t, e, newRow, oldRow, key, newNames)
 }
 
 // createFor creates the target table of e (create_tables) from its
@@ -149,8 +166,9 @@ func (s *Sink) widen(ctx context.Context, t *table, missing []string) (*table, e
 	return s.table(ctx, t.name)
 }
 
-// buildOp makes the op of an insert, update, read or delete.
-func buildOp(t *table, e *pluginkit.Event, newRow, oldRow, key []byte) (*rowOp, error) {
+// buildOp makes the op of an insert, update, read or delete; newNames
+// are the new row's members.
+func buildOp(t *table, e *pluginkit.Event, newRow, oldRow, key []byte, newNames []string) (*rowOp, error) {
 	op := &rowOp{t: t}
 	var err error
 	switch e.Op {
@@ -162,7 +180,7 @@ func buildOp(t *table, e *pluginkit.Event, newRow, oldRow, key []byte) (*rowOp, 
 		if op.upID, err = t.identity(newRow); err != nil {
 			return nil, err
 		}
-		op.cols, _ = memberNames(newRow)
+		op.cols = newNames
 		// An update that changes the key moves the row: the old key's
 		// row goes. old holds the old key (all of the row with
 		// REPLICA IDENTITY FULL).
@@ -348,10 +366,19 @@ func jsonArray(vals [][]byte) string {
 	return b.String()
 }
 
-// member is the envelope's member name, nil when absent or null.
-func member(e *pluginkit.Event, name string) []byte {
-	v, _ := e.Member(name)
-	return nullable(v)
+// rows reads the envelope's new and old rows (nil when absent or null)
+// in one walk over it.
+func rows(e *pluginkit.Event) (newRow, oldRow []byte, err error) {
+	err = cdc.EachMember(e.Payload, func(name, v []byte) error {
+		switch string(name) {
+		case "new":
+			newRow = nullable(v)
+		case "old":
+			oldRow = nullable(v)
+		}
+		return nil
+	})
+	return newRow, oldRow, err
 }
 
 func nullable(v []byte) []byte {
