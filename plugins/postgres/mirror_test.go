@@ -135,3 +135,31 @@ func TestCreateTablesFalse(t *testing.T) {
 	}
 	deliver(rowEvent(t, "narrow", 0x2000001, 0, 1, 1), "target table public.narrow has no column v", "ALTER TABLE public.narrow ADD COLUMN")
 }
+
+// TestGeneratedAndIdentityColumns: the target computes its generated
+// columns itself (a value the event carries for one is not written), and a
+// GENERATED ALWAYS identity key takes the source's value.
+func TestGeneratedAndIdentityColumns(t *testing.T) {
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	ctx := context.Background()
+	if _, err := db.Exec(ctx, `CREATE TABLE gen (id int GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v int, twice int GENERATED ALWAYS AS (v * 2) STORED)`); err != nil {
+		t.Fatal(err)
+	}
+	s := openSink(t, map[string]any{"dsn": dsn, "create_tables": false})
+	e := rowEvent(t, "gen", 0x3000000, 0, 41, 3)
+	e.Payload = []byte(strings.Replace(string(e.Payload), `"new":{"id":41,"v":3}`, `"new":{"id":41,"twice":99,"v":3}`, 1))
+	if !strings.Contains(string(e.Payload), `"twice":99`) {
+		t.Fatalf("payload %s", e.Payload)
+	}
+	if _, err := s.Deliver(ctx, pluginkit.Batch{Events: []pluginkit.Event{e}}); err != nil {
+		t.Fatal(err)
+	}
+	var id, v, twice int
+	if err := db.QueryRow(ctx, `SELECT id, v, twice FROM gen`).Scan(&id, &v, &twice); err != nil {
+		t.Fatal(err)
+	}
+	if id != 41 || v != 3 || twice != 6 {
+		t.Fatalf("row (%d, %d, %d), want (41, 3, 6)", id, v, twice)
+	}
+}
