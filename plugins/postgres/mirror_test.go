@@ -163,3 +163,60 @@ func TestGeneratedAndIdentityColumns(t *testing.T) {
 		t.Fatalf("row (%d, %d, %d), want (41, 3, 6)", id, v, twice)
 	}
 }
+
+// event is an event of public.<table> with the envelope's members given.
+func event(t testing.TB, table string, lsn uint64, op pluginkit.Op, key string, members map[string]any) pluginkit.Event {
+	t.Helper()
+	eid := pluginkit.EventID{CommitLSN: lsn}
+	env := map[string]any{"id": eid.String(), "commit_lsn": pluginkit.FormatLSN(lsn), "xid": 7, "commit_time": "2026-01-02T03:04:05.000000Z",
+		"schema": "public", "table": table, "op": string(op), "key": json.RawMessage(key), "new": nil, "old": nil}
+	for k, v := range members {
+		env[k] = v
+	}
+	payload, err := json.Marshal(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pluginkit.Event{ID: eid, Schema: "public", Table: table, Op: op, Key: []byte(key), Payload: payload}
+}
+
+// TestUnchangedAndTruncate: an update without a TOASTed column PostgreSQL
+// did not resend (listed in unchanged) leaves the target's value; a
+// truncate with restart_identity restarts the target's sequences.
+func TestUnchangedAndTruncate(t *testing.T) {
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	ctx := context.Background()
+	if _, err := db.Exec(ctx, `CREATE TABLE toasty (id int PRIMARY KEY, v int, big text, n serial)`); err != nil {
+		t.Fatal(err)
+	}
+	s := openSink(t, map[string]any{"dsn": dsn, "create_tables": false})
+	deliver := func(e pluginkit.Event) {
+		t.Helper()
+		if _, err := s.Deliver(ctx, pluginkit.Batch{Events: []pluginkit.Event{e}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	big := strings.Repeat("x", 5000)
+	deliver(event(t, "toasty", 0x4000000, pluginkit.OpInsert, `{"id":1}`, map[string]any{"new": map[string]any{"id": 1, "v": 1, "big": big, "n": 7}}))
+	deliver(event(t, "toasty", 0x4000001, pluginkit.OpUpdate, `{"id":1}`, map[string]any{"new": map[string]any{"id": 1, "v": 2, "n": 7}, "unchanged": []string{"big"}}))
+	var v int
+	var got string
+	if err := db.QueryRow(ctx, `SELECT v, big FROM toasty WHERE id = 1`).Scan(&v, &got); err != nil {
+		t.Fatal(err)
+	}
+	if v != 2 || got != big {
+		t.Fatalf("after an update leaving big unchanged: v %d, big %d bytes; want 2 and the %d bytes inserted", v, len(got), len(big))
+	}
+	if _, err := db.Exec(ctx, `SELECT setval('toasty_n_seq', 100)`); err != nil {
+		t.Fatal(err)
+	}
+	deliver(event(t, "toasty", 0x4000002, pluginkit.OpTruncate, `null`, map[string]any{"cascade": false, "restart_identity": true}))
+	var rows, next int
+	if err := db.QueryRow(ctx, `SELECT (SELECT count(*) FROM toasty), nextval('toasty_n_seq')`).Scan(&rows, &next); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 0 || next != 1 {
+		t.Fatalf("after TRUNCATE ... RESTART IDENTITY: %d rows, sequence at %d; want 0 and 1", rows, next)
+	}
+}
