@@ -151,6 +151,17 @@ func TestMessageProperties(t *testing.T) {
 		t.Errorf("message: mode %d id %q header %v key %q type %q content type %q body %s",
 			d.DeliveryMode, d.MessageId, d.Headers["walcast-id"], d.RoutingKey, d.Type, d.ContentType, d.Body)
 	}
+	if d.Headers["walcast-table"] != "public.orders" || d.Headers["walcast-op"] != "insert" || d.AppId != "walcast" {
+		t.Errorf("message: headers %v, app_id %q; want walcast-table public.orders, walcast-op insert, app_id walcast", d.Headers, d.AppId)
+	}
+	// A routing key pattern of the config.
+	s2 := open(t, map[string]any{"url": rabbit.url(), "exchange": "props", "routing_key": "cdc.{op}.{table}.{schema}"})
+	if _, err := s2.Deliver(ctx(t), pluginkit.Batch{Events: []pluginkit.Event{event("0/16B3749:0", "public", "orders", `{}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	if d := waitDeliveries(t, c, 2)[1]; d.RoutingKey != "cdc.insert.orders.public" {
+		t.Errorf("routing_key = \"cdc.{op}.{table}.{schema}\" gave %q", d.RoutingKey)
+	}
 }
 
 // TestLearnsBrokerLimit: with max_message_bytes above the broker's
