@@ -33,6 +33,7 @@ const maxMessageSize = 1 << 20
 type broker struct {
 	dir      string
 	port     int // AMQP
+	tlsPort  int // AMQP over TLS (tls_test.go)
 	epmdPort int
 	env      []string
 	cmd      *exec.Cmd
@@ -72,11 +73,11 @@ func startBroker() (*broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(3)
+	ports, err := freePorts(4)
 	if err != nil {
 		return nil, err
 	}
-	b := &broker{dir: dir, port: ports[0], epmdPort: ports[2]}
+	b := &broker{dir: dir, port: ports[0], epmdPort: ports[2], tlsPort: ports[3]}
 	for _, d := range []string{"home", "mnesia", "log"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
 			return nil, err
@@ -89,6 +90,11 @@ max_message_size = %d
 log.console = false
 log.file.level = info
 `, b.port, maxMessageSize)
+	tlsConf, err := writeTLSFiles(dir, b.tlsPort)
+	if err != nil {
+		return nil, fmt.Errorf("make the TLS listener's certificates: %w", err)
+	}
+	conf += tlsConf
 	if err := os.WriteFile(filepath.Join(dir, "rabbitmq.conf"), []byte(conf), 0o644); err != nil {
 		return nil, err
 	}
