@@ -91,7 +91,7 @@ func (s *Sink) publish(ctx context.Context, events []pluginkit.Event) (failed ma
 			failed[p.index] = pluginkit.Retryable(fmt.Errorf("event %s: the broker returned it (%d %s): no queue is bound to exchange %q for routing key %q; bind one (or set mandatory = false to let the broker drop such messages)",
 				e.ID, r.ReplyCode, r.ReplyText, s.cfg.exchange, r.RoutingKey))
 		case !p.dc.Acked():
-			failed[p.index] = pluginkit.Retryable(fmt.Errorf("event %s: the broker nacked it (an internal error of the queue it was routed to)", e.ID))
+			failed[p.index] = pluginkit.Retryable(fmt.Errorf("event %s: the broker nacked it: a queue it was routed to is full (x-max-length with x-overflow = reject-publish) or failed; make room in it", e.ID))
 		}
 	}
 	s.release(pc)

@@ -292,3 +292,45 @@ func TestExchangeRefused(t *testing.T) {
 		s.Close(ctx(t))
 	}
 }
+
+// TestNackedRetried: a queue full under x-overflow = reject-publish makes
+// the broker nack what is routed to it; those events fail alone,
+// retryable, naming the nack, and the ones the broker took are delivered.
+func TestNackedRetried(t *testing.T) {
+	conn, err := amqp.Dial(rabbit.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.ExchangeDeclare("nack", "topic", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	args := amqp.Table{"x-max-length": int32(2), "x-overflow": "reject-publish"}
+	if _, err := ch.QueueDeclare("q-nack", true, false, false, false, args); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind("q-nack", "#", "nack", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, map[string]any{"url": rabbit.url(), "exchange": "nack"})
+	var batch []pluginkit.Event
+	for i := range 4 {
+		batch = append(batch, event(fmt.Sprintf("0/B%d:0", i), "public", "orders", fmt.Sprintf(`{"n":%d}`, i)))
+	}
+	_, err = s.Deliver(ctx(t), pluginkit.Batch{Events: batch})
+	var be *pluginkit.BatchError
+	if !errors.As(err, &be) || len(be.Failed) != 2 || be.Failed[2] == nil || be.Failed[3] == nil {
+		t.Fatalf("Deliver into a queue with room for 2 = %v, want a BatchError naming events 2 and 3", err)
+	}
+	if k, _ := pluginkit.KindOf(be.Failed[2]); k != pluginkit.KindRetryable || !strings.Contains(be.Failed[2].Error(), "nacked") {
+		t.Errorf("event 2: %v (%s), want retryable naming the nack", be.Failed[2], k)
+	}
+	q, err := ch.QueueDeclarePassive("q-nack", true, false, false, false, args)
+	if err != nil || q.Messages != 2 {
+		t.Fatalf("queue holds %d messages (%v), want the 2 it took", q.Messages, err)
+	}
+}
