@@ -16,16 +16,14 @@ import (
 // checkpoint.
 func (s *Sink) prepareMirror(ctx context.Context) (pluginkit.EventID, error) {
 	ct := s.cfg.checkpointTable
-	for _, sql := range []string{
-		"CREATE SCHEMA IF NOT EXISTS " + quoteIdent(ct.schema),
-		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
+	if err := ensureSchema(ctx, s.pool, ct.schema); err != nil {
+		return pluginkit.EventID{}, fmt.Errorf("create checkpoint table %s: %w", ct, err)
+	}
+	if _, err := s.pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
 			key text PRIMARY KEY,
 			event_id text NOT NULL,
-			updated_at timestamptz NOT NULL DEFAULT now())`, ct.sql()),
-	} {
-		if _, err := s.pool.Exec(ctx, sql); err != nil {
-			return pluginkit.EventID{}, fmt.Errorf("create checkpoint table %s: %w", ct, err)
-		}
+			updated_at timestamptz NOT NULL DEFAULT now())`, ct.sql())); err != nil {
+		return pluginkit.EventID{}, fmt.Errorf("create checkpoint table %s: %w", ct, err)
 	}
 	if _, err := s.pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, event_id) VALUES ($1, '') ON CONFLICT (key) DO NOTHING`, ct.sql()), s.cfg.checkpointKey); err != nil {
 		return pluginkit.EventID{}, fmt.Errorf("create checkpoint row %q in %s: %w", s.cfg.checkpointKey, ct, err)

@@ -15,9 +15,10 @@ import (
 // often it is delivered, and ORDER BY lsn, idx is commit order (the id's
 // text does not sort that way).
 func createHistoryTable(ctx context.Context, q querier, name qname) error {
-	for _, sql := range []string{
-		"CREATE SCHEMA IF NOT EXISTS " + quoteIdent(name.schema),
-		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
+	if err := ensureSchema(ctx, q, name.schema); err != nil {
+		return fmt.Errorf("create history table %s: %w", name, err)
+	}
+	sql := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
 			lsn pg_lsn NOT NULL,
 			idx bigint NOT NULL,
 			id text NOT NULL,
@@ -32,11 +33,9 @@ func createHistoryTable(ctx context.Context, q querier, name qname) error {
 			unchanged text[],
 			"cascade" boolean,
 			restart_identity boolean,
-			PRIMARY KEY (lsn, idx))`, name.sql()),
-	} {
-		if _, err := q.Exec(ctx, sql); err != nil {
-			return fmt.Errorf("create history table %s: %w", name, err)
-		}
+			PRIMARY KEY (lsn, idx))`, name.sql())
+	if _, err := q.Exec(ctx, sql); err != nil {
+		return fmt.Errorf("create history table %s: %w", name, err)
 	}
 	return nil
 }

@@ -220,3 +220,45 @@ func TestUnchangedAndTruncate(t *testing.T) {
 		t.Fatalf("after TRUNCATE ... RESTART IDENTITY: %d rows, sequence at %d; want 0 and 1", rows, next)
 	}
 }
+
+// TestDocumentedGrants runs mirror mode as a role holding only what
+// docs/sinks.md lists: SELECT, INSERT, UPDATE, DELETE and TRUNCATE on the
+// target table, CREATE on the schema (for the checkpoint table).
+func TestDocumentedGrants(t *testing.T) {
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	ctx := context.Background()
+	role := fmt.Sprintf("mirror_writer_%d", time.Now().UnixNano()%1e9)
+	for _, sql := range []string{
+		`CREATE TABLE granted (id int PRIMARY KEY, v int)`,
+		`CREATE ROLE ` + role + ` LOGIN`,
+		`GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON granted TO ` + role,
+		`GRANT CREATE ON SCHEMA public TO ` + role,
+	} {
+		if _, err := db.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	asRole := strings.Replace(dsn, "postgres://postgres@", "postgres://"+role+"@", 1)
+	if asRole == dsn {
+		t.Fatalf("cannot set the user in %s", dsn)
+	}
+	s := openSink(t, map[string]any{"dsn": asRole, "create_tables": false})
+	batch := []pluginkit.Event{
+		rowEvent(t, "granted", 0x6000000, 0, 1, 1),
+		rowEvent(t, "granted", 0x6000000, 1, 2, 1),
+		event(t, "granted", 0x6000001, pluginkit.OpUpdate, `{"id":1}`, map[string]any{"new": map[string]int{"id": 1, "v": 5}}),
+		event(t, "granted", 0x6000002, pluginkit.OpDelete, `{"id":2}`, map[string]any{"old": map[string]int{"id": 2}}),
+	}
+	batch[2].ID.Index, batch[3].ID.Index = 0, 0
+	if _, err := s.Deliver(ctx, pluginkit.Batch{Events: batch}); err != nil {
+		t.Fatal(err)
+	}
+	var n, v int
+	if err := db.QueryRow(ctx, `SELECT count(*), max(v) FROM granted`).Scan(&n, &v); err != nil || n != 1 || v != 5 {
+		t.Fatalf("granted holds %d rows, v %d (%v); want 1 row, v 5", n, v, err)
+	}
+	if _, err := s.Deliver(ctx, pluginkit.Batch{Events: []pluginkit.Event{event(t, "granted", 0x6000003, pluginkit.OpTruncate, `null`, nil)}}); err != nil {
+		t.Fatal(err)
+	}
+}

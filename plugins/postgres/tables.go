@@ -113,11 +113,28 @@ func createTable(ctx context.Context, q querier, name qname, cols, pk []string) 
 		b.WriteString(quoteIdent(c))
 	}
 	b.WriteString("))")
-	if _, err := q.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+quoteIdent(name.schema)); err != nil {
-		return fmt.Errorf("create schema %s: %w", name.schema, err)
+	if err := ensureSchema(ctx, q, name.schema); err != nil {
+		return err
 	}
 	if _, err := q.Exec(ctx, b.String()); err != nil {
 		return fmt.Errorf("create table %s: %w", name, err)
+	}
+	return nil
+}
+
+// ensureSchema creates the schema when it does not exist. It looks first:
+// CREATE SCHEMA IF NOT EXISTS wants CREATE on the database even when the
+// schema is there, a privilege the sink's role need not have.
+func ensureSchema(ctx context.Context, q querier, schema string) error {
+	var exists bool
+	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)`, schema).Scan(&exists); err != nil {
+		return fmt.Errorf("look for schema %s: %w", schema, err)
+	}
+	if exists {
+		return nil
+	}
+	if _, err := q.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+quoteIdent(schema)); err != nil {
+		return fmt.Errorf("create schema %s: %w", schema, err)
 	}
 	return nil
 }
