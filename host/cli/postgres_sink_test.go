@@ -309,7 +309,6 @@ func TestPostgresSinkCrashLoop(t *testing.T) {
 	r := rand.New(rand.NewPCG(seed, 7))
 	wdb := connect(t, dsn)
 	proc := startWalcast(t, pipeline)
-	logs := []*walcastProc{proc}
 	waitSlot(t, db, "walcast_"+name)
 	const changes = 12000
 	workDone := make(chan error, 1)
@@ -320,37 +319,16 @@ func TestPostgresSinkCrashLoop(t *testing.T) {
 		workDone <- err
 	}()
 
-	kills := pgtest.Chaos(t, 5)
-	var workEnd uint64
 	ahead := 0 // kills after which the target held changes walcast had no ack for
-	for kill := 1; kill <= kills; kill++ {
-		target := queryInt(t, tg.db, `SELECT count(*) FROM applied`) + 1 + r.IntN(changes/(kills+1))
-		drained := false
-		waitFor(t, "rows applied before kill", 2*time.Minute, func() bool {
-			if worked.Load() && workEnd == 0 {
-				workEnd = lsnQuery(t, db, `SELECT pg_current_wal_lsn()::text`)
-			}
-			drained = workEnd != 0 && confirmedFlush(t, db, "walcast_"+name) >= workEnd
-			return queryInt(t, tg.db, `SELECT count(*) FROM applied`) >= target || drained
-		})
-		if drained {
-			if kill <= 2 {
-				t.Fatalf("the workload was applied whole after %d kills; the loop needs at least 2 mid-stream", kill-1)
-			}
-			t.Logf("workload applied whole after %d kills; skipping the rest", kill-1)
-			break
-		}
-		time.Sleep(time.Duration(r.IntN(200)) * time.Millisecond)
-		proc.kill()
-		line := fmt.Sprintf("kill %d: walcast SIGKILLed at %d row writes in the target", kill, queryInt(t, tg.db, `SELECT count(*) FROM applied`))
+	applied := func() int { return queryInt(t, tg.db, `SELECT count(*) FROM applied`) }
+	proc, logs := crashLoop(t, db, name, pipeline, proc, r, changes, &worked, applied, func(kill int) {
+		line := fmt.Sprintf("kill %d: walcast SIGKILLed at %d row writes in the target", kill, applied())
 		if host, target := pgCheckpoints(t, db, tg); target.Compare(host) > 0 {
 			ahead++
 			line += fmt.Sprintf("; the target's checkpoint %s is ahead of walcast.checkpoints %s: applied, ack not recorded", target, host)
 		}
 		t.Log(line)
-		proc = startWalcast(t, pipeline)
-		logs = append(logs, proc)
-	}
+	})
 	if err := <-workDone; err != nil {
 		t.Fatal(err)
 	}
@@ -381,6 +359,45 @@ func TestPostgresSinkCrashLoop(t *testing.T) {
 	waitFor(t, "slot to confirm the backfill", 3*time.Minute, func() bool { return confirmedFlush(t, db, "walcast_"+name) >= end })
 	checkSameRows(t, dsn, tg, "public.items")
 	proc.stop()
+}
+
+// crashLoop SIGKILLs walcast pgtest.Chaos(t, 5) times while the
+// workload runs, each time once a random share of its changes more has
+// arrived (progress counts what arrived), and starts it again; onKill
+// reports on each kill. It stops early once the slot confirmed the whole
+// workload (worked says the writers are done), failing when that came
+// before the third kill. It returns the last process and every process
+// started, the first included.
+func crashLoop(t *testing.T, db *pgx.Conn, name, pipeline string, proc *walcastProc, r *rand.Rand, changes int,
+	worked *atomic.Bool, progress func() int, onKill func(kill int)) (*walcastProc, []*walcastProc) {
+	t.Helper()
+	all := []*walcastProc{proc}
+	kills := pgtest.Chaos(t, 5)
+	var workEnd uint64
+	for kill := 1; kill <= kills; kill++ {
+		target := progress() + 1 + r.IntN(changes/(kills+1))
+		drained := false
+		waitFor(t, "changes to arrive before kill", 2*time.Minute, func() bool {
+			if worked.Load() && workEnd == 0 {
+				workEnd = lsnQuery(t, db, `SELECT pg_current_wal_lsn()::text`)
+			}
+			drained = workEnd != 0 && confirmedFlush(t, db, "walcast_"+name) >= workEnd
+			return progress() >= target || drained
+		})
+		if drained {
+			if kill <= 2 {
+				t.Fatalf("the workload arrived whole after %d kills; the loop needs at least 2 mid-stream", kill-1)
+			}
+			t.Logf("workload arrived whole after %d kills; skipping the rest", kill-1)
+			break
+		}
+		time.Sleep(time.Duration(r.IntN(200)) * time.Millisecond)
+		proc.kill()
+		onKill(kill)
+		proc = startWalcast(t, pipeline)
+		all = append(all, proc)
+	}
+	return proc, all
 }
 
 // reconnect replaces the test's connection to the target, after the

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walcast/walcast/host/pgtest"
 	"github.com/walcast/walcast/pluginkit"
 )
 
@@ -106,30 +105,9 @@ func rabbitCrashLoop(t *testing.T, b *rabbitBroker) {
 		worked.Store(true)
 		workDone <- err
 	}()
-	kills := pgtest.Chaos(t, 5)
-	var workEnd uint64
-	for kill := 1; kill <= kills; kill++ {
-		target := depth() + 1 + r.IntN(changes/(kills+1))
-		drained := false
-		waitFor(t, "messages before kill", 2*time.Minute, func() bool {
-			if worked.Load() && workEnd == 0 {
-				workEnd = lsnQuery(t, db, `SELECT pg_current_wal_lsn()::text`)
-			}
-			drained = workEnd != 0 && confirmedFlush(t, db, "walcast_"+name) >= workEnd
-			return depth() >= target || drained
-		})
-		if drained {
-			if kill <= 2 {
-				t.Fatalf("the workload was delivered whole after %d kills; the loop needs at least 2 mid-stream", kill-1)
-			}
-			t.Logf("workload delivered whole after %d kills; skipping the rest", kill-1)
-			break
-		}
-		time.Sleep(time.Duration(r.IntN(200)) * time.Millisecond)
-		proc.kill()
+	proc, _ = crashLoop(t, db, name, pipeline, proc, r, changes, &worked, depth, func(kill int) {
 		t.Logf("kill %d: walcast SIGKILLed at %d messages in the queue", kill, depth())
-		proc = startWalcast(t, pipeline)
-	}
+	})
 	if err := <-workDone; err != nil {
 		t.Fatal(err)
 	}
