@@ -519,3 +519,41 @@ func TestPostgresSinkAuthRefused(t *testing.T) {
 		t.Errorf("the refused start left %d slots", n)
 	}
 }
+
+// TestPostgresRabbitMQValidate: walcast validate checks both sinks'
+// config blocks with their plugins, pointing at the attribute
+// (FILE:LINE:COL) with what is wrong, without contacting any server.
+func TestPostgresRabbitMQValidate(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "bad.hcl")
+	src := `pipeline = "v"
+source "postgres" {
+  dsn    = "postgres://walcast@db/shop"
+  tables = ["public.orders", "public.items"]
+}
+sink "postgres" "mirror" {
+  config {
+    dsn    = "postgres://walcast@db2/shop"
+    tables = { "public.orders" = "public.items" }
+    mode   = "audit"
+  }
+}
+sink "rabbitmq" "events" {
+  config {
+    url         = "amqp://walcast@rabbit/"
+    routing_key = "{schema}.{tabel}"
+  }
+}
+`
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := walcastCmd(t, "validate", file, "--plugin-dir", binDir)
+	out := stdout + stderr
+	if code == 0 {
+		t.Fatalf("walcast validate accepted:\n%s", out)
+	}
+	wantAll(t, out,
+		`bad.hcl:10:14: error: Invalid config for sink "mirror": mode: "audit": want "mirror" or "history"`,
+		`tables public.orders and public.items would both be mirrored into public.items`,
+		`bad.hcl:16:19: error: Invalid config for sink "events": routing_key: "{schema}.{tabel}": unknown placeholder {tabel}`)
+}
