@@ -78,11 +78,14 @@ chaos: tools build
 #     zstd (Debian)            over the S3 API, and its .jsonl.zst objects
 #   hyparquet (npm package,    the s3 sink's Parquet objects, read by a
 #     into .tools/npm)         reader that shares no code with parquet-go
+#   rabbitmq-server (Debian)   the broker the rabbitmq sink's tests start
+#   python3-pika (Debian)      an AMQP client nobody here wrote, draining
+#                              what the rabbitmq sink published
 # CI starts from a fresh machine, so `make test` runs this first. Each step
 # is skipped when its client is already there; installing needs root or
 # password-less sudo (the tests say what is missing otherwise).
-APT_TOOLS   := kcat:kcat chromium:chromium promtool:prometheus node:nodejs npm:npm systemd-analyze:systemd zstd:zstd
-PY_TOOLS    := grpc:python3-grpcio grpc_tools:python3-grpc-tools cryptography:python3-cryptography jsonschema:python3-jsonschema boto3:python3-boto3
+APT_TOOLS   := kcat:kcat chromium:chromium promtool:prometheus node:nodejs npm:npm systemd-analyze:systemd zstd:zstd rabbitmq-server:rabbitmq-server
+PY_TOOLS    := grpc:python3-grpcio grpc_tools:python3-grpc-tools cryptography:python3-cryptography jsonschema:python3-jsonschema boto3:python3-boto3 pika:python3-pika
 NPM_TOOLS   := standardwebhooks@1.1.1 hyparquet@1.33.0
 NPM_DIR     := .tools/npm
 tools:

@@ -35,7 +35,7 @@ const (
 )
 
 // AllPaths lists every path.
-var AllPaths = []string{PathRecvlogical, PathLibrary, PathStdout, PathWebhook100, PathWebhook1000, PathKafka, PathS3JSONL, PathS3Parquet, PathBackfill, PathIsolate}
+var AllPaths = []string{PathRecvlogical, PathLibrary, PathStdout, PathWebhook100, PathWebhook1000, PathKafka, PathPostgresMirror, PathS3JSONL, PathS3Parquet, PathBackfill, PathIsolate}
 
 // Config says what to run. Zero values take the issue's sizes.
 type Config struct {
@@ -143,6 +143,9 @@ type Drain struct {
 	EventsPerDeliver float64      `json:"events_per_deliver,omitempty"`
 	Events           int64        `json:"events,omitempty"`   // as counted by the receiver, when it counts
 	Backfill         *BackfillRun `json:"backfill,omitempty"` // the backfill path's own figures
+	// TargetCPU is the destination server's CPU seconds, where the path
+	// can tell them apart (the postgres mirror's target backends).
+	TargetCPU float64 `json:"target_cpu_seconds,omitempty"`
 }
 
 // PathResult is a path's runs and their medians.
@@ -541,6 +544,7 @@ func median(runs []Drain) Drain {
 		SenderCPU:        pick(func(r Drain) float64 { return r.SenderCPU }),
 		SenderShare:      pick(func(r Drain) float64 { return r.SenderShare }),
 		EventsPerDeliver: pick(func(r Drain) float64 { return r.EventsPerDeliver }),
+		TargetCPU:        pick(func(r Drain) float64 { return r.TargetCPU }),
 	}
 }
 
@@ -586,6 +590,9 @@ func (r *Results) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "| %s | %.0f | %.2f | %.0f | %s | %.1f | %s | %.2f | %.0f%% | %s |\n", p.Name, m.ChangesPerSec, p.Ratio, m.HostRSSMiB,
 			dash(m.PluginRSSMiB, "%.0f"), m.HostCPU, dash(m.PluginCPU, "%.1f"), m.CPUPerChange, 100*m.SenderShare,
 			dash(m.EventsPerDeliver, "%.0f"))
+	}
+	for _, p := range r.Paths {
+		fmt.Fprint(w, targetNote(p))
 	}
 	if l := r.Latency; l != nil {
 		fmt.Fprintf(w, "\nlatency (commit → webhook receiver) at %d changes/s for %.0fs, %d events: p50 %.1f ms, p99 %.1f ms, max %.1f ms\n",

@@ -91,6 +91,18 @@ func (e *env) drain(ctx context.Context, p, slot string, run int) (Drain, error)
 			format = "parquet"
 		}
 		d.sink = s3Sink(url, format)
+	case PathPostgresMirror:
+		finish, cleanup, err := e.postgresMirror(ctx, &d, run)
+		if err != nil {
+			return Drain{}, err
+		}
+		defer cleanup()
+		r, err := e.runDaemon(ctx, poll, d)
+		if err != nil {
+			return r, err
+		}
+		r.TargetCPU, err = finish(ctx)
+		return r, err
 	}
 	return e.runDaemon(ctx, poll, d)
 }
