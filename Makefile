@@ -139,7 +139,7 @@ kafka:
 DEMO_PORT ?=
 demo: build
 	$(GO) build -o $(BIN)/walcast-demo ./cmd/walcast-demo
-	$(BIN)/walcast-demo --bin $(BIN) $(if $(DEMO_PORT),--port $(DEMO_PORT))
+	$(BIN)/walcast-demo --bin $(BIN) $(if $(DEMO_PORT),--port $(DEMO_PORT)) $(if $(DEMO_SINK),--sink $(DEMO_SINK))
 
 # bench runs the benchmark of docs/benchmarks.md (a private PostgreSQL, the
 # workload in fresh slots, each path drains one, 3 runs, medians) and writes
