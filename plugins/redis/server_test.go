@@ -111,6 +111,7 @@ func (s *redisServer) restart() { s.stop(); s.start() }
 // is called.
 func (s *redisServer) pause() func() {
 	s.cmd.Process.Signal(syscall.SIGSTOP)
+	waitStopped(s.t, s.cmd.Process.Pid)
 	return func() {
 		if s.cmd != nil {
 			s.cmd.Process.Signal(syscall.SIGCONT)
@@ -161,4 +162,22 @@ func ids(es []map[string]any) []string {
 		out[i] = fmt.Sprint(e["id"])
 	}
 	return out
+}
+
+// waitStopped waits until a SIGSTOP took effect: kill returns before the
+// process stops, and a server can still answer a request meanwhile.
+func waitStopped(t testing.TB, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		s := string(b)
+		if i := strings.LastIndexByte(s, ')'); err == nil && i >= 0 && strings.HasPrefix(s[i+1:], " T") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d did not stop within 10s of SIGSTOP", pid)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
