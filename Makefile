@@ -70,10 +70,14 @@ chaos: tools build
 #     python3-grpc-tools,      language that walcast plugin test and a
 #     python3-cryptography     pipeline run (stubs generated from the .proto
 #     (Debian)                 at build time, never committed)
+#   nats-server (Debian)       the JetStream server the nats sink's tests start
+#   redis-server, redis-cli    the Redis the redis sink's tests start, and the
+#     (Debian redis-server,    independent client that reads its streams back
+#     redis-tools)
 # CI starts from a fresh machine, so `make test` runs this first. Each step
 # is skipped when its client is already there; installing needs root or
 # password-less sudo (the tests say what is missing otherwise).
-APT_TOOLS   := kcat:kcat chromium:chromium promtool:prometheus node:nodejs npm:npm
+APT_TOOLS   := kcat:kcat chromium:chromium promtool:prometheus node:nodejs npm:npm nats-server:nats-server redis-server:redis-server redis-cli:redis-tools
 PY_TOOLS    := grpc:python3-grpcio grpc_tools:python3-grpc-tools cryptography:python3-cryptography
 NPM_TOOLS   := standardwebhooks@1.1.1
 NPM_DIR     := .tools/npm
