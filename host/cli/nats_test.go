@@ -184,3 +184,47 @@ func TestNATSCrashLoopExactlyOnce(t *testing.T) {
 	t.Logf("%d changes, %d walcast SIGKILLs and a nats-server SIGKILL; the stream dropped %d redelivered events as duplicates; natsread read each change once, in %s",
 		len(res.want), pgtest.Chaos(t, 5), sumLogged(res.logs, natsDropped), time.Since(start).Round(time.Second))
 }
+
+// TestNATSServerDownAtStart: walcast starts while nats-server is down;
+// deliveries fail (retried, naming the servers) until it is up, then the
+// stream is created and every change lands once.
+func TestNATSServerDownAtStart(t *testing.T) {
+	srv := startNATSServer(t, "")
+	srv.stop(syscall.SIGKILL)
+	var js jetstream.JetStream
+	want := downAtStart(t, "ndown", sinkSpec{ID: "nats", SinkType: "nats", Batch: 20, Config: natsConfig("nats://" + srv.addr)},
+		"NATS unreachable at start", func() { srv.start(); js = natsClient(t, srv) }, func() int { return natsCount(js, "WALCAST") })
+	if dups := verify(t, want, readNATS(t, srv, "WALCAST")); dups != 0 {
+		t.Fatalf("%d duplicates", dups)
+	}
+}
+
+// TestNATSAuthRefused: credentials the server refuses stop walcast at
+// start, naming the user and what to check, never the password.
+func TestNATSAuthRefused(t *testing.T) {
+	srv := startNATSServer(t, `authorization { users = [ { user: "walcast", password: "right-one" } ] }`)
+	refusedAtStart(t, "nauth", sinkSpec{ID: "nats", SinkType: "nats", Config: natsConfig("nats://"+srv.addr, `username = "walcast"`, `password = "wrong-one"`)}, "wrong-one",
+		`NATS refused authentication (as user "walcast")`, "check username and password")
+}
+
+// TestNATSWindowTooShort: a stream whose duplicate window is shorter than
+// min_duplicate_window stops walcast at start, saying what to change.
+func TestNATSWindowTooShort(t *testing.T) {
+	srv := startNATSServer(t, "")
+	js := natsClient(t, srv)
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "WALCAST", Subjects: []string{"walcast.>"}, Duplicates: 20 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	refusedAtStart(t, "nwindow", sinkSpec{ID: "nats", SinkType: "nats", Config: natsConfig("nats://" + srv.addr)}, "\x00",
+		"stream WALCAST keeps message ids for 20s", "less than min_duplicate_window (2m0s)", "nats stream edit WALCAST --dupe-window 2m0s")
+}
+
+// TestNATSTooLargeParked: an event larger than the server's max_payload
+// is parked at once, naming the limit; the rest is stored once.
+func TestNATSTooLargeParked(t *testing.T) {
+	srv := startNATSServer(t, "max_payload: 65536")
+	want := tooLargeParked(t, "nlarge", sinkSpec{ID: "nats", SinkType: "nats", Config: natsConfig("nats://" + srv.addr)}, 100<<10, "max_payload")
+	if dups := verify(t, want, readNATS(t, srv, "WALCAST")); dups != 0 {
+		t.Fatalf("%d duplicates", dups)
+	}
+}

@@ -138,3 +138,37 @@ func TestRedisCrashLoopExactlyOnce(t *testing.T) {
 	t.Logf("%d changes, %d walcast SIGKILLs (%d with Redis ahead of walcast.checkpoints) and a redis-server SIGKILL; %d redelivered events filtered by the sink; redis-cli read each change once, in commit order, in %s",
 		len(res.want), pgtest.Chaos(t, 5), ahead, sumLogged(res.logs, redisSkipped), time.Since(start).Round(time.Second))
 }
+
+// TestRedisServerDownAtStart: walcast starts while redis-server is down;
+// deliveries fail (retried, naming the address) until it is up, then
+// every change lands once.
+func TestRedisServerDownAtStart(t *testing.T) {
+	srv := startRedisServer(t)
+	srv.stop(syscall.SIGKILL)
+	c := redis.NewClient(&redis.Options{Addr: srv.addr, Protocol: 2, DisableIdentity: true})
+	t.Cleanup(func() { c.Close() })
+	want := downAtStart(t, "rdown", sinkSpec{ID: "redis", SinkType: "redis", Batch: 20, Config: redisConfig(srv.addr)},
+		"redis unreachable at start", srv.start, func() int { return redisLen(c, redisItems) })
+	if dups := verify(t, want, readRedisStream(t, srv, redisItems)); dups != 0 {
+		t.Fatalf("%d duplicates", dups)
+	}
+}
+
+// TestRedisAuthRefused: a password the server refuses stops walcast at
+// start, naming the user and what to check, never the password.
+func TestRedisAuthRefused(t *testing.T) {
+	srv := startRedisServer(t, "--requirepass", "right-one")
+	refusedAtStart(t, "rauth", sinkSpec{ID: "redis", SinkType: "redis", Config: redisConfig(srv.addr, `password = "wrong-one"`)}, "wrong-one",
+		`refused authentication as user "default"`, "check username and password")
+}
+
+// TestRedisTooLargeParked: an event larger than the server's
+// proto-max-bulk-len is parked at once, naming the limit; the rest is
+// written once.
+func TestRedisTooLargeParked(t *testing.T) {
+	srv := startRedisServer(t, "--proto-max-bulk-len", "1mb")
+	want := tooLargeParked(t, "rlarge", sinkSpec{ID: "redis", SinkType: "redis", Config: redisConfig(srv.addr)}, 2<<20, "proto-max-bulk-len")
+	if dups := verify(t, want, readRedisStream(t, srv, redisItems)); dups != 0 {
+		t.Fatalf("%d duplicates", dups)
+	}
+}

@@ -412,3 +412,83 @@ func idOrZero(s string) pluginkit.EventID {
 	id, _ := pluginkit.ParseEventID(s)
 	return id
 }
+
+// ---- broken servers ---------------------------------------------------------
+
+// downAtStart runs a pipeline whose sink's server is down when walcast
+// starts: walcast must keep running (logging warn), take rows committed
+// meanwhile, and deliver them once start brings the server up. It
+// returns the rows' truth.
+func downAtStart(t *testing.T, name string, sink sinkSpec, warn string, start func(), count func() int) []change {
+	t.Helper()
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	truthSlot(t, dsn, db, "truth_"+name)
+	// The server may stay down longer than the default five attempts.
+	sink.Extra += "    max_attempts = 1000\n"
+	pipeline := writePipeline(t, name, dsn, []string{"public.items"}, sink)
+	proc := startCapturing(t, db, pipeline)
+	proc.waitLog(t, warn)
+	exec1(t, db, `INSERT INTO items SELECT g, g, 'x' FROM generate_series(1, 5) g`)
+	exec1(t, db, `UPDATE items SET id = 10 WHERE id = 5`)
+	exec1(t, db, `TRUNCATE items`)
+	end := lsnQuery(t, db, `SELECT pg_current_wal_lsn()::text`)
+	time.Sleep(500 * time.Millisecond) // a few failed attempts first (a pause, not a wait for an event)
+	start()
+	waitFor(t, "the slot to confirm every change", time.Minute, func() bool { return confirmedFlush(t, db, "walcast_"+name) >= end })
+	proc.stop()
+	if n := parkedCount(db, name); n != 0 {
+		t.Fatalf("%d events parked while the server was down", n)
+	}
+	if n := count(); n != 7 {
+		t.Fatalf("the destination holds %d events, want 7", n)
+	}
+	return truthKeyed(t, db, "truth_"+name, map[string]bool{"public.items": true})
+}
+
+// refusedAtStart runs a pipeline whose sink's server refuses its
+// credentials: walcast must exit 1 at start with what to check, and
+// without the secret in its output.
+func refusedAtStart(t *testing.T, name string, sink sinkSpec, secret string, want ...string) {
+	t.Helper()
+	dsn, _ := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	out := runOnce(t, writePipeline(t, name, dsn, []string{"public.items"}, sink))
+	wantAll(t, out, want...)
+	if strings.Contains(out, secret) {
+		t.Errorf("walcast's output shows the credential %q:\n%s", secret, out)
+	}
+}
+
+// tooLargeParked commits rows, one of them larger than the sink's server
+// takes: that event is parked at once (permanent, one attempt) with an
+// error naming limit, and every other change is delivered; it returns the
+// truth without the parked change.
+func tooLargeParked(t *testing.T, name string, sink sinkSpec, pad int, limit string) []change {
+	t.Helper()
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	truthSlot(t, dsn, db, "truth_"+name)
+	pipeline := writePipeline(t, name, dsn, []string{"public.items"}, sink)
+	proc := startCapturing(t, db, pipeline)
+	exec1(t, db, `INSERT INTO items SELECT g, g, 'x' FROM generate_series(1, 5) g`)
+	exec1(t, db, fmt.Sprintf(`UPDATE items SET pad = repeat('y', %d) WHERE id = 3`, pad))
+	exec1(t, db, `UPDATE items SET v = v + 1 WHERE id <> 3`)
+	end := lsnQuery(t, db, `SELECT pg_current_wal_lsn()::text`)
+	waitFor(t, "the large event to be parked", time.Minute, func() bool { return parkedCount(db, name) == 1 })
+	waitFor(t, "the slot to move past it", time.Minute, func() bool { return confirmedFlush(t, db, "walcast_"+name) >= end })
+	proc.stop()
+	errs := parkedErrors(t, db, name)[sink.ID]
+	if len(errs) != 1 || !strings.Contains(errs[0], limit) || !strings.Contains(errs[0], "bytes") {
+		t.Fatalf("parked errors %q, want one naming %s and the size", errs, limit)
+	}
+	var attempts int
+	db.QueryRow(context.Background(), `SELECT attempts FROM walcast.parked WHERE pipeline = $1`, name).Scan(&attempts)
+	if attempts != 1 {
+		t.Errorf("the large event was tried %d times; a permanent refusal parks it at once", attempts)
+	}
+	var out []change
+	for _, c := range truthKeyed(t, db, "truth_"+name, map[string]bool{"public.items": true}) {
+		if !(c.Op == "update" && c.Key == `{"id":3}`) { // the large one: row 3's only update
+			out = append(out, c)
+		}
+	}
+	return out
+}
