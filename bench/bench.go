@@ -27,13 +27,15 @@ const (
 	PathWebhook100  = "daemon-webhook-100"
 	PathWebhook1000 = "daemon-webhook-1000"
 	PathKafka       = "daemon-kafka-eos"
-	PathBackfill    = "backfill" // bench/backfill.go
+	PathNATS        = "daemon-nats"  // bench/destinations.go
+	PathRedis       = "daemon-redis" // bench/destinations.go
+	PathBackfill    = "backfill"     // bench/backfill.go
 	// PathIsolate is the isolation figures (isolate.go), not a drain.
 	PathIsolate = "isolate"
 )
 
 // AllPaths lists every path.
-var AllPaths = []string{PathRecvlogical, PathLibrary, PathStdout, PathWebhook100, PathWebhook1000, PathKafka, PathBackfill, PathIsolate}
+var AllPaths = []string{PathRecvlogical, PathLibrary, PathStdout, PathWebhook100, PathWebhook1000, PathKafka, PathNATS, PathRedis, PathBackfill, PathIsolate}
 
 // Config says what to run. Zero values take the issue's sizes.
 type Config struct {
@@ -141,6 +143,11 @@ type Drain struct {
 	EventsPerDeliver float64      `json:"events_per_deliver,omitempty"`
 	Events           int64        `json:"events,omitempty"`   // as counted by the receiver, when it counts
 	Backfill         *BackfillRun `json:"backfill,omitempty"` // the backfill path's own figures
+	// ServerCPU is the CPU the destination server used (nats-server,
+	// redis-server: started for the run), ServerCPUPerChange that per
+	// change in µs; not part of CPUPerChange.
+	ServerCPU          float64 `json:"server_cpu_seconds,omitempty"`
+	ServerCPUPerChange float64 `json:"server_cpu_us_per_change,omitempty"`
 }
 
 // PathResult is a path's runs and their medians.
@@ -539,6 +546,9 @@ func median(runs []Drain) Drain {
 		SenderCPU:        pick(func(r Drain) float64 { return r.SenderCPU }),
 		SenderShare:      pick(func(r Drain) float64 { return r.SenderShare }),
 		EventsPerDeliver: pick(func(r Drain) float64 { return r.EventsPerDeliver }),
+
+		ServerCPU:          pick(func(r Drain) float64 { return r.ServerCPU }),
+		ServerCPUPerChange: pick(func(r Drain) float64 { return r.ServerCPUPerChange }),
 	}
 }
 
@@ -584,6 +594,11 @@ func (r *Results) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "| %s | %.0f | %.2f | %.0f | %s | %.1f | %s | %.2f | %.0f%% | %s |\n", p.Name, m.ChangesPerSec, p.Ratio, m.HostRSSMiB,
 			dash(m.PluginRSSMiB, "%.0f"), m.HostCPU, dash(m.PluginCPU, "%.1f"), m.CPUPerChange, 100*m.SenderShare,
 			dash(m.EventsPerDeliver, "%.0f"))
+	}
+	for _, p := range r.Paths {
+		if m := p.Median; m.ServerCPU > 0 {
+			fmt.Fprintf(w, "\n%s: the destination server used %.1f s of CPU, %.2f µs/change (not in the table's µs/change)\n", p.Name, m.ServerCPU, m.ServerCPUPerChange)
+		}
 	}
 	if l := r.Latency; l != nil {
 		fmt.Fprintf(w, "\nlatency (commit → webhook receiver) at %d changes/s for %.0fs, %d events: p50 %.1f ms, p99 %.1f ms, max %.1f ms\n",
