@@ -17,7 +17,7 @@ import (
 
 // The isolation figures (path "isolate"): a slow or failing durable sink
 // is detached onto a catch-up slot of its own, so the other sinks of its
-// pipeline keep their pace (README, "Sinks that fall behind").
+// pipeline keep their pace (docs/slow-sinks.md).
 //
 //   - Drain: IsolateConfig.Changes changes wait in a slot; the daemon
 //     drains them with a stdout sink alone, then with the stdout sink next

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"go/parser"
 	"go/token"
+	"io/fs"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -29,10 +31,25 @@ type block struct {
 	line             int
 }
 
+// docFiles returns README.md and every Markdown page under docs/.
+func docFiles(t *testing.T) []string {
+	t.Helper()
+	files := []string{"../../README.md"}
+	err := filepath.WalkDir("../../docs", func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".md") {
+			files = append(files, path)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
 func docBlocks(t *testing.T) []block {
 	t.Helper()
-	files, _ := filepath.Glob("../../docs/*.md")
-	files = append(files, "../../README.md")
+	files := docFiles(t)
 	var out []block
 	for _, f := range files {
 		data, err := os.ReadFile(f)
@@ -185,10 +202,21 @@ func TestGettingStarted(t *testing.T) {
 
 // TestDocSnippets checks the other snippets: every pipeline or sink block
 // passes walcast validate with the real plugins, every walcast command
-// line names a real command and real flags, every JSON example parses, and
-// every Go example is valid Go.
+// line names a real command and real flags, every other shell command a
+// make target, go package or script that exists, every JSON example
+// parses, every Go example is valid Go and every JavaScript one valid
+// JavaScript. A block of another kind must be run by a test named in
+// runElsewhere.
 func TestDocSnippets(t *testing.T) {
 	blocks := docBlocks(t)
+	makefile, err := os.ReadFile(filepath.Join(repoRoot(t), "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets := map[string]bool{}
+	for _, m := range makeTarget.FindAllStringSubmatch(string(makefile), -1) {
+		targets[m[1]] = true
+	}
 	n := 0
 	for _, b := range blocks {
 		if b.file == "getting-started.md" {
@@ -223,17 +251,167 @@ func TestDocSnippets(t *testing.T) {
 			if _, err := parser.ParseFile(token.NewFileSet(), name, src, parser.AllErrors); err != nil {
 				t.Errorf("%s: not valid Go: %v", name, err)
 			}
-		case "sh", "":
+		case "sh", "sh release":
+			for _, l := range shellLines(b.text) {
+				n++
+				checkShellLine(t, name, l, targets)
+			}
+		case "", "text":
+			// Output and diagrams; a command shown in one is checked.
 			for _, l := range strings.Split(b.text, "\n") {
-				if l = strings.TrimSpace(l); strings.HasPrefix(l, "walcast ") {
+				l = strings.TrimPrefix(strings.TrimSpace(l), "$ ")
+				if f := strings.Fields(l); len(f) > 1 && f[0] == "walcast" && !strings.HasSuffix(f[1], ":") { // not "walcast run: <error>"
 					n++
 					checkCommandLine(t, name, l)
 				}
 			}
+		case "js":
+			n++
+			checkJS(t, name, b.text)
+		default:
+			if runner, ok := runElsewhere[b.lang+" "+b.file]; !ok {
+				t.Errorf("%s: no test runs this %q block; add it to TestDocSnippets (or to runElsewhere, naming the test that runs it)", name, b.lang)
+			} else if runner == "" {
+				t.Errorf("%s: runElsewhere names no test", name)
+			}
 		}
 	}
-	if n < 20 {
+	if n < 60 {
 		t.Fatalf("only %d snippets checked; did the docs move?", n)
+	}
+}
+
+// runElsewhere lists the blocks other tests run, by language and page,
+// with the test that runs them.
+var runElsewhere = map[string]string{
+	"sql getting-started.md":       "TestGettingStarted",
+	"sql roles-and-grants.md":      "TestDocumentedGrantsLetASecondRoleRun (docSQL)",
+	"yaml monitoring.md":           "TestAlertRules (host/internal/daemon): the rules file, verbatim, under promtool",
+	"go main.go writing-a-sink.md": "TestSinkOutsideRepository",
+	"sh replace writing-a-sink.md": "TestSinkOutsideRepository",
+	"sh work writing-a-sink.md":    "TestSinkOutsideRepository",
+}
+
+// shellLines returns a shell block's commands: continuation lines joined,
+// comments and blank lines left out.
+func shellLines(text string) []string {
+	var out []string
+	cur := ""
+	for _, l := range strings.Split(text, "\n") {
+		l = strings.TrimSpace(l)
+		if strings.HasSuffix(l, "\\") {
+			cur += strings.TrimSuffix(l, "\\") + " "
+			continue
+		}
+		l = strings.TrimSpace(shellComment.ReplaceAllString(cur+l, ""))
+		cur = ""
+		if l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+var (
+	shellComment = regexp.MustCompile(`(^|\s+)#.*$`)
+	makeTarget   = regexp.MustCompile(`(?m)^([a-z][a-z-]*):`)
+	envAssign    = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*=`)
+)
+
+// byHand are the programs of measurement recipes a person runs on a
+// machine of their own (docs/benchmarks.md profiles a walsender with
+// perf); no test can stand in for them.
+var byHand = []string{"perf", "pid=$(pgrep"}
+
+// checkShellLine checks one command of a shell block: walcast's
+// commands and flags, make targets that exist, go commands on packages
+// that exist, scripts of the repository, environment variables.
+func checkShellLine(t *testing.T, name, line string, targets map[string]bool) {
+	t.Helper()
+	root := repoRoot(t)
+	fields := shellFields(line)
+	switch {
+	case fields[0] == "walcast":
+		checkCommandLine(t, name, line)
+	case fields[0] == "make":
+		for _, f := range fields[1:] {
+			if !envAssign.MatchString(f) && !targets[f] {
+				t.Errorf("%s: %q: the Makefile has no target %s", name, line, f)
+			}
+		}
+	case fields[0] == "go":
+		if len(fields) < 2 || !slices.Contains([]string{"build", "test", "run", "mod", "work", "get", "install", "vet"}, fields[1]) {
+			t.Errorf("%s: %q: not a go command the docs use", name, line)
+		}
+		for _, f := range fields[2:] {
+			if strings.HasPrefix(f, "./") {
+				if _, err := os.Stat(filepath.Join(root, strings.TrimSuffix(f, "/..."))); err != nil {
+					t.Errorf("%s: %q: no package %s in the repository", name, line, f)
+				}
+			}
+		}
+	case fields[0] == "export":
+		if len(fields) < 2 || !envAssign.MatchString(fields[1]) {
+			t.Errorf("%s: %q: export NAME=value", name, line)
+		}
+	case strings.Contains(fields[0], "/"):
+		if st, err := os.Stat(filepath.Join(root, fields[0])); err != nil || st.Mode()&0o111 == 0 {
+			t.Errorf("%s: %q: %s is not an executable of the repository", name, line, fields[0])
+		}
+	case slices.Contains(byHand, fields[0]):
+	default:
+		t.Errorf("%s: the test does not know how to check %q; teach checkShellLine or change the page", name, line)
+	}
+}
+
+// shellFields splits a command line into words as the shell does for
+// the quoting the docs use: '…' and "…" keep their spaces.
+func shellFields(line string) []string {
+	var out []string
+	var cur strings.Builder
+	quote := rune(0)
+	in := false
+	for _, r := range line {
+		switch {
+		case quote != 0 && r == quote:
+			quote = 0
+		case quote != 0:
+			cur.WriteRune(r)
+		case r == '\'' || r == '"':
+			quote, in = r, true
+		case r == ' ' || r == '\t':
+			if in {
+				out = append(out, cur.String())
+				cur.Reset()
+				in = false
+			}
+		default:
+			cur.WriteRune(r)
+			in = true
+		}
+	}
+	if in {
+		out = append(out, cur.String())
+	}
+	return out
+}
+
+// checkJS has node parse a JavaScript snippet. node comes with `make
+// tools`; without it the check is skipped by hand and fails in CI.
+func checkJS(t *testing.T, name, text string) {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Errorf("%s: node not found in CI: the Makefile's tools target installs it", name)
+		}
+		t.Logf("%s: node not found (run make tools); the JavaScript is not checked", name)
+		return
+	}
+	file := filepath.Join(t.TempDir(), "snippet.js")
+	os.WriteFile(file, []byte(text), 0o644)
+	if out, err := exec.Command(node, "--check", file).CombinedOutput(); err != nil {
+		t.Errorf("%s: not valid JavaScript: %v\n%s", name, err, out)
 	}
 }
 

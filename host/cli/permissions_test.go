@@ -225,20 +225,20 @@ GRANT USAGE ON ALL SEQUENCES IN SCHEMA walcast TO `+role.Name)
 	})
 }
 
-// docSQL returns the statements of the sql block of docs/operations.md
-// that contains marker.
+// docSQL returns the statements of the sql block of
+// docs/roles-and-grants.md that contains marker.
 func docSQL(t *testing.T, marker string) []string {
 	t.Helper()
 	for _, b := range docBlocks(t) {
-		if b.file == "operations.md" && b.lang == "sql" && strings.Contains(b.text, marker) {
+		if b.file == "roles-and-grants.md" && b.lang == "sql" && strings.Contains(b.text, marker) {
 			return sqlStatements(b.text)
 		}
 	}
-	t.Fatalf("docs/operations.md has no sql block with %q", marker)
+	t.Fatalf("docs/roles-and-grants.md has no sql block with %q", marker)
 	return nil
 }
 
-// secondRole follows "Roles and grants" in docs/operations.md: the
+// secondRole follows docs/roles-and-grants.md: the
 // one-role statements for walcast_shop, whose pipeline runs first and
 // creates the walcast schema, then the statements for a second role,
 // walcast_billing, run as they are (only the role and database names are
@@ -282,7 +282,7 @@ func secondRole(t *testing.T) (admin *pgx.Conn, billingDSN string) {
 }
 
 // TestDocumentedGrantsLetASecondRoleRun: a second role with exactly the
-// grants docs/operations.md gives it runs a pipeline in a database whose
+// grants docs/roles-and-grants.md gives it runs a pipeline in a database whose
 // walcast schema another role created, and delivers its changes.
 func TestDocumentedGrantsLetASecondRoleRun(t *testing.T) {
 	admin, billing := secondRole(t)

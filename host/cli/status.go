@@ -390,7 +390,7 @@ type statusSink struct {
 	Type  string `json:"type"`
 	State string `json:"state"`
 	// Mode is live, or catching_up or rejoining while detached onto
-	// CatchupSlot (README, "Sinks that fall behind"), with the WAL that
+	// CatchupSlot (docs/slow-sinks.md), with the WAL that
 	// slot retains and how far it is behind the pipeline's slot.
 	Mode                    string     `json:"mode"`
 	CatchupSlot             string     `json:"catchup_slot,omitempty"`

@@ -105,8 +105,8 @@ type Delivery struct {
 	// DeliverTimeout bounds one Deliver call; a timeout is a failed attempt.
 	DeliverTimeout time.Duration
 	// DetachAfter: a durable sink whose full queue holds the stream back
-	// this long is detached to catch up on a slot of its own (README,
-	// "Sinks that fall behind").
+	// this long is detached to catch up on a slot of its own
+	// (docs/slow-sinks.md).
 	DetachAfter time.Duration
 	// ThrottleMin and ThrottleMax bound the pause a throttled sink takes
 	// whatever its destination asks for (Retry-After): at least

@@ -30,7 +30,7 @@ func needPromtool(t *testing.T) string {
 	return p
 }
 
-// TestAlertRules: the alert rules in docs/operations.md are the file the promtool rule
+// TestAlertRules: the alert rules in docs/monitoring.md are the file the promtool rule
 // tests run against, they are valid, and they behave as the tests say: quiet
 // on a healthy pipeline of a busy cluster, firing on a stuck sink, a slot
 // retaining WAL, parked events and a stream that is down.
@@ -39,18 +39,22 @@ func TestAlertRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile("../../../docs/operations.md")
+	page, err := os.ReadFile("../../../docs/monitoring.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(readme), "```yaml\n"+string(rules)+"```\n") {
-		t.Errorf("docs/operations.md does not show %s verbatim in a yaml block: copy the file into the Alerts section", alertRules)
+	if !strings.Contains(string(page), "```yaml\n"+string(rules)+"```\n") {
+		t.Errorf("docs/monitoring.md does not show %s verbatim in a yaml block: copy the file into the Alerts section", alertRules)
+	}
+	reference, err := os.ReadFile("../../../docs/reference/metrics.md")
+	if err != nil {
+		t.Fatal(err)
 	}
 	// Every metric the rules use exists (the names are checked against a
 	// real scrape in cmd/walcast's TestMetrics through this list).
 	for _, name := range ruleMetrics(t) {
-		if !strings.Contains(string(readme), "`"+name+"`") {
-			t.Errorf("metric %s used by the alert rules is not in the metrics table of docs/operations.md", name)
+		if !strings.Contains(string(reference), "`"+name+"`") {
+			t.Errorf("metric %s used by the alert rules is not in docs/reference/metrics.md", name)
 		}
 	}
 

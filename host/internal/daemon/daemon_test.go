@@ -152,7 +152,7 @@ func TestStreamsAndConfirms(t *testing.T) {
 	endLSN, _ := pluginkit.ParseLSN(end)
 	// The end of the burst (the WAL past its last commit, reached by an
 	// idle advance) is confirmed promptly, not after the 10 s that
-	// idle-only records wait for each other (docs/operations.md,
+	// idle-only records wait for each other (docs/reference/schema.md,
 	// walcast.pipelines.confirm_limit). That interval is the bound: a
 	// confirmation that waited for it took 10.1 s, a prompt one takes
 	// well under a second, so the wait itself has a generous deadline and

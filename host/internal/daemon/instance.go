@@ -270,7 +270,7 @@ func (in *instance) lead(ctx context.Context, opts Options, lease *leader.Lease,
 	ps.term = t
 	ps.mu.Unlock()
 	err = t.run(ctx)
-	t.close(ctx)
+	t.close(ctx, ctx.Err() == nil)
 	ps.mu.Lock()
 	ps.term = nil
 	ps.mu.Unlock()

@@ -95,7 +95,7 @@ func openTerm(ctx context.Context, opts Options, lease *leader.Lease, log *slog.
 	t = &term{opts: opts, log: log, lease: lease}
 	defer func() {
 		if err != nil {
-			t.close(context.WithoutCancel(ctx))
+			t.close(context.WithoutCancel(ctx), ctx.Err() == nil)
 			t = nil
 		}
 	}()
@@ -623,12 +623,16 @@ func (t *term) drain(schedsDone <-chan struct{}, cancelDeliveries context.Cancel
 // close ends the term: the final checkpoint and slot position (with a fresh
 // deadline; both only ever record what sinks acknowledged) unless the
 // leadership was lost, whose successor owns them; then the plugins and the
-// pool. It is safe on a term that openTerm gave up on.
-func (t *term) close(ctx context.Context) {
+// pool. It is safe on a term that openTerm gave up on. failed says the term
+// ends for an error rather than because it was asked to stop: only a start
+// that failed removes what it created before streaming. One that was
+// stopped keeps its slot (the changes committed since it was created are
+// in it, and the next run streams them), its publications and the schema.
+func (t *term) close(ctx context.Context, failed bool) {
 	log := t.log
 	// A term that lost its leadership leaves the source to whoever leads
 	// now, who may be using what this start created.
-	if t.setup != nil && !t.streaming && (t.lease == nil || t.lease.Err() == nil) {
+	if failed && t.setup != nil && !t.streaming && (t.lease == nil || t.lease.Err() == nil) {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		if err := t.setup.Undo(uctx); err != nil {
 			log.Warn("remove what this failed start created in the source", "err", err)

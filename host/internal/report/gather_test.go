@@ -128,3 +128,27 @@ func TestGatherKeepsWhatItReadBeforeAnError(t *testing.T) {
 		t.Errorf("after %v: slot %+v, paused %v, sinks %+v; want the slot and the pause, no sinks", err, st.Slot, st.Paused, st.Sinks)
 	}
 }
+
+// TestReadSlotOnAStandby: status pointed at a standby (after a failover,
+// say) reads where the standby has replayed to instead of failing on
+// pg_current_wal_lsn, which a server in recovery refuses.
+func TestReadSlotOnAStandby(t *testing.T) {
+	ctx := context.Background()
+	s, err := cluster.Standby(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	pool, err := pgxpool.New(ctx, s.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	slot, err := ReadSlot(ctx, pool, "walcast_nowhere")
+	if err != nil {
+		t.Fatalf("ReadSlot on a standby: %v", err)
+	}
+	if slot.Exists || slot.Current == 0 {
+		t.Errorf("slot %+v, want none and the replayed position", slot)
+	}
+}

@@ -11,6 +11,11 @@ import (
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
+// walNow is the server's current WAL position: where it writes, or on a
+// standby (where pg_current_wal_lsn fails: status may be pointed at one,
+// e.g. after a failover) where it has replayed to.
+const walNow = `CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END`
+
 // ReadSlot reads the slot named from pg_replication_slots, and the
 // server's current WAL position. A slot that does not exist is no error:
 // Exists is false.
@@ -19,14 +24,15 @@ func ReadSlot(ctx context.Context, db control.Querier, name string) (Slot, error
 	var pid *int32
 	var current string
 	err := db.QueryRow(ctx, `
-SELECT pg_current_wal_lsn()::text, s.active, s.active_pid, coalesce(s.confirmed_flush_lsn::text, ''),
-	coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn), 0)::bigint,
-	coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn), 0)::bigint,
+WITH now AS (SELECT `+walNow+` AS lsn)
+SELECT now.lsn::text, s.active, s.active_pid, coalesce(s.confirmed_flush_lsn::text, ''),
+	coalesce(pg_wal_lsn_diff(now.lsn, s.restart_lsn), 0)::bigint,
+	coalesce(pg_wal_lsn_diff(now.lsn, s.confirmed_flush_lsn), 0)::bigint,
 	coalesce(s.wal_status, '')
-FROM pg_replication_slots s WHERE s.slot_name = $1`, name).Scan(&current, &s.Active, &pid, &s.Confirmed, &s.Retained, &s.Lag, &s.WALStatus)
+FROM now, pg_replication_slots s WHERE s.slot_name = $1`, name).Scan(&current, &s.Active, &pid, &s.Confirmed, &s.Retained, &s.Lag, &s.WALStatus)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		if err := db.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&current); err != nil {
+		if err := db.QueryRow(ctx, `SELECT (`+walNow+`)::text`).Scan(&current); err != nil {
 			return Slot{}, fmt.Errorf("read the current WAL position: %w", err)
 		}
 	case err != nil:

@@ -37,7 +37,7 @@ type Policy struct {
 	RejoinLagBytes int64
 }
 
-// The defaults; the README's "Sinks that fall behind" lists them.
+// The defaults; docs/slow-sinks.md lists them.
 const (
 	DefaultAfter     = 200 * time.Millisecond
 	DefaultRejoinLag = 4 << 20
