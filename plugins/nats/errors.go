@@ -148,7 +148,9 @@ func isTransient(err error) bool {
 	return kind == pluginkit.KindRetryable
 }
 
-// isTLSError reports a failed TLS handshake or certificate check.
+// isTLSError reports a failed TLS handshake or certificate check, ours or
+// the server's: crypto/tls returns an alert the server sent ("certificate
+// required") as a *net.OpError whose Op is "remote error".
 func isTLSError(err error) bool {
 	var (
 		rec     tls.RecordHeaderError
@@ -158,6 +160,9 @@ func isTLSError(err error) bool {
 		verify  *tls.CertificateVerificationError
 		alert   tls.AlertError
 	)
+	if op, ok := errors.AsType[*net.OpError](err); ok && op.Op == "remote error" {
+		return true
+	}
 	return errors.As(err, &rec) || errors.As(err, &unknown) || errors.As(err, &host) ||
 		errors.As(err, &invalid) || errors.As(err, &verify) || errors.As(err, &alert)
 }

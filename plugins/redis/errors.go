@@ -56,7 +56,7 @@ func (s *Sink) classify(what string, err error) error {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return pluginkit.Retryable(fmt.Errorf("%s: no answer in time from %s: %w", what, addr, err))
 	case errors.Is(err, io.EOF), errors.Is(err, syscall.ECONNRESET):
-		return pluginkit.Retryable(fmt.Errorf("%s: %s closed the connection: %w", what, addr, err))
+		return pluginkit.Retryable(fmt.Errorf("%s: %s closed the connection%s: %w", what, addr, s.closedHint(), err))
 	}
 	return pluginkit.Retryable(fmt.Errorf("%s: %w", what, err))
 }
@@ -74,7 +74,9 @@ func isUnreachable(err error) bool {
 	return errors.As(err, &opErr) && opErr.Op == "dial"
 }
 
-// isTLSError reports a failed TLS handshake or certificate check.
+// isTLSError reports a failed TLS handshake or certificate check, ours or
+// the server's: crypto/tls returns an alert the server sent ("certificate
+// required") as a *net.OpError whose Op is "remote error".
 func isTLSError(err error) bool {
 	var (
 		rec     tls.RecordHeaderError
@@ -84,6 +86,23 @@ func isTLSError(err error) bool {
 		verify  *tls.CertificateVerificationError
 		alert   tls.AlertError
 	)
+	if op, ok := errors.AsType[*net.OpError](err); ok && op.Op == "remote error" {
+		return true
+	}
 	return errors.As(err, &rec) || errors.As(err, &unknown) || errors.As(err, &host) ||
 		errors.As(err, &invalid) || errors.As(err, &verify) || errors.As(err, &alert)
+}
+
+// closedHint names the TLS settings that make a server close a connection
+// it just accepted: Redis resets a plain connection to its TLS port, and
+// one without a client certificate when tls-auth-clients is on (its
+// default), without telling the client why.
+func (s *Sink) closedHint() string {
+	switch t := s.cfg.tls; {
+	case t == nil:
+		return " (a server that speaks only TLS does that to a client without tls)"
+	case len(t.Certificates) == 0:
+		return " (a server that wants client certificates does that to a client without tls cert_file and key_file)"
+	}
+	return ""
 }
