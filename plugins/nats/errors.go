@@ -84,7 +84,7 @@ func (s *Sink) classify(what string, err error) error {
 	switch {
 	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked):
 		return pluginkit.Retryable(fmt.Errorf("%s: NATS refused authentication (%s); check %s: %w", what, s.authMethod(), s.authFields(), err))
-	case isTLSError(err), errors.Is(err, nats.ErrSecureConnRequired), errors.Is(err, nats.ErrSecureConnWanted):
+	case isTLSError(err), errors.Is(err, nats.ErrTLS), errors.Is(err, nats.ErrSecureConnRequired), errors.Is(err, nats.ErrSecureConnWanted):
 		return pluginkit.Retryable(fmt.Errorf("%s: TLS with %v failed; check tls (ca_file, server_name, cert_file) and the server URLs' scheme: %w", what, servers, err))
 	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
 		return pluginkit.Retryable(fmt.Errorf("%s: JetStream is not enabled on %v (nats-server -js, or jetstream {} in its configuration) or for this account: %w", what, servers, err))
