@@ -66,9 +66,9 @@ func (s *Sink) Deliver(ctx context.Context, b pluginkit.Batch) (pluginkit.Delive
 		s.log.Info("stream dropped events it already stored", "duplicates", res.Duplicates, "first", events[0].ID.String(), "replay", b.Replay)
 	}
 	if b.Replay {
-		// A replayed event the stream already holds is stored: that is
-		// what the operator asked for. Reported as a duplicate it would
-		// stay parked.
+		// A replayed event the stream already holds (stored, its ack
+		// lost) is in the stream, which is what the operator asked for;
+		// reported as a duplicate it would stay parked.
 		res.Duplicates = 0
 	}
 	return res, batchResult(failed, len(events))
