@@ -1,10 +1,10 @@
 # walcast: build, test, demo, bench, proto.
 #
-#   make demo    throwaway PostgreSQL + a pipeline + changes flowing to stdout
+#   make demo    throwaway PostgreSQL (on DEMO_PORT) + a pipeline + changes flowing to stdout
 #   make test    everything CI runs (vet, gofmt, race-enabled tests)
 #   make chaos   the fault-injection tests, ten times longer
 #   make tools   the external clients the tests use (kcat, chromium, promtool, standardwebhooks)
-#   make kafka   a Kafka-protocol broker (kfake) on 127.0.0.1:9092
+#   make kafka   a Kafka-protocol broker (kfake) on 127.0.0.1:9092 (KAFKA_PORT)
 
 GO       ?= go
 BIN      := bin
@@ -70,6 +70,10 @@ chaos: tools build
 #     python3-grpc-tools,      language that walcast plugin test and a
 #     python3-cryptography     pipeline run (stubs generated from the .proto
 #     (Debian)                 at build time, never committed)
+#   systemd-analyze (Debian's  the example units in examples/systemd/
+#     systemd package)
+#   python3-jsonschema         walcast status --json against the schema in
+#     (Debian)                 docs/status.schema.json
 #   nats-server (Debian)       the JetStream server the nats sink's tests start
 #   redis-server, redis-cli    the Redis the redis sink's tests start, and the
 #     (Debian redis-server,    independent client that reads its streams back
@@ -77,8 +81,8 @@ chaos: tools build
 # CI starts from a fresh machine, so `make test` runs this first. Each step
 # is skipped when its client is already there; installing needs root or
 # password-less sudo (the tests say what is missing otherwise).
-APT_TOOLS   := kcat:kcat chromium:chromium promtool:prometheus node:nodejs npm:npm nats-server:nats-server redis-server:redis-server redis-cli:redis-tools
-PY_TOOLS    := grpc:python3-grpcio grpc_tools:python3-grpc-tools cryptography:python3-cryptography
+APT_TOOLS   := kcat:kcat chromium:chromium promtool:prometheus node:nodejs npm:npm systemd-analyze:systemd nats-server:nats-server redis-server:redis-server redis-cli:redis-tools
+PY_TOOLS    := grpc:python3-grpcio grpc_tools:python3-grpc-tools cryptography:python3-cryptography jsonschema:python3-jsonschema
 NPM_TOOLS   := standardwebhooks@1.1.1
 NPM_DIR     := .tools/npm
 tools:
@@ -113,15 +117,22 @@ tools:
 # across restarts. For the demo and for trying the kafka sink by hand.
 KAFKA_PORT ?= 9092
 KAFKA_DATA ?=
+# It runs the built binary, not `go run`, which exits 1 when interrupted:
+# make would report Ctrl-C, the way to stop it, as an error.
 kafka:
-	$(GO) run ./cmd/walcast-kfake -ports $(KAFKA_PORT) $(if $(KAFKA_DATA),-data-dir $(KAFKA_DATA) -sync)
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/walcast-kfake ./cmd/walcast-kfake
+	$(BIN)/walcast-kfake -ports $(KAFKA_PORT) $(if $(KAFKA_DATA),-data-dir $(KAFKA_DATA) -sync)
 
 # demo runs the built binary rather than `go run`: go run exits 1 when
 # interrupted, which make reports as an error although Ctrl-C is how the
 # demo is meant to end (walcast-demo itself exits 0 on it).
+# DEMO_PORT puts the demo's PostgreSQL on that port of 127.0.0.1 (default:
+# a free one), for psql from another terminal: make demo DEMO_PORT=54329.
+DEMO_PORT ?=
 demo: build
 	$(GO) build -o $(BIN)/walcast-demo ./cmd/walcast-demo
-	$(BIN)/walcast-demo --bin $(BIN)
+	$(BIN)/walcast-demo --bin $(BIN) $(if $(DEMO_PORT),--port $(DEMO_PORT))
 
 # bench runs the benchmark of docs/benchmarks.md (a private PostgreSQL, the
 # workload in fresh slots, each path drains one, 3 runs, medians) and writes

@@ -3,8 +3,11 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -12,13 +15,17 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // TestMakeDemoStopsCleanlyOnCtrlC runs `make demo` the way a newcomer
-// does (into a private BIN directory) and presses Ctrl-C: the terminal
-// sends SIGINT to the whole foreground process group, make included. The
-// demo must have said how to stop it, and the interrupt must end it with
-// exit 0 and without make reporting an error.
+// does (into a private BIN directory, with DEMO_PORT so that psql can be
+// pointed at its PostgreSQL) and presses Ctrl-C: the terminal sends
+// SIGINT to the whole foreground process group, make included. The demo's
+// PostgreSQL must have listened on DEMO_PORT, the demo must have said how
+// to stop it, and the interrupt must end it with exit 0 and without make
+// reporting an error.
 func TestMakeDemoStopsCleanlyOnCtrlC(t *testing.T) {
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Fatal("make is needed to run the demo target:", err)
@@ -27,7 +34,8 @@ func TestMakeDemoStopsCleanlyOnCtrlC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("make", "--no-print-directory", "-C", root, "demo", "BIN="+t.TempDir())
+	port := freePort(t)
+	cmd := exec.Command("make", "--no-print-directory", "-C", root, "demo", "BIN="+t.TempDir(), fmt.Sprintf("DEMO_PORT=%d", port))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	pr, pw := io.Pipe()
 	cmd.Stdout = pw
@@ -76,6 +84,24 @@ func TestMakeDemoStopsCleanlyOnCtrlC(t *testing.T) {
 	case <-time.After(5 * time.Minute):
 		t.Fatalf("no event printed within 5 minutes:\n%s", output())
 	}
+	// A client of its own reaches the demo's PostgreSQL on DEMO_PORT,
+	// and sees the table the events come from.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	conn, err := pgx.Connect(ctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port))
+	if err != nil {
+		cancel()
+		t.Fatalf("connect to the demo's PostgreSQL on DEMO_PORT %d: %v\n%s", port, err, output())
+	}
+	var dbs int
+	err = conn.QueryRow(ctx, `SELECT count(*) FROM pg_database WHERE datname LIKE 'demo%'`).Scan(&dbs)
+	conn.Close(context.Background())
+	cancel()
+	if err != nil || dbs != 1 {
+		t.Errorf("the server on DEMO_PORT %d has %d demo databases (%v), want the demo's", port, dbs, err)
+	}
+	if !strings.Contains(output(), fmt.Sprintf("127.0.0.1:%d/", port)) {
+		t.Errorf("the demo does not print the DSN on DEMO_PORT %d:\n%s", port, output())
+	}
 	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
@@ -102,4 +128,15 @@ func TestMakeDemoStopsCleanlyOnCtrlC(t *testing.T) {
 	if !strings.Contains(got, "PostgreSQL stopped and removed") {
 		t.Errorf("the demo did not clean up its PostgreSQL:\n%s", got)
 	}
+}
+
+// freePort is a TCP port of 127.0.0.1 that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }

@@ -44,7 +44,12 @@ sink "stdout" "console" {
 func run() int {
 	bin := flag.String("bin", "bin", "directory holding walcast and its plugins")
 	duration := flag.Duration("duration", 0, "stop by itself after this long (0: until Ctrl-C)")
+	port := flag.Int("port", 0, "TCP port on 127.0.0.1 for the throwaway PostgreSQL, to connect to it with psql (0: a free one)")
 	flag.Parse()
+	if *port < 0 || *port > 65535 {
+		fmt.Fprintf(os.Stderr, "walcast-demo: --port %d is not a TCP port\n", *port)
+		return 2
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -53,14 +58,14 @@ func run() int {
 		ctx, cancel = context.WithTimeout(ctx, *duration)
 		defer cancel()
 	}
-	if err := demo(ctx, *bin); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+	if err := demo(ctx, *bin, *port); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		fmt.Fprintln(os.Stderr, "walcast-demo:", err)
 		return 1
 	}
 	return 0
 }
 
-func demo(ctx context.Context, bin string) error {
+func demo(ctx context.Context, bin string, port int) error {
 	walcast, err := filepath.Abs(filepath.Join(bin, "walcast"))
 	if err != nil {
 		return err
@@ -70,9 +75,12 @@ func demo(ctx context.Context, bin string) error {
 	}
 	fmt.Fprintln(os.Stderr, "walcast-demo: starting a throwaway PostgreSQL (wal_level=logical)...")
 	startCtx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	cluster, err := pgtest.Start(startCtx, pgtest.Options{})
+	cluster, err := pgtest.Start(startCtx, pgtest.Options{Port: port})
 	cancel()
 	if err != nil {
+		if port != 0 {
+			return fmt.Errorf("start PostgreSQL on port %d (DEMO_PORT): %w; is another server listening there? pick another port", port, err)
+		}
 		return err
 	}
 	defer func() {
@@ -97,7 +105,7 @@ func demo(ctx context.Context, bin string) error {
 	if err := os.WriteFile(file, []byte(pipeline), 0o644); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "walcast-demo: source %s\nwalcast-demo: pipeline %s:\n%s\n", dsn, file, pipeline)
+	fmt.Fprintf(os.Stderr, "walcast-demo: source %s (from another terminal: psql %q)\nwalcast-demo: pipeline %s:\n%s\n", dsn, dsn, file, pipeline)
 
 	cmd := exec.Command(walcast, "run", file, "--plugin-dir", filepath.Dir(walcast))
 	cmd.Env = append(os.Environ(), "WALCAST_SOURCE_DSN="+dsn)

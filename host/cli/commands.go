@@ -31,7 +31,7 @@ your shell profile or the service unit) instead of repeating --plugin-dir.`
 // It is a function, not a variable, because the run functions look their
 // own entry up (through newFlags) and a variable would refer to itself.
 func commands(buildVersion string) []command {
-	return append(append(pipelineCommands(), pluginCommands()...), versionCommand(buildVersion))
+	return append(append(append(pipelineCommands(), pluginCommands()...), libraryCommands()...), versionCommand(buildVersion))
 }
 
 // pipelineCommands act on pipeline files.
@@ -46,10 +46,15 @@ func pipelineCommands() []command {
 				"A pipeline that fails stops alone; walcast exits 1 once none is left running.\n\n" + pluginDirNote,
 			example: "run pipeline.hcl --metrics-listen 127.0.0.1:9187",
 			run:     cmdRun},
-		{name: "validate", args: "PIPELINE.hcl", summary: "check a pipeline file and its sinks' config",
+		{name: "validate", args: "PIPELINE.hcl|DIR...", summary: "check pipeline files and their sinks' config; --source: plan a run",
 			details: "Reports every problem with its file, line and column; the sinks' plugins check\n" +
-				"their config blocks. Exits 1 when the file is not valid.\n\n" + pluginDirNote,
-			example: "validate pipeline.hcl",
+				"their config blocks. A directory stands for every *.hcl in it, as for walcast run.\n" +
+				"Exits 1 when a file is not valid. Without --source nothing is contacted.\n\n" +
+				"--source also connects to each pipeline's source database in a read-only session,\n" +
+				"creates nothing, and prints what walcast run would do there (server, role, tables,\n" +
+				"schema, publications, slot, sinks, Kafka topics) and every reason it would refuse;\n" +
+				"it then exits 0 only when walcast run would start.\n\n" + pluginDirNote,
+			example: "validate pipeline.hcl --source",
 			run:     cmdValidate},
 		{name: "status", args: "PIPELINE.hcl", summary: "slot, checkpoints, parked events and usage",
 			details: "Reads only the source database, so it works from any machine while the daemon runs.",

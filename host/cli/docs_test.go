@@ -443,7 +443,11 @@ func checkHCLSnippet(t *testing.T, name, text string) {
 	os.WriteFile(file, []byte(src), 0o644)
 	var env []string
 	for _, m := range envCall.FindAllStringSubmatch(src, -1) {
-		env = append(env, m[1]+"=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+		value := "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+		if strings.HasSuffix(m[1], "_DSN") {
+			value = "postgres://walcast@db.example/shop" // validate parses a dsn
+		}
+		env = append(env, m[1]+"="+value)
 	}
 	cmd := walcastCommand("validate", file, "--plugin-dir", binDir)
 	cmd.Dir, cmd.Env = dir, append(os.Environ(), env...)
@@ -467,7 +471,7 @@ func checkCommandLine(t *testing.T, name, line string) {
 	t.Helper()
 	fields := strings.Fields(line)
 	args := []string{fields[1]}
-	if fields[1] == "plugin" && len(fields) > 2 {
+	if isGroup(fields[1]) && len(fields) > 2 { // walcast plugin install, walcast library retire
 		args = append(args, fields[2])
 	}
 	cmd := walcastCommand(append(args, "-h")...)

@@ -45,8 +45,8 @@ func TestSlotDroppedWhileStoppedRefusesUntilGapAccepted(t *testing.T) {
 		t.Fatalf("walcast created a new slot although it refused:\n%s", out)
 	}
 	status, code := walcastOut(t, "status", p)
-	if code != 0 {
-		t.Fatalf("walcast status: exit %d\n%s", code, status)
+	if code != exitRunRefuses {
+		t.Fatalf("walcast status: exit %d, want %d (walcast run refuses)\n%s", code, exitRunRefuses, status)
 	}
 	wantAll(t, status, "slot walcast_lost: does not exist", "walcast run refuses to start (slot lost)")
 

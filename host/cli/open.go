@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/walcast/walcast/host/internal/control/pauses"
 	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/host/internal/daemon"
+	"github.com/walcast/walcast/host/internal/pg"
 	"github.com/walcast/walcast/host/internal/report"
 	"github.com/walcast/walcast/host/internal/source/capture"
 )
@@ -68,7 +70,7 @@ func loadPipeline(path string, stderr io.Writer) (*config.Pipeline, bool) {
 func dial(ctx context.Context, p *config.Pipeline) (target, error) {
 	pool, err := daemon.Connect(ctx, p.Source.DSN)
 	if err != nil {
-		return target{}, err
+		return target{}, explainSource(err, p.Source.DSN)
 	}
 	return target{p: p, parked: parking.New(pool, p.Name), pauses: pauses.New(pool, p.Name), db: pool}, nil
 }
@@ -84,3 +86,26 @@ func (t target) report() report.Pipeline {
 	}
 	return rp
 }
+
+// explainSource says what a refusal of the source database means and what
+// fixes it, in one line, the problem first: "role app could not log in:
+// wrong password: correct the password in the dsn (…) (connect to …:
+// FATAL: … (SQLSTATE 28P01))". Other errors are returned as they are.
+func explainSource(err error, dsn string) error {
+	var e *pg.Error
+	if !errors.As(pg.Explain(err, pg.Role(dsn)), &e) {
+		return err
+	}
+	return &commandError{e}
+}
+
+// commandError is a *pg.Error as a one-shot command reports it: without
+// the run's "so walcast stops", which a command that exits anyway need
+// not say.
+type commandError struct{ e *pg.Error }
+
+func (c *commandError) Error() string {
+	return fmt.Sprintf("%s: %s (%v)", c.e.Problem, c.e.Fix, c.e.Err)
+}
+
+func (c *commandError) Unwrap() error { return c.e }

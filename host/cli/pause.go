@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/walcast/walcast/host/internal/config"
 )
 
 // cmdPause and cmdResume record an operator pause in walcast.pauses and
@@ -73,10 +75,34 @@ func applyPause(ctx context.Context, t target, sinkID string, paused bool) (stri
 	case !changed:
 		return what + " was not paused\n", nil
 	case paused:
-		return "paused " + what + ": a running walcast starts no new deliveries for it (batches in flight finish).\n" +
-			"Nothing is dropped: events wait in the replication slot, which retains WAL until you run walcast resume;\n" +
-			"while a durable sink is paused the other sinks of the pipeline stop too once its queue is full.\n", nil
+		return "paused " + what + ": " + pauseEffect(p, sinkID) + "\n", nil
 	default:
-		return "resumed " + what + "\n", nil
+		return "resumed " + what + ": a running walcast delivers what was held, in per-row order\n", nil
 	}
+}
+
+// pauseEffect says what a pause does to the pipeline, as walcast run
+// applies it (docs/slow-sinks.md): the paused sink stops,
+// the others do not.
+func pauseEffect(p *config.Pipeline, sinkID string) string {
+	const start = "a running walcast starts no new deliveries to "
+	if sinkID == "" {
+		return start + "any of its sinks (batches in flight finish). Nothing is dropped: the changes wait in replication slot " +
+			p.Source.Slot + ", which retains WAL until walcast resume."
+	}
+	var s config.Sink
+	for _, x := range p.Sinks {
+		if x.ID == sinkID {
+			s = x
+		}
+	}
+	switch {
+	case !s.Durable:
+		return start + "it (batches in flight finish); the other sinks go on. It is not durable: what it misses while its queue is full is dropped for it, never held in the slot."
+	case len(p.Sinks) == 1:
+		return start + "it (batches in flight finish). It is the pipeline's only sink: its changes wait in replication slot " +
+			p.Source.Slot + ", which retains WAL until walcast resume."
+	}
+	return start + "it (batches in flight finish); the other sinks go on. It is detached onto a catch-up slot of its own, " +
+		"which keeps its changes (and retains WAL) until walcast resume; it then catches up and rejoins the live stream."
 }

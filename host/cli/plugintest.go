@@ -74,8 +74,8 @@ func cmdPluginTest(args []string, stdout, stderr io.Writer) int {
 	info, err := sinkclient.Describe(ctx, launch, nil)
 	if err != nil {
 		return fail("%s is not a walcast sink plugin: %v\n"+
-			"A plugin completes go-plugin's handshake and serves walcast.sink.v1 (docs/writing-a-sink.md); "+
-			"a Go sink's main calls pluginkit.Serve", path, err)
+			"A plugin completes go-plugin's handshake and serves walcast.sink.v1 or v2 (docs/writing-a-sink.md); "+
+			"a Go sink's main calls pluginkit.ServeBatch", path, err)
 	}
 	fmt.Fprintf(stdout, "testing sink %q %s (%s)\n", info.Name, info.Version, path)
 	fmt.Fprintln(stdout, "out of process the suite checks what the plugin answers; what arrives at the destination,\n"+
@@ -83,7 +83,24 @@ func cmdPluginTest(args []string, stdout, stderr io.Writer) int {
 
 	sinks := &remoteSinks{ctx: ctx, launch: launch, log: log}
 	defer sinks.killAll()
-	var passed, failed, skipped int
+	passed, failed, skipped := runSuite(ctx, stdout, sinks, raw)
+	verdict := "ok  "
+	if failed > 0 {
+		verdict = "FAIL"
+	}
+	fmt.Fprintf(stdout, "%s %s: %d passed, %d failed, %d skipped\n", verdict, info.Name, passed, failed, skipped)
+	if ctx.Err() != nil {
+		return fail("stopped before the suite finished: %v", context.Cause(ctx))
+	}
+	if failed > 0 {
+		return 1
+	}
+	return 0
+}
+
+// runSuite runs the conformance suite against the plugin's processes and
+// prints each check's outcome as go test -v does, returning the counts.
+func runSuite(ctx context.Context, stdout io.Writer, sinks *remoteSinks, raw json.RawMessage) (passed, failed, skipped int) {
 	sinktest.Check(ctx, sinktest.Config{
 		NewBatch: sinks.New,
 		Identity: pluginTestIdentity,
@@ -110,18 +127,7 @@ func cmdPluginTest(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "    %s\n", strings.ReplaceAll(line, "\n", "\n    "))
 		}
 	})
-	verdict := "ok  "
-	if failed > 0 {
-		verdict = "FAIL"
-	}
-	fmt.Fprintf(stdout, "%s %s: %d passed, %d failed, %d skipped\n", verdict, info.Name, passed, failed, skipped)
-	if ctx.Err() != nil {
-		return fail("stopped before the suite finished: %v", context.Cause(ctx))
-	}
-	if failed > 0 {
-		return 1
-	}
-	return 0
+	return passed, failed, skipped
 }
 
 // checkExecutable says what is wrong with path as a plugin to launch.

@@ -89,13 +89,37 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 // every *.hcl in it. Pipeline names must differ: each names a leadership
 // lock, a slot and checkpoints. nil, nil: diagnostics were printed.
 func loadPipelines(paths []string, stderr io.Writer) ([]*config.Pipeline, error) {
+	files, err := pipelineFiles(paths)
+	if err != nil {
+		return nil, err
+	}
+	var out []*config.Pipeline
+	bad := false
+	for _, f := range files {
+		p, ok := loadPipeline(f, stderr)
+		if !ok {
+			bad = true
+			continue
+		}
+		out = append(out, p)
+	}
+	if err := distinctNames(out); err != nil {
+		return nil, err
+	}
+	if bad {
+		return nil, nil
+	}
+	return out, nil
+}
+
+// pipelineFiles expands paths into pipeline files: a file as it is, a
+// directory into every *.hcl in it (one without any is an error).
+func pipelineFiles(paths []string) ([]string, error) {
 	var files []string
 	for _, path := range paths {
 		st, err := os.Stat(path)
-		if err != nil {
-			return nil, err
-		}
-		if !st.IsDir() {
+		if err != nil || !st.IsDir() {
+			// Loading it says why it cannot be read.
 			files = append(files, path)
 			continue
 		}
@@ -108,23 +132,18 @@ func loadPipelines(paths []string, stderr io.Writer) ([]*config.Pipeline, error)
 		}
 		files = append(files, in...)
 	}
-	var out []*config.Pipeline
+	return files, nil
+}
+
+// distinctNames refuses two files defining the same pipeline.
+func distinctNames(ps []*config.Pipeline) error {
 	seen := map[string]string{}
-	bad := false
-	for _, f := range files {
-		p, ok := loadPipeline(f, stderr)
-		if !ok {
-			bad = true
-			continue
-		}
+	for _, p := range ps {
+		file := p.NameRange.Filename
 		if other, ok := seen[p.Name]; ok {
-			return nil, fmt.Errorf("%s and %s both define pipeline %q: each pipeline needs its own name", other, f, p.Name)
+			return fmt.Errorf("%s and %s both define pipeline %q: each pipeline needs its own name", other, file, p.Name)
 		}
-		seen[p.Name] = f
-		out = append(out, p)
+		seen[p.Name] = file
 	}
-	if bad {
-		return nil, nil
-	}
-	return out, nil
+	return nil
 }

@@ -41,15 +41,39 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	}
 	if !*asJSON {
 		writeStatus(stdout, st, path, time.Now())
-		return 0
+	} else {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(statusJSON(st, time.Now())); err != nil {
+			fmt.Fprintln(stderr, "walcast status:", err)
+			return 1
+		}
 	}
-	enc := json.NewEncoder(stdout)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(statusJSON(st, time.Now())); err != nil {
-		fmt.Fprintln(stderr, "walcast status:", err)
-		return 1
+	if refuses(st) {
+		// Scripts and health checks see it without parsing: 1 is kept
+		// for a status that could not be read.
+		return exitRunRefuses
 	}
 	return 0
+}
+
+// exitRunRefuses is walcast status's exit status when walcast run would
+// refuse to start the pipeline (the reason is printed).
+const exitRunRefuses = 3
+
+// refuses reports whether walcast run would refuse to start the pipeline:
+// its slot cannot be streamed without hiding lost changes, or a detached
+// sink's catch-up slot is gone.
+func refuses(st report.State) bool {
+	if st.Refusal != nil {
+		return true
+	}
+	for _, c := range st.Catchups {
+		if c.Lost {
+			return true
+		}
+	}
+	return false
 }
 
 // writeStatus is walcast status's text: who leads the pipeline, its slot
@@ -62,7 +86,7 @@ func writeStatus(w io.Writer, st report.State, path string, now time.Time) {
 	writeStreams(w, st)
 	writeRefusals(w, st, path)
 	writeSinks(w, st, now)
-	writeCatchups(w, st.Catchups)
+	writeCatchups(w, st.Catchups, st.Sinks)
 	for _, s := range st.Sinks {
 		if f := s.Failure; f != nil {
 			fmt.Fprintf(w, "sink %s stopped at %s: %s\n", s.ID, f.At.UTC().Format(time.RFC3339), f.Error)
@@ -77,7 +101,15 @@ func writeStatus(w io.Writer, st report.State, path string, now time.Time) {
 func writeLeadership(w io.Writer, st report.State) {
 	fmt.Fprintf(w, "pipeline %s\n", st.Pipeline)
 	if h := st.Leader; h != nil {
-		fmt.Fprintf(w, "leader: %s (backend pid %d) since %s; other walcast run processes of this pipeline stand by\n", h.Name, h.PID, h.Since.UTC().Format(time.RFC3339))
+		fmt.Fprintf(w, "leader: %s (backend pid %d) since %s", h.Name, h.PID, h.Since.UTC().Format(time.RFC3339))
+		switch n := len(st.Standbys); n {
+		case 0:
+			fmt.Fprintln(w, "; no other walcast run of this pipeline stands by")
+		case 1:
+			fmt.Fprintln(w, "; 1 other walcast run stands by")
+		default:
+			fmt.Fprintf(w, "; %d other walcast run processes stand by\n", n)
+		}
 	} else {
 		fmt.Fprintln(w, "leader: none (no walcast run streams this pipeline)")
 	}
@@ -181,15 +213,25 @@ func writeSinks(w io.Writer, st report.State, now time.Time) {
 }
 
 // writeCatchups describes each sink detached onto a catch-up slot of its
-// own, and refuses for each such slot that is gone.
-func writeCatchups(w io.Writer, cs []isolate.SlotState) {
+// own, and refuses for each such slot that is gone. A paused sink is
+// detached too (so that it holds nothing back): said as such, not as one
+// that fell behind.
+func writeCatchups(w io.Writer, cs []isolate.SlotState, sinks []report.SinkState) {
+	paused := map[string]bool{}
+	for _, s := range sinks {
+		paused[s.ID] = s.Paused
+	}
 	for _, c := range cs {
 		if c.Lost {
 			fmt.Fprintf(w, "walcast run refuses to start (catch-up slot lost): %s\n", lostCatchup(c))
 			continue
 		}
-		fmt.Fprintf(w, "sink %s: %s on its own slot %s since %s, retaining %s of WAL, %s behind the pipeline's slot (it fell behind; it rejoins the live stream once it has caught up)\n",
-			c.Sink, strings.ReplaceAll(c.Mode, "_", " "), c.Slot, c.Since.UTC().Format(time.RFC3339), report.Bytes(c.RetainedWAL), report.Bytes(c.BehindBytes))
+		why := "it fell behind; it rejoins the live stream once it has caught up"
+		if paused[c.Sink] {
+			why = "it is paused, and detached so that the other sinks go on; after walcast resume it catches up and rejoins the live stream"
+		}
+		fmt.Fprintf(w, "sink %s: %s on its own slot %s since %s, retaining %s of WAL, %s behind the pipeline's slot (%s)\n",
+			c.Sink, catchupState(c, paused[c.Sink]), c.Slot, c.Since.UTC().Format(time.RFC3339), report.Bytes(c.RetainedWAL), report.Bytes(c.BehindBytes), why)
 	}
 }
 
@@ -208,6 +250,15 @@ func writeBackfills(w io.Writer, bs []backfill.Backfill) {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\n", b.ID, b.Table, b.SinksText(), state, b.Rows, b.Estimate, b.Updated.UTC().Format(time.RFC3339))
 	}
 	tw.Flush()
+}
+
+// catchupState is a detached sink's state: "paused", or its mode in
+// words ("catching up", "rejoining").
+func catchupState(c isolate.SlotState, paused bool) string {
+	if paused {
+		return "paused"
+	}
+	return strings.ReplaceAll(c.Mode, "_", " ")
 }
 
 // sinkState is a sink's state in one word or a few: "running" only while
@@ -267,152 +318,4 @@ func lastDay(s report.SinkState, now time.Time) day {
 // slot is gone.
 func lostCatchup(c isolate.SlotState) string {
 	return fmt.Sprintf("catch-up slot %s of sink %s does not exist, but the sink was catching up from it: the changes it had not received are in no other slot; run walcast run PIPELINE.hcl --accept-gap once to resume it from the pipeline's slot with the gap recorded", c.Slot, c.Sink)
-}
-
-// statusJSON is walcast status --json: the facts of the text, for
-// scripts.
-func statusJSON(st report.State, now time.Time) statusReport {
-	rep := statusReport{Pipeline: st.Pipeline, Standbys: []statusLeader{}, Slot: slotJSON(st.Slot), Streams: []statusStream{}}
-	if h := st.Leader; h != nil {
-		rep.Leader = &statusLeader{Name: h.Name, PID: h.PID, Since: h.Since.UTC()}
-	}
-	for _, s := range st.Standbys {
-		rep.Standbys = append(rep.Standbys, statusLeader{Name: s.Name, PID: s.PID, Since: s.Since.UTC()})
-	}
-	for _, s := range st.Streams {
-		ss := statusStream{Slot: s.Slot, Streaming: s.Streaming, ReceiveTimeoutSeconds: s.ReceiveTimeout.Seconds(), ReceiveTimeouts: s.ReceiveTimeouts}
-		if s.ReceiveTimeouts > 0 {
-			last := s.LastReceiveTimeout.UTC()
-			ss.LastReceiveTimeout = &last
-		}
-		rep.Streams = append(rep.Streams, ss)
-	}
-	if st.Refusal != nil {
-		rep.Refusal = st.Refusal.What
-	}
-	for _, s := range st.Sinks {
-		rep.Sinks = append(rep.Sinks, sinkJSON(st, s, now))
-	}
-	for _, c := range st.Catchups {
-		for i := range rep.Sinks {
-			if sk := &rep.Sinks[i]; sk.ID == c.Sink {
-				since := c.Since
-				sk.Mode, sk.CatchupSlot = c.Mode, c.Slot
-				sk.CatchupSince, sk.CatchupRetainedWALBytes, sk.CatchupBehindBytes = &since, c.RetainedWAL, c.BehindBytes
-			}
-		}
-		if c.Lost && rep.Refusal == "" {
-			rep.Refusal = lostCatchup(c)
-		}
-	}
-	return rep
-}
-
-func slotJSON(s report.Slot) statusSlot {
-	out := statusSlot{Name: s.Name}
-	switch {
-	case !s.Exists:
-		out.State = "missing"
-	case s.WALStatus == "lost":
-		out.State = "lost"
-	default:
-		out.State = "inactive"
-		if s.Active {
-			out.State = "active"
-		}
-		out.ConfirmedFlushLSN, out.RetainedWALBytes, out.WALStatus = s.Confirmed, s.Retained, s.WALStatus
-	}
-	return out
-}
-
-func sinkJSON(st report.State, s report.SinkState, now time.Time) statusSink {
-	d := lastDay(s, now)
-	out := statusSink{ID: s.ID, Type: s.Type, State: sinkState(st, s), Mode: "live", Checkpoint: checkpointText(s), Parked: s.Parked.Count,
-		Attempts24h: d.attempts, Delivered24h: d.delivered, Failed24h: d.failed, Bytes24h: d.bytes}
-	if backlogShown(st, s) {
-		out.Backlog = &statusBacklog{Events: s.Backlog.Events, Bytes: s.Backlog.Bytes}
-		if !s.Backlog.Oldest.IsZero() {
-			out.Backlog.OldestSeconds = backlogAge(s)
-		}
-	}
-	if s.Failure != nil {
-		out.LastError = s.Failure.Error
-	}
-	return out
-}
-
-// statusReport is walcast status --json: the same facts as the text.
-type statusReport struct {
-	Pipeline string        `json:"pipeline"`
-	Leader   *statusLeader `json:"leader"` // null: no walcast run leads it
-	// Standbys are the other walcast run processes of the pipeline, in the
-	// order they started.
-	Standbys []statusLeader `json:"standbys"`
-	Slot     statusSlot     `json:"slot"`
-	// Streams are the leader's replication streams as it last reported
-	// them: the pipeline's first, then the catch-up stream of each
-	// detached sink. Empty without a leader or a fresh report.
-	Streams []statusStream `json:"streams"`
-	// Refusal is why walcast run would refuse to start, if it would.
-	Refusal string       `json:"refusal,omitempty"`
-	Sinks   []statusSink `json:"sinks"`
-}
-
-type statusSlot struct {
-	Name              string `json:"name"`
-	State             string `json:"state"` // active, inactive, missing, lost
-	ConfirmedFlushLSN string `json:"confirmed_flush_lsn,omitempty"`
-	RetainedWALBytes  int64  `json:"retained_wal_bytes"`
-	WALStatus         string `json:"wal_status,omitempty"`
-}
-
-// statusStream is one replication stream of the leader.
-type statusStream struct {
-	Slot      string `json:"slot"`
-	Streaming bool   `json:"streaming"` // false: reconnecting
-	// ReceiveTimeoutSeconds is the silence after which the stream is
-	// ended and reconnected; ReceiveTimeouts counts the streams the leader
-	// ended that way since it took the lead, the last at
-	// LastReceiveTimeout.
-	ReceiveTimeoutSeconds float64    `json:"receive_timeout_seconds"`
-	ReceiveTimeouts       int64      `json:"receive_timeouts"`
-	LastReceiveTimeout    *time.Time `json:"last_receive_timeout"`
-}
-
-type statusLeader struct {
-	Name  string    `json:"name"`
-	PID   int       `json:"backend_pid"`
-	Since time.Time `json:"since"`
-}
-
-type statusSink struct {
-	ID    string `json:"id"`
-	Type  string `json:"type"`
-	State string `json:"state"`
-	// Mode is live, or catching_up or rejoining while detached onto
-	// CatchupSlot (docs/slow-sinks.md), with the WAL that
-	// slot retains and how far it is behind the pipeline's slot.
-	Mode                    string     `json:"mode"`
-	CatchupSlot             string     `json:"catchup_slot,omitempty"`
-	CatchupSince            *time.Time `json:"catchup_since,omitempty"`
-	CatchupRetainedWALBytes int64      `json:"catchup_retained_wal_bytes,omitempty"`
-	CatchupBehindBytes      int64      `json:"catchup_behind_bytes,omitempty"`
-	Checkpoint              string     `json:"checkpoint"`
-	// Backlog is null when no daemon has reported it lately.
-	Backlog      *statusBacklog `json:"backlog"`
-	Parked       int            `json:"parked"`
-	LastError    string         `json:"last_error,omitempty"`
-	Attempts24h  int64          `json:"attempts_24h"`
-	Delivered24h int64          `json:"delivered_24h"`
-	Failed24h    int64          `json:"failed_24h"`
-	Bytes24h     int64          `json:"bytes_24h"`
-}
-
-// statusBacklog is what a sink has still to resolve: events read from the
-// slot and not yet delivered, parked or skipped.
-type statusBacklog struct {
-	Events int64 `json:"events"`
-	Bytes  int64 `json:"bytes"`
-	// OldestSeconds is the age of the oldest of them when reported.
-	OldestSeconds float64 `json:"oldest_seconds"`
 }

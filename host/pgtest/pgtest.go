@@ -33,6 +33,9 @@ type Options struct {
 	// InitdbArgs are extra initdb arguments, e.g. "--wal-segsize=1" so
 	// that a test can fill max_slot_wal_keep_size quickly.
 	InitdbArgs []string
+	// Port is the TCP port on 127.0.0.1 to listen on (the demo's
+	// DEMO_PORT, for a client started by hand). 0: a free one.
+	Port int
 }
 
 // Cluster is one running PostgreSQL server.
@@ -89,9 +92,12 @@ func (c *Cluster) init(ctx context.Context, opts Options) error {
 	if out, err := c.run(ctx, "initdb", args...); err != nil {
 		return fmt.Errorf("initdb: %w\n%s", err, out)
 	}
-	port, err := freePort()
-	if err != nil {
-		return err
+	port := opts.Port
+	if port == 0 {
+		var err error
+		if port, err = freePort(); err != nil {
+			return err
+		}
 	}
 	c.Port = port
 	conf := []string{

@@ -41,6 +41,7 @@ func (d *decoder) decodeSource(block *hcl.Block, p *Pipeline) Source {
 			d.errorf(src.DSNRange, "Empty dsn",
 				"The source needs a PostgreSQL connection string; if it comes from env(), that variable is set but empty.")
 		}
+		d.checkDSN(&src)
 	} else {
 		d.errorf(block.DefRange, "Missing dsn",
 			`The source needs dsn = "postgres://user@host/db", usually dsn = env("WALCAST_SOURCE_DSN") to keep the password out of the file.`)

@@ -150,8 +150,12 @@ func RunInstance(ctx context.Context, opts InstanceOptions) error {
 			g.presence, err = leader.Join(ctx, leader.Config{DSN: g.dsn, Holder: in.holder, Logger: log}, names)
 			if err != nil {
 				// Unreachable now: the pipelines report it below, each with
-				// its own clear error, before standing by.
-				log.Warn("cannot announce this walcast to the source database; every instance counts as alone", "err", err)
+				// its own clear error, before standing by. An error retrying
+				// cannot fix (a wrong password) ends them at once: a warning
+				// first would only put the same cause before the real one.
+				if !pg.Permanent(err) {
+					log.Warn("cannot announce this walcast to the source database; every instance counts as alone", "err", err)
+				}
 				continue
 			}
 			defer g.presence.Close(context.WithoutCancel(ctx))

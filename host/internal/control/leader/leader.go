@@ -316,7 +316,7 @@ func connect(ctx context.Context, cfg Config) (*pgx.Conn, error) {
 	pcfg.RuntimeParams["tcp_keepalives_count"] = strconv.Itoa(cfg.KeepaliveCount)
 	conn, err := pgx.ConnectConfig(ctx, pcfg)
 	if err != nil {
-		return nil, fmt.Errorf("open the leadership session of pipeline %s: %w", cfg.Pipeline, err)
+		return nil, pg.ConnectFailed("open the leadership session of pipeline "+cfg.Pipeline+": connect to", &pcfg.Config, err)
 	}
 	return conn, nil
 }

@@ -368,6 +368,7 @@ func (c *Capture) connect(ctx context.Context) error {
 	pcfg.DialFunc = dialBatched(pcfg.DialFunc)
 	conn, err := pgconn.ConnectConfig(ctx, pcfg)
 	if err != nil {
+		err = pg.ConnectFailed("connect to", pcfg, err)
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pg.Permanent(err) {
 			// Wrong password, no REPLICATION privilege, database gone:

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/walcast/walcast/host/internal/pg"
 )
 
 // Connect opens the small pool every walcast process uses beside its
@@ -23,17 +25,25 @@ func Connect(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, er
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
 	}
+	return ConnectConfig(ctx, cfg)
+}
+
+// ConnectConfig is Connect for a parsed configuration (which a caller
+// may have given runtime parameters, such as a read-only session).
+// Every error is one line, the real cause first (pg.ConnectFailed).
+func ConnectConfig(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect to source database: %w", err)
+		return nil, pg.ConnectFailed("connect to source database", &cfg.ConnConfig.Config, err)
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) {
-			return nil, fmt.Errorf("connect to source database %s:%d/%s: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, err)
+			return nil, pg.ConnectFailed("connect to source database", &cfg.ConnConfig.Config, err)
 		}
-		return nil, fmt.Errorf("cannot reach the source database at %s:%d: %w — check the dsn and that PostgreSQL is running and accepts connections", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
+		return nil, fmt.Errorf("cannot reach the source database at %s:%d: %w — check the dsn and that PostgreSQL is running and accepts connections",
+			cfg.ConnConfig.Host, cfg.ConnConfig.Port, pg.ConnectFailed("connect", nil, err))
 	}
 	return pool, nil
 }

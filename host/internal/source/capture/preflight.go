@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pglogrepl"
@@ -11,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walcast/walcast/host/internal/pg"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // Finding is one reason the source database is not ready for a pipeline,
@@ -337,7 +339,7 @@ func identifySystem(ctx context.Context, dsn string) (string, error) {
 	pcfg.RuntimeParams["replication"] = "database"
 	conn, err := pgconn.ConnectConfig(ctx, pcfg)
 	if err != nil {
-		return "", err
+		return "", pg.ConnectFailed("open a replication connection to", pcfg, err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	res, err := pglogrepl.IdentifySystem(ctx, conn)
@@ -345,4 +347,346 @@ func identifySystem(ctx context.Context, dsn string) (string, error) {
 		return "", err
 	}
 	return res.SystemID, nil
+}
+
+// Plan is what a start of the pipeline would find on the source and do
+// there, read by PlanStart without creating or changing anything: the
+// facts an operator checks before the first `walcast run` (`walcast
+// validate --source` prints it), and every reason the start would refuse.
+type Plan struct {
+	// Server is PostgreSQL's version ("15.18"); WALLevel its wal_level.
+	Server, WALLevel string
+	Role             RoleFacts
+	// Schema is the walcast schema: "exists" or "create".
+	Schema PlannedObject
+	Tables []TableFacts
+	// Publications are the pipeline's publication and, when walcast
+	// creates or keeps it, the keyless one.
+	Publications []PlannedObject
+	Slot         PlannedObject
+	// Findings are Preflight's: each refuses the start.
+	Findings []Finding
+	// Refusal is why the start would refuse to stream from the slot
+	// (Diagnose); nil when it would not, or when the walcast schema
+	// cannot be read yet.
+	Refusal *GapError
+}
+
+// RoleFacts are the connecting role's attributes and grants that a start
+// needs.
+type RoleFacts struct {
+	Name string
+	// Superuser and Replication are the role's attributes; CreateOnDB the
+	// CREATE privilege on the database (schema walcast, publications).
+	Superuser, Replication, CreateOnDB bool
+	Database                           string
+}
+
+// PlannedObject is a schema, publication or slot and what a start does
+// with it.
+type PlannedObject struct {
+	Name string
+	// Action is "exists" (used as it is), "update" (walcast keeps it in
+	// step: Detail says how), "create", or "refused" (a Finding says why).
+	Action string
+	Detail string
+}
+
+// TableFacts are what a start finds of one configured table.
+type TableFacts struct {
+	Name        string // schema.table
+	Exists      bool
+	Partitioned bool
+	// Identity is how its rows are identified: "primary key (id)",
+	// "replica identity full", "replica identity index x", or "none".
+	Identity string
+	Keyless  bool
+	Owner    string
+	Owned    bool
+	// RowFilter and Columns are the publication's row filter and column
+	// list for the table, when an existing publication has them.
+	RowFilter string
+	Columns   []string
+	// TOAST are the columns PostgreSQL may store out of line: an update
+	// that leaves them unchanged does not carry their values.
+	TOAST []string
+}
+
+// PlanStart reads the Plan of a start of the pipeline. db should be a
+// read-only session (default_transaction_read_only): PlanStart writes
+// nothing, and such a session proves it. The replication connection it
+// opens to check the role creates nothing either.
+func PlanStart(ctx context.Context, db Querier, l Ledger, cfg Config) (Plan, error) {
+	var p Plan
+	var err error
+	if p.Findings, err = Preflight(ctx, db, l, cfg); err != nil {
+		return p, err
+	}
+	if err := db.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('wal_level'), r.rolname::text, r.rolsuper, r.rolreplication,
+	has_database_privilege(current_database(), 'CREATE'), current_database()::text
+FROM pg_roles r WHERE r.rolname = current_user`).Scan(&p.Server, &p.WALLevel, &p.Role.Name, &p.Role.Superuser, &p.Role.Replication, &p.Role.CreateOnDB, &p.Role.Database); err != nil {
+		return p, fmt.Errorf("read the server's version and the role's attributes: %w", err)
+	}
+	access, err := l.Access(ctx)
+	if err != nil {
+		return p, err
+	}
+	p.Schema = planSchema(access)
+	for _, t := range cfg.Tables {
+		tf, err := tableFacts(ctx, db, cfg, t)
+		if err != nil {
+			return p, err
+		}
+		p.Tables = append(p.Tables, tf)
+	}
+	readable := access.Exists && len(access.Denied) == 0
+	if p.Publications, err = planPublications(ctx, db, l, cfg, readable, p.Tables); err != nil {
+		return p, err
+	}
+	if p.Slot, err = planSlot(ctx, db, cfg.Slot); err != nil {
+		return p, err
+	}
+	if readable {
+		if p.Refusal, err = Diagnose(ctx, db, l, cfg); err != nil {
+			return p, err
+		}
+	}
+	p.mark()
+	return p, nil
+}
+
+// mark sets the action of every object a finding is about to "refused".
+func (p *Plan) mark() {
+	for _, f := range p.Findings {
+		for _, o := range append([]*PlannedObject{&p.Schema, &p.Slot}, pointers(p.Publications)...) {
+			if f.Object == "publication "+o.Name || f.Object == "replication slot "+o.Name || f.Object == "schema "+o.Name {
+				o.Action = "refused"
+			}
+		}
+	}
+}
+
+func pointers(os []PlannedObject) []*PlannedObject {
+	out := make([]*PlannedObject, len(os))
+	for i := range os {
+		out[i] = &os[i]
+	}
+	return out
+}
+
+// planSchema says what a start does with the walcast schema.
+func planSchema(a SchemaAccess) PlannedObject {
+	o := PlannedObject{Name: pg.ControlSchema}
+	switch {
+	case !a.Exists && a.CanCreate:
+		o.Action, o.Detail = "create", "walcast's state: checkpoints, parked events, leaderships"
+	case !a.Exists:
+		o.Action, o.Detail = "refused", "does not exist, and role "+a.Role+" may not create it"
+	case len(a.Denied) > 0 || a.MigrateAs != "":
+		o.Action, o.Detail = "refused", "owned by role "+a.Owner
+	case a.Version < a.Latest:
+		o.Action, o.Detail = "update", fmt.Sprintf("owned by role %s; migrated from version %d to %d", a.Owner, a.Version, a.Latest)
+	default:
+		o.Action, o.Detail = "exists", fmt.Sprintf("owned by role %s, version %d", a.Owner, a.Version)
+	}
+	return o
+}
+
+// tableFacts reads what a start finds of configured table t.
+func tableFacts(ctx context.Context, db Querier, cfg Config, t string) (TableFacts, error) {
+	schema, name, _ := strings.Cut(canonical(t), ".")
+	tf := TableFacts{Name: schema + "." + name}
+	var oid uint32
+	var ident, pk, index string
+	err := db.QueryRow(ctx, `
+SELECT c.oid, c.relkind = 'p', c.relreplident::text, c.relowner::regrole::text, pg_has_role(c.relowner, 'USAGE'),
+       coalesce((SELECT string_agg(a.attname, ', ' ORDER BY k.ord) FROM pg_index i
+                 CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+                 JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
+                 WHERE i.indrelid = c.oid AND i.indisprimary), ''),
+       coalesce((SELECT ci.relname::text FROM pg_index i JOIN pg_class ci ON ci.oid = i.indexrelid
+                 WHERE i.indrelid = c.oid AND i.indisreplident), ''),
+       ARRAY(SELECT a.attname::text FROM pg_attribute a
+             WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attstorage IN ('x', 'e') ORDER BY a.attnum)
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`, schema, name).Scan(
+		&oid, &tf.Partitioned, &ident, &tf.Owner, &tf.Owned, &pk, &index, &tf.TOAST)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return tf, nil
+	case err != nil:
+		return tf, fmt.Errorf("inspect table %s: %w", tf.Name, err)
+	}
+	tf.Exists = true
+	switch {
+	case ident == "f":
+		tf.Identity = "replica identity full"
+	case ident == "i":
+		tf.Identity = "replica identity index " + index
+	case ident == "d" && pk != "":
+		tf.Identity = "primary key (" + pk + ")"
+	default:
+		tf.Identity, tf.Keyless = "none", true
+	}
+	err = db.QueryRow(ctx, `
+SELECT coalesce(pg_get_expr(pr.prqual, pr.prrelid), ''),
+       ARRAY(SELECT a.attname::text FROM unnest(pr.prattrs::int2[]) AS k(attnum)
+             JOIN pg_attribute a ON a.attrelid = pr.prrelid AND a.attnum = k.attnum)
+FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
+WHERE p.pubname IN ($1, $2) AND pr.prrelid = $3 LIMIT 1`, cfg.Publication, KeylessPublication(cfg.Publication), oid).Scan(&tf.RowFilter, &tf.Columns)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case errors.As(err, &pgErr) && pgErr.Code == "42703":
+		// Before PostgreSQL 15 publications have no row filters or
+		// column lists.
+	case err != nil:
+		return tf, fmt.Errorf("read how publication %s publishes table %s: %w", cfg.Publication, tf.Name, err)
+	}
+	return tf, nil
+}
+
+// planPublications says what a start does with the pipeline's
+// publications: creates them, keeps walcast's own in step with the table
+// list, or uses someone else's as it is. readable: the walcast schema
+// exists and the role may read it (else nothing is recorded as
+// walcast's).
+func planPublications(ctx context.Context, db Querier, records Records, cfg Config, readable bool, tables []TableFacts) ([]PlannedObject, error) {
+	var keyed, unkeyed []string
+	for _, t := range tables {
+		switch {
+		case !t.Exists:
+		case t.Keyless:
+			unkeyed = append(unkeyed, t.Name)
+		default:
+			keyed = append(keyed, t.Name)
+		}
+	}
+	exists, err := publicationExists(ctx, db, cfg.Publication)
+	if err != nil {
+		return nil, err
+	}
+	ours := false
+	if exists && readable {
+		rec, known, err := records.LoadRecord(ctx)
+		if err != nil {
+			return nil, err
+		}
+		ours = known && rec.CreatedPublication && rec.Publication == cfg.Publication
+	}
+	kpub := KeylessPublication(cfg.Publication)
+	switch {
+	case !exists:
+		return []PlannedObject{
+			{Name: cfg.Publication, Action: "create", Detail: "for " + tableList(keyed) + ", with publish_via_partition_root"},
+			{Name: kpub, Action: "create", Detail: keylessDetail(unkeyed)},
+		}, nil
+	case !ours:
+		return []PlannedObject{{Name: cfg.Publication, Action: "exists", Detail: "not created by walcast: used as it is"}}, nil
+	}
+	main, err := planMembers(ctx, db, cfg.Publication, keyed)
+	if err != nil {
+		return nil, err
+	}
+	out := []PlannedObject{main}
+	kexists, err := publicationExists(ctx, db, kpub)
+	switch {
+	case err != nil:
+		return nil, err
+	case kexists:
+		k, err := planMembers(ctx, db, kpub, unkeyed)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, k)
+	case len(unkeyed) > 0:
+		out = append(out, PlannedObject{Name: kpub, Action: "create", Detail: keylessDetail(unkeyed)})
+	}
+	return out, nil
+}
+
+// planMembers compares a publication walcast created with the tables it
+// must publish.
+func planMembers(ctx context.Context, db Querier, pub string, want []string) (PlannedObject, error) {
+	rows, err := db.Query(ctx, `
+SELECT n.nspname || '.' || c.relname FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
+JOIN pg_class c ON c.oid = pr.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE p.pubname = $1 ORDER BY 1`, pub)
+	if err != nil {
+		return PlannedObject{}, fmt.Errorf("list tables of publication %s: %w", pub, err)
+	}
+	members, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return PlannedObject{}, fmt.Errorf("list tables of publication %s: %w", pub, err)
+	}
+	var add, drop []string
+	for _, t := range want {
+		if !slices.Contains(members, t) {
+			add = append(add, t)
+		}
+	}
+	for _, m := range members {
+		if !slices.Contains(want, m) {
+			drop = append(drop, m)
+		}
+	}
+	o := PlannedObject{Name: pub, Action: "exists", Detail: "created by walcast, publishes " + tableList(members)}
+	if len(add) > 0 || len(drop) > 0 {
+		var parts []string
+		if len(add) > 0 {
+			parts = append(parts, "adds "+tableList(add))
+		}
+		if len(drop) > 0 {
+			parts = append(parts, "drops "+tableList(drop))
+		}
+		o.Action, o.Detail = "update", "created by walcast; "+strings.Join(parts, ", ")
+	}
+	return o, nil
+}
+
+// keylessDetail says what the keyless publication publishes.
+func keylessDetail(tables []string) string {
+	if len(tables) == 0 {
+		return "for the inserts and truncates of tables without a key; none yet"
+	}
+	return "for the inserts and truncates of " + strings.Join(tables, ", ") + ", which have no key"
+}
+
+func publicationExists(ctx context.Context, db Querier, pub string) (bool, error) {
+	var exists bool
+	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, pub).Scan(&exists); err != nil {
+		return false, fmt.Errorf("look up publication %s: %w", pub, err)
+	}
+	return exists, nil
+}
+
+// tableList is tables for a sentence: "public.a, public.b", or "no table".
+func tableList(tables []string) string {
+	if len(tables) == 0 {
+		return "no table yet"
+	}
+	return strings.Join(tables, ", ")
+}
+
+// planSlot says what a start does with the pipeline's slot.
+func planSlot(ctx context.Context, db Querier, slot string) (PlannedObject, error) {
+	s, err := lookupSlot(ctx, db, slot)
+	if err != nil {
+		return PlannedObject{}, err
+	}
+	if !s.exists {
+		return PlannedObject{Name: slot, Action: "create", Detail: "logical, plugin pgoutput, starting at the current end of the WAL"}, nil
+	}
+	var pid *int32
+	if err := db.QueryRow(ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&pid); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return PlannedObject{}, fmt.Errorf("look up replication slot %s: %w", slot, err)
+	}
+	detail := fmt.Sprintf("plugin %s, confirmed up to %s", s.plugin, cdc.FormatLSN(s.confirmed))
+	if pid != nil {
+		detail += fmt.Sprintf(", in use by server process %d", *pid)
+	}
+	if s.walStatus != "" && s.walStatus != "reserved" {
+		detail += ", wal_status " + s.walStatus
+	}
+	return PlannedObject{Name: slot, Action: "exists", Detail: detail}, nil
 }

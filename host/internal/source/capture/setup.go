@@ -766,33 +766,3 @@ func createSlot(ctx context.Context, db Querier, slot string) (uint64, error) {
 	}
 	return confirmed, nil
 }
-
-// Teardown drops the slot and, when walcast created it, the publication.
-// Undelivered changes in the slot are gone afterwards.
-func Teardown(ctx context.Context, db Querier, records Records, slot, publication string) error {
-	rec, known, err := records.LoadRecord(ctx)
-	if err != nil {
-		return err
-	}
-	var active *int32
-	err = db.QueryRow(ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-	case err != nil:
-		return fmt.Errorf("look up replication slot %s: %w", slot, err)
-	case active != nil:
-		return fmt.Errorf("replication slot %s is in use by process %d: stop `walcast run` for this pipeline first", slot, *active)
-	default:
-		if _, err := db.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, slot); err != nil {
-			return fmt.Errorf("drop replication slot %s: %w", slot, err)
-		}
-	}
-	if known && rec.CreatedPublication {
-		for _, pub := range []string{rec.Publication, KeylessPublication(rec.Publication)} {
-			if _, err := db.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{pub}.Sanitize()); err != nil {
-				return fmt.Errorf("drop publication %s: %w", pub, err)
-			}
-		}
-	}
-	return records.Forget(ctx)
-}
