@@ -142,9 +142,16 @@ func startNATSServer(t testing.TB, extra string) *serverProc {
 // rows, updates, updates that change the key (moving rows to fresh ids),
 // deletes, and now and then a TRUNCATE.
 func keyedWorkload(ctx context.Context, db *pgx.Conn, r *rand.Rand, n int) (int, error) {
+	return keyedWorkloadUntil(ctx, db, r, n, n, nil)
+}
+
+// keyedWorkloadUntil is keyedWorkload that, past n changes, goes on while
+// more(changes so far) says so (it may wait first, to pace the writer),
+// up to limit changes.
+func keyedWorkloadUntil(ctx context.Context, db *pgx.Conn, r *rand.Rand, n, limit int, more func(written int) bool) (int, error) {
 	sizes := []int{1, 1, 2, 5, 10, 50, 200, 1000}
 	next, moved, changes := 1, 0, 0
-	for changes < n {
+	for changes < n || (more != nil && changes < limit && more(changes)) {
 		size := sizes[r.IntN(len(sizes))]
 		lo := 1 + r.IntN(max(1, next-size))
 		var sql string
@@ -167,7 +174,13 @@ func keyedWorkload(ctx context.Context, db *pgx.Conn, r *rand.Rand, n int) (int,
 		if err != nil {
 			return changes, fmt.Errorf("%s: %w", sql, err)
 		}
-		changes += max(1, int(tag.RowsAffected()))
+		// As test_decoding counts: a row per change, one per TRUNCATE,
+		// nothing for an update or delete that matched no row.
+		if sql == `TRUNCATE items` {
+			changes++
+		} else {
+			changes += int(tag.RowsAffected())
+		}
 	}
 	return changes, nil
 }
@@ -323,9 +336,21 @@ func runSinkCrashLoop(t *testing.T, dsn string, db *pgx.Conn, lc sinkLoop) sinkL
 	procs := []*walcastProc{proc}
 	waitSlot(t, db, "walcast_"+lc.name)
 	workDone := make(chan error, 1)
-	var worked atomic.Bool
+	// Past 20,000 changes the writer goes on until the last kill, keeping
+	// at most 2,000 changes ahead of the destination, so that every kill
+	// lands mid-stream however fast the sink drains.
+	var worked, killed atomic.Bool
+	more := func(written int) bool {
+		for !killed.Load() {
+			if written-lc.progress() < 2000 {
+				return true
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return false
+	}
 	go func() {
-		_, err := keyedWorkload(ctx, wdb, rand.New(rand.NewPCG(seed, 8)), 20000)
+		_, err := keyedWorkloadUntil(ctx, wdb, rand.New(rand.NewPCG(seed, 8)), 20000, 20000*max(5, lc.kills), more)
 		worked.Store(true)
 		workDone <- err
 	}()
@@ -342,11 +367,7 @@ func runSinkCrashLoop(t *testing.T, dsn string, db *pgx.Conn, lc sinkLoop) sinkL
 			return lc.progress() >= target || drained
 		})
 		if drained {
-			if kill <= 2 {
-				t.Fatalf("the workload was delivered whole after %d kills; the loop needs at least 2 mid-stream", kill-1)
-			}
-			t.Logf("workload delivered whole after %d kills; skipping the rest", kill-1)
-			break
+			t.Fatalf("the workload was delivered whole after %d of %d kills; every kill must land mid-stream", kill-1, lc.kills)
 		}
 		if r.IntN(2) == 0 {
 			time.Sleep(time.Duration(r.IntN(300)) * time.Millisecond) // sometimes after a checkpoint write
@@ -362,6 +383,7 @@ func runSinkCrashLoop(t *testing.T, dsn string, db *pgx.Conn, lc sinkLoop) sinkL
 		}
 		t.Log(line)
 	}
+	killed.Store(true)
 	if err := <-workDone; err != nil {
 		t.Fatal(err)
 	}
