@@ -81,10 +81,14 @@ chaos: tools build
 #   rabbitmq-server (Debian)   the broker the rabbitmq sink's tests start
 #   python3-pika (Debian)      an AMQP client nobody here wrote, draining
 #                              what the rabbitmq sink published
+#   nats-server (Debian)       the JetStream server the nats sink's tests start
+#   redis-server, redis-cli    the Redis the redis sink's tests start, and the
+#     (Debian redis-server,    independent client that reads its streams back
+#     redis-tools)
 # CI starts from a fresh machine, so `make test` runs this first. Each step
 # is skipped when its client is already there; installing needs root or
 # password-less sudo (the tests say what is missing otherwise).
-APT_TOOLS   := kcat:kcat chromium:chromium promtool:prometheus node:nodejs npm:npm systemd-analyze:systemd zstd:zstd rabbitmq-server:rabbitmq-server
+APT_TOOLS   := kcat:kcat chromium:chromium promtool:prometheus node:nodejs npm:npm systemd-analyze:systemd zstd:zstd rabbitmq-server:rabbitmq-server nats-server:nats-server redis-server:redis-server redis-cli:redis-tools
 PY_TOOLS    := grpc:python3-grpcio grpc_tools:python3-grpc-tools cryptography:python3-cryptography jsonschema:python3-jsonschema boto3:python3-boto3 pika:python3-pika
 NPM_TOOLS   := standardwebhooks@1.1.1 hyparquet@1.33.0
 NPM_DIR     := .tools/npm

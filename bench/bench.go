@@ -29,13 +29,15 @@ const (
 	PathKafka       = "daemon-kafka-eos"
 	PathS3JSONL     = "daemon-s3-jsonl"   // bench/s3.go
 	PathS3Parquet   = "daemon-s3-parquet" // bench/s3.go
+	PathNATS        = "daemon-nats"       // bench/destinations.go
+	PathRedis       = "daemon-redis"      // bench/destinations.go
 	PathBackfill    = "backfill"          // bench/backfill.go
 	// PathIsolate is the isolation figures (isolate.go), not a drain.
 	PathIsolate = "isolate"
 )
 
 // AllPaths lists every path.
-var AllPaths = []string{PathRecvlogical, PathLibrary, PathStdout, PathWebhook100, PathWebhook1000, PathKafka, PathPostgresMirror, PathS3JSONL, PathS3Parquet, PathBackfill, PathIsolate}
+var AllPaths = []string{PathRecvlogical, PathLibrary, PathStdout, PathWebhook100, PathWebhook1000, PathKafka, PathPostgresMirror, PathNATS, PathRedis, PathS3JSONL, PathS3Parquet, PathBackfill, PathIsolate}
 
 // Config says what to run. Zero values take the issue's sizes.
 type Config struct {
@@ -143,9 +145,12 @@ type Drain struct {
 	EventsPerDeliver float64      `json:"events_per_deliver,omitempty"`
 	Events           int64        `json:"events,omitempty"`   // as counted by the receiver, when it counts
 	Backfill         *BackfillRun `json:"backfill,omitempty"` // the backfill path's own figures
-	// TargetCPU is the destination server's CPU seconds, where the path
-	// can tell them apart (the postgres mirror's target backends).
-	TargetCPU float64 `json:"target_cpu_seconds,omitempty"`
+	// ServerCPU is the CPU the destination server used (nats-server,
+	// redis-server: started for the run; the postgres mirror's target
+	// backends), ServerCPUPerChange that per
+	// change in µs; not part of CPUPerChange.
+	ServerCPU          float64 `json:"server_cpu_seconds,omitempty"`
+	ServerCPUPerChange float64 `json:"server_cpu_us_per_change,omitempty"`
 }
 
 // PathResult is a path's runs and their medians.
@@ -534,17 +539,18 @@ func median(runs []Drain) Drain {
 		return (v[len(v)/2-1] + v[len(v)/2]) / 2
 	}
 	return Drain{
-		Seconds:          pick(func(r Drain) float64 { return r.Seconds }),
-		ChangesPerSec:    pick(func(r Drain) float64 { return r.ChangesPerSec }),
-		HostRSSMiB:       pick(func(r Drain) float64 { return r.HostRSSMiB }),
-		PluginRSSMiB:     pick(func(r Drain) float64 { return r.PluginRSSMiB }),
-		HostCPU:          pick(func(r Drain) float64 { return r.HostCPU }),
-		PluginCPU:        pick(func(r Drain) float64 { return r.PluginCPU }),
-		CPUPerChange:     pick(func(r Drain) float64 { return r.CPUPerChange }),
-		SenderCPU:        pick(func(r Drain) float64 { return r.SenderCPU }),
-		SenderShare:      pick(func(r Drain) float64 { return r.SenderShare }),
-		EventsPerDeliver: pick(func(r Drain) float64 { return r.EventsPerDeliver }),
-		TargetCPU:        pick(func(r Drain) float64 { return r.TargetCPU }),
+		Seconds:            pick(func(r Drain) float64 { return r.Seconds }),
+		ChangesPerSec:      pick(func(r Drain) float64 { return r.ChangesPerSec }),
+		HostRSSMiB:         pick(func(r Drain) float64 { return r.HostRSSMiB }),
+		PluginRSSMiB:       pick(func(r Drain) float64 { return r.PluginRSSMiB }),
+		HostCPU:            pick(func(r Drain) float64 { return r.HostCPU }),
+		PluginCPU:          pick(func(r Drain) float64 { return r.PluginCPU }),
+		CPUPerChange:       pick(func(r Drain) float64 { return r.CPUPerChange }),
+		SenderCPU:          pick(func(r Drain) float64 { return r.SenderCPU }),
+		SenderShare:        pick(func(r Drain) float64 { return r.SenderShare }),
+		EventsPerDeliver:   pick(func(r Drain) float64 { return r.EventsPerDeliver }),
+		ServerCPU:          pick(func(r Drain) float64 { return r.ServerCPU }),
+		ServerCPUPerChange: pick(func(r Drain) float64 { return r.ServerCPUPerChange }),
 	}
 }
 
@@ -592,7 +598,9 @@ func (r *Results) WriteTable(w io.Writer) {
 			dash(m.EventsPerDeliver, "%.0f"))
 	}
 	for _, p := range r.Paths {
-		fmt.Fprint(w, targetNote(p))
+		if m := p.Median; m.ServerCPU > 0 {
+			fmt.Fprintf(w, "\n%s: the destination server used %.1f s of CPU, %.2f µs/change (not in the table's µs/change)\n", p.Name, m.ServerCPU, m.ServerCPUPerChange)
+		}
 	}
 	if l := r.Latency; l != nil {
 		fmt.Fprintf(w, "\nlatency (commit → webhook receiver) at %d changes/s for %.0fs, %d events: p50 %.1f ms, p99 %.1f ms, max %.1f ms\n",

@@ -94,8 +94,8 @@ func TestSmoke(t *testing.T) {
 		if strings.HasPrefix(p.Name, "daemon-") && m.EventsPerDeliver <= 0 {
 			t.Errorf("%s: no Deliver calls read from the daemon's metrics: %+v", p.Name, m)
 		}
-		if p.Name == PathPostgresMirror && m.TargetCPU <= 0 {
-			t.Errorf("%s: no CPU of the target's backends measured: %+v", p.Name, m)
+		if (p.Name == PathNATS || p.Name == PathRedis || p.Name == PathPostgresMirror) && m.ServerCPU <= 0 {
+			t.Errorf("%s: no destination server CPU measured: %+v", p.Name, m)
 		}
 		if m.SenderCPU < 0 {
 			t.Errorf("%s: walsender CPU %v", p.Name, m.SenderCPU)

@@ -39,6 +39,8 @@ func (e *env) drain(ctx context.Context, p, slot string, run int) (Drain, error)
 		return e.drainLibrary(ctx, poll, slot)
 	case PathBackfill:
 		return e.drainBackfill(ctx, poll, run)
+	case PathNATS, PathRedis:
+		return e.drainDestination(ctx, poll, p, slot, run)
 	}
 	d := daemonRun{name: fmt.Sprintf("%s_%d", strings.ReplaceAll(p, "-", "_"), run), slot: slot}
 	switch p {
@@ -101,7 +103,8 @@ func (e *env) drain(ctx context.Context, p, slot string, run int) (Drain, error)
 		if err != nil {
 			return r, err
 		}
-		r.TargetCPU, err = finish(ctx)
+		r.ServerCPU, err = finish(ctx)
+		r.ServerCPUPerChange = r.ServerCPU / float64(e.changes) * 1e6
 		return r, err
 	}
 	return e.runDaemon(ctx, poll, d)

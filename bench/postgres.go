@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -15,7 +14,7 @@ import (
 // copy of the bench table (create_tables = false, as docs/sinks.md
 // recommends), each batch one transaction with the sink's checkpoint. The
 // target's backends are the destination server's CPU, reported as
-// TargetCPU.
+// ServerCPU.
 const PathPostgresMirror = "daemon-postgres-mirror"
 
 // postgresMirror creates the run's target database and table, fills in
@@ -152,16 +151,4 @@ func (w *backendWatch) stop() float64 {
 		sum += cpu
 	}
 	return sum
-}
-
-// targetNote is the line the report adds for a path that measured its
-// destination server's CPU.
-func targetNote(p PathResult) string {
-	if p.Median.TargetCPU == 0 {
-		return ""
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "\n%s: the target PostgreSQL's backends used %.1f s of CPU (%.2f µs/change, %.0f%% of a core)\n",
-		p.Name, p.Median.TargetCPU, p.Median.TargetCPU/p.Median.Seconds/p.Median.ChangesPerSec*1e6, 100*p.Median.TargetCPU/p.Median.Seconds)
-	return b.String()
 }

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/walcast/walcast/pluginkit"
+)
+
+const itemsStream = "walcast:public.items"
+
+// A reopened sink reports the last id written, and a redelivered batch
+// (the host crashed between EXEC and recording the ack) is filtered and
+// counted, in part or in whole.
+func TestExactlyOnceAcrossReopen(t *testing.T) {
+	srv := startRedis(t)
+	s, res := openSink(t, srv.addr, nil)
+	if !res.Checkpoint.IsZero() {
+		t.Fatalf("fresh Open checkpoint = %s, want zero", res.Checkpoint)
+	}
+	a, b := events(0x100, 50), events(0x200, 30)
+	for _, batch := range [][]pluginkit.Event{a, b} {
+		if r := deliver(t, s, pluginkit.Batch{Events: batch}); r.Duplicates != 0 {
+			t.Errorf("first delivery: %d duplicates", r.Duplicates)
+		}
+	}
+	s.Close(t.Context())
+
+	s2, res := openSink(t, srv.addr, nil)
+	if want := b[len(b)-1].ID; res.Checkpoint != want {
+		t.Fatalf("reopened checkpoint = %s, want %s", res.Checkpoint, want)
+	}
+	c := events(0x300, 10)
+	if r := deliver(t, s2, pluginkit.Batch{Events: b}); r.Duplicates != len(b) {
+		t.Errorf("redelivered batch: %d duplicates, want %d", r.Duplicates, len(b))
+	}
+	mixed := append(append([]pluginkit.Event{}, b[20:]...), c...)
+	if r := deliver(t, s2, pluginkit.Batch{Events: mixed}); r.Duplicates != 10 {
+		t.Errorf("half-redelivered batch: %d duplicates, want 10", r.Duplicates)
+	}
+	assertOnce(t, entries(t, srv.client(t, ""), itemsStream), a, b, c)
+}
+
+// A replay batch (parked events an operator asked for again) lies below
+// the checkpoint and is written all the same, without moving it back.
+func TestReplayBelowCheckpoint(t *testing.T) {
+	srv := startRedis(t)
+	s, _ := openSink(t, srv.addr, nil)
+	parked, later := events(0x100, 3), events(0x200, 5)
+	deliver(t, s, pluginkit.Batch{Events: later})
+	if r := deliver(t, s, pluginkit.Batch{Events: parked, Replay: true}); r.Duplicates != 0 {
+		t.Errorf("replay reported %d duplicates, want 0 (the host would keep them parked)", r.Duplicates)
+	}
+	s.Close(t.Context())
+	_, res := openSink(t, srv.addr, nil)
+	if want := later[len(later)-1].ID; res.Checkpoint != want {
+		t.Errorf("checkpoint after the replay = %s, want %s (never back)", res.Checkpoint, want)
+	}
+	assertOnce(t, entries(t, srv.client(t, ""), itemsStream), later, parked)
+}
+
+// A transaction whose answer never came back is settled by the claim
+// before the next write: here EXEC ran after the client gave up, so the
+// retried batch is recognised as written.
+func TestUnknownOutcomeSettled(t *testing.T) {
+	srv := startRedis(t)
+	s, _ := openSink(t, srv.addr, nil)
+	batch := events(0x100, 20)
+	var resume func()
+	s.beforeExec = func(context.Context) error {
+		resume = srv.pause() // the transaction waits in the socket
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	_, err := s.Deliver(ctx, pluginkit.Batch{Events: batch})
+	cancel()
+	if kind, _ := pluginkit.KindOf(err); err == nil || kind != pluginkit.KindRetryable {
+		t.Fatalf("Deliver to a paused server = %v (%s), want a retryable error", err, kind)
+	}
+	s.beforeExec = nil
+	resume() // the server now runs the transaction the client gave up on
+	if r := deliver(t, s, pluginkit.Batch{Events: batch}); r.Duplicates != len(batch) {
+		t.Errorf("retry found %d duplicates, want %d: the first EXEC ran", r.Duplicates, len(batch))
+	}
+	assertOnce(t, entries(t, srv.client(t, ""), itemsStream), batch)
+}
+
+// A second sink claiming the same checkpoint key fences the first, also
+// between its epoch check and its EXEC: the first never writes again.
+func TestFencing(t *testing.T) {
+	srv := startRedis(t)
+	s1, _ := openSink(t, srv.addr, nil)
+	deliver(t, s1, pluginkit.Batch{Events: events(0x100, 2)})
+	var s2 *Sink
+	s1.beforeExec = func(context.Context) error {
+		s2, _ = openSink(t, srv.addr, nil)
+		return nil
+	}
+	_, err := s1.Deliver(t.Context(), pluginkit.Batch{Events: events(0x200, 2)})
+	if kind, _ := pluginkit.KindOf(err); kind != pluginkit.KindFatal || !strings.Contains(err.Error(), "fenced") {
+		t.Fatalf("Deliver of a fenced sink = %v (%s), want fatal", err, kind)
+	}
+	s1.beforeExec = nil
+	if _, err := s1.Deliver(t.Context(), pluginkit.Batch{Events: events(0x300, 1)}); err == nil {
+		t.Fatal("a fenced sink delivered again")
+	}
+	next := events(0x200, 2)
+	deliver(t, s2, pluginkit.Batch{Events: next})
+	assertOnce(t, entries(t, srv.client(t, ""), itemsStream), events(0x100, 2), next)
+}
+
+// An event larger than the server takes is named permanent before it is
+// sent; the rest of the batch is written once.
+func TestTooLargeIsNamed(t *testing.T) {
+	srv := startRedis(t, "--proto-max-bulk-len", "1mb")
+	s, _ := openSink(t, srv.addr, nil)
+	batch := events(0x100, 5)
+	batch[2].Payload = []byte(`{"pad":"` + strings.Repeat("x", 2<<20) + `"}`)
+	_, err := s.Deliver(t.Context(), pluginkit.Batch{Events: batch})
+	var be *pluginkit.BatchError
+	if !errors.As(err, &be) || len(be.Failed) != 1 || be.Failed[2] == nil {
+		t.Fatalf("Deliver = %v, want a BatchError naming event 2", err)
+	}
+	if kind, _ := pluginkit.KindOf(be.Failed[2]); kind != pluginkit.KindPermanent || !strings.Contains(be.Failed[2].Error(), "0/100:2") || !strings.Contains(be.Failed[2].Error(), "proto-max-bulk-len") {
+		t.Errorf("event 2's error %q is %s, want permanent, naming the event and the limit", be.Failed[2], kind)
+	}
+	good := append(append([]pluginkit.Event{}, batch[:2]...), batch[3:]...)
+	assertOnce(t, entries(t, srv.client(t, ""), itemsStream), good)
+}
+
+// A stream key that holds another type makes that event's XADD fail when
+// EXEC runs: it is named permanent, the others are written, and the
+// checkpoint moves (the host parks the event; a replay writes it).
+func TestWrongTypeIsNamed(t *testing.T) {
+	srv := startRedis(t)
+	c := srv.client(t, "")
+	if err := c.Set(t.Context(), "walcast:public.other", "a string", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := openSink(t, srv.addr, nil)
+	batch := events(0x100, 4)
+	batch[1].Table = "other"
+	_, err := s.Deliver(t.Context(), pluginkit.Batch{Events: batch})
+	var be *pluginkit.BatchError
+	if !errors.As(err, &be) || len(be.Failed) != 1 || be.Failed[1] == nil || !strings.Contains(be.Failed[1].Error(), "WRONGTYPE") {
+		t.Fatalf("Deliver = %v, want a BatchError naming event 1 with WRONGTYPE", err)
+	}
+	if kind, _ := pluginkit.KindOf(be.Failed[1]); kind != pluginkit.KindPermanent {
+		t.Errorf("event 1 is %s, want permanent", kind)
+	}
+	assertOnce(t, entries(t, c, itemsStream), []pluginkit.Event{batch[0], batch[2], batch[3]})
+	c.Del(t.Context(), "walcast:public.other")
+	if r := deliver(t, s, pluginkit.Batch{Events: batch[1:2], Replay: true}); r.Duplicates != 0 {
+		t.Errorf("replay: %d duplicates", r.Duplicates)
+	}
+	if got := entries(t, c, "walcast:public.other"); len(got) != 1 {
+		t.Errorf("the replayed event: %d entries", len(got))
+	}
+}
+
+func TestMaxLen(t *testing.T) {
+	srv := startRedis(t)
+	s, _ := openSink(t, srv.addr, map[string]any{"maxlen": 10, "maxlen_exact": true})
+	all := events(0x100, 50)
+	deliver(t, s, pluginkit.Batch{Events: all[:25]})
+	deliver(t, s, pluginkit.Batch{Events: all[25:]})
+	assertOnce(t, entries(t, srv.client(t, ""), itemsStream), all[40:])
+}
