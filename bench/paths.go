@@ -57,18 +57,7 @@ func (e *env) drain(ctx context.Context, p, slot string, run int) (Drain, error)
 		}
 		defer rcv.close()
 		d.rcv = rcv
-		batch := 100
-		if p == PathWebhook1000 {
-			batch = 1000
-		}
-		d.sink = fmt.Sprintf(`sink "webhook" "hook" {
-  delivery {
-    batch_size = %d
-  }
-  config {
-    url = %q
-  }
-}`, batch, rcv.url)
+		d.sink = webhookSink(p, rcv.url)
 	case PathKafka:
 		addr, stop, err := e.startKfake(ctx)
 		if err != nil {
@@ -108,6 +97,23 @@ func (e *env) drain(ctx context.Context, p, slot string, run int) (Drain, error)
 		return r, err
 	}
 	return e.runDaemon(ctx, poll, d)
+}
+
+// webhookSink is the sink block of a webhook path: batches of 100 or
+// 1000 to the bench's receiver.
+func webhookSink(p, url string) string {
+	batch := 100
+	if p == PathWebhook1000 {
+		batch = 1000
+	}
+	return fmt.Sprintf(`sink "webhook" "hook" {
+  delivery {
+    batch_size = %d
+  }
+  config {
+    url = %q
+  }
+}`, batch, url)
 }
 
 func (e *env) drainRecvlogical(ctx context.Context, poll *pgx.Conn, slot string) (Drain, error) {

@@ -100,6 +100,23 @@ func (ps *pipeState) get() (role string, err error, t *term) {
 	return ps.role, ps.err, ps.term
 }
 
+// groupBySource makes a state per pipeline, standing by, grouped by
+// source database: one presence session per group.
+func (in *instance) groupBySource() map[string]*group {
+	groups := map[string]*group{}
+	for _, p := range in.opts.Pipelines {
+		g := groups[p.Source.DSN]
+		if g == nil {
+			g = &group{dsn: p.Source.DSN}
+			groups[p.Source.DSN] = g
+		}
+		ps := &pipeState{p: p, group: g, role: roleStandby, since: time.Now()}
+		g.pipelines = append(g.pipelines, ps)
+		in.states = append(in.states, ps)
+	}
+	return groups
+}
+
 // RunInstance runs every pipeline of opts until ctx ends or none is left
 // running. A pipeline that fails for good stops alone: the others go on,
 // the failure is logged with what to do and shown by /metrics and
@@ -113,17 +130,7 @@ func RunInstance(ctx context.Context, opts InstanceOptions) error {
 	opts.defaults()
 	host, _ := os.Hostname()
 	in := &instance{opts: opts, log: log, holder: "walcast " + host + " pid " + strconv.Itoa(os.Getpid())}
-	groups := map[string]*group{}
-	for _, p := range opts.Pipelines {
-		g := groups[p.Source.DSN]
-		if g == nil {
-			g = &group{dsn: p.Source.DSN}
-			groups[p.Source.DSN] = g
-		}
-		ps := &pipeState{p: p, group: g, role: roleStandby, since: time.Now()}
-		g.pipelines = append(g.pipelines, ps)
-		in.states = append(in.states, ps)
-	}
+	groups := in.groupBySource()
 	// The metrics server stops last, after every pipeline's drain, final
 	// checkpoints and plugins' Close, so all of it can be watched.
 	if opts.MetricsListen != "" {
