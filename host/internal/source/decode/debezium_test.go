@@ -299,3 +299,33 @@ func TestDebeziumToastAndKeyChange(t *testing.T) {
 		t.Errorf("update without key change has old key %s", c.events[0].Formats[0].OldKey)
 	}
 }
+
+// A backfill read is op "r" with snapshot "incremental", and a column's
+// type modifier, carried in the chunk, gives it the same Debezium type as
+// the table's live events (numeric(5,2): Decimal, not VariableScaleDecimal).
+func TestDebeziumBackfillRead(t *testing.T) {
+	typmod := (int32(5)<<16 | 2) + 4
+	chunk := BackfillChunk{
+		Pipeline: "p", Backfill: 1, Chunk: 1, Schema: "public", Table: "prices",
+		Columns: []BackfillColumn{{Name: "id", Type: 23}, {Name: "amount", Type: 1700, Typmod: &typmod}},
+		Key:     []int{0},
+		Rows:    [][]*string{{strp("1"), strp("1.00")}},
+	}
+	c := newCollector(t, Options{Pipeline: "p", Formats: []Format{{Name: FormatDebezium, Debezium: dbzOpts}}})
+	c.feed(pgt.Begin(0x1A2B3C8, 9), packedMessage(t, chunk))
+	var v struct {
+		Op     string         `json:"op"`
+		After  map[string]any `json:"after"`
+		Before map[string]any `json:"before"`
+		Source map[string]any `json:"source"`
+	}
+	if err := json.Unmarshal(c.events[0].Formats[0].Payload, &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Op != "r" || v.Source["snapshot"] != "incremental" || v.Before != nil || v.After["amount"] != "ZA==" {
+		t.Errorf("read event: op %s snapshot %v before %v after %v", v.Op, v.Source["snapshot"], v.Before, v.After)
+	}
+	if string(c.events[0].Formats[0].Key) != `{"id":1}` {
+		t.Errorf("key %s", c.events[0].Formats[0].Key)
+	}
+}
