@@ -3,7 +3,6 @@ package decode
 import (
 	"encoding/base64"
 	"strconv"
-	"time"
 
 	"github.com/jackc/pglogrepl"
 
@@ -128,10 +127,7 @@ func (t *dbzTable) appendValue(b []byte, d *Decoder, c *rowChange) []byte {
 	b = append(b, `,"op":"`...)
 	b = append(b, dbzOp(c.op)...)
 	b = append(b, '"')
-	// ts_ms is Debezium's processing time; walcast writes the commit time
-	// so that a redelivered event is the same bytes (docs/formats.md).
-	b = t.appendTimes(b, `,"ts_ms":`, d.commitTime)
-	b = append(b, `,"transaction":null}`...)
+	b = append(b, d.dbzTx().tail...)
 	return append(b, t.tail...)
 }
 
@@ -181,39 +177,64 @@ func (t *dbzTable) appendColumn(b []byte, d *Decoder, i int, col *column, v *pgl
 // appendSource appends the source block, fields in the order of
 // Debezium's io.debezium.connector.postgresql.Source schema.
 func (t *dbzTable) appendSource(b []byte, d *Decoder, op cdc.Op) []byte {
+	tx := d.dbzTx()
 	b = append(b, t.sourceHead...)
-	b = strconv.AppendInt(b, d.commitTime.UnixMilli(), 10)
+	b = append(b, tx.tsMs...)
 	if op == cdc.OpRead {
 		b = append(b, `,"snapshot":"incremental"`...)
 	} else {
 		b = append(b, `,"snapshot":"false"`...)
 	}
 	b = append(b, t.sourceDB...)
+	b = append(b, tx.mid...)
+	b = append(b, t.sourceTable...)
+	return append(b, tx.end...)
+}
+
+// dbzTxParts are the parts of the debezium format that depend only on the
+// transaction, encoded once per transaction.
+type dbzTxParts struct {
+	lsn uint64
+	// tsMs is source.ts_ms; mid runs from sequence to ts_ns; end from
+	// txId's value to the end of the source block; tail from the
+	// envelope's ts_ms to the end of the payload.
+	tsMs, mid, end, tail []byte
+}
+
+// dbzTx returns the open transaction's parts, encoding them on its first
+// event.
+func (d *Decoder) dbzTx() *dbzTxParts {
+	tx := &d.dbzParts
+	if tx.lsn == d.commitLSN && tx.tsMs != nil {
+		return tx
+	}
+	tx.lsn = d.commitLSN
+	ms, us, ns := d.commitTime.UnixMilli(), d.commitTime.UnixMicro(), d.commitTime.UnixNano()
+	tx.tsMs = strconv.AppendInt(tx.tsMs[:0], ms, 10)
 	// sequence: Debezium's [last committed LSN, this change's LSN]; the
 	// decoder knows the commit LSN only (docs/formats.md).
-	b = append(b, `,"sequence":"[\"`...)
+	b := append(tx.mid[:0], `,"sequence":"[\"`...)
 	b = strconv.AppendUint(b, d.commitLSN, 10)
 	b = append(b, `\",\"`...)
 	b = strconv.AppendUint(b, d.commitLSN, 10)
 	b = append(b, `\"]","ts_us":`...)
-	b = strconv.AppendInt(b, d.commitTime.UnixMicro(), 10)
+	b = strconv.AppendInt(b, us, 10)
 	b = append(b, `,"ts_ns":`...)
-	b = strconv.AppendInt(b, d.commitTime.UnixNano(), 10)
-	b = append(b, t.sourceTable...)
-	b = strconv.AppendUint(b, uint64(d.xid), 10)
+	tx.mid = strconv.AppendInt(b, ns, 10)
+	b = strconv.AppendUint(tx.end[:0], uint64(d.xid), 10)
 	b = append(b, `,"lsn":`...)
 	b = strconv.AppendUint(b, d.commitLSN, 10)
-	return append(b, `,"xmin":null}`...)
-}
-
-// appendTimes appends ts_ms (from name on), ts_us and ts_ns for tm.
-func (t *dbzTable) appendTimes(b []byte, name string, tm time.Time) []byte {
-	b = append(b, name...)
-	b = strconv.AppendInt(b, tm.UnixMilli(), 10)
+	tx.end = append(b, `,"xmin":null}`...)
+	// ts_ms is Debezium's processing time; walcast writes the commit time
+	// so that a redelivered event is the same bytes (docs/formats.md).
+	b = append(tx.tail[:0], `,"ts_ms":`...)
+	b = strconv.AppendInt(b, ms, 10)
 	b = append(b, `,"ts_us":`...)
-	b = strconv.AppendInt(b, tm.UnixMicro(), 10)
+	b = strconv.AppendInt(b, us, 10)
 	b = append(b, `,"ts_ns":`...)
-	return strconv.AppendInt(b, tm.UnixNano(), 10)
+	b = strconv.AppendInt(b, ns, 10)
+	tx.tail = append(b, `,"transaction":null}`...)
+	return tx
 }
 
 // dbzOp is Debezium's one-letter operation.

@@ -77,8 +77,8 @@ func TestDebeziumPostgresTypes(t *testing.T) {
 	// PostgreSQL computes each expected value; Go only formats it as JSON.
 	var (
 		small, r, dd, n2, nvScale, b, bit1, t1, vc, ch, byB64, j, jb, u, x, ip string
-		bg, nUnscaled, moUnscaled, dtDays, tmUs, tm3Ms, tsUs, ts3Ms, tstzUs   int64
-		nvUnscaled, m                                                        string
+		bg, nUnscaled, moUnscaled, dtDays, tmUs, tm3Ms, tsUs, ts3Ms, tstzUs    int64
+		nvUnscaled, m                                                          string
 	)
 	err = conn.QueryRow(ctx, `SELECT small::text, r::text, d::text, n::text, scale(nv)::text, b::text, (bit1 = B'1')::text,
 		t, vc, ch, encode(by, 'base64'), j::text, jb::text, u::text, x::text, ip::text,

@@ -255,10 +255,14 @@ func TestDebeziumValues(t *testing.T) {
 // The unscaled bytes are what Java's BigInteger.toByteArray gives, for
 // values beyond 64 bits too.
 func TestDebeziumUnscaledBig(t *testing.T) {
-	for _, s := range []string{"123456789012345678901234567890", "-123456789012345678901234567890", "-170141183460469231731687303715884105728", "0", "-1", "255", "-256"} {
-		got, ok := unscaledBytes([]byte(s), 0)
+	for _, s := range []string{"123456789012345678901234567890", "-123456789012345678901234567890", "-170141183460469231731687303715884105728", "0", "-1", "255", "-256", "999999999999999999", "-999999999999999999", "-9999999999999999999"} {
+		enc, ok := appendUnscaled(nil, []byte(s), 0)
 		if !ok {
 			t.Fatalf("%s: not a decimal", s)
+		}
+		got, err := base64.StdEncoding.DecodeString(string(enc))
+		if err != nil {
+			t.Fatal(err)
 		}
 		// Decode as two's complement and compare.
 		v := new(big.Int).SetBytes(got)

@@ -223,20 +223,23 @@ func appendDbzDecimal(b []byte, c *dbzColumn, text []byte) []byte {
 			scale = len(frac)
 		}
 	}
-	unscaled, ok := unscaledBytes(text, scale)
-	if !ok {
-		return append(b, "null"...) // NaN and ±Infinity have no Decimal
-	}
 	if c.typ == dzVarDecimal {
+		mark := len(b)
 		b = append(b, `{"scale":`...)
 		b = strconv.AppendInt(b, int64(scale), 10)
 		b = append(b, `,"value":"`...)
-		b = base64.StdEncoding.AppendEncode(b, unscaled)
-		return append(b, `"}`...)
+		out, ok := appendUnscaled(b, text, scale)
+		if !ok {
+			return append(b[:mark], "null"...) // NaN and ±Infinity have no Decimal
+		}
+		return append(out, `"}`...)
 	}
 	b = append(b, '"')
-	b = base64.StdEncoding.AppendEncode(b, unscaled)
-	return append(b, '"')
+	out, ok := appendUnscaled(b, text, scale)
+	if !ok {
+		return append(b[:len(b)-1], "null"...)
+	}
+	return append(out, '"')
 }
 
 // moneyDigits strips a money value's currency symbol and group separators
@@ -276,39 +279,60 @@ func splitDecimal(text []byte) (intPart, frac []byte, ok bool) {
 	return intPart, text[j+1:], true
 }
 
-// unscaledBytes is the value times 10^scale as Java's
-// BigInteger.toByteArray gives it (big-endian two's complement, shortest
-// form): what Kafka Connect's Decimal carries.
-func unscaledBytes(text []byte, scale int) ([]byte, bool) {
+// appendUnscaled appends, base64-encoded, the value times 10^scale as
+// Java's BigInteger.toByteArray gives it (big-endian two's complement,
+// shortest form): what Kafka Connect's Decimal carries. Extra fraction
+// digits are cut (PostgreSQL pads a numeric(p,s) to s digits, so there
+// are none).
+func appendUnscaled(b, text []byte, scale int) ([]byte, bool) {
 	intPart, frac, ok := splitDecimal(text)
 	if !ok {
-		return nil, false
+		return b, false
 	}
-	digits := make([]byte, 0, len(intPart)+scale)
-	digits = append(digits, intPart...)
-	if len(frac) >= scale {
-		digits = append(digits, frac[:scale]...)
-	} else {
-		digits = append(digits, frac...)
-		for range scale - len(frac) {
-			digits = append(digits, '0')
+	neg := intPart[0] == '-'
+	if neg || intPart[0] == '+' {
+		intPart = intPart[1:]
+	}
+	// Up to 18 digits fit an int64: no allocation.
+	if len(intPart)+scale <= 18 {
+		var v int64
+		for _, c := range intPart {
+			v = v*10 + int64(c-'0')
 		}
+		for i := range scale {
+			v *= 10
+			if i < len(frac) {
+				v += int64(frac[i] - '0')
+			}
+		}
+		if neg {
+			v = -v
+		}
+		var buf [8]byte
+		return base64.StdEncoding.AppendEncode(b, twosComplement64(&buf, v)), true
 	}
-	if len(digits) <= 18 {
-		v, err := strconv.ParseInt(string(digits), 10, 64)
-		if err == nil {
-			return twosComplement64(v), true
+	digits := make([]byte, 0, len(intPart)+scale+1)
+	if neg {
+		digits = append(digits, '-')
+	}
+	digits = append(digits, intPart...)
+	for i := range scale {
+		if i < len(frac) {
+			digits = append(digits, frac[i])
+		} else {
+			digits = append(digits, '0')
 		}
 	}
 	var n big.Int
 	if _, ok := n.SetString(string(digits), 10); !ok {
-		return nil, false
+		return b, false
 	}
-	return twosComplementBig(&n), true
+	return base64.StdEncoding.AppendEncode(b, twosComplementBig(&n)), true
 }
 
-func twosComplement64(v int64) []byte {
-	var buf [8]byte
+// twosComplement64 writes v into buf and returns its shortest two's
+// complement form.
+func twosComplement64(buf *[8]byte, v int64) []byte {
 	for i := range 8 {
 		buf[7-i] = byte(v >> (8 * i))
 	}

@@ -65,6 +65,7 @@ type Decoder struct {
 	scratch   []byte
 	oldKey    []byte // the old key of an update, to compare with the new one
 	fbuf      []byte // an event in one of Options.Formats being built
+	dbzParts  dbzTxParts
 	// sinks are the target sinks of the backfill chunk being decoded.
 	sinks []string
 }
