@@ -42,9 +42,9 @@ func (e *env) drain(ctx context.Context, p, slot string, run int) (Drain, error)
 	}
 	d := daemonRun{name: fmt.Sprintf("%s_%d", strings.ReplaceAll(p, "-", "_"), run), slot: slot}
 	switch p {
-	case PathStdout:
+	case PathStdout, PathStdoutDebezium:
 		d.sink = `sink "stdout" "out" {
-  config {
+` + formatLine(p) + `  config {
     path = "/dev/null"
   }
 }`
@@ -67,19 +67,19 @@ func (e *env) drain(ctx context.Context, p, slot string, run int) (Drain, error)
     url = %q
   }
 }`, batch, rcv.url)
-	case PathKafka:
+	case PathKafka, PathKafkaDebezium:
 		addr, stop, err := e.startKfake(ctx)
 		if err != nil {
 			return Drain{}, err
 		}
 		defer stop()
 		d.sink = fmt.Sprintf(`sink "kafka" "kafka" {
-  config {
+%s  config {
     brokers          = [%q]
     eos              = true
     transactional_id = "bench-%s"
   }
-}`, addr, d.name)
+}`, formatLine(p), addr, d.name)
 	case PathS3JSONL, PathS3Parquet:
 		url, stop, err := startFakeS3()
 		if err != nil {
@@ -105,6 +105,14 @@ func (e *env) drain(ctx context.Context, p, slot string, run int) (Drain, error)
 		return r, err
 	}
 	return e.runDaemon(ctx, poll, d)
+}
+
+// formatLine is the sink's format attribute for the paths that choose one.
+func formatLine(p string) string {
+	if p == PathStdoutDebezium || p == PathKafkaDebezium {
+		return "  format = \"debezium\"\n"
+	}
+	return ""
 }
 
 func (e *env) drainRecvlogical(ctx context.Context, poll *pgx.Conn, slot string) (Drain, error) {
