@@ -11,7 +11,8 @@ import (
 
 // The debezium format: Debezium's PostgreSQL connector change event, value
 //
-//	{"before":…,"after":…,"source":{…},"op":"c|u|d|r|t","ts_ms":…,"ts_us":…,"ts_ns":…,"transaction":null}
+//	{"before":…,"after":…,"source":{…},"op":"c|u|d|r|t","ts_ms":…,"ts_us":…,"ts_ns":…,
+//	 "transaction":{"id":"<txId>:<commit LSN>","total_order":…,"data_collection_order":…}}
 //
 // and key {"<key column>":…,…}, each wrapped in {"schema":…,"payload":…}
 // with Schemas. docs/formats.md lists where it differs from Debezium's.
@@ -127,7 +128,16 @@ func (t *dbzTable) appendValue(b []byte, d *Decoder, c *rowChange) []byte {
 	b = append(b, `,"op":"`...)
 	b = append(b, dbzOp(c.op)...)
 	b = append(b, '"')
-	b = append(b, d.dbzTx().tail...)
+	tx := d.dbzTx()
+	b = append(b, tx.tail...)
+	// transaction: Debezium's metadata block. total_order is the walcast
+	// id's index + 1, so (id, total_order) names the event as its walcast
+	// id does, for consumers that receive no walcast-id header.
+	b = append(b, tx.txID...)
+	b = strconv.AppendUint(b, d.index+1, 10)
+	b = append(b, `,"data_collection_order":`...)
+	b = strconv.AppendUint(b, c.rel.inTx, 10)
+	b = append(b, "}}"...)
 	return append(b, t.tail...)
 }
 
@@ -197,8 +207,9 @@ type dbzTxParts struct {
 	lsn uint64
 	// tsMs is source.ts_ms; mid runs from sequence to ts_ns; end from
 	// txId's value to the end of the source block; tail from the
-	// envelope's ts_ms to the end of the payload.
-	tsMs, mid, end, tail []byte
+	// envelope's ts_ms up to transaction; txID opens the transaction
+	// block up to total_order's value.
+	tsMs, mid, end, tail, txID []byte
 }
 
 // dbzTx returns the open transaction's parts, encoding them on its first
@@ -233,7 +244,13 @@ func (d *Decoder) dbzTx() *dbzTxParts {
 	b = strconv.AppendInt(b, us, 10)
 	b = append(b, `,"ts_ns":`...)
 	b = strconv.AppendInt(b, ns, 10)
-	tx.tail = append(b, `,"transaction":null}`...)
+	tx.tail = b
+	// Debezium's PostgreSQL transaction id: "<txId>:<LSN>".
+	b = append(tx.txID[:0], `,"transaction":{"id":"`...)
+	b = strconv.AppendUint(b, uint64(d.xid), 10)
+	b = append(b, ':')
+	b = strconv.AppendUint(b, d.commitLSN, 10)
+	tx.txID = append(b, `","total_order":`...)
 	return tx
 }
 

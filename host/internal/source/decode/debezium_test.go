@@ -104,8 +104,11 @@ func TestDebeziumDocumentedExamples(t *testing.T) {
 		if src["ts_ms"] != ms || v["ts_ms"] != ms || v["ts_us"] != float64(pgt.CommitTime.UnixMicro()) {
 			t.Errorf("event %d: ts_ms %v %v, want %v", i, src["ts_ms"], v["ts_ms"], ms)
 		}
-		if _, ok := v["transaction"]; !ok || v["transaction"] != nil {
-			t.Errorf("event %d: transaction %v, want null", i, v["transaction"])
+		// The transaction block names the event as its walcast id does:
+		// commit LSN and index + 1.
+		wantTx := map[string]any{"id": "555:24023128", "total_order": float64(i + 1), "data_collection_order": float64(i + 1)}
+		if !reflect.DeepEqual(v["transaction"], wantTx) {
+			t.Errorf("event %d: transaction %v, want %v", i, v["transaction"], wantTx)
 		}
 	}
 	for i, k := range []any{map[string]any{"id": 1.0}, map[string]any{"id": 1.0}, map[string]any{"id": 1.0}, nil} {

@@ -84,6 +84,10 @@ func (d *Decoder) encodeFormats(c *rowChange) []change.Encoded {
 		return nil
 	}
 	out := make([]change.Encoded, len(d.opts.Formats))
+	if c.rel.txLSN != d.commitLSN {
+		c.rel.txLSN, c.rel.inTx = d.commitLSN, 0
+	}
+	c.rel.inTx++
 	for i := range d.opts.Formats {
 		enc := d.debezium(i, c.rel)
 		b := d.fbuf[:0]

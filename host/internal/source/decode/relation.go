@@ -28,6 +28,10 @@ type relation struct {
 	// formats are the relation as each of Options.Formats writes it,
 	// built on its first change.
 	formats []*dbzTable
+	// inTx counts the relation's events in the transaction at txLSN, for
+	// the debezium format's transaction.data_collection_order.
+	inTx  uint64
+	txLSN uint64
 }
 
 type column struct {
