@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -138,4 +139,73 @@ func TestKafkaCrashLoopDebezium(t *testing.T) {
 	checkMirror(t, res.db, applyDebezium(t, got), "items")
 	t.Logf("%d changes, host SIGKILLs as logged (%d with Kafka ahead of walcast.checkpoints); read_committed %d records; read_uncommitted %d duplicates (aborted transactions, same bytes); in %s",
 		len(res.want), res.ahead, len(committed), udups, time.Since(start).Round(time.Second))
+}
+
+// TestKafkaDebeziumKeyChange: on Kafka, updates that change the key arrive
+// as Debezium's connector writes a primary key update (delete of the old
+// key with __debezium.newkey, its tombstone, create of the new key with
+// __debezium.oldkey), so a consumer that knows only c, r, u and d
+// (kcat reading the records) rebuilds the table.
+func TestKafkaDebeziumKeyChange(t *testing.T) {
+	needKcat(t)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	addr := startKafka(t)
+	pipeline := writePipeline(t, "kdbzkey", dsn, []string{"public.items"}, sinkSpec{
+		ID: "kafka", SinkType: "kafka", Config: kafkaConfig(addr, true, "walcast-kdbzkey"),
+		Top: "  format = \"debezium\"\n  debezium {\n    schemas = true\n  }\n",
+	})
+	proc := startWalcast(t, pipeline)
+	defer proc.stop()
+	waitSlot(t, db, "walcast_kdbzkey")
+	exec1(t, db, `INSERT INTO items SELECT g, g, 'x' FROM generate_series(1, 20) g`)
+	exec1(t, db, `UPDATE items SET id = id + 100 WHERE id <= 5`)
+	exec1(t, db, `UPDATE items SET v = v + 1 WHERE id > 100`)
+	exec1(t, db, `DELETE FROM items WHERE id IN (6, 101)`)
+	end := lsnQuery(t, db, `SELECT pg_current_wal_lsn()::text`)
+	waitFor(t, "the slot to confirm everything", time.Minute, func() bool {
+		return confirmedFlush(t, db, "walcast_kdbzkey") >= end
+	})
+
+	mirror := map[int]int{}
+	newKeys, oldKeys := 0, 0
+	for _, r := range readKcat(t, addr, kafkaTopic) {
+		if r.Value == nil {
+			continue // a tombstone
+		}
+		var v struct {
+			Payload struct {
+				Before, After map[string]any
+				Op            string
+			}
+		}
+		if err := json.Unmarshal(r.Value, &v); err != nil {
+			t.Fatalf("offset %d: %v: %s", r.Offset, err, r.Value)
+		}
+		p := v.Payload
+		switch p.Op {
+		case "c", "r", "u":
+			mirror[int(p.After["id"].(float64))] = int(p.After["v"].(float64))
+		case "d":
+			delete(mirror, int(p.Before["id"].(float64)))
+		}
+		if r.Headers["__debezium.newkey"] != "" {
+			newKeys++
+			if p.Op != "d" {
+				t.Errorf("offset %d: __debezium.newkey on a %q record", r.Offset, p.Op)
+			}
+		}
+		if k := r.Headers["__debezium.oldkey"]; k != "" {
+			oldKeys++
+			var key struct{ Payload map[string]any }
+			if p.Op != "c" || json.Unmarshal([]byte(k), &key) != nil || int(key.Payload["id"].(float64))+100 != int(p.After["id"].(float64)) {
+				t.Errorf("offset %d: %q record with __debezium.oldkey %s", r.Offset, p.Op, k)
+			}
+		}
+	}
+	if newKeys != 5 || oldKeys != 5 {
+		t.Errorf("%d deletes with __debezium.newkey and %d creates with __debezium.oldkey, want 5 each", newKeys, oldKeys)
+	}
+	if want := tableRows(t, db, "public.items"); !maps.Equal(mirror, want) {
+		t.Errorf("mirror %v, table %v", mirror, want)
+	}
 }
