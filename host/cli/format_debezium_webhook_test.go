@@ -3,10 +3,12 @@ package cli
 import (
 	"encoding/json"
 	"io"
+	"math/rand/v2"
 	"maps"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -16,9 +18,14 @@ import (
 type dbzHook struct {
 	mu     sync.Mutex
 	events []json.RawMessage
+	fail   atomic.Bool // answer 500 and keep nothing
 }
 
 func (h *dbzHook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.fail.Load() {
+		http.Error(w, "down", http.StatusInternalServerError)
+		return
+	}
 	body, err := io.ReadAll(r.Body)
 	var batch struct {
 		Events []json.RawMessage `json:"events"`
@@ -150,4 +157,70 @@ func TestDebeziumWebhookMirror(t *testing.T) {
 		t.Error("no update left a TOASTed value out; the test did not test what it claims")
 	}
 	t.Logf("%d events applied (%v), %d unchanged TOASTed values as the placeholder; mirror equals the table", len(seen), ops, placeholders)
+}
+
+// TestDebeziumCatchupKeepsTheFormat: a webhook sink on the debezium format
+// whose destination fails is detached onto a catch-up slot while an
+// envelope sink goes on; once the destination is back it catches up and
+// rejoins. Every committed change reaches it once as a Debezium event —
+// from the catch-up stream's decoder and, after the rejoin, from the live
+// one — and a Debezium consumer's mirror equals the table.
+func TestDebeziumCatchupKeepsTheFormat(t *testing.T) {
+	ctx := t.Context()
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	truthSlot(t, dsn, db, "truth_dbziso")
+	fast := newReceiver(t)
+	hook := &dbzHook{}
+	hook.fail.Store(true)
+	url := serveLoopback(t, hook) + "/hooks"
+	pipeline := writePipeline(t, "dbziso", dsn, []string{"public.items"},
+		sinkSpec{ID: "fast", URL: fast.URL, Batch: 200},
+		sinkSpec{ID: "slow", URL: url, Batch: 100, Top: "  format = \"debezium\"\n",
+			Extra: "    max_in_flight = 2\n    max_attempts = 1000\n"})
+	proc := startCapturing(t, db, pipeline)
+	defer proc.stop()
+	if _, err := workload(ctx, db, rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3)), 5000); err != nil {
+		t.Fatal(err)
+	}
+	proc.waitLog(t, "detaching it to catch up")
+	hook.fail.Store(false)
+	proc.waitLog(t, "sink rejoined the live stream")
+	exec1(t, db, `UPDATE items SET v = v + 100 WHERE id IN (SELECT id FROM items ORDER BY id LIMIT 50)`)
+	want := truth(t, db, "truth_dbziso", map[string]bool{"public.items": true})
+	end := lsnQuery(t, db, `SELECT pg_current_wal_lsn()::text`)
+	waitFor(t, "the slot to confirm everything", 2*time.Minute, func() bool {
+		return confirmedFlush(t, db, "walcast_dbziso") >= end
+	})
+
+	mirror := map[int]int{}
+	seen := map[[2]uint64]bool{}
+	for _, raw := range hook.snapshot() {
+		var e struct {
+			Before, After map[string]any
+			Op            string
+			Source        struct{ LSN uint64 }
+			Transaction   struct {
+				TotalOrder uint64 `json:"total_order"`
+			}
+		}
+		if err := json.Unmarshal(raw, &e); err != nil || e.Op == "" || e.Transaction.TotalOrder == 0 {
+			t.Fatalf("not a Debezium event: %s", raw)
+		}
+		id := [2]uint64{e.Source.LSN, e.Transaction.TotalOrder}
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		switch e.Op {
+		case "c", "u":
+			mirror[int(e.After["id"].(float64))] = int(e.After["v"].(float64))
+		case "d":
+			delete(mirror, int(e.Before["id"].(float64)))
+		}
+	}
+	if len(seen) != len(want) {
+		t.Errorf("the debezium sink got %d distinct events, %d changes were committed", len(seen), len(want))
+	}
+	checkMirror(t, db, map[string]map[int]int{"items": mirror}, "items")
+	t.Logf("%d changes through detach, catch-up and rejoin, all as Debezium events", len(want))
 }
