@@ -1,6 +1,8 @@
 package config
 
 import (
+	"slices"
+
 	"github.com/hashicorp/hcl/v2"
 )
 
@@ -30,6 +32,10 @@ type Debezium struct {
 	DecimalHandling string
 }
 
+// envelopeReaders are the built-in sinks whose plugins read the
+// envelope's fields rather than forward the event's bytes.
+var envelopeReaders = []string{"postgres", "s3"}
+
 var debeziumSchema = &hcl.BodySchema{
 	Attributes: []hcl.AttributeSchema{
 		{Name: "name"},
@@ -47,6 +53,10 @@ func (d *decoder) decodeFormat(s *Sink, attr *hcl.Attribute, block *hcl.Block, p
 			switch v {
 			case FormatWalcast, FormatDebezium:
 				s.Format = v
+				if v != FormatWalcast && slices.Contains(envelopeReaders, s.Type) {
+					d.errorf(attr.Expr.Range(), "Format not supported by this sink",
+						`The %s sink reads walcast's envelope (it applies rows, or lays files out by commit time), so it takes only format = "walcast"; put the %s format on a sink that forwards events (webhook, kafka, stdout, sse, grpc, rabbitmq).`, s.Type, v)
+				}
 			default:
 				d.errorf(attr.Expr.Range(), "Invalid format",
 					`format must be "walcast" (walcast's envelope, the default) or "debezium" (Debezium's PostgreSQL change event), got %q.`, v)
