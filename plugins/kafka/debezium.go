@@ -30,8 +30,15 @@ type dbzKeyChange struct {
 // values. Anything else (the envelope, other ops, an unchanged key)
 // reports false.
 func debeziumKeyChange(e *pluginkit.Event) (dbzKeyChange, bool) {
-	value, valueSchema, wrapped := dbzUnwrap(e.Payload)
+	// "op" first: the envelope's ("update") and every other op end the
+	// check after a short scan; only a payload without a top-level "op"
+	// (schemas: it is inside "payload") is unwrapped.
+	value, valueSchema, wrapped := e.Payload, []byte(nil), false
 	op, found := member(value, "op")
+	if !found {
+		value, valueSchema, wrapped = dbzUnwrap(e.Payload)
+		op, found = member(value, "op")
+	}
 	if !found || string(op) != `"u"` {
 		return dbzKeyChange{}, false
 	}
