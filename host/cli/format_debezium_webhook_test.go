@@ -3,8 +3,8 @@ package cli
 import (
 	"encoding/json"
 	"io"
-	"math/rand/v2"
 	"maps"
+	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
