@@ -13,6 +13,7 @@ import (
 const (
 	FormatWalcast  = "walcast"
 	FormatDebezium = "debezium"
+	FormatSequin   = "sequin"
 )
 
 // Format is one output format the decoder writes next to the envelope,
@@ -20,10 +21,11 @@ const (
 // column types the Relation message gives, which the envelope no longer
 // carries (a numeric and a text column are both JSON strings there).
 type Format struct {
-	// Name is FormatDebezium, the only format so far besides the
-	// envelope (which is always written and needs no Format).
+	// Name is FormatDebezium or FormatSequin (the envelope is always
+	// written and needs no Format); the options of that format are set.
 	Name     string
 	Debezium DebeziumOptions
+	Sequin   SequinOptions
 }
 
 // Decimal handling modes of the debezium format, as Debezium names them
@@ -55,8 +57,8 @@ type DebeziumOptions struct {
 // a caller fails where it is configured rather than as a wrong payload.
 func CheckFormats(formats []Format) error {
 	for i, f := range formats {
-		if f.Name != FormatDebezium {
-			return fmt.Errorf("format %d: unknown format %q (want %q)", i, f.Name, FormatDebezium)
+		if f.Name != FormatDebezium && f.Name != FormatSequin {
+			return fmt.Errorf("format %d: unknown format %q (want %q or %q)", i, f.Name, FormatDebezium, FormatSequin)
 		}
 		switch f.Debezium.Decimal {
 		case "", DecimalPrecise, DecimalDouble, DecimalString:
@@ -75,6 +77,8 @@ type rowChange struct {
 	oldKind            uint8
 	// keyChanged: an update whose key differs from the old tuple's.
 	keyChanged bool
+	// env is the envelope just written, for the formats built from it.
+	env envParts
 }
 
 // encodeFormats writes the event in every format of the decoder's options,
@@ -89,6 +93,10 @@ func (d *Decoder) encodeFormats(c *rowChange) []change.Encoded {
 	}
 	c.rel.inTx++
 	for i := range d.opts.Formats {
+		if f := &d.opts.Formats[i]; f.Name == FormatSequin {
+			out[i] = d.sequinEvent(&f.Sequin, c)
+			continue
+		}
 		enc := d.debezium(i, c.rel)
 		b := d.fbuf[:0]
 		var keyEnd, oldKeyEnd int
@@ -108,4 +116,20 @@ func (d *Decoder) encodeFormats(c *rowChange) []change.Encoded {
 		}
 	}
 	return out
+}
+
+// sequinEvent is the event in the sequin format: its own payload, the
+// envelope's key and old key.
+func (d *Decoder) sequinEvent(o *SequinOptions, c *rowChange) change.Encoded {
+	b := d.appendSequin(d.fbuf[:0], o, c)
+	d.fbuf = b
+	buf := make([]byte, len(c.env.key)+len(c.env.oldKey)+len(b))
+	n := copy(buf, c.env.key)
+	m := n + copy(buf[n:], c.env.oldKey)
+	copy(buf[m:], b)
+	e := change.Encoded{Key: buf[:n:n], Payload: buf[m:]}
+	if c.env.oldKey != nil {
+		e.OldKey = buf[n:m:m]
+	}
+	return e
 }
