@@ -10,6 +10,7 @@ import (
 const (
 	FormatWalcast  = "walcast"
 	FormatDebezium = "debezium"
+	FormatSequin   = "sequin"
 )
 
 // Decimal handling modes of the debezium format.
@@ -51,7 +52,7 @@ func (d *decoder) decodeFormat(s *Sink, attr *hcl.Attribute, block *hcl.Block, p
 		var v string
 		if d.decodeAttr(attr, &v) {
 			switch v {
-			case FormatWalcast, FormatDebezium:
+			case FormatWalcast, FormatDebezium, FormatSequin:
 				s.Format = v
 				if v != FormatWalcast && slices.Contains(envelopeReaders, s.Type) {
 					d.errorf(attr.Expr.Range(), "Format not supported by this sink",
@@ -59,7 +60,7 @@ func (d *decoder) decodeFormat(s *Sink, attr *hcl.Attribute, block *hcl.Block, p
 				}
 			default:
 				d.errorf(attr.Expr.Range(), "Invalid format",
-					`format must be "walcast" (walcast's envelope, the default) or "debezium" (Debezium's PostgreSQL change event), got %q.`, v)
+					`format must be "walcast" (walcast's envelope, the default), "debezium" (Debezium's PostgreSQL change event) or "sequin" (Sequin's message), got %q.`, v)
 			}
 		}
 	}

@@ -72,7 +72,8 @@ type Sink struct {
 	// of walcast's environment reaches a plugin.
 	Env map[string]string
 	// Format is the sink's output format, FormatWalcast (the envelope,
-	// default) or FormatDebezium; Debezium holds the latter's settings.
+	// default), FormatDebezium or FormatSequin; Debezium holds the
+	// settings of FormatDebezium.
 	Format   string
 	Debezium Debezium
 
