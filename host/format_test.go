@@ -40,3 +40,30 @@ func TestDebeziumFormat(t *testing.T) {
 		}
 	}
 }
+
+// TestSequinFormat: with Format "sequin", Event.JSON is Sequin's message.
+func TestSequinFormat(t *testing.T) {
+	dsn, db := setup(t)
+	slot := slotName("seq")
+	execT(t, db, `CREATE TABLE notes (id int PRIMARY KEY, body text)`)
+	s := openConfig(t, host.StreamConfig{DSN: dsn, Tables: []string{"public.notes"}, Slot: slot, Format: "sequin"})
+	execT(t, db, `INSERT INTO notes VALUES (1, 'a')`)
+	ev := next(t, s)
+	var m struct {
+		Record   map[string]any
+		Action   string
+		Metadata struct {
+			IdempotencyKey string `json:"idempotency_key"`
+			Consumer       struct{ Name string }
+		}
+	}
+	if err := json.Unmarshal(ev.JSON(), &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Action != "insert" || m.Record["body"] != "a" || m.Metadata.IdempotencyKey != ev.ID.String() || m.Metadata.Consumer.Name != slot {
+		t.Errorf("sequin message %s", ev.JSON())
+	}
+	if string(ev.JSONKey()) != `{"id":1}` {
+		t.Errorf("key %s", ev.JSONKey())
+	}
+}
