@@ -30,6 +30,7 @@ const (
 	// The same paths with format = "debezium" (docs/formats.md, "Cost").
 	PathStdoutDebezium = "daemon-stdout-debezium"
 	PathKafkaDebezium  = "daemon-kafka-eos-debezium"
+	PathStdoutSequin   = "daemon-stdout-sequin"
 	PathS3JSONL        = "daemon-s3-jsonl"   // bench/s3.go
 	PathS3Parquet      = "daemon-s3-parquet" // bench/s3.go
 	PathBackfill       = "backfill"          // bench/backfill.go
@@ -38,7 +39,7 @@ const (
 )
 
 // AllPaths lists every path.
-var AllPaths = []string{PathRecvlogical, PathLibrary, PathStdout, PathStdoutDebezium, PathWebhook100, PathWebhook1000, PathKafka, PathKafkaDebezium, PathPostgresMirror, PathS3JSONL, PathS3Parquet, PathBackfill, PathIsolate}
+var AllPaths = []string{PathRecvlogical, PathLibrary, PathStdout, PathStdoutDebezium, PathStdoutSequin, PathWebhook100, PathWebhook1000, PathKafka, PathKafkaDebezium, PathPostgresMirror, PathS3JSONL, PathS3Parquet, PathBackfill, PathIsolate}
 
 // Config says what to run. Zero values take the sizes.
 type Config struct {

@@ -42,7 +42,7 @@ func (e *env) drain(ctx context.Context, p, slot string, run int) (Drain, error)
 	}
 	d := daemonRun{name: fmt.Sprintf("%s_%d", strings.ReplaceAll(p, "-", "_"), run), slot: slot}
 	switch p {
-	case PathStdout, PathStdoutDebezium:
+	case PathStdout, PathStdoutDebezium, PathStdoutSequin:
 		d.sink = `sink "stdout" "out" {
 ` + formatLine(p) + `  config {
     path = "/dev/null"
@@ -109,8 +109,11 @@ func (e *env) drain(ctx context.Context, p, slot string, run int) (Drain, error)
 
 // formatLine is the sink's format attribute for the paths that choose one.
 func formatLine(p string) string {
-	if p == PathStdoutDebezium || p == PathKafkaDebezium {
+	switch p {
+	case PathStdoutDebezium, PathKafkaDebezium:
 		return "  format = \"debezium\"\n"
+	case PathStdoutSequin:
+		return "  format = \"sequin\"\n"
 	}
 	return ""
 }

@@ -31,6 +31,13 @@ func BenchmarkDecodeInsertDebezium(b *testing.B) {
 	}
 }
 
+// BenchmarkDecodeInsertSequin is the same insert with a sink on the sequin
+// format, built from the envelope's parts.
+func BenchmarkDecodeInsertSequin(b *testing.B) {
+	benchDecodeInsert(b, Options{Formats: []Format{{Name: FormatSequin, Sequin: SequinOptions{
+		Consumer: "hook", Database: "shop", Hostname: "db.example.com"}}}})
+}
+
 func benchDecodeInsert(b *testing.B, opts Options) {
 	d := New(opts)
 	rel := pgt.Relation(1, "public", "orders", 'd',
