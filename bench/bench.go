@@ -27,17 +27,21 @@ const (
 	PathWebhook100  = "daemon-webhook-100"
 	PathWebhook1000 = "daemon-webhook-1000"
 	PathKafka       = "daemon-kafka-eos"
-	PathS3JSONL     = "daemon-s3-jsonl"   // bench/s3.go
-	PathS3Parquet   = "daemon-s3-parquet" // bench/s3.go
-	PathNATS        = "daemon-nats"       // bench/destinations.go
-	PathRedis       = "daemon-redis"      // bench/destinations.go
-	PathBackfill    = "backfill"          // bench/backfill.go
+	// The same paths with a format other than walcast's (docs/formats.md, "Cost").
+	PathStdoutDebezium = "daemon-stdout-debezium"
+	PathKafkaDebezium  = "daemon-kafka-eos-debezium"
+	PathStdoutSequin   = "daemon-stdout-sequin"
+	PathS3JSONL        = "daemon-s3-jsonl"   // bench/s3.go
+	PathS3Parquet      = "daemon-s3-parquet" // bench/s3.go
+	PathNATS           = "daemon-nats"       // bench/destinations.go
+	PathRedis          = "daemon-redis"      // bench/destinations.go
+	PathBackfill       = "backfill"          // bench/backfill.go
 	// PathIsolate is the isolation figures (isolate.go), not a drain.
 	PathIsolate = "isolate"
 )
 
 // AllPaths lists every path.
-var AllPaths = []string{PathRecvlogical, PathLibrary, PathStdout, PathWebhook100, PathWebhook1000, PathKafka, PathPostgresMirror, PathNATS, PathRedis, PathS3JSONL, PathS3Parquet, PathBackfill, PathIsolate}
+var AllPaths = []string{PathRecvlogical, PathLibrary, PathStdout, PathStdoutDebezium, PathStdoutSequin, PathWebhook100, PathWebhook1000, PathKafka, PathKafkaDebezium, PathPostgresMirror, PathNATS, PathRedis, PathS3JSONL, PathS3Parquet, PathBackfill, PathIsolate}
 
 // Config says what to run. Zero values take the sizes.
 type Config struct {

@@ -44,9 +44,9 @@ func (e *env) drain(ctx context.Context, p, slot string, run int) (Drain, error)
 	}
 	d := daemonRun{name: fmt.Sprintf("%s_%d", strings.ReplaceAll(p, "-", "_"), run), slot: slot}
 	switch p {
-	case PathStdout:
+	case PathStdout, PathStdoutDebezium, PathStdoutSequin:
 		d.sink = `sink "stdout" "out" {
-  config {
+` + formatLine(p) + `  config {
     path = "/dev/null"
   }
 }`
@@ -58,19 +58,19 @@ func (e *env) drain(ctx context.Context, p, slot string, run int) (Drain, error)
 		defer rcv.close()
 		d.rcv = rcv
 		d.sink = webhookSink(p, rcv.url)
-	case PathKafka:
+	case PathKafka, PathKafkaDebezium:
 		addr, stop, err := e.startKfake(ctx)
 		if err != nil {
 			return Drain{}, err
 		}
 		defer stop()
 		d.sink = fmt.Sprintf(`sink "kafka" "kafka" {
-  config {
+%s  config {
     brokers          = [%q]
     eos              = true
     transactional_id = "bench-%s"
   }
-}`, addr, d.name)
+}`, formatLine(p), addr, d.name)
 	case PathS3JSONL, PathS3Parquet:
 		url, stop, err := startFakeS3()
 		if err != nil {
@@ -114,6 +114,17 @@ func webhookSink(p, url string) string {
     url = %q
   }
 }`, batch, url)
+}
+
+// formatLine is the sink's format attribute for the paths that choose one.
+func formatLine(p string) string {
+	switch p {
+	case PathStdoutDebezium, PathKafkaDebezium:
+		return "  format = \"debezium\"\n"
+	case PathStdoutSequin:
+		return "  format = \"sequin\"\n"
+	}
+	return ""
 }
 
 func (e *env) drainRecvlogical(ctx context.Context, poll *pgx.Conn, slot string) (Drain, error) {

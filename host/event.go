@@ -50,13 +50,19 @@ type Event struct {
 	Cascade         bool
 	RestartIdentity bool
 
-	payload []byte
+	payload, key []byte
 }
 
-// JSON returns the event's envelope exactly as the daemon's sinks deliver
-// it, so a library consumer can forward it unchanged. The slice is shared:
-// do not modify it.
+// JSON returns the event exactly as the daemon's sinks deliver it, in the
+// stream's StreamConfig.Format (the envelope by default), so a library
+// consumer can forward it unchanged. The slice is shared: do not modify it.
 func (e *Event) JSON() []byte { return e.payload }
+
+// JSONKey returns the event's key as the stream's format writes it, what
+// a Kafka record of the event is keyed by: the envelope's key ("null" for
+// none), or Debezium's key with Format "debezium". The slice is shared:
+// do not modify it.
+func (e *Event) JSONKey() []byte { return e.key }
 
 // commitTimes remembers the last commit_time parsed: the events of a
 // transaction share it, and parsing it for each event showed in the
@@ -95,7 +101,12 @@ func newEvent(pe cdc.Event) (Event, error) {
 // of the payload either way.
 func (c *commitTimes) newEvent(ce change.Event) (Event, error) {
 	pe := ce.Event
-	ev := Event{ID: pe.ID, Schema: pe.Schema, Table: pe.Table, Op: pe.Op, payload: pe.Payload}
+	ev := Event{ID: pe.ID, Schema: pe.Schema, Table: pe.Table, Op: pe.Op, payload: pe.Payload, key: pe.Key}
+	if len(ce.Formats) > 0 {
+		// The stream's format (StreamConfig.formats): what JSON returns;
+		// the fields below still come from the envelope.
+		ev.payload, ev.key = ce.Formats[0].Payload, ce.Formats[0].Key
+	}
 	if l := ce.Layout; l.Set {
 		p := pe.Payload
 		ev.XID, ev.CommitTime = l.XID, l.CommitTime

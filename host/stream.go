@@ -1,13 +1,16 @@
 package host
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/walcast/walcast/host/internal/change"
@@ -16,6 +19,7 @@ import (
 	"github.com/walcast/walcast/host/internal/pg"
 	"github.com/walcast/walcast/host/internal/source/backfill"
 	"github.com/walcast/walcast/host/internal/source/capture"
+	"github.com/walcast/walcast/host/internal/source/decode"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
@@ -58,6 +62,27 @@ type StreamConfig struct {
 	// the server's wal_sender_timeout, or 2 minutes when that is 0. At
 	// least 1 second; keep it at least wal_sender_timeout.
 	ReceiveTimeout time.Duration
+	// Format is what Event.JSON and Event.JSONKey return, as a daemon's
+	// sink with that format delivers it (docs/formats.md): "walcast" (or
+	// empty) for the envelope, "debezium" for Debezium's change event with
+	// the Debezium settings, "sequin" for Sequin's message (its
+	// metadata.consumer named after the slot). Event's other fields are
+	// the envelope's in every format.
+	Format string
+	// Debezium holds the settings of Format "debezium".
+	Debezium Debezium
+}
+
+// Debezium are the settings of the debezium format, as a sink's debezium
+// block has them (docs/reference/settings.md).
+type Debezium struct {
+	// Name is the logical server name in source.name and the schema
+	// names. Default: the slot's name.
+	Name string
+	// Schemas wraps key and value in {"schema":…,"payload":…}.
+	Schemas bool
+	// DecimalHandlingMode is "precise" (default), "double" or "string".
+	DecimalHandlingMode string
 }
 
 // Stream delivers the committed changes of the captured tables in commit
@@ -123,6 +148,31 @@ func (cfg *StreamConfig) setDefaults() {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Format == decode.FormatDebezium {
+		cfg.Debezium.Name = cmp.Or(cfg.Debezium.Name, cfg.Slot)
+		cfg.Debezium.DecimalHandlingMode = cmp.Or(cfg.Debezium.DecimalHandlingMode, decode.DecimalPrecise)
+	}
+}
+
+// formats is the output format the stream's decoder writes next to the
+// envelope, if any.
+func (cfg *StreamConfig) formats() ([]decode.Format, error) {
+	if cfg.Format != decode.FormatDebezium && cfg.Format != decode.FormatSequin {
+		return nil, nil
+	}
+	pc, err := pgconn.ParseConfig(cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("open walcast stream: read the database name for the %s format from StreamConfig.DSN: %w", cfg.Format, err)
+	}
+	if cfg.Format == decode.FormatSequin {
+		return []decode.Format{{Name: decode.FormatSequin, Sequin: decode.SequinOptions{
+			Consumer: cfg.Slot, Database: pc.Database, Hostname: pc.Host,
+		}}}, nil
+	}
+	return []decode.Format{{Name: decode.FormatDebezium, Debezium: decode.DebeziumOptions{
+		Name: cfg.Debezium.Name, Database: pc.Database, Version: "walcast",
+		Schemas: cfg.Debezium.Schemas, Decimal: cfg.Debezium.DecimalHandlingMode,
+	}}}, nil
 }
 
 // connect opens the pool the stream's setup, confirm limit and backfills
@@ -150,7 +200,12 @@ func connect(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
 // "library:<slot>" and returns the capture configuration that streams
 // them.
 func prepareSource(ctx context.Context, pool *pgxpool.Pool, cfg StreamConfig) (capture.Config, capture.Prepared, error) {
+	formats, err := cfg.formats()
+	if err != nil {
+		return capture.Config{}, capture.Prepared{}, err
+	}
 	ccfg := capture.Config{
+		Formats:         formats,
 		DSN:             cfg.DSN,
 		Slot:            cfg.Slot,
 		Publication:     cfg.Publication,
@@ -211,6 +266,10 @@ func (cfg *StreamConfig) check() error {
 		return errors.New("open walcast stream: StreamConfig.Tables is empty; name at least one table as \"schema.table\"")
 	case cfg.ReceiveTimeout != 0 && cfg.ReceiveTimeout < time.Second:
 		return fmt.Errorf("open walcast stream: StreamConfig.ReceiveTimeout is %s; set at least 1s (a keepalive is asked for at half of it), or 0 for the default", cfg.ReceiveTimeout)
+	case cfg.Format != "" && cfg.Format != decode.FormatWalcast && cfg.Format != decode.FormatDebezium && cfg.Format != decode.FormatSequin:
+		return fmt.Errorf("open walcast stream: StreamConfig.Format is %q; want \"walcast\" (the envelope, also when empty), \"debezium\" or \"sequin\"", cfg.Format)
+	case cfg.Format == decode.FormatDebezium && !slices.Contains([]string{decode.DecimalPrecise, decode.DecimalDouble, decode.DecimalString}, cfg.Debezium.DecimalHandlingMode):
+		return fmt.Errorf("open walcast stream: StreamConfig.Debezium.DecimalHandlingMode is %q; want \"precise\", \"double\" or \"string\"", cfg.Debezium.DecimalHandlingMode)
 	}
 	for _, n := range []struct{ what, name string }{{"Slot", cfg.Slot}, {"Publication", cfg.Publication}} {
 		if problem := pg.SlotProblem(n.name); problem != "" {

@@ -483,6 +483,9 @@ func TestOpenRefuses(t *testing.T) {
 		{host.StreamConfig{DSN: dsn, Tables: []string{"public.items"}, Slot: "Bad-Name"}, "lower-case letters"},
 		{host.StreamConfig{DSN: dsn, Tables: []string{"public.nope"}, Slot: "refuse"}, "does not exist"},
 		{host.StreamConfig{DSN: norep, Tables: []string{"public.items"}, Slot: "refuse"}, "REPLICATION attribute"},
+		{host.StreamConfig{DSN: dsn, Tables: []string{"public.items"}, Slot: "refuse", Format: "avro"}, `Format is "avro"`},
+		{host.StreamConfig{DSN: dsn, Tables: []string{"public.items"}, Slot: "refuse", Format: "debezium",
+			Debezium: host.Debezium{DecimalHandlingMode: "exact"}}, `DecimalHandlingMode is "exact"`},
 	} {
 		s, err := host.Open(ctx, tc.cfg)
 		if err == nil {

@@ -31,7 +31,7 @@ your shell profile or the service unit) instead of repeating --plugin-dir.`
 // It is a function, not a variable, because the run functions look their
 // own entry up (through newFlags) and a variable would refer to itself.
 func commands(buildVersion string) []command {
-	return append(append(append(pipelineCommands(), pluginCommands()...), libraryCommands()...), versionCommand(buildVersion))
+	return append(append(append(append(pipelineCommands(), pluginCommands()...), libraryCommands()...), importCommands()...), versionCommand(buildVersion))
 }
 
 // pipelineCommands act on pipeline files.

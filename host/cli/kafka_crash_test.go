@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -23,14 +24,16 @@ type kafkaLoop struct {
 	eos        bool
 	killPlugin bool // SIGKILL the sink's plugin process instead of walcast
 	kills      int
+	top        string // more lines at the top of the sink block (format)
 }
 
 // kafkaLoopResult is what a crash loop leaves behind for the checks.
 type kafkaLoopResult struct {
 	addr  string
 	want  []change
-	logs  string // every walcast process's log, concatenated
-	ahead int    // kills at which Kafka's checkpoint was ahead of walcast.checkpoints
+	logs  string    // every walcast process's log, concatenated
+	ahead int       // kills at which Kafka's checkpoint was ahead of walcast.checkpoints
+	db    *pgx.Conn // the source database, for mirrors
 }
 
 const kafkaTopic = "walcast.public.items"
@@ -53,7 +56,7 @@ func runKafkaCrashLoop(t *testing.T, name string, lc kafkaLoop) kafkaLoopResult 
 	adm := kadm.NewClient(kafkaClient(t, addr, kgo.MetadataMinAge(10*time.Millisecond), kgo.MetadataMaxAge(100*time.Millisecond)))
 	txnID := "walcast-" + name
 	pipeline := writePipeline(t, name, dsn, []string{"public.items"}, sinkSpec{
-		ID: "kafka", SinkType: "kafka", Batch: kafkaBatch, Config: kafkaConfig(addr, lc.eos, txnID),
+		ID: "kafka", SinkType: "kafka", Batch: kafkaBatch, Config: kafkaConfig(addr, lc.eos, txnID), Top: lc.top,
 	})
 
 	seed := uint64(time.Now().UnixNano())
@@ -72,7 +75,7 @@ func runKafkaCrashLoop(t *testing.T, name string, lc kafkaLoop) kafkaLoopResult 
 		workDone <- err
 	}()
 
-	res := kafkaLoopResult{addr: addr}
+	res := kafkaLoopResult{addr: addr, db: db}
 	begin := time.Now()
 	var workEnd uint64 // the WAL's end once the workload has committed everything
 	for kill := 1; kill <= lc.kills; kill++ {

@@ -19,6 +19,7 @@ type sinkSpec struct {
 	Durable  *bool
 	SinkType string
 	Config   string // overrides the config block body
+	Top      string // more lines at the top of the sink block (format, …)
 }
 
 func writePipeline(t testing.TB, name, dsn string, tables []string, sinks ...sinkSpec) string {
@@ -45,6 +46,7 @@ func writePipeline(t testing.TB, name, dsn string, tables []string, sinks ...sin
 		if s.Durable != nil {
 			fmt.Fprintf(&b, "  durable = %v\n", *s.Durable)
 		}
+		b.WriteString(s.Top)
 		retry := "    retry_base = \"100ms\"\n"
 		if strings.Contains(s.Extra, "retry_base") {
 			retry = ""

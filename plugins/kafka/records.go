@@ -64,6 +64,17 @@ func (s *Sink) eventRecords(recs []*kgo.Record, topic string, e *pluginkit.Event
 	}
 	tombstones := s.cfg.tombstones && !keyless
 	if tombstones && e.Op == pluginkit.OpUpdate {
+		if kc, ok := debeziumKeyChange(e); ok {
+			del := headers(pluginkit.OpDelete, derivedOldKeyDl)
+			del = append(del, kgo.RecordHeader{Key: dbzNewKeyHeader, Value: key})
+			create := headers(e.Op, "")
+			create = append(create, kgo.RecordHeader{Key: dbzOldKeyHeader, Value: kc.oldKey})
+			return append(recs,
+				&kgo.Record{Topic: topic, Key: kc.oldKey, Value: kc.del, Headers: del},
+				&kgo.Record{Topic: topic, Key: kc.oldKey, Headers: headers(pluginkit.OpDelete, derivedTomb)},
+				&kgo.Record{Topic: topic, Key: key, Value: kc.create, Headers: create},
+			)
+		}
 		if oldKey, del, ok := oldKeyDelete(e); ok {
 			recs = append(recs,
 				&kgo.Record{Topic: topic, Key: oldKey, Value: del, Headers: headers(pluginkit.OpDelete, derivedOldKeyDl)},

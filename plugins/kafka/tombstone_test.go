@@ -293,3 +293,34 @@ func BenchmarkOldKeyDeleteUnchanged(b *testing.B) {
 		}
 	}
 }
+
+// A Debezium update that changed the key is split as Debezium's connector
+// splits a primary key update: a delete of the old key, then the event as
+// a create; with schemas the wrappers are kept. Other events are not.
+func TestDebeziumKeyChange(t *testing.T) {
+	const src = `"source":{"connector":"postgresql","lsn":1},`
+	tests := []struct {
+		key, payload        string
+		oldKey, del, create string // "" when not split
+	}{
+		{`{"id":2}`, `{"before":{"id":1,"v":null},"after":{"id":2,"v":5},` + src + `"op":"u","ts_ms":1}`,
+			`{"id":1}`,
+			`{"before":{"id":1,"v":null},"after":null,` + src + `"op":"d","ts_ms":1}`,
+			`{"before":null,"after":{"id":2,"v":5},` + src + `"op":"c","ts_ms":1}`},
+		{`{"schema":{"k":1},"payload":{"id":2}}`, `{"schema":{"v":1},"payload":{"before":{"id":1},"after":{"id":2},"op":"u"}}`,
+			`{"schema":{"k":1},"payload":{"id":1}}`,
+			`{"schema":{"v":1},"payload":{"before":{"id":1},"after":null,"op":"d"}}`,
+			`{"schema":{"v":1},"payload":{"before":null,"after":{"id":2},"op":"c"}}`},
+		// Key unchanged (REPLICA IDENTITY FULL), no before, other ops, the envelope.
+		{`{"id":1}`, `{"before":{"id":1,"v":1},"after":{"id":1,"v":2},"op":"u"}`, "", "", ""},
+		{`{"id":1}`, `{"before":null,"after":{"id":1,"v":2},"op":"u"}`, "", "", ""},
+		{`{"id":1}`, `{"before":{"id":1},"after":null,"op":"d"}`, "", "", ""},
+		{`{"id":2}`, `{"op":"update","key":{"id":2},"new":{"id":2},"old":{"id":1}}`, "", "", ""},
+	}
+	for _, tt := range tests {
+		kc, ok := debeziumKeyChange(&pluginkit.Event{Key: []byte(tt.key), Payload: []byte(tt.payload)})
+		if ok != (tt.oldKey != "") || string(kc.oldKey) != tt.oldKey || string(kc.del) != tt.del || string(kc.create) != tt.create {
+			t.Errorf("debeziumKeyChange(%s, %s) = %v\n old key %s\n del %s\n create %s", tt.key, tt.payload, ok, kc.oldKey, kc.del, kc.create)
+		}
+	}
+}

@@ -22,6 +22,18 @@ type Event struct {
 	// without scanning the JSON back (what that scan cost:
 	// docs/benchmarks.md, "Issue 16: where each µs per change goes").
 	Layout Layout
+	// Formats are the event in the decoder's other output formats
+	// (decode.Options.Formats), in their order; the fan-out hands a sink
+	// the one it chose instead of the envelope.
+	Formats []Encoded
+}
+
+// Encoded is an event in an output format other than the envelope: what
+// replaces cdc.Event's Key and Payload, and OldKey, for the sinks that
+// chose it. Key and OldKey are row identities in that format, so a sink's
+// scheduler orders and parks its rows exactly as with the envelope.
+type Encoded struct {
+	Key, OldKey, Payload []byte
 }
 
 // Layout locates the parts of an envelope in its payload. Ranges are

@@ -182,7 +182,7 @@ func (d *decoder) decodeFile(body hcl.Body) *Pipeline {
 
 	seen := make(map[string]hcl.Range, len(sinkBlocks))
 	for _, b := range sinkBlocks {
-		s, ok := d.decodeSink(b, p.Source)
+		s, ok := d.decodeSink(b, p.Source, p.Name)
 		if !ok {
 			continue
 		}

@@ -266,3 +266,40 @@ sink "kafka" "k" {
 		t.Errorf("got %s", got)
 	}
 }
+
+func TestSinkFormat(t *testing.T) {
+	const file = `
+pipeline = "shop"
+source "postgres" {
+  dsn    = "postgres://localhost/shop"
+  tables = ["public.orders"]
+}
+sink "kafka" "plain" {}
+sink "kafka" "dbz" { format = "debezium" }
+sink "kafka" "dbz2" {
+  format = "debezium"
+  debezium {
+    name                  = "dbserver1"
+    schemas               = true
+    decimal_handling_mode = "string"
+  }
+}
+`
+	p, diags := parse([]byte(file), "x.hcl", testEnv)
+	if diags.HasErrors() {
+		t.Fatal(FormatDiagnostics(diags))
+	}
+	want := []struct {
+		format string
+		dz     Debezium
+	}{
+		{FormatWalcast, Debezium{}},
+		{FormatDebezium, Debezium{Name: "shop", DecimalHandling: DecimalPrecise}},
+		{FormatDebezium, Debezium{Name: "dbserver1", Schemas: true, DecimalHandling: DecimalString}},
+	}
+	for i, w := range want {
+		if s := p.Sinks[i]; s.Format != w.format || s.Debezium != w.dz {
+			t.Errorf("sink %s: format %q %+v, want %q %+v", s.ID, s.Format, s.Debezium, w.format, w.dz)
+		}
+	}
+}

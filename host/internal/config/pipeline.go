@@ -71,6 +71,11 @@ type Sink struct {
 	// top of the few every plugin gets (the `env` attribute). Nothing else
 	// of walcast's environment reaches a plugin.
 	Env map[string]string
+	// Format is the sink's output format, FormatWalcast (the envelope,
+	// default), FormatDebezium or FormatSequin; Debezium holds the
+	// settings of FormatDebezium.
+	Format   string
+	Debezium Debezium
 
 	// Config is the sink's `config` block, left undecoded: only the plugin
 	// knows its schema. Decode it with DecodeSinkConfig. It is an empty body

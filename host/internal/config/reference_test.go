@@ -30,6 +30,7 @@ func TestSettingsReference(t *testing.T) {
 		{`source "postgres"`, sourceSchema},
 		{`sink "<type>" "<id>"`, sinkSchema},
 		{"delivery", deliverySchema},
+		{"debezium", debeziumSchema},
 	} {
 		rows, ok := sections[s.section]
 		if !ok {

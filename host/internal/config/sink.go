@@ -21,10 +21,12 @@ var sinkSchema = &hcl.BodySchema{
 		{Name: "tables"},
 		{Name: "ops"},
 		{Name: "env"},
+		{Name: "format"},
 	},
 	Blocks: []hcl.BlockHeaderSchema{
 		{Type: "delivery"},
 		{Type: "config"},
+		{Type: "debezium"},
 	},
 }
 
@@ -49,7 +51,7 @@ var knownOps = []pluginkit.Op{pluginkit.OpInsert, pluginkit.OpUpdate, pluginkit.
 // decodeSink decodes a sink block. ok is false when the header is unusable
 // (bad type or id): such a sink is left out of the pipeline, so that Check
 // never goes looking for a plugin named "../x".
-func (d *decoder) decodeSink(block *hcl.Block, src Source) (s Sink, ok bool) {
+func (d *decoder) decodeSink(block *hcl.Block, src Source, pipeline string) (s Sink, ok bool) {
 	s = Sink{
 		Type:        block.Labels[0],
 		ID:          block.Labels[1],
@@ -108,6 +110,7 @@ func (d *decoder) decodeSink(block *hcl.Block, src Source) (s Sink, ok bool) {
 		s.Config = b.Body
 		s.ConfigRange = b.DefRange
 	}
+	d.decodeFormat(&s, attrs["format"], blocks["debezium"], pipeline)
 	return s, ok
 }
 

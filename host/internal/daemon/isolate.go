@@ -83,6 +83,7 @@ func (t *term) isolateSinks(resume map[string]string, slots *isolate.Slots, star
 			Received:  t.capt.Received,
 			Capture:   t.captureCfg,
 			QueueSize: cap(r.queue.C),
+			Format:    r.queue.Format,
 			NewScheduler: func(q *fanout.Queue, tr *ack.Tracker, index int, position pluginkit.EventID) *schedule.Scheduler {
 				return t.newScheduler(r, q, tr, index, position)
 			},

@@ -61,13 +61,16 @@ type term struct {
 	parked      *parking.Store     // on db
 	reports     *reports.Store     // on db
 	captureCfg  capture.Config
-	runs        []*sinkRun
-	tracker     *ack.Tracker
-	fan         *fanout.Fanout
-	capt        *capture.Capture
-	filler      *backfill.Runner
-	ctl         *control
-	watch       *slotWatch
+	// formatOf is each sink's queue format (fanout.Queue.Format), in the
+	// order of t.runs.
+	formatOf []int
+	runs     []*sinkRun
+	tracker  *ack.Tracker
+	fan      *fanout.Fanout
+	capt     *capture.Capture
+	filler   *backfill.Runner
+	ctl      *control
+	watch    *slotWatch
 	// setup undoes what this term's start created in the source when the
 	// term ends before streaming anything.
 	setup     *capture.Setup
@@ -151,6 +154,9 @@ func (t *term) checkSource(ctx context.Context) error {
 	t.parked = parking.New(t.db, p.Name)
 	t.reports = reports.New(t.db, p.Name)
 	t.captureCfg = t.newCaptureConfig()
+	if t.captureCfg.Formats, t.formatOf, err = sinkFormats(p); err != nil {
+		return err
+	}
 	if t.setup, err = capture.Check(ctx, t.pool, ledger.New(t.pool, p.Name), t.captureCfg); err != nil {
 		return fmt.Errorf("check source: %w", err)
 	}
@@ -307,6 +313,9 @@ func (t *term) buildSchedulers(prep capture.Prepared, positions []pluginkit.Even
 		// effect", item 4).
 		r.queue = fanout.NewQueue(max(2*BatchSize(r.cfg.Delivery, r.plugin.Info()), 1024), r.cfg.Durable)
 		r.queue.Sink = r.cfg.ID
+		if i < len(t.formatOf) {
+			r.queue.Format = t.formatOf[i]
+		}
 		queues[i] = r.queue
 		if r.plugin.Info().Ordered && r.cfg.Delivery.Ordering != config.OrderingStrict {
 			t.log.Info("sink delivers one batch at a time in commit order, as its plugin requires", "sink", r.cfg.ID)

@@ -30,7 +30,12 @@ type Queue struct {
 	C chan Item
 	// Sink is the sink's id: a backfill's read event for other sinks is
 	// resolved for this one without being queued.
-	Sink    string
+	Sink string
+	// Format is the output format the sink chose: 0 for the envelope, i
+	// for change.Event.Formats[i-1]. Its key, old key and payload replace
+	// the envelope's in what the queue holds, so the sink's scheduler
+	// orders and parks rows by the key it delivers.
+	Format  int
 	durable bool
 	dropped atomic.Int64
 	gap     bool // a drop not yet reported; touched by the fanout goroutine only
@@ -186,7 +191,6 @@ func (f *Fanout) Event(ctx context.Context, ev change.Event, idle func()) error 
 	if err != nil {
 		return fmt.Errorf("fan out event: %w", err)
 	}
-	n := int64(len(ev.Payload))
 	for i := range f.queues {
 		q := f.queues[i].Load()
 		if q == nil || seq < q.from {
@@ -198,6 +202,11 @@ func (f *Fanout) Event(ctx context.Context, ev change.Event, idle func()) error 
 			continue
 		}
 		item := Item{Seq: seq, Event: ev.Event, OldKey: ev.OldKey, GapBefore: q.gap}
+		if q.Format > 0 && q.Format <= len(ev.Formats) {
+			enc := &ev.Formats[q.Format-1]
+			item.Event.Key, item.Event.Payload, item.OldKey = enc.Key, enc.Payload, enc.OldKey
+		}
+		n := int64(len(item.Event.Payload))
 		if q.roomFor(n) {
 			q.bytes.Add(n)
 			select {

@@ -85,3 +85,34 @@ func TestQueueIsBoundedInBytes(t *testing.T) {
 		t.Fatalf("got event %d", it.Event.ID.Index)
 	}
 }
+
+// Each sink's queue holds the event in the format the sink chose: its key,
+// old key and payload, counted in the queue's bytes; the envelope for the
+// others.
+func TestQueueHoldsTheSinksFormat(t *testing.T) {
+	tracker := ack.New([]ack.SinkSpec{{ID: "env", Durable: true}, {ID: "dbz", Durable: true}}, 0)
+	plain, dbz := NewQueue(10, true), NewQueue(10, true)
+	dbz.Format = 1
+	f := New(tracker, []*Queue{plain, dbz})
+	ev := change.Event{
+		Event:   pluginkit.Event{ID: pluginkit.EventID{CommitLSN: 0x10}, Key: []byte(`{"id":2}`), Payload: []byte(`{"op":"update"}`)},
+		OldKey:  []byte(`{"id":1}`),
+		Formats: []change.Encoded{{Key: []byte(`{"k":2}`), OldKey: []byte(`{"k":1}`), Payload: []byte(`{"op":"u","longer":true}`)}},
+	}
+	if err := f.Event(context.Background(), ev, func() {}); err != nil {
+		t.Fatal(err)
+	}
+	p, d := <-plain.C, <-dbz.C
+	if string(p.Event.Key) != `{"id":2}` || string(p.OldKey) != `{"id":1}` || string(p.Event.Payload) != `{"op":"update"}` {
+		t.Errorf("envelope sink got key %s old %s payload %s", p.Event.Key, p.OldKey, p.Event.Payload)
+	}
+	if string(d.Event.Key) != `{"k":2}` || string(d.OldKey) != `{"k":1}` || string(d.Event.Payload) != `{"op":"u","longer":true}` {
+		t.Errorf("debezium sink got key %s old %s payload %s", d.Event.Key, d.OldKey, d.Event.Payload)
+	}
+	if got, want := dbz.bytes.Load(), int64(len(ev.Formats[0].Payload)); got != want {
+		t.Errorf("debezium queue counts %d bytes, want %d", got, want)
+	}
+	if got, want := plain.bytes.Load(), int64(len(ev.Payload)); got != want {
+		t.Errorf("envelope queue counts %d bytes, want %d", got, want)
+	}
+}

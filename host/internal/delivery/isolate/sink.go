@@ -34,6 +34,9 @@ type Config struct {
 	Capture capture.Config
 	// QueueSize is the capacity of the sink's queues.
 	QueueSize int
+	// Format is the sink's queue format (fanout.Queue.Format); Capture
+	// writes the same formats as the pipeline's capture.
+	Format int
 	// NewScheduler returns a scheduler for the sink reading q and
 	// resolving into sink index of t, skipping the events at or below
 	// position (delivered before).
@@ -362,6 +365,7 @@ func (s *Sink) startCatchup(ctx context.Context, slot string, confirmed uint64, 
 	tr := ack.New([]ack.SinkSpec{{ID: s.cfg.SinkID, Durable: true}}, confirmed)
 	tr.RaisePosition(0, position)
 	q := fanout.NewQueue(s.cfg.QueueSize, true)
+	q.Sink, q.Format = s.cfg.SinkID, s.cfg.Format
 	stream := &catchupStream{slot: slot, tracker: tr, queue: q}
 	s.failures = 0
 	if confirmed > 0 {
@@ -396,6 +400,7 @@ func (s *Sink) startCatchup(ctx context.Context, slot string, confirmed uint64, 
 // one on, and sets the catch-up stream's boundary before them.
 func (s *Sink) rejoin(ctx context.Context) {
 	q := fanout.NewQueue(s.cfg.QueueSize, true)
+	q.Sink, q.Format = s.cfg.SinkID, s.cfg.Format
 	position := s.catchup.tracker.Positions()[0]
 	last := s.cfg.Fanout.Rejoin(s.cfg.Index, q, position)
 	boundary := boundaryOf(last, s.cfg.Start)

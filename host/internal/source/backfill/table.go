@@ -61,7 +61,7 @@ WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`, t.Schema, 
 	if err != nil {
 		return t, fmt.Errorf("inspect table %s: %w", t, err)
 	}
-	rows, err := db.Query(ctx, `SELECT attname, atttypid, format_type(atttypid, atttypmod), attnum FROM pg_attribute
+	rows, err := db.Query(ctx, `SELECT attname, atttypid, atttypmod, format_type(atttypid, atttypmod), attnum FROM pg_attribute
 WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped AND attgenerated = '' ORDER BY attnum`, oid)
 	if err != nil {
 		return t, fmt.Errorf("inspect columns of %s: %w", t, err)
@@ -71,7 +71,11 @@ WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped AND attgenerated = '' OR
 		var c decode.BackfillColumn
 		var typ string
 		var num int16
-		if err := rows.Scan(&c.Name, &c.Type, &typ, &num); err != nil {
+		// The type modifier, as a Relation message carries it, so that
+		// read events of a numeric(p,s) or timestamp(p) column have the
+		// same debezium type as its live events.
+		c.Typmod = new(int32)
+		if err := rows.Scan(&c.Name, &c.Type, c.Typmod, &typ, &num); err != nil {
 			rows.Close()
 			return t, fmt.Errorf("inspect columns of %s: %w", t, err)
 		}

@@ -60,6 +60,9 @@ type Config struct {
 	// Pipeline names the pipeline whose backfill chunks the stream decodes
 	// into read events.
 	Pipeline string
+	// Formats are the output formats the decoder writes next to the
+	// envelope (decode.Options.Formats).
+	Formats []decode.Format
 	// Fence, when set, says whether this process may still use the slot:
 	// while it is false, no connection is opened and no position is
 	// confirmed (a leader frozen past its lease, see package leader).
@@ -191,7 +194,7 @@ func New(cfg Config, consumer Consumer) *Capture {
 			return cfg.PrimaryKey(ctx, schema, table)
 		}
 	}
-	c.dec = decode.New(decode.Options{PrimaryKey: pk, Tables: listed(cfg.Tables), Pipeline: cfg.Pipeline})
+	c.dec = decode.New(decode.Options{PrimaryKey: pk, Tables: listed(cfg.Tables), Pipeline: cfg.Pipeline, Formats: cfg.Formats})
 	return c
 }
 

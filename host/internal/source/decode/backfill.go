@@ -69,6 +69,10 @@ type BackfillChunk struct {
 type BackfillColumn struct {
 	Name string `json:"name"`
 	Type uint32 `json:"type"`
+	// Typmod is the column's type modifier (pg_attribute.atttypmod), which
+	// the debezium format needs for numeric scales and time precisions;
+	// absent in chunks written before it existed (read as -1).
+	Typmod *int32 `json:"typmod,omitempty"`
 }
 
 // backfill decodes a logical decoding message: the chunk of a backfill of
@@ -152,7 +156,11 @@ func (d *Decoder) backfill(m *pglogrepl.LogicalDecodingMessage, emit func(change
 func chunkRelation(c *BackfillChunk) (*relation, error) {
 	m := &pglogrepl.RelationMessage{Namespace: c.Schema, RelationName: c.Table, ReplicaIdentity: 'd'}
 	for _, col := range c.Columns {
-		m.Columns = append(m.Columns, &pglogrepl.RelationMessageColumn{Name: col.Name, DataType: col.Type, TypeModifier: -1})
+		typmod := int32(-1)
+		if col.Typmod != nil {
+			typmod = *col.Typmod
+		}
+		m.Columns = append(m.Columns, &pglogrepl.RelationMessageColumn{Name: col.Name, DataType: col.Type, TypeModifier: typmod})
 	}
 	rel, err := newRelation(m, nil)
 	if err != nil {

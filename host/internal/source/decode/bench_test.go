@@ -13,8 +13,33 @@ import (
 // BenchmarkDecodeInsert measures one insert of a typical ~120-byte row. The
 // target is one allocation per event: the payload the event owns (its Key
 // is a window into it).
-func BenchmarkDecodeInsert(b *testing.B) {
-	d := New(Options{})
+func BenchmarkDecodeInsert(b *testing.B) { benchDecodeInsert(b, Options{}) }
+
+// BenchmarkDecodeInsertDebezium is the same insert with a sink on the
+// debezium format: the envelope plus the Debezium event (docs/formats.md,
+// "Cost"); with schemas, the pre-encoded schema blocks are copied in too.
+func BenchmarkDecodeInsertDebezium(b *testing.B) {
+	for _, schemas := range []bool{false, true} {
+		name := "schemas=false"
+		if schemas {
+			name = "schemas=true"
+		}
+		b.Run(name, func(b *testing.B) {
+			benchDecodeInsert(b, Options{Formats: []Format{{Name: FormatDebezium, Debezium: DebeziumOptions{
+				Name: "shop", Database: "shop", Version: "walcast", Schemas: schemas}}}})
+		})
+	}
+}
+
+// BenchmarkDecodeInsertSequin is the same insert with a sink on the sequin
+// format, built from the envelope's parts.
+func BenchmarkDecodeInsertSequin(b *testing.B) {
+	benchDecodeInsert(b, Options{Formats: []Format{{Name: FormatSequin, Sequin: SequinOptions{
+		Consumer: "hook", Database: "shop", Hostname: "db.example.com"}}}})
+}
+
+func benchDecodeInsert(b *testing.B, opts Options) {
+	d := New(opts)
 	rel := pgt.Relation(1, "public", "orders", 'd',
 		pgt.Column("id", pgtype.Int8OID, true),
 		pgt.Column("customer_id", pgtype.Int4OID, false),

@@ -33,6 +33,9 @@ type Options struct {
 	// Pipeline is the name backfill messages must carry to be decoded
 	// (see BackfillChunk); chunks of other pipelines are ignored.
 	Pipeline string
+	// Formats are the output formats written next to the envelope, into
+	// each event's change.Event.Formats in this order.
+	Formats []Format
 }
 
 // Decoder turns the pgoutput messages of one replication stream into
@@ -61,12 +64,14 @@ type Decoder struct {
 	unchanged []byte
 	scratch   []byte
 	oldKey    []byte // the old key of an update, to compare with the new one
+	fbuf      []byte // an event in one of Options.Formats being built
+	dbzParts  dbzTxParts
 	// sinks are the target sinks of the backfill chunk being decoded.
 	sinks []string
 }
 
 // New returns a Decoder with an empty relation cache, outside any
-// transaction.
+// transaction. opts.Formats must pass CheckFormats.
 func New(opts Options) *Decoder {
 	return &Decoder{opts: opts, rels: make(map[uint32]*relation)}
 }
@@ -296,7 +301,7 @@ func (d *Decoder) truncate(m *pglogrepl.TruncateMessage, emit func(change.Event)
 
 // emit hands the envelope in d.buf to the caller as an event that owns a
 // copy of it; key is the span of the key JSON inside the envelope.
-func (d *Decoder) emit(rel *relation, op cdc.Op, keyStart, keyEnd int, oldKey []byte, lay change.Layout, emit func(change.Event) error) error {
+func (d *Decoder) emit(rel *relation, op cdc.Op, keyStart, keyEnd int, oldKey []byte, lay change.Layout, formats []change.Encoded, emit func(change.Event) error) error {
 	if emit == nil {
 		return fmt.Errorf("decode %s on %s.%s: nil emit function", op, rel.schema, rel.table)
 	}
@@ -319,7 +324,7 @@ func (d *Decoder) emit(rel *relation, op cdc.Op, keyStart, keyEnd int, oldKey []
 		Op:      op,
 		Key:     payload[keyStart:keyEnd:keyEnd],
 		Payload: payload,
-	}, Sinks: d.sinks}
+	}, Sinks: d.sinks, Formats: formats}
 	lay.Set, lay.XID, lay.CommitTime = true, d.xid, d.commitTime
 	ev.Layout = lay
 	if oldKey != nil {

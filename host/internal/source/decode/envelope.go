@@ -84,7 +84,9 @@ func (d *Decoder) change(rel *relation, op cdc.Op, newTuple, oldTuple []*pglogre
 		lay.Unchanged[1] = len(b)
 	}
 	d.buf = append(b, '}')
-	return d.emit(rel, op, keyStart, keyEnd, oldKey, lay, emit)
+	formats := d.encodeFormats(&rowChange{rel: rel, op: op, newTuple: newTuple, oldTuple: oldTuple, oldKind: oldKind, keyChanged: oldKey != nil,
+		env: envParts{env: d.buf, key: d.buf[keyStart:keyEnd], oldKey: oldKey, newRow: d.buf[lay.New[0]:lay.New[1]], oldRow: d.buf[lay.Old[0]:lay.Old[1]]}})
+	return d.emit(rel, op, keyStart, keyEnd, oldKey, lay, formats, emit)
 }
 
 // tupleBytes is the size of a tuple's values as received.
@@ -113,7 +115,9 @@ func (d *Decoder) truncateEvent(rel *relation, cascade, restartIdentity bool, em
 	b = append(b, `,"restart_identity":`...)
 	b = strconv.AppendBool(b, restartIdentity)
 	d.buf = append(b, '}')
-	return d.emit(rel, cdc.OpTruncate, keyStart, keyEnd, nil, lay, emit)
+	formats := d.encodeFormats(&rowChange{rel: rel, op: cdc.OpTruncate,
+		env: envParts{env: d.buf, key: d.buf[keyStart:keyEnd], newRow: d.buf[lay.New[0]:lay.New[1]], oldRow: d.buf[lay.Old[0]:lay.Old[1]]}})
+	return d.emit(rel, cdc.OpTruncate, keyStart, keyEnd, nil, lay, formats, emit)
 }
 
 // appendHead appends everything up to and including `"op":"…",`.

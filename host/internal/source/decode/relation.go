@@ -25,6 +25,13 @@ type relation struct {
 	keyCols []int
 	// head is the pre-encoded `"schema":…,"table":…,` part of the envelope.
 	head []byte
+	// formats are the relation as each of Options.Formats writes it,
+	// built on its first change.
+	formats []*dbzTable
+	// inTx counts the relation's events in the transaction at txLSN, for
+	// the debezium format's transaction.data_collection_order.
+	inTx  uint64
+	txLSN uint64
 }
 
 type column struct {
@@ -33,6 +40,10 @@ type column struct {
 	// quoted is the column name as a JSON string, for "unchanged".
 	quoted []byte
 	typ    colType
+	// oid and typmod are the column's type and type modifier, for the
+	// formats that map types more finely than the envelope.
+	oid    uint32
+	typmod int32
 	// identity is set for the columns of the replica identity (the Relation
 	// message's key flag). In a 'K' old tuple, every other column is 'n'
 	// meaning "not part of the key", not NULL.
@@ -65,6 +76,8 @@ func newRelation(m *pglogrepl.RelationMessage, primaryKey func(schema, table str
 			name:     name,
 			quoted:   name[: len(name)-1 : len(name)-1],
 			typ:      lookupType(mc.DataType),
+			oid:      mc.DataType,
+			typmod:   mc.TypeModifier,
 			identity: mc.Flags&1 != 0,
 		}
 		if rel.cols[i].identity {

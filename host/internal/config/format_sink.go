@@ -1,0 +1,113 @@
+package config
+
+import (
+	"slices"
+
+	"github.com/hashicorp/hcl/v2"
+)
+
+// Output formats a sink can choose (docs/formats.md).
+const (
+	FormatWalcast  = "walcast"
+	FormatDebezium = "debezium"
+	FormatSequin   = "sequin"
+)
+
+// Decimal handling modes of the debezium format.
+const (
+	DecimalPrecise = "precise"
+	DecimalDouble  = "double"
+	DecimalString  = "string"
+)
+
+// Debezium is a sink's `debezium` block: the settings of format
+// "debezium".
+type Debezium struct {
+	// Name is the logical server name (Debezium's topic.prefix) in
+	// source.name and the schema names; default the pipeline's name.
+	Name string
+	// Schemas wraps key and value in {"schema":…,"payload":…}, as Kafka
+	// Connect's JSON converter with schemas.enable=true.
+	Schemas bool
+	// DecimalHandling is precise (default), double or string.
+	DecimalHandling string
+}
+
+// envelopeReaders are the built-in sinks whose plugins read the
+// envelope's fields rather than forward the event's bytes.
+var envelopeReaders = []string{"postgres", "s3"}
+
+var debeziumSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{
+		{Name: "name"},
+		{Name: "schemas"},
+		{Name: "decimal_handling_mode"},
+	},
+}
+
+// decodeFormat decodes a sink's format attribute and debezium block into s.
+func (d *decoder) decodeFormat(s *Sink, attr *hcl.Attribute, block *hcl.Block, pipeline string) {
+	s.Format = FormatWalcast
+	if attr != nil {
+		var v string
+		if d.decodeAttr(attr, &v) {
+			switch v {
+			case FormatWalcast, FormatDebezium, FormatSequin:
+				s.Format = v
+				if v != FormatWalcast && slices.Contains(envelopeReaders, s.Type) {
+					d.errorf(attr.Expr.Range(), "Format not supported by this sink",
+						`The %s sink reads walcast's envelope (it applies rows, or lays files out by commit time), so it takes only format = "walcast"; put the %s format on a sink that forwards events (webhook, kafka, stdout, sse, grpc, rabbitmq).`, s.Type, v)
+				}
+			default:
+				d.errorf(attr.Expr.Range(), "Invalid format",
+					`format must be "walcast" (walcast's envelope, the default), "debezium" (Debezium's PostgreSQL change event) or "sequin" (Sequin's message), got %q.`, v)
+			}
+		}
+	}
+	if block == nil {
+		if s.Format == FormatDebezium {
+			s.Debezium = Debezium{Name: pipeline, DecimalHandling: DecimalPrecise}
+		}
+		return
+	}
+	if s.Format != FormatDebezium {
+		d.errorf(block.DefRange, "Debezium block without the debezium format",
+			`A debezium block sets up format = "debezium"; add that attribute to the sink or remove the block.`)
+		return
+	}
+	s.Debezium = d.decodeDebezium(block.Body, pipeline)
+}
+
+func (d *decoder) decodeDebezium(body hcl.Body, pipeline string) Debezium {
+	content, diags := body.Content(debeziumSchema)
+	d.add(diags...)
+	attrs := content.Attributes
+	dz := Debezium{Name: pipeline, DecimalHandling: DecimalPrecise}
+	if attr, ok := attrs["name"]; ok {
+		var v string
+		if d.decodeAttr(attr, &v) {
+			if v == "" {
+				d.errorf(attr.Expr.Range(), "Empty debezium name",
+					"name is the logical server name in every event's source.name and schema names; remove it to use the pipeline's name.")
+			} else {
+				dz.Name = v
+			}
+		}
+	}
+	if attr, ok := attrs["schemas"]; ok {
+		d.decodeAttr(attr, &dz.Schemas)
+	}
+	if attr, ok := attrs["decimal_handling_mode"]; ok {
+		var v string
+		if d.decodeAttr(attr, &v) {
+			switch v {
+			case DecimalPrecise, DecimalDouble, DecimalString:
+				dz.DecimalHandling = v
+			default:
+				d.errorf(attr.Expr.Range(), "Invalid decimal_handling_mode",
+					`decimal_handling_mode must be "precise" (Kafka Connect Decimal, the default), "double" or "string", got %q.`, v)
+			}
+		}
+	}
+	return dz
+}
