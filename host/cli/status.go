@@ -247,6 +247,9 @@ func writeBackfills(w io.Writer, bs []backfill.Backfill) {
 		if b.State == backfill.StateFailed && b.Reason != "" {
 			state += ": " + b.Reason
 		}
+		if b.Resync {
+			state = "resync " + state
+		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\n", b.ID, b.Table, b.SinksText(), state, b.Rows, b.Estimate, b.Updated.UTC().Format(time.RFC3339))
 	}
 	tw.Flush()
