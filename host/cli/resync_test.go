@@ -1,0 +1,328 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walcast/walcast/pluginkit"
+)
+
+// ---- the marker contract, as a consumer keeps it --------------------------
+
+// resyncMirror is a consumer that keeps a copy of tables with the
+// contract of docs/guarantees.md ("Resync"): it applies the stream in
+// arrival order (per row, an id at or below the last one applied is a
+// redelivery), and at a resync_end removes every row of the table it has
+// not seen since the resync_begin (seen: an event of the row with a
+// greater id than the begin marker's, redelivered or not). sweep = false
+// is the same consumer ignoring the markers, to show what they change.
+type resyncMirror struct {
+	keyCols []string
+	sweep   bool
+	rows    map[string]map[string]map[string]any // table → key → row
+	applied map[string]pluginkit.EventID         // table\x1fkey → last id applied
+	open    map[string]*openResync               // table → the resync under way
+	ended   map[int64]bool
+	swept   int // rows removed at resync_end
+}
+
+type openResync struct {
+	id    int64
+	begin pluginkit.EventID
+	seen  map[string]bool
+}
+
+func newResyncMirror(keyCols []string, sweep bool) *resyncMirror {
+	return &resyncMirror{keyCols: keyCols, sweep: sweep, rows: map[string]map[string]map[string]any{},
+		applied: map[string]pluginkit.EventID{}, open: map[string]*openResync{}, ended: map[int64]bool{}}
+}
+
+func (m *resyncMirror) applyAll(t testing.TB, evs []received) *resyncMirror {
+	for _, r := range evs {
+		m.apply(t, r)
+	}
+	return m
+}
+
+func (m *resyncMirror) apply(t testing.TB, r received) {
+	t.Helper()
+	var e struct {
+		Op     string         `json:"op"`
+		New    map[string]any `json:"new"`
+		Old    map[string]any `json:"old"`
+		Resync int64          `json:"resync"`
+	}
+	if err := json.Unmarshal(r.Raw, &e); err != nil {
+		t.Fatalf("event %s: %v", r.ID, err)
+	}
+	tb := m.rows[r.Table]
+	if tb == nil {
+		tb = map[string]map[string]any{}
+		m.rows[r.Table] = tb
+	}
+	switch e.Op {
+	case "resync_begin":
+		if m.sweep && !m.ended[e.Resync] && (m.open[r.Table] == nil || m.open[r.Table].id != e.Resync) {
+			m.open[r.Table] = &openResync{id: e.Resync, begin: r.ID, seen: map[string]bool{}}
+		}
+		return
+	case "resync_end":
+		o := m.open[r.Table]
+		if o == nil || o.id != e.Resync {
+			return // a redelivered end, already swept (or sweep is off)
+		}
+		for k := range tb {
+			if !o.seen[k] {
+				delete(tb, k)
+				m.swept++
+			}
+		}
+		delete(m.open, r.Table)
+		m.ended[e.Resync] = true
+		return
+	case "truncate":
+		clear(tb)
+		return
+	}
+	var key, oldKey string
+	if e.New != nil {
+		key = rowKey(e.New, m.keyCols)
+	}
+	if e.Old != nil {
+		oldKey = rowKey(e.Old, m.keyCols)
+	}
+	if key == "" {
+		key, oldKey = oldKey, ""
+	}
+	if o := m.open[r.Table]; o != nil && r.ID.Compare(o.begin) > 0 {
+		o.seen[key] = true
+	}
+	if last, ok := m.applied[r.Table+"\x1f"+key]; ok && r.ID.Compare(last) <= 0 {
+		return
+	}
+	m.applied[r.Table+"\x1f"+key] = r.ID
+	switch e.Op {
+	case "insert", "update", "read":
+		if oldKey != "" && oldKey != key {
+			delete(tb, oldKey)
+			m.applied[r.Table+"\x1f"+oldKey] = r.ID
+		}
+		tb[key] = e.New
+	case "delete":
+		delete(tb, key)
+	default:
+		t.Fatalf("event %s: unexpected op %q", r.ID, e.Op)
+	}
+}
+
+// diff describes how the copy of table differs from the rows of table.
+func (m *resyncMirror) diff(t testing.TB, db *pgx.Conn, table string) []string {
+	t.Helper()
+	want := tableRowsByKey(t, db, "public."+table, m.keyCols)
+	got := m.rows[table]
+	var diffs []string
+	for k, w := range want {
+		if g, ok := got[k]; !ok || !reflect.DeepEqual(g, w) {
+			diffs = append(diffs, fmt.Sprintf("row %s: copy has %v, table has %v", k, g, w))
+		}
+	}
+	for k, g := range got {
+		if _, ok := want[k]; !ok {
+			diffs = append(diffs, fmt.Sprintf("row %s: copy has %v, the table has no such row", k, g))
+		}
+	}
+	return diffs
+}
+
+// ---- helpers ----------------------------------------------------------------
+
+// requestResync runs walcast resync and returns the ids it queued.
+func requestResync(t *testing.T, pipeline string, args ...string) []int64 {
+	t.Helper()
+	out, errOut, code := walcastCmd(t, append([]string{"resync", pipeline}, args...)...)
+	if code != 0 {
+		t.Fatalf("walcast resync exited %d:\n%s%s", code, out, errOut)
+	}
+	var ids []int64
+	for _, line := range strings.Split(out, "\n") {
+		var id int64
+		if _, err := fmt.Sscanf(line, "resync %d ", &id); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		t.Fatalf("walcast resync printed %q", out)
+	}
+	return ids
+}
+
+// waitConfirmed waits until the pipeline's slot, and the catch-up slot of
+// every sink detached from it, are confirmed past the WAL as it is now:
+// every durable sink then holds every change committed before (a
+// detached sink holds the pipeline's slot back no longer, only its own).
+func waitConfirmed(t testing.TB, db *pgx.Conn, pipeline string, d time.Duration) {
+	t.Helper()
+	var now string
+	if err := db.QueryRow(context.Background(), `SELECT pg_current_wal_insert_lsn()::text`).Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "pipeline "+pipeline+"'s slots confirmed to "+now, d, func() bool {
+		var ok *bool
+		err := db.QueryRow(context.Background(), `SELECT bool_and(confirmed_flush_lsn >= $1::pg_lsn) FROM pg_replication_slots
+WHERE slot_name = 'walcast_' || $2 OR slot_name IN (SELECT slot FROM walcast.catchup_slots WHERE pipeline = $2)`, now, pipeline).Scan(&ok)
+		return err == nil && ok != nil && *ok
+	})
+}
+
+// hasMarker reports whether evs hold resync id's marker op.
+func hasMarker(evs []received, op string, id int64) bool {
+	for _, e := range evs {
+		if e.Op == op && strings.HasSuffix(string(e.Raw), fmt.Sprintf(`"resync":%d}`, id)) {
+			return true
+		}
+	}
+	return false
+}
+
+// startItemWriters runs inserts, updates, deletes and key changes on
+// items(id, v, pad) on their own connection until the returned stop is
+// called; stop returns the writers' error and how many statements ran.
+func startItemWriters(t testing.TB, dsn string, next int) (stop func() (int64, error)) {
+	wdb := connect(t, dsn)
+	ctx, cancel := context.WithCancel(context.Background())
+	var n atomic.Int64
+	done := make(chan error, 1)
+	go func() {
+		r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+		for ctx.Err() == nil {
+			var sql string
+			switch op := r.IntN(10); {
+			case op < 4:
+				lo := 1 + r.IntN(next)
+				sql = fmt.Sprintf(`UPDATE items SET v = v + 1 WHERE id BETWEEN %d AND %d`, lo, lo+r.IntN(5))
+			case op < 6:
+				sql = fmt.Sprintf(`DELETE FROM items WHERE id = %d`, 1+r.IntN(next))
+			case op < 7:
+				sql = fmt.Sprintf(`UPDATE items SET id = %d, pad = 'moved' WHERE id = %d`, next, 1+r.IntN(next))
+				next++
+			default:
+				sql = fmt.Sprintf(`INSERT INTO items VALUES (%d, 0, 'new')`, next)
+				next++
+			}
+			if _, err := wdb.Exec(context.Background(), sql); err != nil {
+				done <- fmt.Errorf("%s: %w", sql, err)
+				return
+			}
+			n.Add(1)
+			// Pacing, not waiting: a few hundred changes a second.
+			time.Sleep(2 * time.Millisecond)
+		}
+		done <- nil
+	}()
+	return func() (int64, error) {
+		cancel()
+		err := <-done
+		return n.Load(), err
+	}
+}
+
+// ---- tests ------------------------------------------------------------------
+
+// TestResyncHealsLostSlot loads a table through a first resync, stops
+// walcast, drops its slot and deletes, updates, inserts and re-keys rows
+// in the gap; walcast goes on with --accept-gap while writers keep
+// running, and a resync to one sink heals it: walcast is SIGKILLed in the
+// middle of the resync (a second resync of the table is refused while it
+// runs) and restarted. A consumer keeping the marker contract ends equal
+// to the table, all columns, rows deleted in the gap included; the same
+// consumer ignoring the markers keeps the gap's deleted rows; the other
+// sink receives nothing of the per-sink resync.
+func TestResyncHealsLostSlot(t *testing.T) {
+	const existing = 40000
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`,
+		fmt.Sprintf(`INSERT INTO items SELECT g, 0, repeat('p', 40) FROM generate_series(1, %d) g`, existing))
+	rcv, other := newReceiver(t), newReceiver(t)
+	rcv.delay = 5 * time.Millisecond
+	pipeline := writePipeline(t, "heal", dsn, []string{"public.items"},
+		sinkSpec{ID: "hook", URL: rcv.URL, Batch: 100, Extra: "    max_in_flight = 2\n"},
+		sinkSpec{ID: "other", URL: other.URL})
+	proc := startCapturing(t, db, pipeline)
+	first := requestResync(t, pipeline)
+	waitFor(t, "the first resync to finish", 2*time.Minute, func() bool { s, _, _ := backfillState(t, db, first[0]); return s == "done" })
+	waitConfirmed(t, db, "heal", 2*time.Minute)
+	if d := newResyncMirror([]string{"id"}, true).applyAll(t, rcv.events()).diff(t, db, "items"); len(d) > 0 {
+		t.Fatalf("after the first resync the copy differs from the table in %d rows, e.g. %s", len(d), d[0])
+	}
+	proc.stop()
+
+	// The gap: no slot holds these changes.
+	exec1(t, db, `SELECT pg_drop_replication_slot('walcast_heal')`)
+	lost := time.Now()
+	exec1(t, db, `DELETE FROM items WHERE id % 10 = 1`)
+	exec1(t, db, `UPDATE items SET v = v + 100 WHERE id % 10 = 2`)
+	exec1(t, db, `UPDATE items SET id = id + 1000000 WHERE id % 100 = 3`)
+	exec1(t, db, fmt.Sprintf(`INSERT INTO items SELECT g, 7, 'gap' FROM generate_series(%d, %d) g`, existing+1, existing+500))
+	stopWriters := startItemWriters(t, dsn, existing+501)
+
+	proc = startCapturing(t, db, pipeline, "--accept-gap")
+	healing := time.Now()
+	id := requestResync(t, pipeline, "--sink", "hook")[0]
+	waitFor(t, "resync rows before the kill", 2*time.Minute, func() bool { _, rows, _ := backfillState(t, db, id); return rows >= existing/4 })
+	proc.kill()
+	if state, rows, _ := backfillState(t, db, id); state != "running" || rows >= existing-existing/10 {
+		t.Fatalf("the kill did not land during the resync: state %s, %d rows done", state, rows)
+	}
+	out, errOut, code := walcastCmd(t, "resync", pipeline, "--table", "public.items", "--sink", "hook")
+	if code != 1 || !strings.Contains(errOut, fmt.Sprintf("by resync %d", id)) {
+		t.Fatalf("a second resync of items while resync %d runs: exit %d, want 1 naming it:\n%s%s", id, code, out, errOut)
+	}
+	proc = startWalcast(t, pipeline)
+	waitFor(t, "the resync to finish", 3*time.Minute, func() bool { s, _, _ := backfillState(t, db, id); return s == "done" })
+	writes, err := stopWriters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, fmt.Sprintf("resync %d's resync_end to reach sink hook", id), time.Minute, func() bool {
+		return hasMarker(rcv.events(), "resync_end", id)
+	})
+	waitConfirmed(t, db, "heal", 3*time.Minute)
+	converged := time.Since(healing)
+	status, _ := walcastOut(t, "status", pipeline)
+	proc.stop()
+
+	evs := rcv.events()
+	sameContent(t, evs)
+	m := newResyncMirror([]string{"id"}, true).applyAll(t, evs)
+	if d := m.diff(t, db, "items"); len(d) > 0 {
+		t.Fatalf("the copy kept with the marker contract differs from the table in %d rows, e.g. %s", len(d), d[0])
+	}
+	plain := newResyncMirror([]string{"id"}, false).applyAll(t, evs)
+	stale := len(plain.diff(t, db, "items"))
+	if stale == 0 || m.swept == 0 {
+		t.Fatalf("the gap left nothing to sweep (%d stale rows without the markers, %d swept): the test proves nothing", stale, m.swept)
+	}
+	otherReads := 0
+	for _, e := range other.events() {
+		if strings.Contains(string(e.Raw), fmt.Sprintf(`"resync":%d}`, id)) {
+			t.Fatalf("sink other received a marker of resync %d (for sink hook only): %s", id, e.Raw)
+		}
+		if e.Op == "read" {
+			otherReads++
+		}
+	}
+	if otherReads < existing || otherReads > existing+existing/10 {
+		t.Fatalf("sink other received %d read events: want the first resync's %d (plus redeliveries), none of resync %d for sink hook", otherReads, existing, id)
+	}
+	wantAll(t, status, "gap accepted", "resync done")
+	t.Logf("%d rows, %d writer statements, SIGKILL mid-resync; %d rows swept at resync_end, %d would be stale without the markers; from the restart with --accept-gap to every change confirmed: %s (slot lost %s before the restart)",
+		existing, writes, m.swept, stale, converged.Round(100*time.Millisecond), healing.Sub(lost).Round(100*time.Millisecond))
+}
