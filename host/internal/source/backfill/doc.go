@@ -40,6 +40,14 @@
 //     past the WAL position read just after its commit. So backfills fill
 //     neither memory nor the slot.
 //
+//   - A resync (walcast resync) is a backfill whose start writes a
+//     resync_begin marker message (decode.ResyncPrefix) in the statement
+//     that marks it running, and whose last chunk writes a resync_end
+//     marker after its rows, in the chunk's transaction: the markers are
+//     in the WAL exactly when the resync started and when it finished,
+//     and every row read by it lies between them. A cancelled or failed
+//     resync writes no end marker.
+//
 // Backfill states: queued → running → done | cancelled | failed.
 //
 // In: requests (Request: walcast backfill, backfill_new_tables at a start),
