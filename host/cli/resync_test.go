@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"reflect"
 	"strings"
 	"sync/atomic"
@@ -183,6 +184,16 @@ WHERE slot_name = 'walcast_' || $2 OR slot_name IN (SELECT slot FROM walcast.cat
 	})
 }
 
+// gapChanges deletes, updates, re-keys and inserts rows of items, as a
+// gap no slot holds.
+func gapChanges(t testing.TB, db *pgx.Conn, existing int) {
+	t.Helper()
+	exec1(t, db, `DELETE FROM items WHERE id % 10 = 1`)
+	exec1(t, db, `UPDATE items SET v = v + 100 WHERE id % 10 = 2`)
+	exec1(t, db, `UPDATE items SET id = id + 1000000 WHERE id % 100 = 3`)
+	exec1(t, db, fmt.Sprintf(`INSERT INTO items SELECT g, 7, 'gap' FROM generate_series(%d, %d) g`, existing+1, existing+500))
+}
+
 // hasMarker reports whether evs hold resync id's marker op.
 func hasMarker(evs []received, op string, id int64) bool {
 	for _, e := range evs {
@@ -267,10 +278,7 @@ func TestResyncHealsLostSlot(t *testing.T) {
 	// The gap: no slot holds these changes.
 	exec1(t, db, `SELECT pg_drop_replication_slot('walcast_heal')`)
 	lost := time.Now()
-	exec1(t, db, `DELETE FROM items WHERE id % 10 = 1`)
-	exec1(t, db, `UPDATE items SET v = v + 100 WHERE id % 10 = 2`)
-	exec1(t, db, `UPDATE items SET id = id + 1000000 WHERE id % 100 = 3`)
-	exec1(t, db, fmt.Sprintf(`INSERT INTO items SELECT g, 7, 'gap' FROM generate_series(%d, %d) g`, existing+1, existing+500))
+	gapChanges(t, db, existing)
 	stopWriters := startItemWriters(t, dsn, existing+501)
 
 	proc = startCapturing(t, db, pipeline, "--accept-gap")
@@ -325,4 +333,80 @@ func TestResyncHealsLostSlot(t *testing.T) {
 	wantAll(t, status, "gap accepted", "resync done")
 	t.Logf("%d rows, %d writer statements, SIGKILL mid-resync; %d rows swept at resync_end, %d would be stale without the markers; from the restart with --accept-gap to every change confirmed: %s (slot lost %s before the restart)",
 		existing, writes, m.swept, stale, converged.Round(100*time.Millisecond), healing.Sub(lost).Round(100*time.Millisecond))
+}
+
+// TestOnGapResyncLostSlot: with on_gap = "resync", a start after the
+// slot was dropped while walcast was stopped (and rows deleted, updated,
+// re-keyed and inserted meanwhile) needs no flag: walcast records the gap,
+// creates the new slot and resyncs the table, and a consumer keeping the
+// marker contract ends equal to the table, writers running throughout.
+// walcast status says beforehand that the next run heals (exit 0, not
+// 3), and afterwards shows the gap and the resync.
+func TestOnGapResyncLostSlot(t *testing.T) {
+	const existing = 20000
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`,
+		fmt.Sprintf(`INSERT INTO items SELECT g, 0, repeat('p', 40) FROM generate_series(1, %d) g`, existing))
+	rcv := newReceiver(t)
+	pipeline := writePipeline(t, "autoheal", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 100})
+	setSourceAttr(t, pipeline, `on_gap = "resync"`)
+	proc := startCapturing(t, db, pipeline)
+	first := requestResync(t, pipeline)[0]
+	waitFor(t, "the first resync to finish", 2*time.Minute, func() bool { s, _, _ := backfillState(t, db, first); return s == "done" })
+	waitConfirmed(t, db, "autoheal", 2*time.Minute)
+	proc.stop()
+
+	exec1(t, db, `SELECT pg_drop_replication_slot('walcast_autoheal')`)
+	lost := time.Now()
+	gapChanges(t, db, existing)
+	out, code := walcastOut(t, "status", pipeline)
+	if code != 0 || !strings.Contains(out, `with on_gap = "resync" the next walcast run records the gap`) {
+		t.Fatalf("walcast status with the slot lost and on_gap = \"resync\": exit %d, want 0 saying the next run heals:\n%s", code, out)
+	}
+	stopWriters := startItemWriters(t, dsn, existing+501)
+	proc = startCapturing(t, db, pipeline)
+	healing := time.Now()
+	var id int64
+	waitFor(t, "a resync queued by the start", time.Minute, func() bool {
+		return db.QueryRow(context.Background(), `SELECT id FROM walcast.backfills WHERE pipeline = 'autoheal' AND resync AND id > $1`, first).Scan(&id) == nil
+	})
+	waitFor(t, "the resync to finish", 3*time.Minute, func() bool { s, _, _ := backfillState(t, db, id); return s == "done" })
+	writes, err := stopWriters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, fmt.Sprintf("resync %d's resync_end to reach sink hook", id), time.Minute, func() bool {
+		return hasMarker(rcv.events(), "resync_end", id)
+	})
+	waitConfirmed(t, db, "autoheal", 3*time.Minute)
+	converged := time.Since(healing)
+	status, _ := walcastOut(t, "status", pipeline)
+	proc.stop()
+	wantAll(t, status, "gap accepted", "(slot lost): sink hook missed the changes", "resync done")
+	wantAll(t, proc.logText(), "accepted a gap", "on_gap = resync: resyncing a table after the gap")
+
+	evs := rcv.events()
+	sameContent(t, evs)
+	m := newResyncMirror([]string{"id"}, true).applyAll(t, evs)
+	if d := m.diff(t, db, "items"); len(d) > 0 {
+		t.Fatalf("the copy kept with the marker contract differs from the table in %d rows, e.g. %s", len(d), d[0])
+	}
+	if m.swept == 0 {
+		t.Fatal("nothing was swept at resync_end: the gap's deletes did not reach the copy some other way, so the test proves nothing")
+	}
+	t.Logf("%d rows, %d writer statements; %d rows swept at resync_end; from the start after the loss to every change confirmed: %s (slot dropped %s before the start)",
+		existing, writes, m.swept, converged.Round(100*time.Millisecond), healing.Sub(lost).Round(100*time.Millisecond))
+}
+
+// setSourceAttr adds a line to the source block of a pipeline file that
+// writePipeline wrote.
+func setSourceAttr(t testing.TB, path, line string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.Replace(string(b), "source \"postgres\" {\n", "source \"postgres\" {\n  "+line+"\n", 1)
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
