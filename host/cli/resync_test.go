@@ -410,3 +410,59 @@ func setSourceAttr(t testing.TB, path, line string) {
 		t.Fatal(err)
 	}
 }
+
+// TestPostgresSinkResyncSweeps: the postgres sink in mirror mode keeps
+// the marker contract itself. Its target table is loaded by a first
+// resync, then emptied behind walcast's back and given rows the source
+// never had (an old backup restored over it, say); `walcast resync --sink
+// mirror --wait` while writers run makes it equal to the source in every
+// column again: the read rows are written, and the rows not seen since
+// resync_begin deleted at resync_end. The pending keys and the record of
+// the open resync are gone afterwards, and the other sink got no marker.
+func TestPostgresSinkResyncSweeps(t *testing.T) {
+	const existing = 5000
+	dsn, db := newSource(t, pgItems, fmt.Sprintf(`INSERT INTO items (id, v, pad, amount, at, tags, doc, blob, flag, f)
+SELECT g, 0, repeat('x', 40), g * 1.25, now(), ARRAY['t', g::text], jsonb_build_object('id', g), decode(md5(g::text), 'hex'), g %% 2 = 0, g / 3.0
+FROM generate_series(1, %d) g`, existing))
+	tg := newTarget(t)
+	tg.copySchema(t, dsn, "public.items")
+	rcv := newReceiver(t)
+	pipeline := writePipeline(t, "pgsweep", dsn, []string{"public.items"},
+		sinkSpec{ID: "mirror", SinkType: "postgres", Batch: 100, Config: fmt.Sprintf("    dsn = %q\n    create_tables = false\n", tg.dsn)},
+		sinkSpec{ID: "hook", URL: rcv.URL})
+	proc := startCapturing(t, db, pipeline)
+	first := requestResync(t, pipeline, "--sink", "mirror")[0]
+	waitFor(t, "the first resync to finish", 2*time.Minute, func() bool { s, _, _ := backfillState(t, db, first); return s == "done" })
+	waitConfirmed(t, db, "pgsweep", 2*time.Minute)
+	checkSameRows(t, dsn, tg, "public.items")
+
+	exec1(t, tg.db, `TRUNCATE items`)
+	exec1(t, tg.db, `INSERT INTO items (id, v, pad) SELECT g, -1, 'stale' FROM generate_series(1, 500) g`)
+	exec1(t, tg.db, `INSERT INTO items (id, v, pad) SELECT g, -1, 'never in the source' FROM generate_series(8000001, 8000300) g`)
+	stopWriters := startItemWriters(t, dsn, existing+1)
+	out, errOut, code := walcastCmd(t, "resync", pipeline, "--sink", "mirror", "--wait")
+	if code != 0 {
+		t.Fatalf("walcast resync --sink mirror --wait: exit %d\n%s%s", code, out, errOut)
+	}
+	writes, err := stopWriters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitConfirmed(t, db, "pgsweep", 2*time.Minute)
+	log := proc.logText()
+	proc.stop()
+	checkSameRows(t, dsn, tg, "public.items")
+	if n := queryInt(t, tg.db, `SELECT count(*) FROM walcast_checkpoints_resyncs`); n != 0 {
+		t.Errorf("%d resyncs still recorded open in the target after resync_end", n)
+	}
+	if n := queryInt(t, tg.db, `SELECT count(*) FROM pg_tables WHERE tablename LIKE 'walcast_checkpoints_r%' AND tablename <> 'walcast_checkpoints_resyncs'`); n != 0 {
+		t.Errorf("%d pending key tables left in the target after resync_end", n)
+	}
+	if rcv.countOp("resync_begin")+rcv.countOp("resync_end") != 0 {
+		t.Errorf("sink hook received markers of resyncs for sink mirror only")
+	}
+	if !strings.Contains(log, "resync end: deleted the rows the source no longer has") {
+		t.Errorf("the sink did not log its sweep:\n%s", tail(log, 20))
+	}
+	t.Logf("%d rows, %d writer statements during the resync; %s", existing, writes, strings.TrimSpace(out[strings.LastIndex(strings.TrimSpace(out), "\n")+1:]))
+}

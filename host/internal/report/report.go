@@ -82,8 +82,8 @@ type State struct {
 	// gap and resyncs instead of refusing.
 	ResyncOnGap bool
 	Gaps        []lineage.Gap
-	Catchups  []isolate.SlotState
-	Backfills []backfill.Backfill
+	Catchups    []isolate.SlotState
+	Backfills   []backfill.Backfill
 }
 
 // Slot is the pipeline's replication slot as pg_replication_slots shows
