@@ -7,12 +7,14 @@ import (
 	"math/rand/v2"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walcast/walcast/pluginkit"
 )
@@ -465,4 +467,55 @@ FROM generate_series(1, %d) g`, existing))
 		t.Errorf("the sink did not log its sweep:\n%s", tail(log, 20))
 	}
 	t.Logf("%d rows, %d writer statements during the resync; %s", existing, writes, strings.TrimSpace(out[strings.LastIndex(strings.TrimSpace(out), "\n")+1:]))
+}
+
+// TestKafkaResyncMarkers: the kafka sink writes a resync's markers as
+// records keyed {"walcast_id":"<event id>"} with the walcast-op header
+// resync_begin or resync_end, spread over the topic's three partitions
+// with the rows. A consumer that reads every partition, orders by
+// walcast-id and keeps the marker contract heals a gap (a slot dropped
+// while walcast was stopped, a quarter of the rows deleted in it); without
+// the markers it keeps the deleted rows.
+func TestKafkaResyncMarkers(t *testing.T) {
+	addr := startKafka(t)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	pipeline := writePipeline(t, "kresync", dsn, []string{"public.items"},
+		sinkSpec{ID: "k", SinkType: "kafka", Config: kafkaConfig(addr, true, "walcast-kresync")})
+	proc := startCapturing(t, db, pipeline)
+	exec1(t, db, `INSERT INTO items SELECT g, 0, 'p' FROM generate_series(1, 200) g`)
+	waitConfirmed(t, db, "kresync", time.Minute)
+	proc.stop()
+	exec1(t, db, `SELECT pg_drop_replication_slot('walcast_kresync')`)
+	exec1(t, db, `DELETE FROM items WHERE id % 4 = 0`)
+	exec1(t, db, `UPDATE items SET v = 5 WHERE id % 4 = 1`)
+	proc = startCapturing(t, db, pipeline, "--accept-gap")
+	out, errOut, code := walcastCmd(t, "resync", pipeline, "--wait")
+	if code != 0 {
+		t.Fatalf("walcast resync --wait: exit %d\n%s%s", code, out, errOut)
+	}
+	proc.stop()
+	recs := readKafka(t, addr, "walcast.public.items", kgo.ReadCommitted())
+	partitions := map[int32]bool{}
+	markers := 0
+	for _, r := range recs {
+		partitions[r.Partition] = true
+		if op := r.Headers["walcast-op"]; op == "resync_begin" || op == "resync_end" {
+			markers++
+			if want := fmt.Sprintf(`{"walcast_id":%q}`, r.Headers["walcast-id"]); string(r.Key) != want {
+				t.Errorf("%s record keyed %s, want %s", op, r.Key, want)
+			}
+		}
+	}
+	if markers != 2 || len(partitions) < 2 {
+		t.Fatalf("%d marker records over %d partitions, want 2 markers and the records spread over the partitions", markers, len(partitions))
+	}
+	evs := asReceived(t, recs)
+	slices.SortFunc(evs, func(a, b received) int { return a.ID.Compare(b.ID) })
+	m := newResyncMirror([]string{"id"}, true).applyAll(t, evs)
+	if d := m.diff(t, db, "items"); len(d) > 0 {
+		t.Fatalf("the copy kept with the marker contract, in walcast-id order, differs from the table in %d rows, e.g. %s", len(d), d[0])
+	}
+	if stale := len(newResyncMirror([]string{"id"}, false).applyAll(t, evs).diff(t, db, "items")); stale != 50 || m.swept != 50 {
+		t.Fatalf("without the markers %d rows differ, %d swept with them; want the 50 deleted in the gap", stale, m.swept)
+	}
 }
