@@ -607,6 +607,7 @@ func TestOnGapResyncFailover(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("WALCAST_FAILOVER_ROWS")); err == nil && v > 0 {
 		rows = v
 	}
+	start := time.Now()
 	primary := pgtest.New(t, pgtest.Options{})
 	pdsn := primary.Database(t)
 	pdb := connect(t, pdsn)
@@ -627,6 +628,7 @@ func TestOnGapResyncFailover(t *testing.T) {
 	u.RawQuery = q.Encode()
 	dsn := u.String()
 
+	t.Logf("clusters ready after %s", time.Since(start).Round(100*time.Millisecond))
 	rcv := newReceiver(t)
 	pipeline := writePipeline(t, "failover", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 500})
 	setSourceAttr(t, pipeline, `on_gap = "resync"`)
@@ -637,6 +639,7 @@ func TestOnGapResyncFailover(t *testing.T) {
 	stopWriters := startFailoverWriters(t, dsn, rows+1)
 	waitFor(t, "live changes to reach the sink", time.Minute, func() bool { return rcv.countOp("insert") > 20 })
 
+	t.Logf("loaded after %s", time.Since(start).Round(100*time.Millisecond))
 	if err := primary.Stop(ctx, "immediate"); err != nil {
 		t.Fatal(err)
 	}
