@@ -19,6 +19,19 @@ import (
 // table the stream does not capture, a table already being backfilled,
 // and on PostgreSQL older than 14.
 func (s *Stream) Backfill(ctx context.Context, table string) (int64, error) {
+	return s.request(ctx, table, backfill.Request)
+}
+
+// Resync is Backfill with markers: the table's read events come between a
+// resync_begin and a resync_end event carrying the returned id (Event.Resync).
+// A consumer that removes at resync_end every row of the table it has not
+// seen since resync_begin ends equal to the source (ResyncTracker does the
+// bookkeeping); it is how a copy that missed changes is healed.
+func (s *Stream) Resync(ctx context.Context, table string) (int64, error) {
+	return s.request(ctx, table, backfill.RequestResync)
+}
+
+func (s *Stream) request(ctx context.Context, table string, request func(context.Context, backfill.TxBeginner, string, []backfill.Table, []string) ([]int64, error)) (int64, error) {
 	if s.isClosed() {
 		return 0, ErrClosed
 	}
@@ -44,7 +57,7 @@ func (s *Stream) Backfill(ctx context.Context, table string) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("backfill: %w", err)
 	}
-	ids, err := backfill.Request(ctx, s.pool, s.pipeline, []backfill.Table{t}, nil)
+	ids, err := request(ctx, s.pool, s.pipeline, []backfill.Table{t}, nil)
 	if err != nil {
 		return 0, err
 	}

@@ -29,7 +29,8 @@ type Event struct {
 	// Schema and Table name the changed table.
 	Schema string
 	Table  string
-	// Op is insert, update, delete, truncate, or read for a backfilled row.
+	// Op is insert, update, delete, truncate, read for a backfilled row,
+	// or resync_begin / resync_end around a resync's rows (Resync).
 	Op cdc.Op
 	// Key holds the replica-identity columns as a JSON object; nil for a
 	// truncate or a table without a key.
@@ -49,6 +50,9 @@ type Event struct {
 	// Cascade and RestartIdentity are the options of a truncate.
 	Cascade         bool
 	RestartIdentity bool
+	// Resync is the resync's id on a resync_begin or resync_end event
+	// (Stream.Resync, walcast resync); 0 otherwise.
+	Resync int64
 
 	payload, key []byte
 }
@@ -114,6 +118,11 @@ func (c *commitTimes) newEvent(ce change.Event) (Event, error) {
 		ev.New = nullToNil(p[l.New[0]:l.New[1]])
 		ev.Old = nullToNil(p[l.Old[0]:l.Old[1]])
 		ev.Cascade, ev.RestartIdentity = l.Cascade, l.RestartIdentity
+		if pe.Op == cdc.OpResyncBegin || pe.Op == cdc.OpResyncEnd {
+			if err := resyncOf(&ev, p); err != nil {
+				return Event{}, err
+			}
+		}
 		if l.Unchanged[1] > 0 {
 			if err := json.Unmarshal(p[l.Unchanged[0]:l.Unchanged[1]], &ev.Unchanged); err != nil {
 				return Event{}, fmt.Errorf("read envelope of event %s: unchanged: %w", pe.ID, err)
@@ -149,6 +158,12 @@ func (c *commitTimes) newEvent(ce change.Event) (Event, error) {
 			ev.Cascade = string(value) == "true"
 		case "restart_identity":
 			ev.RestartIdentity = string(value) == "true"
+		case "resync":
+			id, err := strconv.ParseInt(string(value), 10, 64)
+			if err != nil {
+				return fmt.Errorf("resync: %w", err)
+			}
+			ev.Resync = id
 		}
 		return nil
 	})
@@ -156,6 +171,20 @@ func (c *commitTimes) newEvent(ce change.Event) (Event, error) {
 		return Event{}, fmt.Errorf("read envelope of event %s: %w", pe.ID, err)
 	}
 	return ev, nil
+}
+
+// resyncOf reads a marker's resync id from its envelope.
+func resyncOf(ev *Event, payload []byte) error {
+	v, ok := cdc.Member(payload, "resync")
+	if !ok {
+		return fmt.Errorf("read envelope of event %s: a %s without a resync id", ev.ID, ev.Op)
+	}
+	id, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil {
+		return fmt.Errorf("read envelope of event %s: resync: %w", ev.ID, err)
+	}
+	ev.Resync = id
+	return nil
 }
 
 func nullToNil(v []byte) json.RawMessage {

@@ -23,6 +23,9 @@ const (
 	OpDelete   = cdc.OpDelete
 	OpTruncate = cdc.OpTruncate
 	OpRead     = cdc.OpRead
+	// OpResyncBegin and OpResyncEnd bracket a table's resync (see cdc).
+	OpResyncBegin = cdc.OpResyncBegin
+	OpResyncEnd   = cdc.OpResyncEnd
 )
 
 // ParseEventID parses the "<commit_lsn>:<index>" form, for example

@@ -71,20 +71,28 @@ func cmdBackfill(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
+	return queued(ctx, t, "backfill", ids, tables, sinks, *wait, *until, stdout, stderr)
+}
+
+// queued says what was queued (kind is backfill or resync) and, with
+// wait, waits as until says.
+func queued(ctx context.Context, t target, kind string, ids []int64, tables []backfill.Table, sinks []string, wait bool, until string, stdout, stderr io.Writer) int {
+	p, pool := t.p, t.db
 	running, err := slotActive(ctx, pool, p.Source.Slot)
 	if err != nil {
-		return fail(err)
+		fmt.Fprintf(stderr, "walcast %s: %v\n", kind, err)
+		return 1
 	}
 	for i, table := range tables {
-		fmt.Fprintf(stdout, "backfill %d of %s to %s queued\n", ids[i], table, sinkList(sinks))
+		fmt.Fprintf(stdout, "%s %d of %s to %s queued\n", kind, ids[i], table, sinkList(sinks))
 	}
 	if !running {
-		fmt.Fprintf(stdout, "no walcast run streams slot %s now: the backfill starts with the next run\n", p.Source.Slot)
+		fmt.Fprintf(stdout, "no walcast run streams slot %s now: the %s starts with the next run\n", p.Source.Slot, kind)
 	}
-	if !*wait {
+	if !wait {
 		return 0
 	}
-	if code := waitBackfills(ctx, pool, ids, stdout); code != 0 || *until == untilWritten {
+	if code := waitBackfills(ctx, pool, ids, stdout); code != 0 || until == untilWritten {
 		if code == 0 {
 			fmt.Fprintln(stdout, "every row is written into the WAL; not waiting for the sinks to acknowledge them (--until "+untilWritten+")")
 		}
@@ -313,7 +321,11 @@ func waitBackfills(ctx context.Context, pool *pgxpool.Pool, ids []int64, out io.
 // progressLine is one backfill's progress for humans.
 func progressLine(b backfill.Backfill, rate float64) string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "backfill %d %s: %s", b.ID, b.Table, b.State)
+	kind := "backfill"
+	if b.Resync {
+		kind = "resync"
+	}
+	fmt.Fprintf(&sb, "%s %d %s: %s", kind, b.ID, b.Table, b.State)
 	if b.State == backfill.StateFailed {
 		fmt.Fprintf(&sb, " (%s)", b.Reason)
 	}

@@ -74,6 +74,13 @@ func pipelineCommands() []command {
 				"--wait shows progress until done; --cancel cancels.",
 			example: "backfill pipeline.hcl --table public.orders --sink search --wait",
 			run:     cmdBackfill},
+		{name: "resync", args: "PIPELINE.hcl", summary: "re-read tables between resync_begin and resync_end events, to heal a gap",
+			details: "Re-reads every table of the pipeline (or each --table) through the backfill path; each\n" +
+				"table's read events come between a resync_begin and a resync_end event. A consumer that\n" +
+				"removes at resync_end every row it has not seen since resync_begin ends equal to the\n" +
+				"source. --sink limits it to some sinks; --wait and --cancel as for backfill.",
+			example: "resync pipeline.hcl --sink search --wait",
+			run:     cmdResync},
 		{name: "pause", args: "PIPELINE.hcl", summary: "stop delivering (to one sink); events wait in the slot",
 			example: "pause pipeline.hcl --sink billing",
 			run:     cmdPause},

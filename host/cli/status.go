@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/walcast/walcast/host/internal/config"
 	"github.com/walcast/walcast/host/internal/delivery/isolate"
 	"github.com/walcast/walcast/host/internal/report"
 	"github.com/walcast/walcast/host/internal/source/backfill"
@@ -39,6 +40,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "walcast status:", err)
 		return 1
 	}
+	st.ResyncOnGap = t.p.Source.OnGap == config.OnGapResync
 	if !*asJSON {
 		writeStatus(stdout, st, path, time.Now())
 	} else {
@@ -65,6 +67,9 @@ const exitRunRefuses = 3
 // its slot cannot be streamed without hiding lost changes, or a detached
 // sink's catch-up slot is gone.
 func refuses(st report.State) bool {
+	if st.ResyncOnGap {
+		return false
+	}
 	if st.Refusal != nil {
 		return true
 	}
@@ -179,7 +184,9 @@ func writeRefusals(w io.Writer, st report.State, path string) {
 	case !st.Slot.Exists:
 		fmt.Fprintf(w, "slot %s: does not exist\n", st.Slot.Name)
 	}
-	if g := st.Refusal; g != nil {
+	if g := st.Refusal; g != nil && st.ResyncOnGap {
+		fmt.Fprintf(w, "changes were lost (%s): %s; with on_gap = \"resync\" the next walcast run records the gap, creates a new slot and resyncs the tables\n", g.Kind, g.What)
+	} else if g != nil {
 		fmt.Fprintf(w, "walcast run refuses to start (%s): %s\n", g.Kind, g.What)
 	}
 	for _, g := range st.Gaps {
@@ -246,6 +253,9 @@ func writeBackfills(w io.Writer, bs []backfill.Backfill) {
 		state := b.State
 		if b.State == backfill.StateFailed && b.Reason != "" {
 			state += ": " + b.Reason
+		}
+		if b.Resync {
+			state = "resync " + state
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\n", b.ID, b.Table, b.SinksText(), state, b.Rows, b.Estimate, b.Updated.UTC().Format(time.RFC3339))
 	}

@@ -59,7 +59,9 @@ func statusJSON(st report.State, now time.Time) statusReport {
 		}
 	}
 	for _, b := range st.Backfills {
-		rep.Backfills = append(rep.Backfills, backfillJSON(b.ID, b.Table, b.Sinks, b.State, b.Reason, b.Rows, b.Estimate, b.Updated))
+		bj := backfillJSON(b.ID, b.Table, b.Sinks, b.State, b.Reason, b.Rows, b.Estimate, b.Updated)
+		bj.Resync = b.Resync
+		rep.Backfills = append(rep.Backfills, bj)
 	}
 	return rep
 }
@@ -248,4 +250,6 @@ type statusBackfill struct {
 	Rows     int64     `json:"rows"`
 	Estimate int64     `json:"estimate"`
 	Updated  time.Time `json:"updated"`
+	// Resync is true for a resync (walcast resync).
+	Resync bool `json:"resync"`
 }

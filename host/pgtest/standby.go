@@ -31,6 +31,8 @@ func (c *Cluster) Standby(ctx context.Context) (*Cluster, error) {
 			return fail(fmt.Errorf("hand standby directory to postgres: %w", err))
 		}
 	}
+	// --checkpoint=fast: the default spread checkpoint made every
+	// standby wait about two minutes for it on an idle test cluster.
 	out, err := s.run(ctx, "pg_basebackup", "-h", c.Host, "-p", fmt.Sprint(c.Port), "-U", "postgres",
 		"-D", s.Data, "-R", "-X", "stream", "--no-sync",
 		// An immediate checkpoint: the default, spread, waits most of

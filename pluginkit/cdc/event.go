@@ -12,7 +12,22 @@ const (
 	// OpRead is a row as it stood when a backfill read it: key and new
 	// are set, old is null.
 	OpRead Op = "read"
+	// OpResyncBegin and OpResyncEnd bracket the read events of one table
+	// re-read by a resync (walcast resync): key, new and old are null,
+	// "resync" holds the resync's id. A consumer that keeps a copy removes,
+	// at the end marker, every row of the table it has not seen since the
+	// begin marker (docs/guarantees.md, "Resync").
+	OpResyncBegin Op = "resync_begin"
+	OpResyncEnd   Op = "resync_end"
 )
+
+// TableWide reports whether an event of op concerns its whole table
+// rather than one row (a truncate, a resync marker): such an event is
+// ordered after every earlier event of its table and before every later
+// one.
+func (o Op) TableWide() bool {
+	return o == OpTruncate || o == OpResyncBegin || o == OpResyncEnd
+}
 
 // Event is one change as a sink receives it: the envelope, already encoded
 // once by the host (the same bytes go to every sink), plus the fields a sink
@@ -23,7 +38,8 @@ type Event struct {
 	// Schema and Table name the changed relation.
 	Schema string
 	Table  string
-	// Op is insert, update, delete, truncate or read.
+	// Op is insert, update, delete, truncate, read, resync_begin or
+	// resync_end.
 	Op Op
 	// Key is the JSON object of the row's replica-identity columns, or
 	// "null" for a truncate or a table without a key.

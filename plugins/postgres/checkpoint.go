@@ -25,6 +25,9 @@ func (s *Sink) prepareMirror(ctx context.Context) (pluginkit.EventID, error) {
 			updated_at timestamptz NOT NULL DEFAULT now())`, ct.sql())); err != nil {
 		return pluginkit.EventID{}, fmt.Errorf("create checkpoint table %s: %w", ct, err)
 	}
+	if err := s.createResyncsTable(ctx, s.pool); err != nil {
+		return pluginkit.EventID{}, err
+	}
 	if _, err := s.pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, event_id) VALUES ($1, '') ON CONFLICT (key) DO NOTHING`, ct.sql()), s.cfg.checkpointKey); err != nil {
 		return pluginkit.EventID{}, fmt.Errorf("create checkpoint row %q in %s: %w", s.cfg.checkpointKey, ct, err)
 	}
@@ -48,18 +51,24 @@ func parseCheckpoint(raw string, ct qname, key string) (pluginkit.EventID, error
 
 // lockCheckpoint reads the checkpoint in tx and locks its row until tx
 // ends: a second writer with the same key (a zombie plugin, a second
-// walcast) waits, then sees what this one committed and skips it.
-func (s *Sink) lockCheckpoint(ctx context.Context, tx pgx.Tx) (pluginkit.EventID, error) {
+// walcast) waits, then sees what this one committed and skips it. The
+// sink's open resyncs are read in the same round trip.
+func (s *Sink) lockCheckpoint(ctx context.Context, tx pgx.Tx) (pluginkit.EventID, resyncs, error) {
 	ct := s.cfg.checkpointTable
-	var raw string
-	err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT event_id FROM %s WHERE key = $1 FOR UPDATE`, ct.sql()), s.cfg.checkpointKey).Scan(&raw)
+	var raw, openRaw string
+	err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT event_id, %s FROM %s WHERE key = $1 FOR UPDATE`, s.openResyncsSQL(), ct.sql()), s.cfg.checkpointKey).Scan(&raw, &openRaw)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return pluginkit.EventID{}, fmt.Errorf("checkpoint row %q is missing from %s (deleted while walcast ran?): restart walcast to create it again", s.cfg.checkpointKey, ct)
+		return pluginkit.EventID{}, nil, fmt.Errorf("checkpoint row %q is missing from %s (deleted while walcast ran?): restart walcast to create it again", s.cfg.checkpointKey, ct)
 	}
 	if err != nil {
-		return pluginkit.EventID{}, fmt.Errorf("lock checkpoint %q in %s: %w", s.cfg.checkpointKey, ct, err)
+		return pluginkit.EventID{}, nil, fmt.Errorf("lock checkpoint %q in %s: %w", s.cfg.checkpointKey, ct, err)
 	}
-	return parseCheckpoint(raw, ct, s.cfg.checkpointKey)
+	open, err := parseResyncs(openRaw)
+	if err != nil {
+		return pluginkit.EventID{}, nil, err
+	}
+	cp, err := parseCheckpoint(raw, ct, s.cfg.checkpointKey)
+	return cp, open, err
 }
 
 func (s *Sink) storeCheckpoint(ctx context.Context, tx pgx.Tx, id pluginkit.EventID) error {
@@ -86,12 +95,12 @@ func (s *Sink) deliverMirror(ctx context.Context, pool *pgxpool.Pool, b pluginki
 	var out pluginkit.DeliverResult
 	failed, ferr := res.cut, res.cutErr
 	err = s.inTx(ctx, pool, func(tx pgx.Tx) error {
-		cp, err := s.lockCheckpoint(ctx, tx)
+		cp, open, err := s.lockCheckpoint(ctx, tx)
 		if err != nil {
 			return err
 		}
 		fresh := s.fresh(b, res, cp, &out)
-		if err := apply(ctx, tx, fresh); err != nil {
+		if err := s.apply(ctx, tx, fresh, open); err != nil {
 			return err
 		}
 		return s.advance(ctx, tx, b, cp, res.cut)
@@ -157,12 +166,12 @@ func (s *Sink) advance(ctx context.Context, tx pgx.Tx, b pluginkit.Batch, cp plu
 func (s *Sink) isolate(ctx context.Context, pool *pgxpool.Pool, b pluginkit.Batch, res resolution) (out pluginkit.DeliverResult, failed int, ferr error, err error) {
 	failed, ferr = res.cut, res.cutErr
 	err = s.inTx(ctx, pool, func(tx pgx.Tx) error {
-		cp, err := s.lockCheckpoint(ctx, tx)
+		cp, open, err := s.lockCheckpoint(ctx, tx)
 		if err != nil {
 			return err
 		}
 		for _, op := range s.fresh(b, res, cp, &out) {
-			err := savepoint(ctx, tx, func() error { return apply(ctx, tx, []rowOp{op}) })
+			err := savepoint(ctx, tx, func() error { return s.apply(ctx, tx, []rowOp{op}, open) })
 			if rowError(err) {
 				e := b.Events[op.index]
 				failed, ferr = op.index, s.classify(fmt.Sprintf("event %s (%s.%s %s)", e.ID, e.Schema, e.Table, e.Op), err)

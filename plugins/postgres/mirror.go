@@ -30,6 +30,10 @@ type rowOp struct {
 	up    []byte // JSON object of the row to insert or update
 	upID  string
 	cols  []string // the members of up, in order
+
+	// marker is resync_begin or resync_end of resync (resync.go).
+	marker cdc.Op
+	resync int64
 }
 
 // resolution is what resolve makes of a batch: the ops of its first cut
@@ -77,6 +81,9 @@ func refuse(format string, args ...any) error { return &refusal{fmt.Errorf(forma
 // nothing to do (a truncate of a table not created yet), and a *refusal
 // for an event the target cannot take as it is.
 func (s *Sink) resolveOne(ctx context.Context, e *pluginkit.Event) (*rowOp, error) {
+	if e.Op == pluginkit.OpResyncBegin || e.Op == pluginkit.OpResyncEnd {
+		return s.markerOp(ctx, e)
+	}
 	name := s.cfg.targetOf(e.Schema + "." + e.Table)
 	newRow, oldRow, err := rows(e)
 	if err != nil {
@@ -237,6 +244,10 @@ func (t *table) missing(names []string) []string {
 type segment struct {
 	touched map[string]bool // table, NUL, row identity
 	tables  []*tableSeg
+	// open are the resyncs open: the rows of their tables the segment
+	// applies leave the tables' pending keys (in pendingSchema).
+	open          resyncs
+	pendingSchema string
 }
 
 type tableSeg struct {
@@ -251,11 +262,21 @@ type upGroup struct {
 	rows [][]byte
 }
 
-// apply applies ops, in order, in tx.
-func apply(ctx context.Context, tx pgx.Tx, ops []rowOp) error {
-	seg := &segment{touched: map[string]bool{}}
+// apply applies ops, in order, in tx; open are the resyncs open as tx
+// began, updated by the markers among ops.
+func (s *Sink) apply(ctx context.Context, tx pgx.Tx, ops []rowOp, open resyncs) error {
+	seg := &segment{touched: map[string]bool{}, open: open, pendingSchema: s.cfg.checkpointTable.schema}
 	for i := range ops {
 		op := &ops[i]
+		if op.marker != "" {
+			if err := seg.flush(ctx, tx); err != nil {
+				return err
+			}
+			if err := s.applyMarker(ctx, tx, op, open); err != nil {
+				return err
+			}
+			continue
+		}
 		if op.truncate {
 			if err := seg.flush(ctx, tx); err != nil {
 				return err
@@ -330,12 +351,18 @@ func (g *segment) flush(ctx context.Context, tx pgx.Tx) error {
 	}
 	var b pgx.Batch
 	for _, ts := range g.tables {
+		var seen [][]byte
 		if len(ts.dels) > 0 {
 			b.Queue(ts.t.deleteSQL(), jsonArray(ts.dels))
+			seen = append(seen, ts.dels...)
 		}
 		for _, set := range ts.upOrder {
 			grp := ts.ups[set]
 			b.Queue(ts.t.upsertSQL(grp.cols), jsonArray(grp.rows))
+			seen = append(seen, grp.rows...)
+		}
+		if o, ok := g.open[ts.t.name.String()]; ok {
+			b.Queue(ts.t.seenSQL(qname{g.pendingSchema, o.Pending}), jsonArray(seen))
 		}
 	}
 	g.tables = g.tables[:0]

@@ -44,6 +44,12 @@ type Source struct {
 	// nothing arrived for this long; 0: twice the server's
 	// wal_sender_timeout (see capture.Config.ReceiveTimeout).
 	ReceiveTimeout time.Duration
+	// OnGap is what a start does when changes were lost (a slot dropped,
+	// invalidated or moved, a restored database, a lost catch-up slot, a
+	// publication recreated): OnGapStop refuses to start, OnGapResync
+	// records the gap, creates the new slot and resyncs the affected
+	// tables to the affected sinks.
+	OnGap string
 
 	DeclRange hcl.Range
 	DSNRange  hcl.Range

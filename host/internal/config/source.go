@@ -18,6 +18,7 @@ var sourceSchema = &hcl.BodySchema{
 		{Name: "allow_keyless"},
 		{Name: "backfill_new_tables"},
 		{Name: "receive_timeout"},
+		{Name: "on_gap"},
 	},
 }
 
@@ -75,8 +76,20 @@ func (d *decoder) decodeSource(block *hcl.Block, p *Pipeline) Source {
 	if attr, ok := attrs["receive_timeout"]; ok {
 		d.decodeReceiveTimeout(attr, &src)
 	}
+	src.OnGap = OnGapStop
+	if attr, ok := attrs["on_gap"]; ok && d.decodeAttr(attr, &src.OnGap) && src.OnGap != OnGapStop && src.OnGap != OnGapResync {
+		d.errorf(attr.Expr.Range(), "Invalid on_gap",
+			"on_gap must be %q (refuse to start when changes were lost; the default) or %q (record the gap, create a new slot and resync the tables), got %q.",
+			OnGapStop, OnGapResync, src.OnGap)
+	}
 	return src
 }
+
+// The values of source.on_gap.
+const (
+	OnGapStop   = "stop"
+	OnGapResync = "resync"
+)
 
 // MinReceiveTimeout is the shortest receive_timeout: the stream asks for
 // a keepalive at half of it, and the answer must have time to come back.

@@ -177,7 +177,7 @@ func (t *term) newCaptureConfig() capture.Config {
 		PrimaryKey:      capture.PrimaryKeyLookup(t.pool),
 		Pipeline:        p.Name,
 		Logger:          t.log,
-		AcceptGap:       t.opts.AcceptGap,
+		AcceptGap:       t.opts.AcceptGap || resyncOnGap(p),
 		ReceiveTimeout:  p.Source.ReceiveTimeout,
 	}
 	if t.lease != nil {
@@ -223,6 +223,11 @@ func (t *term) prepareSource(ctx context.Context) (capture.Prepared, error) {
 		return prep, fmt.Errorf("prepare source: %w", err)
 	}
 	t.logPrepared(prep)
+	if gap := prep.AcceptedGap; gap != nil && resyncOnGap(t.opts.Pipeline) {
+		if err := healGap(ctx, t.db, t.opts.Pipeline, gap.Kind, gap.Tables, nil, t.log); err != nil {
+			return prep, err
+		}
+	}
 	t.captureCfg.KeylessPublication = prep.KeylessPublication
 	t.captureCfg.StatusInterval = min(10*time.Second, prep.WalSenderTimeout/4)
 	return prep, nil
@@ -261,14 +266,21 @@ func (t *term) recoverCatchupSlots(ctx context.Context, prep capture.Prepared) (
 		}
 	}
 	// A sink whose catch-up slot someone dropped resumes from the
-	// pipeline's slot only with --accept-gap, its gap recorded up to
-	// where that slot starts.
+	// pipeline's slot only with --accept-gap or on_gap = "resync", its
+	// gap recorded up to where that slot starts (and, with on_gap =
+	// "resync", its tables resynced to it).
 	var acceptGap func(ctx context.Context, reason, sink string) error
-	if t.opts.AcceptGap {
+	if t.opts.AcceptGap || resyncOnGap(p) {
 		acceptGap = func(ctx context.Context, reason, sink string) error {
 			t.log.Warn("accepted a gap: the sink's catch-up slot was dropped; it resumes from the pipeline's slot and misses the changes in between (recorded in walcast.gaps)",
 				"sink", sink, "resumes_at", pluginkit.FormatLSN(prep.ConfirmedFlush))
-			return t.lineage.RecordGap(ctx, reason, []string{sink}, prep.ConfirmedFlush)
+			if err := t.lineage.RecordGap(ctx, reason, []string{sink}, prep.ConfirmedFlush); err != nil {
+				return err
+			}
+			if !resyncOnGap(p) {
+				return nil
+			}
+			return healGap(ctx, t.db, p, reason, nil, []string{sink}, t.log)
 		}
 	}
 	resume, err := slots.Recover(ctx, durable, acceptGap)

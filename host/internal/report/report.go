@@ -76,10 +76,14 @@ type State struct {
 	Streams []reports.Stream
 	// Refusal is why walcast run would refuse to stream from the slot;
 	// nil when it would not.
-	Refusal   *capture.GapError
-	Gaps      []lineage.Gap
-	Catchups  []isolate.SlotState
-	Backfills []backfill.Backfill
+	Refusal *capture.GapError
+	// ResyncOnGap is set when the pipeline heals a gap by itself
+	// (source.on_gap = "resync"): walcast run then records the Refusal's
+	// gap and resyncs instead of refusing.
+	ResyncOnGap bool
+	Gaps        []lineage.Gap
+	Catchups    []isolate.SlotState
+	Backfills   []backfill.Backfill
 }
 
 // Slot is the pipeline's replication slot as pg_replication_slots shows

@@ -75,7 +75,7 @@ func newEntry(ev cdc.Event, oldKey []byte) *entry {
 	// The row starts with "schema.table\x1f": the table is a prefix of it,
 	// not a second string built per event.
 	e := &entry{ev: ev, row: row, table: row[:len(ev.Schema)+1+len(ev.Table)], bytes: len(ev.Payload)}
-	e.barrier = ev.Op == cdc.OpTruncate
+	e.barrier = ev.Op.TableWide()
 	if oldKey != nil {
 		e.oldRow = rowOf(ev, oldKey)
 	}
@@ -85,9 +85,10 @@ func newEntry(ev cdc.Event, oldKey []byte) *entry {
 // rowKey identifies a row: changes to the same row keep their order. The
 // unit separator cannot occur in the JSON key and, unlike NUL, can be
 // stored in a text column (walcast.parked.row_key). A truncate's row is
-// its whole table: tableKey, a key no JSON key can be.
+// its whole table: tableKey, a key no JSON key can be. So is a resync
+// marker's: the rows a resync's end sweeps are every row of its table.
 func rowKey(ev cdc.Event) string {
-	if ev.Op == cdc.OpTruncate {
+	if ev.Op.TableWide() {
 		return rowOf(ev, []byte(tableKey))
 	}
 	return rowOf(ev, ev.Key)

@@ -24,6 +24,7 @@
 //     chunks on record are exactly the chunks in the WAL, which the slot
 //     keeps until every sink has them. A chunk is never read twice; the
 //     interrupted one rolled back and is read again.
+//
 //   - A read row is never older than a change of the same key that precedes
 //     the chunk in the stream: FOR SHARE makes every concurrent UPDATE or
 //     DELETE of a chunk row wait until the chunk commits (so it follows the
@@ -31,6 +32,7 @@
 //     newest committed version of each row. FOR KEY SHARE would not do: it
 //     lets a non-key UPDATE commit between the read and the chunk's commit,
 //     so the stream would carry that update before an older read.
+//
 //   - At most Window chunks are written and not yet acknowledged by the
 //     sinks, over every backfill of the pipeline: the runner works through
 //     them one at a time with one window, and after a (re)start it writes
@@ -39,6 +41,14 @@
 //     unacknowledged. A chunk counts as acknowledged once the stream is
 //     past the WAL position read just after its commit. So backfills fill
 //     neither memory nor the slot.
+//
+//   - A resync (walcast resync) is a backfill whose start writes a
+//     resync_begin marker message (decode.ResyncPrefix) in the statement
+//     that marks it running, and whose last chunk writes a resync_end
+//     marker after its rows, in the chunk's transaction: the markers are
+//     in the WAL exactly when the resync started and when it finished,
+//     and every row read by it lies between them. A cancelled or failed
+//     resync writes no end marker.
 //
 // Backfill states: queued → running → done | cancelled | failed.
 //

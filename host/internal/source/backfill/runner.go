@@ -290,8 +290,9 @@ func (r *Runner) nextOne(ctx context.Context, conn *pgx.Conn) (int64, error) {
 	var id int64
 	var schema, table, state string
 	var sinks []string
-	err := conn.QueryRow(ctx, `SELECT id, schema_name, table_name, state, sinks FROM walcast.backfills
-WHERE pipeline = $1 AND state IN ('queued', 'running') ORDER BY id LIMIT 1`, r.cfg.Pipeline).Scan(&id, &schema, &table, &state, &sinks)
+	var resync bool
+	err := conn.QueryRow(ctx, `SELECT id, schema_name, table_name, state, sinks, resync FROM walcast.backfills
+WHERE pipeline = $1 AND state IN ('queued', 'running') ORDER BY id LIMIT 1`, r.cfg.Pipeline).Scan(&id, &schema, &table, &state, &sinks, &resync)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
 	}
@@ -313,12 +314,18 @@ WHERE pipeline = $1 AND state IN ('queued', 'running') ORDER BY id LIMIT 1`, r.c
 		}
 		return id, r.fail(ctx, conn, id, err.Error())
 	}
-	if state == StateQueued {
-		if err := r.start(ctx, conn, id, t); err != nil {
+	var end []byte
+	if resync {
+		if end, err = r.marker(id, t, sinks, decode.ResyncEnd); err != nil {
 			return id, err
 		}
 	}
-	return id, r.run(ctx, conn, id, t, sinks)
+	if state == StateQueued {
+		if err := r.start(ctx, conn, id, t, sinks, resync); err != nil {
+			return id, err
+		}
+	}
+	return id, r.run(ctx, conn, id, t, sinks, end)
 }
 
 // refuse says why a queued backfill cannot run in this pipeline, if so.
@@ -345,8 +352,10 @@ WHERE id = $1 AND state IN ('queued', 'running')`, id, reason)
 }
 
 // start marks a queued backfill running with the table's size estimate:
-// counted when the table is small, the planner's estimate otherwise.
-func (r *Runner) start(ctx context.Context, conn *pgx.Conn, id int64, t Table) error {
+// counted when the table is small, the planner's estimate otherwise. A
+// resync's begin marker is written into the WAL by the same statement, so
+// it is there exactly when the resync runs, before its first chunk.
+func (r *Runner) start(ctx context.Context, conn *pgx.Conn, id int64, t Table, sinks []string, resync bool) error {
 	var est int64
 	var pages int64
 	err := conn.QueryRow(ctx, `SELECT greatest(reltuples, 0)::bigint, relpages::bigint FROM pg_class WHERE oid = $1::regclass`,
@@ -367,17 +376,40 @@ func (r *Runner) start(ctx context.Context, conn *pgx.Conn, id int64, t Table) e
 			return fmt.Errorf("count rows of %s: %w", t, err)
 		}
 	}
-	_, err = conn.Exec(ctx, `UPDATE walcast.backfills SET state = 'running', estimate = $2, started_at = now(), updated_at = now()
-WHERE id = $1 AND state = 'queued'`, id, est)
+	var begin []byte
+	if resync {
+		if begin, err = r.marker(id, t, sinks, decode.ResyncBegin); err != nil {
+			return err
+		}
+	}
+	_, err = conn.Exec(ctx, `WITH started AS (
+	UPDATE walcast.backfills SET state = 'running', estimate = $2, started_at = now(), updated_at = now()
+	WHERE id = $1 AND state = 'queued' RETURNING id)
+SELECT pg_logical_emit_message(true, $3, $4::bytea) FROM started WHERE $4::bytea IS NOT NULL`, id, est, decode.ResyncPrefix, begin)
 	if err != nil {
 		return fmt.Errorf("start backfill %d: %w", id, err)
+	}
+	if resync {
+		r.log.Info("resync started", "resync", id, "table", t.String(), "sinks", sinks, "estimate", est)
+		return nil
 	}
 	r.log.Info("backfill started", "backfill", id, "table", t.String(), "estimate", est)
 	return nil
 }
 
+// marker encodes a resync's begin or end marker message.
+func (r *Runner) marker(id int64, t Table, sinks []string, phase string) ([]byte, error) {
+	b, err := json.Marshal(decode.ResyncMarker{Pipeline: r.cfg.Pipeline, Resync: id, Phase: phase, Sinks: sinks, Schema: t.Schema, Table: t.Name})
+	if err != nil {
+		return nil, fmt.Errorf("resync %d: encode the %s marker: %w", id, phase, err)
+	}
+	return b, nil
+}
+
 // run reads chunk after chunk until the backfill is done or cancelled.
-func (r *Runner) run(ctx context.Context, conn *pgx.Conn, id int64, t Table, sinks []string) error {
+// end, for a resync, is its end marker, which the last chunk writes after
+// its rows.
+func (r *Runner) run(ctx context.Context, conn *pgx.Conn, id int64, t Table, sinks []string, end []byte) error {
 	st := &Stats{Started: time.Now()}
 	r.mu.Lock()
 	r.stats[id] = st
@@ -393,7 +425,7 @@ func (r *Runner) run(ctx context.Context, conn *pgx.Conn, id int64, t Table, sin
 				r.sleep(ctx, d, false)
 			}
 		}
-		res, err := r.chunk(ctx, conn, id, t, sinks, limit)
+		res, err := r.chunk(ctx, conn, id, t, sinks, limit, end)
 		if err != nil {
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
@@ -538,7 +570,7 @@ type chunkResult struct {
 // chunk runs one chunk's transaction (see the package documentation):
 // begin with the progress, find the bound, read and lock the rows, then
 // write the message, the progress and COMMIT together.
-func (r *Runner) chunk(ctx context.Context, conn *pgx.Conn, id int64, t Table, sinks []string, limit int) (chunkResult, error) {
+func (r *Runner) chunk(ctx context.Context, conn *pgx.Conn, id int64, t Table, sinks []string, limit int, end []byte) (chunkResult, error) {
 	var res chunkResult
 	// The transaction is driven by hand rather than with pgx.Tx, so that
 	// BEGIN travels with the progress read and the message, progress and
@@ -593,7 +625,10 @@ func (r *Runner) chunk(ctx context.Context, conn *pgx.Conn, id int64, t Table, s
 	if r.cfg.ChunkRead != nil {
 		r.cfg.ChunkRead(id, pr.chunks+1)
 	}
-	if res.pos, err = r.commitChunk(ctx, conn, id, t, read, next, state); err != nil {
+	if state != StateDone {
+		end = nil
+	}
+	if res.pos, err = r.commitChunk(ctx, conn, id, t, read, next, state, end); err != nil {
 		return res, err
 	}
 	open = false
@@ -656,13 +691,17 @@ func (r *Runner) readChunk(ctx context.Context, conn *pgx.Conn, id int64, t Tabl
 }
 
 // commitChunk writes the chunk's message into the WAL (a chunk the filter
-// left empty writes none), records the progress (next is the new last
-// key) and commits, in one round trip. It returns the WAL insert position
-// read just after the commit.
-func (r *Runner) commitChunk(ctx context.Context, conn *pgx.Conn, id int64, t Table, c chunkRows, next []string, state string) (uint64, error) {
+// left empty writes none) and then end (a resync's end marker, on its last
+// chunk), records the progress (next is the new last key) and commits, in
+// one round trip. It returns the WAL insert position read just after the
+// commit.
+func (r *Runner) commitChunk(ctx context.Context, conn *pgx.Conn, id int64, t Table, c chunkRows, next []string, state string, end []byte) (uint64, error) {
 	b := &pgx.Batch{}
 	if c.rows > 0 {
 		b.Queue(`SELECT pg_logical_emit_message(true, $1, $2::bytea)`, decode.BackfillPrefix, c.payload)
+	}
+	if end != nil {
+		b.Queue(`SELECT pg_logical_emit_message(true, $1, $2::bytea)`, decode.ResyncPrefix, end)
 	}
 	var pos string
 	b.Queue(`UPDATE walcast.backfills SET last_key = $2, rows_done = rows_done + $3,

@@ -47,6 +47,9 @@ type Backfill struct {
 	Started  *time.Time
 	Updated  time.Time
 	Finished *time.Time
+	// Resync is set for a resync (walcast resync): its rows are
+	// bracketed by a resync_begin and a resync_end marker.
+	Resync bool
 }
 
 // Active reports whether the backfill is queued or running.
@@ -61,12 +64,12 @@ func (b Backfill) SinksText() string {
 }
 
 const selectBackfill = `SELECT id, pipeline, schema_name || '.' || table_name, sinks, state, reason, rows_done, chunks_done,
-	estimate, created_at, started_at, updated_at, finished_at FROM walcast.backfills`
+	estimate, created_at, started_at, updated_at, finished_at, resync FROM walcast.backfills`
 
 func scanBackfill(row pgx.Row) (Backfill, error) {
 	var b Backfill
 	err := row.Scan(&b.ID, &b.Pipeline, &b.Table, &b.Sinks, &b.State, &b.Reason, &b.Rows, &b.Chunks, &b.Estimate,
-		&b.Created, &b.Started, &b.Updated, &b.Finished)
+		&b.Created, &b.Started, &b.Updated, &b.Finished, &b.Resync)
 	return b, err
 }
 
@@ -127,6 +130,18 @@ type TxBeginner interface {
 // written when one of the tables already has an active backfill for one of
 // the sinks.
 func Request(ctx context.Context, db TxBeginner, pipeline string, tables []Table, sinks []string) ([]int64, error) {
+	return request(ctx, db, pipeline, tables, sinks, false)
+}
+
+// RequestResync is Request for resyncs: each table's rows are bracketed
+// by a resync_begin and a resync_end marker for the sinks. The same
+// refusals apply (a table with an active backfill or resync for one of
+// the sinks is refused, ErrDuplicate).
+func RequestResync(ctx context.Context, db TxBeginner, pipeline string, tables []Table, sinks []string) ([]int64, error) {
+	return request(ctx, db, pipeline, tables, sinks, true)
+}
+
+func request(ctx context.Context, db TxBeginner, pipeline string, tables []Table, sinks []string, resync bool) ([]int64, error) {
 	if sinks == nil {
 		sinks = []string{}
 	}
@@ -142,21 +157,26 @@ func Request(ctx context.Context, db TxBeginner, pipeline string, tables []Table
 	}
 	ids := make([]int64, 0, len(tables))
 	for _, t := range tables {
-		rows, err := tx.Query(ctx, `SELECT id, sinks FROM walcast.backfills
+		rows, err := tx.Query(ctx, `SELECT id, sinks, resync FROM walcast.backfills
 WHERE pipeline = $1 AND schema_name = $2 AND table_name = $3 AND state IN ('queued', 'running') ORDER BY id`, pipeline, t.Schema, t.Name)
 		if err != nil {
 			return nil, fmt.Errorf("request backfill of %s: %w", t, err)
 		}
 		var dup int64
+		dupKind := "backfill"
 		for rows.Next() {
 			var id int64
 			var have []string
-			if err := rows.Scan(&id, &have); err != nil {
+			var isResync bool
+			if err := rows.Scan(&id, &have, &isResync); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("request backfill of %s: %w", t, err)
 			}
 			if dup == 0 && overlap(have, sinks) {
 				dup = id
+				if isResync {
+					dupKind = "resync"
+				}
 			}
 		}
 		rows.Close()
@@ -164,11 +184,11 @@ WHERE pipeline = $1 AND schema_name = $2 AND table_name = $3 AND state IN ('queu
 			return nil, fmt.Errorf("request backfill of %s: %w", t, err)
 		}
 		if dup != 0 {
-			return nil, fmt.Errorf("table %s is %w for these sinks by backfill %d (wait for it, or cancel it with --cancel)", t, ErrDuplicate, dup)
+			return nil, fmt.Errorf("table %s is %w for these sinks by %s %d (wait for it, or cancel it with --cancel)", t, ErrDuplicate, dupKind, dup)
 		}
 		var id int64
-		err = tx.QueryRow(ctx, `INSERT INTO walcast.backfills (pipeline, schema_name, table_name, sinks)
-VALUES ($1, $2, $3, $4) RETURNING id`, pipeline, t.Schema, t.Name, sinks).Scan(&id)
+		err = tx.QueryRow(ctx, `INSERT INTO walcast.backfills (pipeline, schema_name, table_name, sinks, resync)
+VALUES ($1, $2, $3, $4, $5) RETURNING id`, pipeline, t.Schema, t.Name, sinks, resync).Scan(&id)
 		if err != nil {
 			return nil, fmt.Errorf("request backfill of %s: %w", t, err)
 		}

@@ -108,7 +108,8 @@ func (d *Decoder) Emitted() int { return int(d.index) }
 // produces: none for Begin, Commit, Relation, Type, Origin and for changes
 // to the control schema, one per change, one per named relation for a
 // Truncate, one read event per row of a backfill chunk message of this
-// pipeline (none for other logical decoding messages).
+// pipeline, one resync_begin or resync_end event per resync marker of
+// this pipeline (none for other logical decoding messages).
 //
 // emit is called synchronously; an event counts as emitted (consumes its
 // index) only when emit returns nil. An error from emit is returned wrapped
@@ -166,6 +167,9 @@ func (d *Decoder) Decode(msg pglogrepl.Message, emit func(change.Event) error) e
 	case *pglogrepl.LogicalDecodingMessage:
 		if m == nil {
 			break
+		}
+		if m.Prefix == ResyncPrefix && m.Transactional {
+			return d.resync(m, emit)
 		}
 		return d.backfill(m, emit)
 	case *pglogrepl.TypeMessage, *pglogrepl.OriginMessage:
