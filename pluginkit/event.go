@@ -23,6 +23,7 @@ const (
 	OpDelete   = cdc.OpDelete
 	OpTruncate = cdc.OpTruncate
 	OpRead     = cdc.OpRead
+	OpSchema   = cdc.OpSchema
 )
 
 // ParseEventID parses the "<commit_lsn>:<index>" form, for example

@@ -12,6 +12,12 @@ const (
 	// OpRead is a row as it stood when a backfill read it: key and new
 	// are set, old is null.
 	OpRead Op = "read"
+	// OpSchema says a table's shape changed (columns added, dropped,
+	// retyped or renamed, key or replica identity changed, the table
+	// renamed): "columns" holds the shape after, "before" the shape
+	// before, "changes" what changed. It comes before the first change
+	// in the new shape and is a barrier for its table, like a truncate.
+	OpSchema Op = "schema"
 )
 
 // Event is one change as a sink receives it: the envelope, already encoded
@@ -23,10 +29,10 @@ type Event struct {
 	// Schema and Table name the changed relation.
 	Schema string
 	Table  string
-	// Op is insert, update, delete, truncate or read.
+	// Op is insert, update, delete, truncate, read or schema.
 	Op Op
 	// Key is the JSON object of the row's replica-identity columns, or
-	// "null" for a truncate or a table without a key.
+	// "null" for a truncate, a schema event or a table without a key.
 	Key []byte
 	// Payload is the JSON envelope (docs/events.md).
 	Payload []byte
