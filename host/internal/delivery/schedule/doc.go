@@ -25,7 +25,8 @@
 //
 // Invariants: two events of the same row (schema.table + key) are never in
 // flight at once and never delivered out of commit order (an update that
-// changes the key belongs to both rows); a truncate of a table is a barrier
+// changes the key belongs to both rows); a truncate of a table (and a
+// schema event, which follows the same rules) is a barrier
 // for that table: it goes only once every earlier event of the table is
 // resolved, and no later event of the table goes before it is resolved;
 // nothing is resolved before it is delivered, filtered, skipped as already

@@ -75,7 +75,7 @@ func newEntry(ev cdc.Event, oldKey []byte) *entry {
 	// The row starts with "schema.table\x1f": the table is a prefix of it,
 	// not a second string built per event.
 	e := &entry{ev: ev, row: row, table: row[:len(ev.Schema)+1+len(ev.Table)], bytes: len(ev.Payload)}
-	e.barrier = ev.Op == cdc.OpTruncate
+	e.barrier = isBarrier(ev.Op)
 	if oldKey != nil {
 		e.oldRow = rowOf(ev, oldKey)
 	}
@@ -87,11 +87,16 @@ func newEntry(ev cdc.Event, oldKey []byte) *entry {
 // stored in a text column (walcast.parked.row_key). A truncate's row is
 // its whole table: tableKey, a key no JSON key can be.
 func rowKey(ev cdc.Event) string {
-	if ev.Op == cdc.OpTruncate {
+	if isBarrier(ev.Op) {
 		return rowOf(ev, []byte(tableKey))
 	}
 	return rowOf(ev, ev.Key)
 }
+
+// isBarrier reports whether events of op are a barrier for their table:
+// a truncate, and a schema event (a change of the table's shape must
+// reach a sink after every row in the old shape, before any in the new).
+func isBarrier(op cdc.Op) bool { return op == cdc.OpTruncate || op == cdc.OpSchema }
 
 // tableKey is the key part of a truncate's row.
 const tableKey = "*"

@@ -197,7 +197,7 @@ func withAncestors(ctx context.Context, store ParkStore, sink string, ps []parki
 		anyLater, truncLater := false, false
 		for i := len(all) - 1; i >= 0; i-- {
 			p := all[i]
-			trunc := p.Event.Op == cdc.OpTruncate
+			trunc := isBarrier(p.Event.Op)
 			if !ids[p.Event.ID] && !truncLater && !(trunc && anyLater) && !rows[p.Row] && (p.OldRow == "" || !rows[p.OldRow]) {
 				continue
 			}
