@@ -169,6 +169,7 @@ func (t *term) newCaptureConfig() capture.Config {
 		AllowKeyless:    p.Source.AllowKeyless,
 		ApplicationName: "walcast-" + p.Name,
 		PrimaryKey:      capture.PrimaryKeyLookup(t.pool),
+		Shapes:          ledger.New(t.db, p.Name),
 		Pipeline:        p.Name,
 		Logger:          t.log,
 		AcceptGap:       t.opts.AcceptGap,

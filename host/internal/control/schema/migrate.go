@@ -36,6 +36,7 @@ var migrations = []migration{
 	{10, "whether each catch-up slot was copied (and not yet given up at a rejoin)", catchupCopiedDDL},
 	{11, "how each pipeline's last leadership term ended: released, or not", leadershipDDL},
 	{12, "each replication stream as the leading daemon last reported it (receive timeouts)", streamsDDL},
+	{13, "the shape of each captured table at each change of it (schema events)", shapesDDL},
 }
 
 // Version is the newest walcast schema this binary knows.

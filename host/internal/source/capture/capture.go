@@ -48,7 +48,12 @@ type Config struct {
 	// PrimaryKey, when set, names a table's primary key columns; the
 	// decoder uses it for tables with REPLICA IDENTITY FULL.
 	PrimaryKey func(ctx context.Context, schema, table string) ([]string, error)
-	Logger     *slog.Logger
+	// Shapes keeps the captured tables' shapes across sessions and
+	// restarts, so that schema events are emitted at the same positions
+	// whichever session decodes them (decode.Shapes). nil keeps them in
+	// memory only.
+	Shapes ShapeStore
+	Logger *slog.Logger
 	// AcceptGap lets Prepare replace a slot that was lost, invalidated,
 	// left behind in another cluster or made undecodable by a dropped
 	// publication: it creates a new slot and records the gap (every
@@ -191,9 +196,39 @@ func New(cfg Config, consumer Consumer) *Capture {
 			return cfg.PrimaryKey(ctx, schema, table)
 		}
 	}
-	c.dec = decode.New(decode.Options{PrimaryKey: pk, Tables: listed(cfg.Tables), Pipeline: cfg.Pipeline})
+	opts := decode.Options{PrimaryKey: pk, Tables: listed(cfg.Tables), Pipeline: cfg.Pipeline}
+	if cfg.Shapes != nil {
+		opts.Shapes = streamShapes{c: c, store: cfg.Shapes}
+	}
+	c.dec = decode.New(opts)
 	return c
 }
+
+// ShapeStore is where the captured tables' shapes are kept (the
+// control plane's walcast.table_shapes). Its methods are called while
+// the stream decodes a Relation message and block it for as long as
+// ctx, the stream's, allows.
+type ShapeStore interface {
+	LoadShapes(ctx context.Context) ([]decode.ShapeRecord, error)
+	RecordShape(ctx context.Context, rec decode.ShapeRecord) error
+}
+
+// streamShapes is a ShapeStore under the stream's context, as the
+// decoder calls it.
+type streamShapes struct {
+	c     *Capture
+	store ShapeStore
+}
+
+func (s streamShapes) ctx() context.Context {
+	if s.c.streamCtx == nil {
+		return context.Background()
+	}
+	return s.c.streamCtx
+}
+
+func (s streamShapes) Load() ([]decode.ShapeRecord, error) { return s.store.LoadShapes(s.ctx()) }
+func (s streamShapes) Record(rec decode.ShapeRecord) error { return s.store.RecordShape(s.ctx(), rec) }
 
 // checkEvery is how many messages the capture loop reads between two
 // looks at the clock (status update due, read deadline).
