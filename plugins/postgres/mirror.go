@@ -77,6 +77,12 @@ func refuse(format string, args ...any) error { return &refusal{fmt.Errorf(forma
 // nothing to do (a truncate of a table not created yet), and a *refusal
 // for an event the target cannot take as it is.
 func (s *Sink) resolveOne(ctx context.Context, e *pluginkit.Event) (*rowOp, error) {
+	if e.Op == pluginkit.OpSchema {
+		// Mirror mode takes a table's columns from its rows (adding
+		// what is missing with create_tables); a change of shape alone
+		// changes no row.
+		return nil, nil
+	}
 	name := s.cfg.targetOf(e.Schema + "." + e.Table)
 	newRow, oldRow, err := rows(e)
 	if err != nil {

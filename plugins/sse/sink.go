@@ -457,10 +457,10 @@ func parseFilter(req *http.Request) (filter, error) {
 		f.ops = map[pluginkit.Op]bool{}
 		for _, o := range strings.Split(v, ",") {
 			switch op := pluginkit.Op(o); op {
-			case pluginkit.OpInsert, pluginkit.OpUpdate, pluginkit.OpDelete, pluginkit.OpTruncate, pluginkit.OpRead:
+			case pluginkit.OpInsert, pluginkit.OpUpdate, pluginkit.OpDelete, pluginkit.OpTruncate, pluginkit.OpRead, pluginkit.OpSchema:
 				f.ops[op] = true
 			default:
-				return f, fmt.Errorf("ops: %q is not insert, update, delete, truncate or read", o)
+				return f, fmt.Errorf("ops: %q is not insert, update, delete, truncate, read or schema", o)
 			}
 		}
 	}
