@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -44,15 +45,16 @@ type schemaEvent struct {
 }
 
 // catalogShape reads a table's shape from the catalog: its live columns
-// in order, each one's type and modifier, whether it is in the primary key
-// (the events' key, REPLICA IDENTITY FULL included), and the replica
-// identity.
+// in order, each one's type and modifier, whether it is in the replica
+// identity (the primary key by default, every column with FULL), and the
+// replica identity.
 func catalogShape(t testing.TB, db *pgx.Conn, table string) tableShape {
 	t.Helper()
 	ctx := context.Background()
 	rows, err := db.Query(ctx, `
-SELECT a.attname::text, a.atttypid::int8, a.atttypmod, coalesce(a.attnum = ANY(i.indkey), false)
-FROM pg_attribute a LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary
+SELECT a.attname::text, a.atttypid::int8, a.atttypmod, c.relreplident = 'f' OR coalesce(a.attnum = ANY(i.indkey), false)
+FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary
 WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`, table)
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +148,38 @@ func TestSchemaEventsMidStream(t *testing.T) {
 		checkShapeOrder(t, name, evs, initial)
 		checkRebuiltCopy(t, db, name, evs)
 	}
+	checkSchemaEventDoc(t, lanes.events())
 	t.Logf("%d writes, %d changes, %d schema events per sink", writes.Load(), len(want), len(steps))
+}
+
+// checkSchemaEventDoc: the example in docs/events.md has the fields of
+// a real schema event, in its order, and a shape with the fields of a
+// real one.
+func checkSchemaEventDoc(t *testing.T, evs []received) {
+	t.Helper()
+	var real received
+	for _, r := range evs {
+		if r.Op == string(pluginkit.OpSchema) {
+			real = r
+		}
+	}
+	for _, b := range docBlocks(t) {
+		if b.file != "events.md" || b.lang != "json" || !strings.Contains(b.text, `"op":"schema"`) {
+			continue
+		}
+		if got, want := jsonKeys(t, strings.TrimSpace(b.text)), jsonKeys(t, string(real.Raw)); !slices.Equal(got, want) {
+			t.Errorf("events.md:%d: the example has fields %v, a schema event %v", b.line, got, want)
+		}
+		var doc, ev struct {
+			Before map[string]json.RawMessage `json:"before"`
+		}
+		if json.Unmarshal([]byte(b.text), &doc) != nil || json.Unmarshal(real.Raw, &ev) != nil ||
+			!slices.Equal(slices.Sorted(maps.Keys(doc.Before)), slices.Sorted(maps.Keys(ev.Before))) {
+			t.Errorf("events.md:%d: the example's before has fields %v, a schema event's %v", b.line, slices.Sorted(maps.Keys(doc.Before)), slices.Sorted(maps.Keys(ev.Before)))
+		}
+		return
+	}
+	t.Error("docs/events.md has no schema event example")
 }
 
 // schemaWriters starts two writers that insert, update and delete rows

@@ -57,7 +57,11 @@ type shapeColumn struct {
 	Type         string `json:"type"`
 	TypeOID      uint32 `json:"type_oid"`
 	TypeModifier int32  `json:"type_modifier"`
-	// Key: the column is part of the events' key.
+	// Key: the column is part of the replica identity, as pgoutput flags
+	// it (every column with REPLICA IDENTITY FULL). Not the events' key,
+	// which for FULL is the primary key looked up when decoding: a shape
+	// must depend on the stream alone, or whether a schema event is
+	// emitted, and the ids after it, would depend on when it is decoded.
 	Key bool `json:"key"`
 }
 
@@ -74,16 +78,15 @@ var replicaIdentityNames = map[uint8]string{'d': "default", 'n': "nothing", 'f':
 // builtinTypes names the built-in types by OID.
 var builtinTypes = pgtype.NewMap()
 
-// shapeOf describes m as a schema event does; keyCols are the columns of
-// the events' key.
-func (d *Decoder) shapeOf(m *pglogrepl.RelationMessage, keyCols []int) tableShape {
+// shapeOf describes m as a schema event does.
+func (d *Decoder) shapeOf(m *pglogrepl.RelationMessage) tableShape {
 	s := tableShape{Schema: m.Namespace, Table: m.RelationName, ReplicaIdentity: replicaIdentityNames[m.ReplicaIdentity]}
 	if s.ReplicaIdentity == "" {
 		s.ReplicaIdentity = string(rune(m.ReplicaIdentity))
 	}
 	s.Columns = make([]shapeColumn, len(m.Columns))
 	for i, c := range m.Columns {
-		s.Columns[i] = shapeColumn{Name: c.Name, Type: d.typeName(c.DataType), TypeOID: c.DataType, TypeModifier: c.TypeModifier, Key: slices.Contains(keyCols, i)}
+		s.Columns[i] = shapeColumn{Name: c.Name, Type: d.typeName(c.DataType), TypeOID: c.DataType, TypeModifier: c.TypeModifier, Key: c.Flags&1 != 0}
 	}
 	return s
 }
@@ -148,7 +151,7 @@ func (d *Decoder) relationSeen(m *pglogrepl.RelationMessage, rel *relation, emit
 	if err := d.loadShapes(); err != nil {
 		return err
 	}
-	shape := d.shapeOf(m, rel.keyCols)
+	shape := d.shapeOf(m)
 	b, err := json.Marshal(shape)
 	if err != nil {
 		return fmt.Errorf("encode the shape of %s.%s: %w", m.Namespace, m.RelationName, err)
