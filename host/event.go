@@ -29,7 +29,8 @@ type Event struct {
 	// Schema and Table name the changed table.
 	Schema string
 	Table  string
-	// Op is insert, update, delete, truncate, or read for a backfilled row.
+	// Op is insert, update, delete, truncate, read for a backfilled row,
+	// or schema for a change of the table's shape (docs/events.md).
 	Op cdc.Op
 	// Key holds the replica-identity columns as a JSON object; nil for a
 	// truncate or a table without a key.

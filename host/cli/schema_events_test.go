@@ -363,3 +363,71 @@ func reshape(rows map[string]map[string]any, e schemaEvent) {
 		}
 	}
 }
+
+// TestTableVanishedMidStream: a captured table renamed, or dropped, while
+// walcast streams. walcast stops as it always has (the rename or the drop
+// took the table out of what the pipeline captures), but first every sink
+// gets a schema event under the name the pipeline lists, after the
+// table's earlier changes: rename_table with the new name and the columns,
+// or drop_table with no columns; "before" is the shape last known.
+func TestTableVanishedMidStream(t *testing.T) {
+	for _, tc := range []struct {
+		name, ddl, change, exit string
+	}{
+		{"renamed", `ALTER TABLE items RENAME TO goods`, `{"change":"rename_table","from":"public.items","to":"public.goods"}`, "is no longer published by publication walcast_vanish_renamed under the name the pipeline lists"},
+		{"dropped", `DROP TABLE items`, `{"change":"drop_table"}`, "is no longer published by publication walcast_vanish_dropped"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v text)`, `CREATE TABLE other (id int PRIMARY KEY)`)
+			rcv := newReceiver(t)
+			p := writePipeline(t, "vanish_"+tc.name, dsn, []string{"public.items", "public.other"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 3})
+			w := startCapturing(t, db, p, "--slot-check-interval", "200ms")
+			w.waitLog(t, "streaming from slot")
+			exec1(t, db, `INSERT INTO items SELECT g, 'v' FROM generate_series(1, 20) g`)
+			exec1(t, db, `INSERT INTO other VALUES (1)`)
+			exec1(t, db, tc.ddl)
+			w.waitExit1(t, time.Minute, "its table "+tc.name)
+			wantAll(t, w.logText(), tc.exit)
+
+			var schema *received
+			items := 0
+			for _, r := range firstCopies(rcv.events()) {
+				switch {
+				case r.Op == string(pluginkit.OpSchema):
+					if schema != nil {
+						t.Fatalf("two schema events: %s and %s", schema.Raw, r.Raw)
+					}
+					schema = &r
+				case r.Table == "items":
+					if schema != nil {
+						t.Errorf("%s %s of items arrived after the schema event saying it was %s", r.Op, r.ID, tc.name)
+					}
+					items++
+				}
+			}
+			if schema == nil || items != 20 {
+				t.Fatalf("%d of 20 inserts of items, and schema event %v", items, schema)
+			}
+			var e struct {
+				Schema, Table string
+				Columns       []shapeCol
+				Before        struct {
+					Table   string
+					Columns []shapeCol
+				}
+				Changes []json.RawMessage
+			}
+			if err := json.Unmarshal(schema.Raw, &e); err != nil {
+				t.Fatal(err)
+			}
+			wantCols := 0
+			if tc.name == "renamed" {
+				wantCols = 2
+			}
+			if e.Schema != "public" || e.Table != "items" || len(e.Columns) != wantCols || len(e.Before.Columns) != 2 ||
+				e.Before.Table != "items" || len(e.Changes) != 1 || string(e.Changes[0]) != tc.change {
+				t.Errorf("schema event: %s", schema.Raw)
+			}
+		})
+	}
+}

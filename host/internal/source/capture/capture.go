@@ -319,11 +319,39 @@ func (c *Capture) watch(ctx context.Context, stop context.CancelCauseFunc) {
 		case <-t.C:
 		}
 		if err := c.cfg.Watch(ctx); err != nil && ctx.Err() == nil {
+			var gap *GapError
+			if errors.As(err, &gap) && gap.AnnouncedAt > 0 {
+				c.awaitFlush(ctx, gap.AnnouncedAt)
+			}
 			stop(watchError{err})
 			return
 		}
 	}
 }
+
+// awaitFlush waits, for at most announceWait, until every durable sink
+// has resolved the transaction at lsn (the schema events of tables that
+// vanished), so that the stop the watch is about to make comes after
+// them.
+func (c *Capture) awaitFlush(ctx context.Context, lsn uint64) {
+	deadline := time.Now().Add(announceWait)
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for c.consumer.Flush() <= lsn {
+		if time.Now().After(deadline) {
+			c.log.Warn("stopping before every sink got the schema event of a dropped or renamed table", "waited", announceWait)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// announceWait bounds awaitFlush.
+const announceWait = 30 * time.Second
 
 // finalStatusTimeout bounds Close's last standby status update when its
 // context has no deadline.

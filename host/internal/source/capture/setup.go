@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walcast/walcast/host/internal/pg"
+	"github.com/walcast/walcast/host/internal/source/decode"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
@@ -406,6 +407,12 @@ type GapError struct {
 	// Tables are the tables whose changes were lost, for "publication
 	// changed" (the slot is fine: accepting the gap keeps it).
 	Tables []string
+	// Vanished are the listed tables dropped (or no longer published)
+	// or renamed, for "publication changed" while streaming; AnnouncedAt
+	// is the LSN of the last message that told the stream so
+	// (decode.VanishedPrefix), 0 when none was written.
+	Vanished    []decode.Vanished
+	AnnouncedAt uint64
 	// What explains the case; Checkpoints lists the sinks' last
 	// checkpoints; Restore is the way out other than accepting the gap.
 	What, Checkpoints, Restore, Replace string

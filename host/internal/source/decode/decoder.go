@@ -176,6 +176,9 @@ func (d *Decoder) Decode(msg pglogrepl.Message, emit func(change.Event) error) e
 		if m == nil {
 			break
 		}
+		if m.Prefix == VanishedPrefix {
+			return d.vanished(m, emit)
+		}
 		return d.backfill(m, emit)
 	case *pglogrepl.TypeMessage:
 		// User-defined types are emitted as text; their names go into

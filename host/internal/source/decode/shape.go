@@ -70,6 +70,7 @@ type shapeChange struct {
 	Change string `json:"change"`
 	Column string `json:"column,omitempty"`
 	From   string `json:"from,omitempty"`
+	To     string `json:"to,omitempty"`
 }
 
 // replicaIdentityNames spells pg_class.relreplident.
@@ -175,19 +176,19 @@ func (d *Decoder) relationSeen(m *pglogrepl.RelationMessage, rel *relation, emit
 	if err := json.Unmarshal(prev.Shape, &before); err != nil {
 		return fmt.Errorf("read the shape of %s.%s recorded at %s: %w", m.Namespace, m.RelationName, prev.At, err)
 	}
-	return d.schemaEvent(rel, shape, before, prev.Shape, emit)
+	return d.schemaEventWith(rel, shape, prev.Shape, diffShapes(before, shape), emit)
 }
 
-// schemaEvent encodes and emits a schema event:
+// schemaEventWith encodes and emits a schema event:
 //
 //	{…,"op":"schema","key":null,"new":null,"old":null,
 //	 "columns":[…],"replica_identity":…,"before":{…},"changes":[…]}
-func (d *Decoder) schemaEvent(rel *relation, after, before tableShape, beforeJSON []byte, emit func(change.Event) error) error {
+func (d *Decoder) schemaEventWith(rel *relation, after tableShape, beforeJSON []byte, diff []shapeChange, emit func(change.Event) error) error {
 	cols, err := json.Marshal(after.Columns)
 	if err != nil {
 		return fmt.Errorf("encode the columns of %s.%s: %w", rel.schema, rel.table, err)
 	}
-	changes, err := json.Marshal(diffShapes(before, after))
+	changes, err := json.Marshal(diff)
 	if err != nil {
 		return fmt.Errorf("encode the changes of %s.%s: %w", rel.schema, rel.table, err)
 	}
@@ -220,7 +221,7 @@ func (d *Decoder) schemaEvent(rel *relation, after, before tableShape, beforeJSO
 func diffShapes(before, after tableShape) []shapeChange {
 	out := []shapeChange{}
 	if before.Schema != after.Schema || before.Table != after.Table {
-		out = append(out, shapeChange{Change: "rename_table", From: before.Schema + "." + before.Table})
+		out = append(out, shapeChange{Change: "rename_table", From: before.Schema + "." + before.Table, To: after.Schema + "." + after.Table})
 	}
 	old := map[string]shapeColumn{}
 	for _, c := range before.Columns {

@@ -123,7 +123,7 @@ func TestDiffShapes(t *testing.T) {
 		{"rename", tableShape{"public", "t", "default", []shapeColumn{base.Columns[0], col("a2", 25, -1, false), base.Columns[2]}}, []shapeChange{{Change: "rename_column", Column: "a2", From: "a"}}},
 		{"identity", tableShape{"public", "t", "full", []shapeColumn{base.Columns[0], base.Columns[1], base.Columns[2]}}, []shapeChange{{Change: "replica_identity", From: "default"}}},
 		{"key", tableShape{"public", "t", "default", []shapeColumn{col("id", 23, -1, true), col("a", 25, -1, true), base.Columns[2]}}, []shapeChange{{Change: "alter_key", Column: "a"}}},
-		{"table", tableShape{"public", "u", "default", base.Columns}, []shapeChange{{Change: "rename_table", From: "public.t"}}},
+		{"table", tableShape{"public", "u", "default", base.Columns}, []shapeChange{{Change: "rename_table", From: "public.t", To: "public.u"}}},
 	} {
 		if got := diffShapes(base, tc.after); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
