@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"os"
 	"reflect"
 	"slices"
 	"sort"
@@ -429,5 +430,78 @@ func TestTableVanishedMidStream(t *testing.T) {
 				t.Errorf("schema event: %s", schema.Raw)
 			}
 		})
+	}
+}
+
+// TestDDLEventsWithoutWrite: with ddl_events = true, an ADD COLUMN that
+// no write follows still reaches the sink as a schema event, at the
+// command's commit, with the command tag, the statement and the columns
+// pg_attribute has; the table's next write brings no second one; a
+// command that changes no shape (SET DEFAULT) brings none; teardown
+// removes the event trigger.
+func TestDDLEventsWithoutWrite(t *testing.T) {
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v text)`)
+	rcv := newReceiver(t)
+	p := writePipeline(t, "ddlev", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
+	withDDLEvents(t, p)
+	w := startCapturing(t, db, p)
+	w.waitLog(t, "streaming from slot")
+	var installed bool
+	if err := db.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_event_trigger WHERE evtname = 'walcast_ddl_ddlev')`).Scan(&installed); err != nil || !installed {
+		t.Fatalf("event trigger walcast_ddl_ddlev installed: %v, %v", installed, err)
+	}
+	exec1(t, db, `INSERT INTO items VALUES (1, 'a')`)
+	exec1(t, db, `ALTER TABLE items ADD COLUMN c int`)
+	want := catalogShape(t, db, "public.items")
+	waitFor(t, "the schema event of the ADD COLUMN", 15*time.Second, func() bool { return rcv.distinct() >= 2 })
+	exec1(t, db, `ALTER TABLE items ALTER COLUMN c SET DEFAULT 5`)
+	exec1(t, db, `INSERT INTO items (id, v) VALUES (2, 'b')`)
+	waitFor(t, "the insert after it", time.Minute, func() bool { return rcv.distinct() >= 3 })
+	w.stop()
+
+	evs := firstCopies(rcv.events())
+	if len(evs) != 3 || evs[0].Op != "insert" || evs[1].Op != "schema" || evs[2].Op != "insert" {
+		var ops []string
+		for _, e := range evs {
+			ops = append(ops, e.Op)
+		}
+		t.Fatalf("events %v, want insert, schema, insert", ops)
+	}
+	e := parseSchemaEvent(t, evs[1])
+	var ddl struct {
+		DDL struct {
+			CommandTag string `json:"command_tag"`
+			Statement  string `json:"statement"`
+		} `json:"ddl"`
+	}
+	json.Unmarshal(evs[1].Raw, &ddl)
+	if !reflect.DeepEqual(e.tableShape, want) || ddl.DDL.CommandTag != "ALTER TABLE" || ddl.DDL.Statement != `ALTER TABLE items ADD COLUMN c int` ||
+		len(e.Changes) != 1 || e.Changes[0].Change != "add_column" || e.Changes[0].Column != "c" {
+		t.Errorf("schema event %s; the catalog says %+v", evs[1].Raw, want)
+	}
+	if got := parseFull(t, evs[2]).New; got["c"] != 5.0 {
+		t.Errorf("insert after the DDL: %v, want c = 5", got)
+	}
+
+	if out, err := walcastCLI(t, "teardown", p, "--yes"); err != nil || !strings.Contains(out, `dropped event trigger "walcast_ddl_ddlev"`) {
+		t.Fatalf("teardown: %v\n%s", err, out)
+	}
+	if err := db.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_event_trigger WHERE evtname = 'walcast_ddl_ddlev')
+		OR EXISTS (SELECT 1 FROM pg_proc WHERE proname = 'walcast_ddl_ddlev')`).Scan(&installed); err != nil || installed {
+		t.Fatalf("event trigger or its function still there after teardown: %v, %v", installed, err)
+	}
+}
+
+// withDDLEvents sets ddl_events = true in the source block of the
+// pipeline file at path.
+func withDDLEvents(t testing.TB, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.Replace(string(b), "]\n}\n", "]\n  ddl_events = true\n}\n", 1)
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

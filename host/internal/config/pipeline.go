@@ -44,6 +44,10 @@ type Source struct {
 	// nothing arrived for this long; 0: twice the server's
 	// wal_sender_timeout (see capture.Config.ReceiveTimeout).
 	ReceiveTimeout time.Duration
+	// DDLEvents installs an event trigger (a superuser's right) that
+	// writes each DDL command on a table into the stream, so that its
+	// schema event comes at the command's commit (docs/events.md).
+	DDLEvents bool
 
 	DeclRange hcl.Range
 	DSNRange  hcl.Range

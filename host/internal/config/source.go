@@ -18,6 +18,7 @@ var sourceSchema = &hcl.BodySchema{
 		{Name: "allow_keyless"},
 		{Name: "backfill_new_tables"},
 		{Name: "receive_timeout"},
+		{Name: "ddl_events"},
 	},
 }
 
@@ -74,6 +75,9 @@ func (d *decoder) decodeSource(block *hcl.Block, p *Pipeline) Source {
 	}
 	if attr, ok := attrs["receive_timeout"]; ok {
 		d.decodeReceiveTimeout(attr, &src)
+	}
+	if attr, ok := attrs["ddl_events"]; ok {
+		d.decodeAttr(attr, &src.DDLEvents)
 	}
 	return src
 }

@@ -174,6 +174,7 @@ func (t *term) newCaptureConfig() capture.Config {
 		Logger:          t.log,
 		AcceptGap:       t.opts.AcceptGap,
 		ReceiveTimeout:  p.Source.ReceiveTimeout,
+		DDLEvents:       p.Source.DDLEvents,
 	}
 	if t.lease != nil {
 		// A process that was frozen past its lease confirms nothing until

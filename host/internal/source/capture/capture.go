@@ -88,6 +88,11 @@ type Config struct {
 	// (silence.go). 0: twice the server's wal_sender_timeout, read at each
 	// connection, or 2 minutes when that is 0 or cannot be read.
 	ReceiveTimeout time.Duration
+	// DDLEvents installs an event trigger that writes each DDL command
+	// on a table into the stream (decode.DDLPrefix), so that a change of
+	// shape becomes a schema event at the command's commit even with no
+	// row change after it.
+	DDLEvents bool
 	// Timeouts, when set, counts the streams ended by ReceiveTimeout;
 	// captures that follow one another (a sink's catch-up streams) share
 	// one. New makes one when it is nil.

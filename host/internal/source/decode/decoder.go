@@ -76,6 +76,9 @@ type Decoder struct {
 	shapes       map[uint32][]ShapeRecord
 	shapesLoaded bool
 	types        map[uint32]string
+	// ddlTail is the "ddl" member of the schema event being encoded
+	// for a DDL message, empty otherwise.
+	ddlTail []byte
 }
 
 // New returns a Decoder with an empty relation cache, outside any
@@ -176,8 +179,11 @@ func (d *Decoder) Decode(msg pglogrepl.Message, emit func(change.Event) error) e
 		if m == nil {
 			break
 		}
-		if m.Prefix == VanishedPrefix {
+		switch m.Prefix {
+		case VanishedPrefix:
 			return d.vanished(m, emit)
+		case DDLPrefix:
+			return d.ddl(m, emit)
 		}
 		return d.backfill(m, emit)
 	case *pglogrepl.TypeMessage:

@@ -210,6 +210,7 @@ func (d *Decoder) schemaEventWith(rel *relation, after tableShape, beforeJSON []
 	b = append(b, beforeJSON...)
 	b = append(b, `,"changes":`...)
 	b = append(b, changes...)
+	b = append(b, d.ddlTail...)
 	d.buf = append(b, '}')
 	return d.emit(rel, cdc.OpSchema, keyStart, keyEnd, nil, lay, emit)
 }
