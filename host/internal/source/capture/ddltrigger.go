@@ -52,7 +52,7 @@ BEGIN
 EXCEPTION WHEN OTHERS THEN
 	-- Never fail the user's command: the schema event then comes with
 	-- the table's next row change.
-	RAISE WARNING 'walcast ddl_events: % (the schema event comes with the next row change)', SQLERRM;
+	RAISE WARNING 'walcast ddl_events: %% (the schema event comes with the next row change)', SQLERRM;
 END`
 
 // ensureDDLTrigger installs the pipeline's event trigger unless it
