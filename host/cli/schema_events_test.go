@@ -505,3 +505,35 @@ func withDDLEvents(t testing.TB, path string) {
 		t.Fatal(err)
 	}
 }
+
+// TestDDLEventsNeedASuperuser: a role that is not a superuser cannot
+// create ddl_events' event trigger; the start refuses before creating
+// anything and says what to do, and once a superuser's start installed
+// the trigger, the same role starts.
+func TestDDLEventsNeedASuperuser(t *testing.T) {
+	dsn, admin := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v text)`)
+	role := newRole(t, admin, dsn, "walcast_ddlsu", "REPLICATION")
+	exec1(t, admin, fmt.Sprintf("GRANT CREATE ON DATABASE %s TO %s; ALTER TABLE items OWNER TO %s", pgx.Identifier{dbName(t, dsn)}.Sanitize(), role.Name, role.Name))
+	rcv := newReceiver(t)
+	p := writePipeline(t, "ddlsu", role.DSN, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
+	withDDLEvents(t, p)
+	_, stderr, code := walcastTimed(t, time.Minute, nil, "run", p)
+	want := "ddl_events = true needs event trigger walcast_ddl_ddlsu, which only a superuser may create, and role " + role.Name + " is not one"
+	if code != 1 || !strings.Contains(stderr, want) || !strings.Contains(stderr, "set ddl_events = false") {
+		t.Fatalf("walcast run as %s with ddl_events: exit %d\n%s\nwant exit 1 and %q", role.Name, code, stderr, want)
+	}
+	// A superuser installs it (here, by hand as the admin would, through
+	// a start of the same pipeline with the admin's dsn).
+	asAdmin := writePipeline(t, "ddlsu", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
+	withDDLEvents(t, asAdmin)
+	w := startCapturing(t, admin, asAdmin)
+	w.waitLog(t, "streaming from slot")
+	w.stop()
+	exec1(t, admin, `GRANT USAGE ON SCHEMA walcast TO `+role.Name+`;
+GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA walcast TO `+role.Name+`;
+GRANT USAGE ON ALL SEQUENCES IN SCHEMA walcast TO `+role.Name+`;
+ALTER PUBLICATION walcast_ddlsu OWNER TO `+role.Name)
+	w = startWalcast(t, p)
+	w.waitLog(t, "streaming from slot")
+	w.stop()
+}

@@ -85,6 +85,26 @@ func ensureDDLTrigger(ctx context.Context, db Querier, pipeline string) (created
 	return true, nil
 }
 
+// ddlTriggerFindings: with ddl_events, a start by a role that is not a
+// superuser needs the event trigger installed already.
+func ddlTriggerFindings(ctx context.Context, db Querier, cfg Config, role string) ([]Finding, error) {
+	if !cfg.DDLEvents {
+		return nil, nil
+	}
+	name := DDLTrigger(cfg.Pipeline)
+	var exists, super bool
+	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_event_trigger WHERE evtname = $1),
+		(SELECT rolsuper FROM pg_roles WHERE rolname = current_user)`, name).Scan(&exists, &super); err != nil {
+		return nil, fmt.Errorf("look up event trigger %s (ddl_events): %w", name, err)
+	}
+	if exists || super {
+		return nil, nil
+	}
+	return []Finding{{Object: "event trigger " + name,
+		Problem: fmt.Sprintf("ddl_events = true needs event trigger %s, which only a superuser may create, and role %s is not one", name, role),
+		Fix:     "start the pipeline once with a superuser's dsn, which installs it, or set ddl_events = false"}}, nil
+}
+
 // DropDDLTrigger removes the pipeline's event trigger and its function,
 // if there.
 func DropDDLTrigger(ctx context.Context, db Querier, pipeline string) error {
