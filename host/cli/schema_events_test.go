@@ -185,16 +185,19 @@ func checkSchemaEventDoc(t *testing.T, evs []received) {
 
 // schemaWriters starts two writers that insert, update and delete rows
 // of items, touching only id and v (which every step keeps); stop ends
-// them and fails the test if one failed.
+// them and fails the test if one failed. A writer finishes the statement
+// it is in: a statement cancelled mid-flight could still commit after
+// the truth was read.
 func schemaWriters(t *testing.T, dsn string) (writes *atomic.Int64, stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
+	var done atomic.Bool
 	var wg sync.WaitGroup
 	writes = new(atomic.Int64)
 	errs := make(chan error, 2)
 	for wr := 0; wr < 2; wr++ {
 		c := connect(t, dsn)
 		wg.Go(func() {
-			for i := 0; ctx.Err() == nil; i++ {
+			ctx := context.Background()
+			for i := 0; !done.Load(); i++ {
 				id := 1 + (i*7+wr*101)%400
 				var err error
 				switch i % 3 {
@@ -205,7 +208,7 @@ func schemaWriters(t *testing.T, dsn string) (writes *atomic.Int64, stop func())
 				case 2:
 					_, err = c.Exec(ctx, `DELETE FROM items WHERE id = $1`, id+200)
 				}
-				if err != nil && ctx.Err() == nil {
+				if err != nil {
 					errs <- fmt.Errorf("writer %d: %w", wr, err)
 					return
 				}
@@ -213,10 +216,10 @@ func schemaWriters(t *testing.T, dsn string) (writes *atomic.Int64, stop func())
 			}
 		})
 	}
-	t.Cleanup(cancel)
+	t.Cleanup(func() { done.Store(true); wg.Wait() })
 	return writes, func() {
 		t.Helper()
-		cancel()
+		done.Store(true)
 		wg.Wait()
 		select {
 		case err := <-errs:
