@@ -30,6 +30,7 @@ type Event struct {
 	Schema string
 	Table  string
 	// Op is insert, update, delete, truncate, read for a backfilled row,
+	// or schema for a change of the table's shape (docs/events.md),
 	// or resync_begin / resync_end around a resync's rows (Resync).
 	Op cdc.Op
 	// Key holds the replica-identity columns as a JSON object; nil for a

@@ -213,6 +213,7 @@ func prepareSource(ctx context.Context, pool *pgxpool.Pool, cfg StreamConfig) (c
 		AllowKeyless:    cfg.AllowKeyless,
 		ApplicationName: "walcast-library-" + cfg.Slot,
 		PrimaryKey:      capture.PrimaryKeyLookup(pool),
+		Shapes:          ledger.New(pool, LibraryPipeline(cfg.Slot)),
 		Pipeline:        LibraryPipeline(cfg.Slot),
 		Logger:          cfg.Logger,
 		AcceptGap:       cfg.AcceptGap,

@@ -23,6 +23,7 @@ const (
 	OpDelete   = cdc.OpDelete
 	OpTruncate = cdc.OpTruncate
 	OpRead     = cdc.OpRead
+	OpSchema   = cdc.OpSchema
 	// OpResyncBegin and OpResyncEnd bracket a table's resync (see cdc).
 	OpResyncBegin = cdc.OpResyncBegin
 	OpResyncEnd   = cdc.OpResyncEnd

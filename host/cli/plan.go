@@ -122,7 +122,7 @@ func planSource(ctx context.Context, pl *plan, p *config.Pipeline) (created []st
 	}
 	defer pool.Close()
 	cfg := capture.Config{DSN: p.Source.DSN, Slot: p.Source.Slot, Publication: p.Source.Publication, Tables: p.Source.Tables,
-		AllowKeyless: p.Source.AllowKeyless, Pipeline: p.Name}
+		AllowKeyless: p.Source.AllowKeyless, Pipeline: p.Name, DDLEvents: p.Source.DDLEvents}
 	for _, s := range p.Sinks {
 		cfg.Sinks = append(cfg.Sinks, s.ID)
 	}

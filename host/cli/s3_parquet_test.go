@@ -24,6 +24,8 @@ func checkParquetSchema(t testing.TB, f parquetFile) {
 		"schema": "BYTE_ARRAY STRING REQUIRED", "table": "BYTE_ARRAY STRING REQUIRED", "op": "BYTE_ARRAY STRING REQUIRED",
 		"xid": "INT64 INTEGER REQUIRED", "commit_time": "INT64 TIMESTAMP REQUIRED",
 		"cascade": "BOOLEAN - OPTIONAL", "restart_identity": "BOOLEAN - OPTIONAL", "unchanged": "BYTE_ARRAY JSON OPTIONAL",
+		"columns": "BYTE_ARRAY JSON OPTIONAL", "replica_identity": "BYTE_ARRAY STRING OPTIONAL",
+		"before": "BYTE_ARRAY JSON OPTIONAL", "changes": "BYTE_ARRAY JSON OPTIONAL",
 	}
 	for _, c := range f.Schema {
 		w, ok := want[c.Name]

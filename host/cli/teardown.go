@@ -98,6 +98,8 @@ type teardownView struct {
 	marks   int  // checkpoints
 	parked  int
 	kafka   []string // what each kafka sink wrote, which teardown leaves
+	// trigger: the pipeline's ddl_events event trigger exists.
+	trigger bool
 }
 
 // viewTeardown reads t's pipeline's objects without changing anything
@@ -125,6 +127,9 @@ func viewTeardown(ctx context.Context, t target, plugins config.PluginChecker) (
 	}
 	if err := v.readRecord(ctx, t); err != nil {
 		return v, err
+	}
+	if err := t.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_event_trigger WHERE evtname = $1)`, capture.DDLTrigger(p.Name)).Scan(&v.trigger); err != nil {
+		return v, fmt.Errorf("look up event trigger %s: %w", capture.DDLTrigger(p.Name), err)
 	}
 	for i := range p.Sinks {
 		if s := &p.Sinks[i]; s.Type == "kafka" {
@@ -229,6 +234,9 @@ func (v teardownView) writeDryRun(w io.Writer) {
 	for _, pub := range v.pubs {
 		item("publication %q (walcast created it)", pub)
 	}
+	if v.trigger {
+		item("event trigger %q and its function (ddl_events)", capture.DDLTrigger(v.p.Name))
+	}
 	if v.record || v.marks > 0 || v.parked > 0 {
 		item("the pipeline's rows in the walcast schema: %d checkpoint(s), %d parked event(s), its usage, pauses, gaps and backfills", v.marks, v.parked)
 	}
@@ -274,6 +282,12 @@ func (v teardownView) apply(ctx context.Context, t target) (done []string, err e
 		if tag.RowsAffected() > 0 {
 			done = append(done, fmt.Sprintf("dropped catch-up slot %q", s))
 		}
+	}
+	if v.trigger {
+		if err := capture.DropDDLTrigger(ctx, t.db, v.p.Name); err != nil {
+			return done, err
+		}
+		done = append(done, fmt.Sprintf("dropped event trigger %q", capture.DDLTrigger(v.p.Name)))
 	}
 	r, err := capture.Retire(ctx, t.db, ledger.New(t.db, v.p.Name), v.p.Source.Slot)
 	if r.Slot != "" {

@@ -19,14 +19,21 @@ const (
 	// begin marker (docs/guarantees.md, "Resync").
 	OpResyncBegin Op = "resync_begin"
 	OpResyncEnd   Op = "resync_end"
+	// OpSchema says a table's shape changed (columns added, dropped,
+	// retyped or renamed, key or replica identity changed, the table
+	// renamed): "columns" holds the shape after, "before" the shape
+	// before, "changes" what changed. It comes before the first change
+	// in the new shape and is a barrier for its table, like a truncate.
+	OpSchema Op = "schema"
 )
 
 // TableWide reports whether an event of op concerns its whole table
-// rather than one row (a truncate, a resync marker): such an event is
+// rather than one row (a truncate, a schema event, a resync marker):
+// such an event is
 // ordered after every earlier event of its table and before every later
 // one.
 func (o Op) TableWide() bool {
-	return o == OpTruncate || o == OpResyncBegin || o == OpResyncEnd
+	return o == OpTruncate || o == OpSchema || o == OpResyncBegin || o == OpResyncEnd
 }
 
 // Event is one change as a sink receives it: the envelope, already encoded
@@ -38,11 +45,11 @@ type Event struct {
 	// Schema and Table name the changed relation.
 	Schema string
 	Table  string
-	// Op is insert, update, delete, truncate, read, resync_begin or
-	// resync_end.
+	// Op is insert, update, delete, truncate, read, schema, resync_begin
+	// or resync_end.
 	Op Op
 	// Key is the JSON object of the row's replica-identity columns, or
-	// "null" for a truncate or a table without a key.
+	// "null" for a truncate, a schema event or a table without a key.
 	Key []byte
 	// Payload is the JSON envelope (docs/events.md).
 	Payload []byte

@@ -262,3 +262,31 @@ func TestDocumentedGrants(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSchemaEventChangesNoRow: a schema event is resolved in mirror mode
+// without a write and without refusing it (docs/sinks.md): the rows stay,
+// the checkpoint moves past it, and the row after it in the new shape
+// gets its new column added (create_tables).
+func TestSchemaEventChangesNoRow(t *testing.T) {
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	ctx := context.Background()
+	s := openSink(t, map[string]any{"dsn": dsn, "create_tables": true})
+	deliver := func(e pluginkit.Event) {
+		t.Helper()
+		if _, err := s.Deliver(ctx, pluginkit.Batch{Events: []pluginkit.Event{e}}); err != nil {
+			t.Fatalf("deliver %s %s: %v", e.Op, e.ID, err)
+		}
+	}
+	deliver(event(t, "shaped", 0x5000000, pluginkit.OpInsert, `{"id":1}`, map[string]any{"new": map[string]any{"id": 1, "v": 1}}))
+	deliver(event(t, "shaped", 0x5000001, pluginkit.OpSchema, `null`, map[string]any{"columns": []map[string]any{{"name": "id"}, {"name": "v"}, {"name": "w"}}}))
+	deliver(event(t, "shaped", 0x5000002, pluginkit.OpInsert, `{"id":2}`, map[string]any{"new": map[string]any{"id": 2, "v": 2, "w": 3}}))
+	var n int
+	var w *string
+	if err := db.QueryRow(ctx, `SELECT (SELECT count(*) FROM public.shaped), (SELECT w::text FROM public.shaped WHERE id = '2'::jsonb)`).Scan(&n, &w); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 || w == nil || *w != "3" {
+		t.Fatalf("after insert, schema event, insert: %d rows, w = %v; want 2 rows and w = 3", n, w)
+	}
+}

@@ -23,6 +23,8 @@ import (
 //	key, new, old                       optional groups, one optional column per table column
 //	unchanged                           optional JSON (the envelope's array)
 //	cascade, restart_identity           optional BOOLEAN (truncates)
+//	columns, before, changes            optional JSON (schema events)
+//	replica_identity                    optional STRING (schema events)
 //
 // A row column's type is the narrowest that holds every value the object
 // has for it: BOOLEAN, INT64 (JSON integers within int64), DOUBLE (other
@@ -175,6 +177,10 @@ func parquetSchema(cols [len(rowGroups)]map[string]kind) *parquet.Schema {
 		"unchanged":        parquet.Optional(parquet.JSON()),
 		"cascade":          parquet.Optional(parquet.Leaf(parquet.BooleanType)),
 		"restart_identity": parquet.Optional(parquet.Leaf(parquet.BooleanType)),
+		"columns":          parquet.Optional(parquet.JSON()),
+		"replica_identity": parquet.Optional(parquet.String()),
+		"before":           parquet.Optional(parquet.JSON()),
+		"changes":          parquet.Optional(parquet.JSON()),
 	}
 	for g, name := range rowGroups {
 		if len(cols[g]) == 0 {
@@ -264,7 +270,8 @@ func buildRow(pe *parsedEvent, micros int64, cols [len(rowGroups)]map[string]kin
 		set(name, v, 1)
 		return nil
 	}
-	if err := errors.Join(optional("unchanged", kindJSON), optional("cascade", kindBool), optional("restart_identity", kindBool)); err != nil {
+	if err := errors.Join(optional("unchanged", kindJSON), optional("cascade", kindBool), optional("restart_identity", kindBool),
+		optional("columns", kindJSON), optional("replica_identity", kindString), optional("before", kindJSON), optional("changes", kindJSON)); err != nil {
 		return nil, err
 	}
 	for g, name := range rowGroups {

@@ -50,6 +50,10 @@ type Source struct {
 	// records the gap, creates the new slot and resyncs the affected
 	// tables to the affected sinks.
 	OnGap string
+	// DDLEvents installs an event trigger (a superuser's right) that
+	// writes each DDL command on a table into the stream, so that its
+	// schema event comes at the command's commit (docs/events.md).
+	DDLEvents bool
 
 	DeclRange hcl.Range
 	DSNRange  hcl.Range

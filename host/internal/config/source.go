@@ -19,6 +19,7 @@ var sourceSchema = &hcl.BodySchema{
 		{Name: "backfill_new_tables"},
 		{Name: "receive_timeout"},
 		{Name: "on_gap"},
+		{Name: "ddl_events"},
 	},
 }
 
@@ -81,6 +82,9 @@ func (d *decoder) decodeSource(block *hcl.Block, p *Pipeline) Source {
 		d.errorf(attr.Expr.Range(), "Invalid on_gap",
 			"on_gap must be %q (refuse to start when changes were lost; the default) or %q (record the gap, create a new slot and resync the tables), got %q.",
 			OnGapStop, OnGapResync, src.OnGap)
+	}
+	if attr, ok := attrs["ddl_events"]; ok {
+		d.decodeAttr(attr, &src.DDLEvents)
 	}
 	return src
 }

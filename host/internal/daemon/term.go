@@ -175,10 +175,12 @@ func (t *term) newCaptureConfig() capture.Config {
 		AllowKeyless:    p.Source.AllowKeyless,
 		ApplicationName: "walcast-" + p.Name,
 		PrimaryKey:      capture.PrimaryKeyLookup(t.pool),
+		Shapes:          ledger.New(t.db, p.Name),
 		Pipeline:        p.Name,
 		Logger:          t.log,
 		AcceptGap:       t.opts.AcceptGap || resyncOnGap(p),
 		ReceiveTimeout:  p.Source.ReceiveTimeout,
+		DDLEvents:       p.Source.DDLEvents,
 	}
 	if t.lease != nil {
 		// A process that was frozen past its lease confirms nothing until

@@ -9,6 +9,7 @@ import (
 	"github.com/walcast/walcast/host/internal/control/lineage"
 	"github.com/walcast/walcast/host/internal/control/schema"
 	"github.com/walcast/walcast/host/internal/source/capture"
+	"github.com/walcast/walcast/host/internal/source/decode"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
@@ -20,7 +21,10 @@ type Store struct {
 	checkpoints *checkpoints.Store
 }
 
-var _ capture.Ledger = (*Store)(nil)
+var (
+	_ capture.Ledger     = (*Store)(nil)
+	_ capture.ShapeStore = (*Store)(nil)
+)
 
 // New returns the ledger of pipeline on db. Writes go where db sends
 // them: a fenced db fences them.
@@ -101,6 +105,21 @@ func (s *Store) Published(ctx context.Context) (map[string]string, error) {
 // RecordPublished implements capture.Records.
 func (s *Store) RecordPublished(ctx context.Context, published map[string]string) error {
 	return s.records.RecordPublished(ctx, published)
+}
+
+// LoadShapes implements capture.ShapeStore.
+func (s *Store) LoadShapes(ctx context.Context) ([]decode.ShapeRecord, error) {
+	shapes, err := s.records.Shapes(ctx)
+	out := make([]decode.ShapeRecord, len(shapes))
+	for i, sh := range shapes {
+		out[i] = decode.ShapeRecord{RelationID: sh.RelationID, At: sh.At, Shape: sh.Shape}
+	}
+	return out, err
+}
+
+// RecordShape implements capture.ShapeStore.
+func (s *Store) RecordShape(ctx context.Context, rec decode.ShapeRecord) error {
+	return s.records.RecordShape(ctx, lineage.Shape{RelationID: rec.RelationID, At: rec.At, Shape: rec.Shape})
 }
 
 // Checkpoints implements capture.Records.

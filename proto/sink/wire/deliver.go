@@ -327,6 +327,8 @@ func opOf(v []byte) cdc.Op {
 		return cdc.OpTruncate
 	case string(cdc.OpRead):
 		return cdc.OpRead
+	case string(cdc.OpSchema):
+		return cdc.OpSchema
 	}
 	return cdc.Op(v)
 }

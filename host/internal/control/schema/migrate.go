@@ -37,6 +37,7 @@ var migrations = []migration{
 	{11, "how each pipeline's last leadership term ended: released, or not", leadershipDDL},
 	{12, "each replication stream as the leading daemon last reported it (receive timeouts)", streamsDDL},
 	{13, "resyncs: backfills bracketed by resync_begin and resync_end markers", resyncDDL},
+	{14, "the shape of each captured table at each change of it (schema events)", shapesDDL},
 }
 
 // Version is the newest walcast schema this binary knows.

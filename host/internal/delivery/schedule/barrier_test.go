@@ -35,7 +35,7 @@ func (f *tableSink) Deliver(_ context.Context, b attempt.Batch) (attempt.Result,
 	truncs := map[string]bool{}
 	for _, e := range evs {
 		tables[e.Table]++
-		if e.Op == pluginkit.OpTruncate {
+		if e.Op == pluginkit.OpTruncate || e.Op == pluginkit.OpSchema {
 			truncs[e.Table] = true
 		}
 	}
@@ -109,11 +109,11 @@ func truncEv(table string) pluginkit.Event {
 }
 
 // checkTableOrder fails when an event of a table was delivered on the
-// wrong side of one of its table's truncates.
+// wrong side of one of its table's truncates or schema events.
 func checkTableOrder(t *testing.T, evs []pluginkit.Event) {
 	t.Helper()
 	for i, tr := range evs {
-		if tr.Op != pluginkit.OpTruncate {
+		if tr.Op != pluginkit.OpTruncate && tr.Op != pluginkit.OpSchema {
 			continue
 		}
 		for j, e := range evs {
@@ -152,6 +152,38 @@ func TestTruncateIsABarrierForItsTable(t *testing.T) {
 	got := sink.delivered()
 	if len(got) != n {
 		t.Fatalf("delivered %d of %d events", len(got), n)
+	}
+	checkRowOrder(t, got)
+	checkTableOrder(t, got)
+}
+
+// A schema event is a barrier for its table like a truncate: every row
+// in the old shape is resolved before it goes, none in the new shape
+// goes before it is resolved; other tables keep flowing.
+func TestSchemaEventIsABarrierForItsTable(t *testing.T) {
+	r := rand.New(rand.NewPCG(17, 18))
+	sink := &tableSink{t: t, flying: map[string]int{}, trunc: map[string]bool{}, lat: rand.New(rand.NewPCG(19, 20))}
+	h := start(t, Config{BatchSize: 5, MaxInFlight: 8, RetryBase: time.Millisecond}, sink)
+	n, schemas := 0, 0
+	for tx := 0; tx < 300; tx++ {
+		var evs []pluginkit.Event
+		if r.IntN(6) == 0 {
+			// The first change of t in its new shape: pgoutput's
+			// Relation message, hence the schema event, precedes it.
+			evs = append(evs, pluginkit.Event{Table: "t", Op: pluginkit.OpSchema, Key: []byte("null")})
+			schemas++
+		}
+		for range 1 + r.IntN(6) {
+			tb := []string{"t", "u"}[r.IntN(2)]
+			evs = append(evs, rowEv(tb, pluginkit.OpUpdate, r.IntN(50)))
+		}
+		h.pushEvents(evs...)
+		n += len(evs)
+	}
+	h.waitResolved(30 * time.Second)
+	got := sink.delivered()
+	if len(got) != n || schemas == 0 {
+		t.Fatalf("delivered %d of %d events (%d schema events)", len(got), n, schemas)
 	}
 	checkRowOrder(t, got)
 	checkTableOrder(t, got)

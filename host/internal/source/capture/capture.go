@@ -48,7 +48,12 @@ type Config struct {
 	// PrimaryKey, when set, names a table's primary key columns; the
 	// decoder uses it for tables with REPLICA IDENTITY FULL.
 	PrimaryKey func(ctx context.Context, schema, table string) ([]string, error)
-	Logger     *slog.Logger
+	// Shapes keeps the captured tables' shapes across sessions and
+	// restarts, so that schema events are emitted at the same positions
+	// whichever session decodes them (decode.Shapes). nil keeps them in
+	// memory only.
+	Shapes ShapeStore
+	Logger *slog.Logger
 	// AcceptGap lets Prepare replace a slot that was lost, invalidated,
 	// left behind in another cluster or made undecodable by a dropped
 	// publication: it creates a new slot and records the gap (every
@@ -86,6 +91,11 @@ type Config struct {
 	// (silence.go). 0: twice the server's wal_sender_timeout, read at each
 	// connection, or 2 minutes when that is 0 or cannot be read.
 	ReceiveTimeout time.Duration
+	// DDLEvents installs an event trigger that writes each DDL command
+	// on a table into the stream (decode.DDLPrefix), so that a change of
+	// shape becomes a schema event at the command's commit even with no
+	// row change after it.
+	DDLEvents bool
 	// Timeouts, when set, counts the streams ended by ReceiveTimeout;
 	// captures that follow one another (a sink's catch-up streams) share
 	// one. New makes one when it is nil.
@@ -194,9 +204,39 @@ func New(cfg Config, consumer Consumer) *Capture {
 			return cfg.PrimaryKey(ctx, schema, table)
 		}
 	}
-	c.dec = decode.New(decode.Options{PrimaryKey: pk, Tables: listed(cfg.Tables), Pipeline: cfg.Pipeline, Formats: cfg.Formats})
+	opts := decode.Options{PrimaryKey: pk, Tables: listed(cfg.Tables), Pipeline: cfg.Pipeline, Formats: cfg.Formats}
+	if cfg.Shapes != nil {
+		opts.Shapes = streamShapes{c: c, store: cfg.Shapes}
+	}
+	c.dec = decode.New(opts)
 	return c
 }
+
+// ShapeStore is where the captured tables' shapes are kept (the
+// control plane's walcast.table_shapes). Its methods are called while
+// the stream decodes a Relation message and block it for as long as
+// ctx, the stream's, allows.
+type ShapeStore interface {
+	LoadShapes(ctx context.Context) ([]decode.ShapeRecord, error)
+	RecordShape(ctx context.Context, rec decode.ShapeRecord) error
+}
+
+// streamShapes is a ShapeStore under the stream's context, as the
+// decoder calls it.
+type streamShapes struct {
+	c     *Capture
+	store ShapeStore
+}
+
+func (s streamShapes) ctx() context.Context {
+	if s.c.streamCtx == nil {
+		return context.Background()
+	}
+	return s.c.streamCtx
+}
+
+func (s streamShapes) Load() ([]decode.ShapeRecord, error) { return s.store.LoadShapes(s.ctx()) }
+func (s streamShapes) Record(rec decode.ShapeRecord) error { return s.store.RecordShape(s.ctx(), rec) }
 
 // checkEvery is how many messages the capture loop reads between two
 // looks at the clock (status update due, read deadline).
@@ -287,11 +327,39 @@ func (c *Capture) watch(ctx context.Context, stop context.CancelCauseFunc) {
 		case <-t.C:
 		}
 		if err := c.cfg.Watch(ctx); err != nil && ctx.Err() == nil {
+			var gap *GapError
+			if errors.As(err, &gap) && gap.AnnouncedAt > 0 {
+				c.awaitFlush(ctx, gap.AnnouncedAt)
+			}
 			stop(watchError{err})
 			return
 		}
 	}
 }
+
+// awaitFlush waits, for at most announceWait, until every durable sink
+// has resolved the transaction at lsn (the schema events of tables that
+// vanished), so that the stop the watch is about to make comes after
+// them.
+func (c *Capture) awaitFlush(ctx context.Context, lsn uint64) {
+	deadline := time.Now().Add(announceWait)
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for c.consumer.Flush() <= lsn {
+		if time.Now().After(deadline) {
+			c.log.Warn("stopping before every sink got the schema event of a dropped or renamed table", "waited", announceWait)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// announceWait bounds awaitFlush.
+const announceWait = 30 * time.Second
 
 // finalStatusTimeout bounds Close's last standby status update when its
 // context has no deadline.

@@ -89,6 +89,10 @@ func Preflight(ctx context.Context, db Querier, l Ledger, cfg Config) ([]Finding
 	if f, err = slotFindings(ctx, db, cfg.Slot); err != nil {
 		return nil, err
 	}
+	out = append(out, f...)
+	if f, err = ddlTriggerFindings(ctx, db, cfg, access.Role); err != nil {
+		return nil, err
+	}
 	return append(out, f...), nil
 }
 

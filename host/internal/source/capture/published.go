@@ -2,6 +2,7 @@ package capture
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -9,7 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/walcast/walcast/host/internal/source/decode"
 )
 
 // membership says, for each configured table, how the pipeline's
@@ -193,14 +197,18 @@ func checkPublished(cfg Config, recorded, now map[string]string, names map[int64
 	slices.Sort(changed)
 	changed = slices.Compact(changed)
 	var gone, other, renamed []string
+	var vanished []decode.Vanished
 	for _, t := range changed {
+		schema, table, _ := strings.Cut(t, ".")
 		switch {
 		case now[t] != "":
 			other = append(other, t)
 		case renamedTo(recorded[t], names) != "":
 			renamed = append(renamed, t+" (renamed to "+renamedTo(recorded[t], names)+")")
+			vanished = append(vanished, decode.Vanished{Pipeline: cfg.Pipeline, Schema: schema, Table: table, RenamedTo: renamedTo(recorded[t], names)})
 		default:
 			gone = append(gone, t)
+			vanished = append(vanished, decode.Vanished{Pipeline: cfg.Pipeline, Schema: schema, Table: table})
 		}
 	}
 	when := "since walcast last checked it"
@@ -223,8 +231,9 @@ func checkPublished(cfg Config, recorded, now map[string]string, names map[int64
 	desc := strings.Join(descs, ", and ")
 	return &GapError{
 		Slot: cfg.Slot, Publication: cfg.Publication, Checkpoints: cps,
-		Kind:   "publication changed",
-		Tables: changed,
+		Kind:     "publication changed",
+		Tables:   changed,
+		Vanished: vanished,
 		What: desc + fmt.Sprintf(". PostgreSQL decodes every change with the publication as it was at that change, so changes of %s committed while it was not published are not in replication slot %s and publishing it again does not bring them back",
 			strings.Join(changed, ", "), cfg.Slot),
 		Restore: "restore the database from a backup taken before the publication was changed",
@@ -242,10 +251,38 @@ func PublicationWatch(db Querier, cfg Config, recorded map[string]string) func(c
 			return nil // the database may be restarting; the stream reports that
 		}
 		if gap := checkPublished(cfg, recorded, now, names, "see walcast status", true); gap != nil {
+			gap.AnnouncedAt = announceVanished(ctx, db, cfg, gap.Vanished)
 			return gap
 		}
 		return nil
 	}
+}
+
+// announceVanished writes, for each table, a transactional logical
+// decoding message (decode.VanishedPrefix) that the stream decodes into
+// a schema event saying the table was dropped or renamed, and returns the
+// LSN of the last one (0 when none could be written: the stop goes on
+// without the events, and says so in the log).
+func announceVanished(ctx context.Context, db Querier, cfg Config, vanished []decode.Vanished) uint64 {
+	var last uint64
+	for _, v := range vanished {
+		payload, err := json.Marshal(v)
+		if err == nil {
+			var lsn string
+			err = db.QueryRow(ctx, `SELECT pg_logical_emit_message(true, $1, $2::bytea)::text`, decode.VanishedPrefix, payload).Scan(&lsn)
+			if err == nil {
+				var l pglogrepl.LSN
+				if l, err = pglogrepl.ParseLSN(lsn); err == nil {
+					last = max(last, uint64(l))
+				}
+			}
+		}
+		if err != nil && cfg.Logger != nil {
+			cfg.Logger.Warn("could not write the schema event of a dropped or renamed table into the stream; sinks will not get it",
+				"table", v.Schema+"."+v.Table, "err", err)
+		}
+	}
+	return last
 }
 
 // watchEvery is how often a streaming capture runs Config.Watch.

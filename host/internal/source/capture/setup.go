@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walcast/walcast/host/internal/pg"
+	"github.com/walcast/walcast/host/internal/source/decode"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
@@ -68,6 +69,8 @@ type Setup struct {
 	createdSlot bool
 	createdPubs []string
 	acceptedGap bool
+	// createdTrigger: this start installed the ddl_events trigger.
+	createdTrigger bool
 }
 
 // Check looks at the source before a start creates anything: it refuses
@@ -163,6 +166,11 @@ func (s *Setup) Prepare(ctx context.Context, l Ledger) (Prepared, error) {
 	}
 	p.CreatedPublication = created
 	p.KeylessPublication = kpub
+	if cfg.DDLEvents {
+		if s.createdTrigger, err = ensureDDLTrigger(ctx, db, cfg.Pipeline); err != nil {
+			return p, err
+		}
+	}
 	// Recorded at once: from here on a change of membership was not
 	// made by this walcast.
 	if p.Published, _, err = membership(ctx, db, cfg); err != nil {
@@ -291,6 +299,11 @@ func (s *Setup) Undo(ctx context.Context) error {
 		return nil
 	}
 	var errs []error
+	if s.createdTrigger {
+		if err := DropDDLTrigger(ctx, s.db, s.cfg.Pipeline); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if s.createdSlot {
 		if _, err := s.db.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active`, s.cfg.Slot); err != nil {
 			errs = append(errs, fmt.Errorf("drop replication slot %s created by the failed start: %w", s.cfg.Slot, err))
@@ -406,6 +419,12 @@ type GapError struct {
 	// Tables are the tables whose changes were lost, for "publication
 	// changed" (the slot is fine: accepting the gap keeps it).
 	Tables []string
+	// Vanished are the listed tables dropped (or no longer published)
+	// or renamed, for "publication changed" while streaming; AnnouncedAt
+	// is the LSN of the last message that told the stream so
+	// (decode.VanishedPrefix), 0 when none was written.
+	Vanished    []decode.Vanished
+	AnnouncedAt uint64
 	// What explains the case; Checkpoints lists the sinks' last
 	// checkpoints; Restore is the way out other than accepting the gap.
 	What, Checkpoints, Restore, Replace string

@@ -36,6 +36,11 @@ type Options struct {
 	// Formats are the output formats written next to the envelope, into
 	// each event's change.Event.Formats in this order.
 	Formats []Format
+	// Shapes keeps the tables' shapes across connections and restarts,
+	// for schema events (shape.go). May be nil: the history is then
+	// kept in memory only, and a restart forgets it (the first Relation
+	// message of each table after it emits no schema event).
+	Shapes Shapes
 }
 
 // Decoder turns the pgoutput messages of one replication stream into
@@ -68,12 +73,23 @@ type Decoder struct {
 	dbzParts  dbzTxParts
 	// sinks are the target sinks of the backfill chunk being decoded.
 	sinks []string
+
+	// shapes is the history of each relation's shape, in position
+	// order, loaded from Options.Shapes on the first Relation message;
+	// types names the user-defined types pgoutput described. Neither is
+	// dropped by Reset: they describe the stream, not the session.
+	shapes       map[uint32][]ShapeRecord
+	shapesLoaded bool
+	types        map[uint32]string
+	// ddlTail is the "ddl" member of the schema event being encoded
+	// for a DDL message, empty otherwise.
+	ddlTail []byte
 }
 
 // New returns a Decoder with an empty relation cache, outside any
 // transaction. opts.Formats must pass CheckFormats.
 func New(opts Options) *Decoder {
-	return &Decoder{opts: opts, rels: make(map[uint32]*relation)}
+	return &Decoder{opts: opts, rels: make(map[uint32]*relation), shapes: map[uint32][]ShapeRecord{}, types: map[uint32]string{}}
 }
 
 // Reset drops the relation cache and any open transaction. Call it whenever
@@ -105,8 +121,9 @@ func (d *Decoder) CommitLSN() pglogrepl.LSN { return pglogrepl.LSN(d.commitLSN) 
 func (d *Decoder) Emitted() int { return int(d.index) }
 
 // Decode decodes one message of the stream and calls emit for each event it
-// produces: none for Begin, Commit, Relation, Type, Origin and for changes
-// to the control schema, one per change, one per named relation for a
+// produces: none for Begin, Commit, Type, Origin and for changes
+// to the control schema, one schema event for a Relation message that
+// changes a captured table's shape (none for the others), one per change, one per named relation for a
 // Truncate, one read event per row of a backfill chunk message of this
 // pipeline, one resync_begin or resync_end event per resync marker of
 // this pipeline (none for other logical decoding messages).
@@ -143,7 +160,7 @@ func (d *Decoder) Decode(msg pglogrepl.Message, emit func(change.Event) error) e
 			rel.skip, rel.unlisted = true, true
 		}
 		d.rels[m.RelationID] = rel
-		return nil
+		return d.relationSeen(m, rel, emit)
 	case *pglogrepl.InsertMessage:
 		if m == nil {
 			break
@@ -168,14 +185,25 @@ func (d *Decoder) Decode(msg pglogrepl.Message, emit func(change.Event) error) e
 		if m == nil {
 			break
 		}
-		if m.Prefix == ResyncPrefix && m.Transactional {
+		switch {
+		case m.Prefix == ResyncPrefix && m.Transactional:
 			return d.resync(m, emit)
+		case m.Prefix == VanishedPrefix:
+			return d.vanished(m, emit)
+		case m.Prefix == DDLPrefix:
+			return d.ddl(m, emit)
 		}
 		return d.backfill(m, emit)
-	case *pglogrepl.TypeMessage, *pglogrepl.OriginMessage:
-		// Type messages describe user-defined types, which are emitted as
-		// text anyway; origins carry no rows.
+	case *pglogrepl.TypeMessage:
+		// User-defined types are emitted as text; their names go into
+		// schema events. pgoutput sends a Type message before each
+		// Relation message that uses the type.
+		if m != nil {
+			d.types[m.DataType] = m.Namespace + "." + m.Name
+		}
 		return nil
+	case *pglogrepl.OriginMessage:
+		return nil // origins carry no rows
 	default:
 		return fmt.Errorf("decode: unsupported pgoutput message %T", msg)
 	}

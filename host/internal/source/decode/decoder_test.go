@@ -345,7 +345,10 @@ func TestRelationOverwrite(t *testing.T) {
 		),
 		&pglogrepl.InsertMessage{RelationID: 1, Tuple: pgt.Tuple("2", "a", "1", "b", "t")},
 	)
-	if got := string(c.events[1].Payload); !strings.Contains(got, `"new":{"id":2,"status":"a","total":"1","notes_blob":"b","paid":true}`) {
+	if c.events[1].Op != cdc.OpSchema {
+		t.Fatalf("event 1 is %s, want the schema event before the first row in the new shape", c.events[1].Op)
+	}
+	if got := string(c.events[2].Payload); !strings.Contains(got, `"new":{"id":2,"status":"a","total":"1","notes_blob":"b","paid":true}`) {
 		t.Errorf("after overwrite: %s", got)
 	}
 	if err := c.d.Decode(&pglogrepl.InsertMessage{RelationID: 1, Tuple: pgt.Tuple("3", "a", "1", "b")}, c.emit); err == nil {

@@ -66,6 +66,19 @@
 // chunk names, with ids in the stream like any other change's. Chunks of
 // another pipeline (Options.Pipeline) are skipped.
 //
+// # Schema events
+//
+// A Relation message is compared with the last shape known of its
+// relation before that point of the stream (shape.go); when they differ,
+// a schema event is emitted there, taking the next index. The history of
+// shapes (Options.Shapes) outlives Reset and restarts, because pgoutput
+// sends a Relation message at the start of every session whether or not
+// the relation changed: deciding from the session's cache would make the
+// event, and the ids after it, depend on where a session began. Two
+// logical decoding messages also become schema events: DDLPrefix (the
+// ddl_events trigger, ddl.go) and VanishedPrefix (a listed table dropped
+// or renamed, vanished.go).
+//
 // A Decoder is not safe for concurrent use; the capture loop is its only
 // caller.
 package decode
