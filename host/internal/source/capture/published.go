@@ -266,6 +266,13 @@ func PublicationWatch(db Querier, cfg Config, recorded map[string]string) func(c
 func announceVanished(ctx context.Context, db Querier, cfg Config, vanished []decode.Vanished) uint64 {
 	var last uint64
 	for _, v := range vanished {
+		if v.RenamedTo == "" && stillExists(ctx, db, v.Schema, v.Table) {
+			// Removed from the publication by hand, not dropped: the
+			// table is as it was, and a drop_table event would tell a
+			// consumer to throw its copy away. The stop says what
+			// happened.
+			continue
+		}
 		payload, err := json.Marshal(v)
 		if err == nil {
 			var lsn string
@@ -283,6 +290,14 @@ func announceVanished(ctx context.Context, db Querier, cfg Config, vanished []de
 		}
 	}
 	return last
+}
+
+// stillExists reports whether schema.table is still a table of the
+// database (false when that cannot be read).
+func stillExists(ctx context.Context, db Querier, schema, table string) bool {
+	var ok bool
+	err := db.QueryRow(ctx, `SELECT to_regclass(format('%I.%I', $1::text, $2::text)) IS NOT NULL`, schema, table).Scan(&ok)
+	return err == nil && ok
 }
 
 // watchEvery is how often a streaming capture runs Config.Watch.
