@@ -513,14 +513,13 @@ func TestTableUnpublishedEndsTheStream(t *testing.T) {
 	execT(t, db, `INSERT INTO items VALUES (2, 'lost')`)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	// First the schema event saying the table is gone (acknowledged, so
-	// that the stream does not wait for it), then the end.
+	// The table is still there, only unpublished: no drop_table schema
+	// event (a consumer would throw its copy away), only the end.
 	ev, err := s.Next(ctx)
-	if err == nil && ev.Op == "schema" && strings.Contains(string(ev.JSON()), `"changes":[{"change":"drop_table"}]`) {
+	if err == nil && ev.Op == "schema" {
+		t.Errorf("a table removed from the publication but not dropped got a schema event: %s", ev.JSON())
 		ack(t, s, ev.ID)
 		ev, err = s.Next(ctx)
-	} else {
-		t.Errorf("first Next after the table left the publication = %+v, %v; want its drop_table schema event", ev, err)
 	}
 	if err == nil || !strings.Contains(err.Error(), "table public.items is no longer published by publication "+slot) {
 		t.Fatalf("Next after the table left the publication = %+v, %v; want the stream to end saying so", ev, err)
