@@ -87,21 +87,36 @@ func TestCloseFinalStatusProxyBlackHole(t *testing.T) {
 	sock := c.conn.Conn()
 	filled := 0
 	// Large writes first, then single updates: the last large write may
-	// leave room for a small one, and the final update is small.
-	for _, b := range [][]byte{block, frame} {
-		for {
-			sock.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
-			n, err := sock.Write(b)
-			filled += n
-			if err != nil {
-				if !isTimeout(err) {
-					t.Fatalf("filling the send queue: %v", err)
+	// leave room for a small one, and the final update is small. The
+	// kernel keeps making room for a while (segments in flight are
+	// acknowledged into the proxy's receive buffer, the send buffer grows
+	// by autotuning), so fill in rounds until a pause frees nothing.
+	write := func(b []byte, wait time.Duration) (int, bool) {
+		sock.SetWriteDeadline(time.Now().Add(wait))
+		n, err := sock.Write(b)
+		filled += n
+		if err != nil && !isTimeout(err) {
+			t.Fatalf("filling the send queue: %v", err)
+		}
+		if filled > 1<<30 {
+			t.Fatal("wrote 1 GiB into a black-holed connection without blocking")
+		}
+		return n, err == nil
+	}
+	for round := 0; ; round++ {
+		for _, b := range [][]byte{block, frame} {
+			for {
+				if _, ok := write(b, 200*time.Millisecond); !ok {
+					break
 				}
-				break
 			}
-			if filled > 1<<30 {
-				t.Fatal("wrote 1 GiB into a black-holed connection without blocking")
-			}
+		}
+		time.Sleep(300 * time.Millisecond)
+		if n, _ := write(frame, 300*time.Millisecond); n == 0 {
+			break
+		}
+		if round == 20 {
+			t.Fatal("the send queue still takes data after 20 rounds of filling")
 		}
 	}
 	sock.SetWriteDeadline(time.Time{})
