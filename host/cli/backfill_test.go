@@ -149,6 +149,7 @@ func countOp(evs []received, op string) int {
 // carried identical content, and that no committed chunk was read from the
 // table twice.
 func TestBackfillCrashMirror(t *testing.T) {
+	parallel(t)
 	ctx := context.Background()
 	dsn, db := newSource(t)
 	const existing = 100000
@@ -250,6 +251,7 @@ FROM pg_replication_slots WHERE slot_name = 'walcast_bfcrash'`).Scan(&lag)
 // and an empty table to one sink only: that sink's mirror equals the
 // table, the other sink receives no read events.
 func TestBackfillPerSinkKeys(t *testing.T) {
+	parallel(t)
 	dsn, db := newSource(t,
 		`CREATE TABLE accts (region text, id uuid, n int, note text, PRIMARY KEY (region, id))`,
 		`INSERT INTO accts SELECT 'r' || (g % 7), md5(g::text)::uuid, g, CASE WHEN g % 3 = 0 THEN NULL ELSE E'ä "q"\n\t\\ \x01' || g END FROM generate_series(1, 2500) g`,
@@ -355,6 +357,7 @@ func TestBackfillBadInput(t *testing.T) {
 // start are backfilled, and a table added to the pipeline later is
 // backfilled when it first appears, the others not again.
 func TestBackfillNewTables(t *testing.T) {
+	parallel(t)
 	dsn, db := newSource(t,
 		`CREATE TABLE t1 (id int PRIMARY KEY, v text)`,
 		`CREATE TABLE t2 (id bigint PRIMARY KEY, v text)`,
@@ -451,6 +454,7 @@ func rfKeeps(row map[string]any) bool {
 // ends with exactly the rows the filter keeps, which is what the live
 // stream alone delivers for rows written after the slot.
 func TestBackfillRowFilter(t *testing.T) {
+	parallel(t)
 	ctx := context.Background()
 	dsn, db := newSource(t)
 	const existing = 20000
@@ -527,6 +531,7 @@ func TestBackfillRowFilter(t *testing.T) {
 // pipeline's tables), and the backfill honours it like the live stream
 // does.
 func TestBackfillRowFilterAddedByHand(t *testing.T) {
+	parallel(t)
 	dsn, db := newSource(t)
 	const filter = `(id % 3 <> 0)`
 	exec1(t, db, `CREATE TABLE rfh (id int PRIMARY KEY, v text)`)

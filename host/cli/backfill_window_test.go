@@ -66,6 +66,7 @@ func newChunkCounter(r *receiver) *chunkCounter {
 // SIGKILLed mid-backfill (WALCAST_CHAOS times, with as many times the
 // rows) and started again. Every row arrives.
 func TestBackfillWindowAcrossTablesKill(t *testing.T) {
+	parallel(t)
 	ctx := context.Background()
 	dsn, db := newSource(t)
 	// More kills take more rows to land them in: each waits for the run

@@ -21,6 +21,7 @@ import (
 // that redeliveries carry identical ids and bytes, and that each row's
 // first deliveries arrived in commit order.
 func TestCrashLoopLosesNothing(t *testing.T) {
+	parallel(t)
 	ctx := context.Background()
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	truthSlot(t, dsn, db, "truth_crash")

@@ -70,6 +70,7 @@ func TestSinkAheadIsNotRedelivered(t *testing.T) {
 // recovers the slot moves on, and while the captured table is idle but
 // other tables write, keepalives keep moving it.
 func TestSlotWaitsForStuckSink(t *testing.T) {
+	parallel(t)
 	ctx := context.Background()
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text); CREATE TABLE other (id int)`)
 	rcv := newReceiver(t)

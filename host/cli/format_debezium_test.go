@@ -121,6 +121,7 @@ func applyDebezium(t testing.TB, evs []received) mirror {
 // per-row order; every delete is followed by its tombstone; and a
 // consumer applying the Debezium events rebuilds the table.
 func TestKafkaCrashLoopDebezium(t *testing.T) {
+	parallel(t)
 	needKcat(t)
 	start := time.Now()
 	res := runKafkaCrashLoop(t, "kdbz", kafkaLoop{eos: true, kills: pgtest.Chaos(t, 5), top: "  format = \"debezium\"\n"})

@@ -54,6 +54,7 @@ func (h *dbzHook) snapshot() []json.RawMessage {
 // that must equal the table; each event is named by source.lsn and
 // transaction.total_order exactly as its walcast id would name it.
 func TestDebeziumWebhookMirror(t *testing.T) {
+	parallel(t)
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, big text)`,
 		`ALTER TABLE items ALTER COLUMN big SET STORAGE EXTERNAL`,
 		`INSERT INTO items SELECT g, g, NULL FROM generate_series(1, 50) g`)
@@ -166,6 +167,7 @@ func TestDebeziumWebhookMirror(t *testing.T) {
 // from the catch-up stream's decoder and, after the rejoin, from the live
 // one — and a Debezium consumer's mirror equals the table.
 func TestDebeziumCatchupKeepsTheFormat(t *testing.T) {
+	parallel(t)
 	ctx := t.Context()
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	truthSlot(t, dsn, db, "truth_dbziso")

@@ -15,6 +15,7 @@ import (
 // metadata.idempotency_key) applies what arrived to a mirror that equals
 // the table; the idempotency keys are the walcast ids.
 func TestSequinWebhookMirror(t *testing.T) {
+	parallel(t)
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`,
 		`INSERT INTO items SELECT g, g, 'x' FROM generate_series(1, 30) g`)
 	hook := &dbzHook{}

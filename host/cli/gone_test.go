@@ -12,6 +12,7 @@ import (
 // saying why, and walcast status shows the sink stopped with the error
 // until it delivers again after a restart.
 func TestWebhookGoneStopsTheSink(t *testing.T) {
+	parallel(t)
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	rcv := newReceiver(t)
 	rcv.setRespond(func(http.Header, []byte, []received) (int, http.Header) { return http.StatusGone, nil })

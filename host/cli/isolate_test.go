@@ -20,6 +20,7 @@ import (
 // test_decoding: every committed change, row order of first deliveries.
 // More changes after the rejoin reach both.
 func TestSlowSinkDetachesCatchesUpAndRejoins(t *testing.T) {
+	parallel(t)
 	ctx := context.Background()
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	truthSlot(t, dsn, db, "truth_iso")
@@ -118,6 +119,7 @@ func TestSlowSinkDetachesCatchesUpAndRejoins(t *testing.T) {
 // and rejoins; paused again, its catch-up slot is dropped by walcast
 // teardown.
 func TestTwoStalledSinksAndTeardown(t *testing.T) {
+	parallel(t)
 	ctx := context.Background()
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	truthSlot(t, dsn, db, "truth_iso2")
@@ -320,6 +322,7 @@ func TestTwoStalledSinksAndTeardown(t *testing.T) {
 // accepted, then the sink resumes from the pipeline's slot, missing
 // exactly those changes, and receives everything after.
 func TestCatchupSlotDroppedByHand(t *testing.T) {
+	parallel(t)
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY)`)
 	truthSlot(t, dsn, db, "truth_cudrop")
 	fast, slow := newReceiver(t), newReceiver(t)

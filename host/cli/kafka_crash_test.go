@@ -202,6 +202,7 @@ func sinkDuplicates(logs string) int {
 // read_uncommitted reader of the same topic does see duplicates: the
 // records of the transactions the kills aborted.
 func TestKafkaCrashLoopExactlyOnce(t *testing.T) {
+	parallel(t)
 	needKcat(t)
 	start := time.Now()
 	res := runKafkaCrashLoop(t, "kcrash", kafkaLoop{eos: true, kills: pgtest.Chaos(t, 5)})
@@ -218,6 +219,7 @@ func TestKafkaCrashLoopExactlyOnce(t *testing.T) {
 // delivers the interrupted batch again; the new process reads the
 // checkpoint back and filters what the killed one had committed.
 func TestKafkaPluginCrashLoopExactlyOnce(t *testing.T) {
+	parallel(t)
 	needKcat(t)
 	start := time.Now()
 	res := runKafkaCrashLoop(t, "kplug", kafkaLoop{eos: true, killPlugin: true, kills: pgtest.Chaos(t, 5)})
@@ -248,6 +250,7 @@ func checkExactlyOnce(t *testing.T, res kafkaLoopResult) {
 // nothing is lost, and the batches walcast redelivers after a crash land
 // again: duplicates a consumer removes by event id.
 func TestKafkaAtLeastOnceWithoutEOS(t *testing.T) {
+	parallel(t)
 	start := time.Now()
 	res := runKafkaCrashLoop(t, "kalo", kafkaLoop{eos: false, kills: 5})
 	got := readKafka(t, res.addr, kafkaTopic, kgo.ReadCommitted())

@@ -17,6 +17,7 @@ import (
 // in commit order, and a mirror of what the sink received equals the
 // table.
 func TestStandbyKillLoop(t *testing.T) {
+	parallel(t)
 	took, _ := takeoverRounds(t, "killloop", pgtest.Chaos(t, 5), func(round int, lead, next *walcastProc) time.Duration {
 		lead.kill()
 		killed := time.Now()

@@ -45,6 +45,22 @@ func testMain(m *testing.M) int {
 	return m.Run()
 }
 
+// parallel lets a test run beside the package's other parallel tests. Only
+// tests that own everything they touch call it: their own database in the
+// shared cluster, slots and pipelines named after the test, their own
+// receivers, brokers and processes on ports the kernel picked. Tests that
+// change cluster-wide state (roles, settings, restarts, other sessions'
+// backends) or that measure timings stay serial; Go runs every serial test
+// before the parallel ones start, so the two never overlap. Most of these
+// tests wait on processes, PostgreSQL and the network, so two at a time
+// finish in far less than twice the time. WALCAST_TEST_SERIAL=1 runs them
+// one by one (to tell a race between tests from a bug in one).
+func parallel(t *testing.T) {
+	if os.Getenv("WALCAST_TEST_SERIAL") == "" {
+		t.Parallel()
+	}
+}
+
 // buildBinaries builds walcast and every built-in sink plugin into dir, the
 // way `make build` lays them out in bin/.
 func buildBinaries(dir string) error {

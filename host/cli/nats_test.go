@@ -159,6 +159,7 @@ var natsDropped = regexp.MustCompile(`msg="stream dropped events it already stor
 // each row's changes in commit order, and applying the stream rebuilds
 // the table.
 func TestNATSCrashLoopExactlyOnce(t *testing.T) {
+	parallel(t)
 	start := time.Now()
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	srv := startNATSServer(t, "")

@@ -296,6 +296,7 @@ var pgSkipped = regexp.MustCompile(`msg="skipped events already applied to the t
 // holds exactly one row per committed change. Then the target table is
 // emptied by hand and `walcast backfill` makes it equal again.
 func TestPostgresSinkCrashLoop(t *testing.T) {
+	parallel(t)
 	ctx := context.Background()
 	name := "pgcrash"
 	dsn, db := newSource(t, pgItems)

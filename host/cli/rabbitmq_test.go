@@ -17,6 +17,7 @@ import (
 // broker (see amqp_server_test.go); the check that restarts the broker
 // goes last.
 func TestRabbitMQ(t *testing.T) {
+	parallel(t)
 	needRabbit(t)
 	b := startRabbit(t)
 	t.Run("CrashLoop", func(t *testing.T) { rabbitCrashLoop(t, b) })

@@ -97,6 +97,7 @@ var (
 // byte-identical, in commit order, and applying the stream rebuilds the
 // table.
 func TestRedisCrashLoopExactlyOnce(t *testing.T) {
+	parallel(t)
 	start := time.Now()
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	srv := startRedisServer(t)

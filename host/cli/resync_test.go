@@ -271,6 +271,7 @@ func startItemWriters(t testing.TB, dsn string, next int) (stop func() (int64, e
 // consumer ignoring the markers keeps the gap's deleted rows; the other
 // sink receives nothing of the per-sink resync.
 func TestResyncHealsLostSlot(t *testing.T) {
+	parallel(t)
 	const existing = 40000
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`,
 		fmt.Sprintf(`INSERT INTO items SELECT g, 0, repeat('p', 40) FROM generate_series(1, %d) g`, existing))
@@ -356,6 +357,7 @@ func TestResyncHealsLostSlot(t *testing.T) {
 // walcast status says beforehand that the next run heals (exit 0, not
 // 3), and afterwards shows the gap and the resync.
 func TestOnGapResyncLostSlot(t *testing.T) {
+	parallel(t)
 	const existing = 20000
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`,
 		fmt.Sprintf(`INSERT INTO items SELECT g, 0, repeat('p', 40) FROM generate_series(1, %d) g`, existing))
@@ -433,6 +435,7 @@ func setSourceAttr(t testing.TB, path, line string) {
 // resync_begin deleted at resync_end. The pending keys and the record of
 // the open resync are gone afterwards, and the other sink got no marker.
 func TestPostgresSinkResyncSweeps(t *testing.T) {
+	parallel(t)
 	const existing = 5000
 	dsn, db := newSource(t, pgItems, fmt.Sprintf(`INSERT INTO items (id, v, pad, amount, at, tags, doc, blob, flag, f)
 SELECT g, 0, repeat('x', 40), g * 1.25, now(), ARRAY['t', g::text], jsonb_build_object('id', g), decode(md5(g::text), 'hex'), g %% 2 = 0, g / 3.0
@@ -488,6 +491,7 @@ FROM generate_series(1, %d) g`, existing))
 // while walcast was stopped, a quarter of the rows deleted in it); without
 // the markers it keeps the deleted rows.
 func TestKafkaResyncMarkers(t *testing.T) {
+	parallel(t)
 	addr := startKafka(t)
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	pipeline := writePipeline(t, "kresync", dsn, []string{"public.items"},
@@ -602,6 +606,7 @@ func startFailoverWriters(t testing.TB, dsn string, next int) (stop func() (int6
 // keeping the marker contract ends with exactly the new primary's rows,
 // all columns, rows deleted during the failover included.
 func TestOnGapResyncFailover(t *testing.T) {
+	parallel(t)
 	ctx := context.Background()
 	rows := 20000
 	if v, err := strconv.Atoi(os.Getenv("WALCAST_FAILOVER_ROWS")); err == nil && v > 0 {

@@ -76,6 +76,7 @@ func s3Workload(ctx context.Context, db *pgx.Conn, r *rand.Rand, n int) (int, er
 // and kill); and the mirror built from the objects in id order equals
 // each table.
 func TestS3CrashLoop(t *testing.T) {
+	parallel(t)
 	needS3Clients(t)
 	ctx := context.Background()
 	start := time.Now()

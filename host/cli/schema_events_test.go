@@ -91,6 +91,7 @@ WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY
 // consumer that keeps its copy's columns by the schema events and merges
 // the rows' values ends equal to the table, every column.
 func TestSchemaEventsMidStream(t *testing.T) {
+	parallel(t)
 	dsn, db := newSource(t,
 		`CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, note text, label varchar(10))`,
 		`INSERT INTO items SELECT g, 0, 'n', 'l' FROM generate_series(1, 200) g`,

@@ -200,6 +200,7 @@ func compactJSON(b json.RawMessage) string {
 // healed and everything replayed: the mirror must hold the source's rows,
 // in an order the validator accepts. WALCAST_CHAOS multiplies the rounds.
 func TestTruncateReplayNemesis(t *testing.T) {
+	parallel(t)
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	rcv := newMirrorReceiver(t)
 	pipeline := writePipeline(t, "truncreplay", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 5,
