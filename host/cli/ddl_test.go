@@ -29,15 +29,18 @@ func TestDDLMidStream(t *testing.T) {
 	w := startCapturing(t, db, p)
 	w.waitLog(t, "streaming from slot")
 
-	// Writers touch only id and v, which every step keeps.
-	ctx, stop := context.WithCancel(context.Background())
+	// Writers touch only id and v, which every step keeps. They stop
+	// between statements, never by a cancelled context: a cancelled
+	// statement can still commit after the truth is read.
+	ctx := context.Background()
+	var stopped atomic.Bool
 	var wg sync.WaitGroup
 	var writes atomic.Int64
 	errs := make(chan error, 2)
 	for wr := 0; wr < 2; wr++ {
 		wg.Go(func() {
 			c := connect(t, dsn)
-			for i := 0; ctx.Err() == nil; i++ {
+			for i := 0; !stopped.Load(); i++ {
 				id := 1 + (i*7+wr*101)%400
 				var err error
 				switch i % 3 {
@@ -48,7 +51,7 @@ func TestDDLMidStream(t *testing.T) {
 				case 2:
 					_, err = c.Exec(ctx, `DELETE FROM items WHERE id = $1`, id+200)
 				}
-				if err != nil && ctx.Err() == nil {
+				if err != nil {
 					errs <- fmt.Errorf("writer %d: %w", wr, err)
 					return
 				}
@@ -70,7 +73,7 @@ func TestDDLMidStream(t *testing.T) {
 	}
 	before := writes.Load()
 	waitFor(t, "writes after the last step", time.Minute, func() bool { return writes.Load() >= before+50 })
-	stop()
+	stopped.Store(true)
 	wg.Wait()
 	select {
 	case err := <-errs:
