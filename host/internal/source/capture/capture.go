@@ -143,6 +143,9 @@ type Capture struct {
 	conn    *pgconn.PgConn
 	sentAt  time.Time
 	sentPos uint64
+	// finalDeadline bounds Close's last status update (zero while
+	// streaming: each update then gets the receive timeout).
+	finalDeadline time.Time
 	// lastEvent and lastEnd are the last event and commit handed to the
 	// consumer. After a reconnect PostgreSQL resends everything after the
 	// slot's confirmed position, and whatever is at or below them is
@@ -390,7 +393,7 @@ func (c *Capture) Close(ctx context.Context) error {
 	// pglogrepl ignores the context it is given: the socket's own write
 	// deadline is what bounds the send.
 	bound := time.Until(deadline)
-	c.conn.Conn().SetWriteDeadline(deadline)
+	c.finalDeadline = deadline
 	err := c.sendStatus(false)
 	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
 		err = fmt.Errorf("the server did not take the final standby status update within %s (what it does not confirm is sent again on the next start): %w",
@@ -762,6 +765,22 @@ func (c *Capture) sendStatus(reply bool) error {
 		return nil
 	}
 	flush := c.flushPosition()
+	// pglogrepl ignores the context it is given: the socket's write
+	// deadline is what bounds the send. A server that takes no status
+	// update for a whole receive timeout (a black-holed connection whose
+	// send queue is full) is treated like a silent one: the stream ends
+	// and reconnects instead of blocking the capture in the write.
+	deadline := c.finalDeadline
+	if deadline.IsZero() {
+		bound := time.Duration(c.timeout.Load())
+		if bound <= 0 {
+			bound = finalStatusTimeout
+		}
+		deadline = time.Now().Add(bound)
+	}
+	sock := c.conn.Conn()
+	sock.SetWriteDeadline(deadline)
+	defer sock.SetWriteDeadline(time.Time{})
 	// Every position is set explicitly: pglogrepl copies the write
 	// position into zero flush/apply positions, which would confirm what
 	// no sink has acknowledged.
