@@ -66,12 +66,6 @@ func Start(t testing.TB, c Config) *Server {
 	return s
 }
 
-// Port is the port of Addr, for command lines that take it alone.
-func (s *Server) Port() string {
-	_, port, _ := net.SplitHostPort(s.Addr)
-	return port
-}
-
 // Start starts the server again after Stop, with the same command line
 // and directory, and returns once it accepts connections.
 func (s *Server) Start() {
