@@ -10,7 +10,8 @@ GO       ?= go
 BIN      := bin
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.buildVersion=$(VERSION)
-PLUGINS  := $(notdir $(wildcard plugins/*))
+# Every directory of plugins/ is a sink but internal/, the packages they share.
+PLUGINS  := $(filter-out internal,$(notdir $(wildcard plugins/*)))
 
 .PHONY: all build test chaos vet fmt-check demo bench clean tools kafka
 

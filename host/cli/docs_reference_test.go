@@ -310,12 +310,11 @@ func TestSinkConfigsDocumented(t *testing.T) {
 	}
 	readme, _ := os.ReadFile(filepath.Join(root, "README.md"))
 	settings, _ := os.ReadFile(filepath.Join(root, "docs/reference/settings.md"))
-	dirs, _ := filepath.Glob(filepath.Join(root, "plugins", "*"))
-	if len(dirs) < 5 {
-		t.Fatalf("found %d plugins", len(dirs))
+	names := builtinSinks(root)
+	if len(names) < 5 {
+		t.Fatalf("found %d plugins", len(names))
 	}
-	for _, dir := range dirs {
-		name := filepath.Base(dir)
+	for _, name := range names {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		info, err := sinkclient.Describe(ctx, sinkclient.Config{Path: filepath.Join(binDir, sinkclient.ExecutableName(name))}, nil)
 		cancel()

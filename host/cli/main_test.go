@@ -61,6 +61,19 @@ func parallel(t *testing.T) {
 	}
 }
 
+// builtinSinks names the built-in sinks: every directory of plugins/ but
+// internal/, the packages they share.
+func builtinSinks(root string) []string {
+	dirs, _ := filepath.Glob(filepath.Join(root, "plugins", "*"))
+	var names []string
+	for _, d := range dirs {
+		if name := filepath.Base(d); name != "internal" {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
 // buildBinaries builds walcast and every built-in sink plugin into dir, the
 // way `make build` lays them out in bin/.
 func buildBinaries(dir string) error {
@@ -69,9 +82,8 @@ func buildBinaries(dir string) error {
 		return err
 	}
 	targets := map[string]string{"walcast": "./cmd/walcast"}
-	plugins, _ := filepath.Glob(filepath.Join(root, "plugins", "*"))
-	for _, p := range plugins {
-		targets["walcast-sink-"+filepath.Base(p)] = "./plugins/" + filepath.Base(p)
+	for _, name := range builtinSinks(root) {
+		targets["walcast-sink-"+name] = "./plugins/" + name
 	}
 	args := []string{"build", "-o", dir + string(filepath.Separator)}
 	// WALCAST_TEST_RACE=1 builds the binaries under test with the race

@@ -3,12 +3,10 @@ package main
 import (
 	"cmp"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -20,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/plugins/internal/clienttls"
 )
 
 const (
@@ -131,7 +130,7 @@ func parseConfig(c config, id pluginkit.Identity) (settings, error) {
 		func() error { return parseLimits(&st, c) },
 		func() error { return parseCompression(&st, c.Compression) },
 		func() error { return parseCreateTopics(&st, c.CreateTopics) },
-		func() error { return parseTLS(&st, c.TLS) },
+		func() (err error) { st.tls, err = clienttls.Decode(c.TLS, clienttls.SettingsAndEnabled); return err },
 		func() error { return parseSASL(&st, c.SASL) },
 	} {
 		if err := step(); err != nil {
@@ -237,63 +236,6 @@ func parseCreateTopics(st *settings, m map[string]string) error {
 		default:
 			return bad(fmt.Sprintf("unknown key %q; want enabled, partitions or replication_factor", k))
 		}
-	}
-	return nil
-}
-
-func parseTLS(st *settings, m map[string]string) error {
-	if m == nil {
-		return nil
-	}
-	bad := func(msg string) error { return &pluginkit.ConfigError{Field: "tls", Msg: msg} }
-	enabled := true
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	var certFile, keyFile string
-	for k, v := range m {
-		switch k {
-		case "enabled":
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return bad(fmt.Sprintf("enabled must be true or false, not %q", v))
-			}
-			enabled = b
-		case "ca_file":
-			pem, err := os.ReadFile(v)
-			if err != nil {
-				return bad(fmt.Sprintf("ca_file: %v", err))
-			}
-			cfg.RootCAs = x509.NewCertPool()
-			if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-				return bad(fmt.Sprintf("ca_file %s: no PEM certificate in it", v))
-			}
-		case "cert_file":
-			certFile = v
-		case "key_file":
-			keyFile = v
-		case "server_name":
-			cfg.ServerName = v
-		case "insecure_skip_verify":
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return bad(fmt.Sprintf("insecure_skip_verify must be true or false, not %q", v))
-			}
-			cfg.InsecureSkipVerify = b
-		default:
-			return bad(fmt.Sprintf("unknown key %q; want enabled, ca_file, cert_file, key_file, server_name or insecure_skip_verify", k))
-		}
-	}
-	if (certFile == "") != (keyFile == "") {
-		return bad("cert_file and key_file go together")
-	}
-	if certFile != "" {
-		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			return bad(fmt.Sprintf("load client certificate: %v", err))
-		}
-		cfg.Certificates = []tls.Certificate{cert}
-	}
-	if enabled {
-		st.tls = cfg
 	}
 	return nil
 }

@@ -83,18 +83,19 @@ func deliver(t *testing.T, s *Sink, evs []pluginkit.Event) pluginkit.DeliverResu
 }
 
 // read returns the walcast-id header of every record of topic a reader
-// with the given isolation level sees.
-func read(t *testing.T, addr, topic string, iso kgo.IsolationLevel) []string {
+// with the given isolation level (and client options) sees.
+func read(t *testing.T, addr, topic string, iso kgo.IsolationLevel, opts ...kgo.Opt) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+	opts = append([]kgo.Opt{kgo.SeedBrokers(addr)}, opts...)
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
 	var ids []string
-	err = readToEnd(ctx, kadm.NewClient(cl), []kgo.Opt{kgo.SeedBrokers(addr)}, topic, iso, func(r *kgo.Record) {
+	err = readToEnd(ctx, kadm.NewClient(cl), opts, topic, iso, func(r *kgo.Record) {
 		ids = append(ids, header(r, "walcast-id"))
 	})
 	if err != nil {

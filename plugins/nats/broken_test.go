@@ -48,14 +48,14 @@ func TestAuthentication(t *testing.T) {
 // down, and once one is up the sink creates the stream and publishes.
 func TestServerDownAtStart(t *testing.T) {
 	srv := startNATS(t, "")
-	srv.stop()
+	srv.Stop()
 	s := openSink(t, srv, nil, "public.items")
 	batch := events(0x100, 3)
 	_, err := s.Deliver(t.Context(), pluginkit.Batch{Events: batch})
-	if kind, _ := pluginkit.KindOf(err); kind != pluginkit.KindRetryable || !strings.Contains(err.Error(), "nats://"+srv.addr) {
+	if kind, _ := pluginkit.KindOf(err); kind != pluginkit.KindRetryable || !strings.Contains(err.Error(), "nats://"+srv.Addr) {
 		t.Fatalf("Deliver to servers that are down = %v (%s), want retryable naming them", err, kind)
 	}
-	srv.start()
+	srv.Start()
 	deliverEventually(t, s, batch)
 	assertStored(t, readStream(t, srv.reader(t), "WALCAST"), batch)
 }
@@ -68,7 +68,7 @@ func TestServerRestartMidStream(t *testing.T) {
 	s := openSink(t, srv, nil)
 	a, b := events(0x100, 10), events(0x200, 10)
 	deliver(t, s, pluginkit.Batch{Events: a})
-	srv.restart()
+	srv.Restart()
 	deliverEventually(t, s, a)
 	deliverEventually(t, s, b)
 	assertStored(t, readStream(t, srv.reader(t), "WALCAST"), a, b)

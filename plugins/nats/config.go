@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,12 +10,12 @@ import (
 	"net/url"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
 
 	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/plugins/internal/clienttls"
 )
 
 const (
@@ -119,7 +118,7 @@ func decodeConfig(raw json.RawMessage, id pluginkit.Identity, tables []string) (
 		func() error { return parseNames(&st) },
 		func() error { return parseDurations(&st, c) },
 		func() error { return parseAuth(st) },
-		func() error { return parseTLS(&st, c.TLS) },
+		func() (err error) { st.tls, err = clienttls.Decode(c.TLS, clienttls.SettingsAndEnabled); return err },
 	} {
 		if err := step(); err != nil {
 			return st, err
@@ -229,62 +228,6 @@ func parseAuth(st settings) error {
 	}
 	if len(chosen) > 1 {
 		return &pluginkit.ConfigError{Field: chosen[1], Msg: fmt.Sprintf("choose one way to authenticate: %s", strings.Join(chosen, ", "))}
-	}
-	return nil
-}
-
-func parseTLS(st *settings, m map[string]string) error {
-	if m == nil {
-		return nil
-	}
-	bad := func(msg string) error { return &pluginkit.ConfigError{Field: "tls", Msg: msg} }
-	enabled := true
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	var certFile, keyFile string
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		v := m[k]
-		switch k {
-		case "enabled", "insecure_skip_verify":
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return bad(fmt.Sprintf("%s must be true or false, not %q", k, v))
-			}
-			if k == "enabled" {
-				enabled = b
-			} else {
-				cfg.InsecureSkipVerify = b
-			}
-		case "ca_file":
-			pem, err := os.ReadFile(v)
-			if err != nil {
-				return bad(fmt.Sprintf("ca_file: %v", err))
-			}
-			cfg.RootCAs = x509.NewCertPool()
-			if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-				return bad(fmt.Sprintf("ca_file %s: no PEM certificate in it", v))
-			}
-		case "cert_file":
-			certFile = v
-		case "key_file":
-			keyFile = v
-		case "server_name":
-			cfg.ServerName = v
-		default:
-			return bad(fmt.Sprintf("unknown key %q; want enabled, ca_file, cert_file, key_file, server_name or insecure_skip_verify", k))
-		}
-	}
-	if (certFile == "") != (keyFile == "") {
-		return bad("cert_file and key_file go together")
-	}
-	if certFile != "" {
-		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			return bad(fmt.Sprintf("load client certificate: %v", err))
-		}
-		cfg.Certificates = []tls.Certificate{cert}
-	}
-	if enabled {
-		st.tls = cfg
 	}
 	return nil
 }

@@ -39,10 +39,10 @@ func TestConformance(t *testing.T) {
 			{Name: "wildcard prefix", Config: json.RawMessage(`{"servers":["nats://h:4222"],"subject_prefix":"a.*"}`), Field: "subject_prefix"},
 			{Name: "two ways to authenticate", Config: json.RawMessage(`{"servers":["nats://h:4222"],"username":"u","token":"t"}`), Field: "token"},
 		},
-		Hang: srv.pause,
+		Hang: srv.Pause,
 		Faults: []sinktest.Fault{{
 			Name:   "server down",
-			Inject: func() func() { srv.stop(); return srv.start },
+			Inject: func() func() { srv.Stop(); return srv.Start },
 			Want:   pluginkit.KindRetryable,
 		}},
 		EventFaults: []sinktest.EventFault{{

@@ -142,7 +142,7 @@ func TestMaxMsgSize(t *testing.T) {
 func TestAckWaitEndsWithContext(t *testing.T) {
 	srv := startNATS(t, "")
 	s := openSink(t, srv, nil)
-	resume := srv.pause()
+	resume := srv.Pause()
 	defer resume()
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()

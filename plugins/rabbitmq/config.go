@@ -3,18 +3,16 @@ package main
 import (
 	"cmp"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
-	"strconv"
 	"strings"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/plugins/internal/clienttls"
 )
 
 const (
@@ -164,51 +162,22 @@ func (st settings) routingKeyOf(e *pluginkit.Event) string {
 	return r.Replace(st.routingKey)
 }
 
+// parseTLS refines the TLS an amqps:// URL turned on with the tls map; the
+// URL's host stays the name verified unless server_name says otherwise.
 func parseTLS(st *settings, m map[string]string) error {
 	if m == nil {
 		return nil
 	}
-	bad := func(msg string) error { return &pluginkit.ConfigError{Field: "tls", Msg: msg} }
 	if st.tls == nil {
-		return bad(`applies to amqps:// URLs only: make url start with amqps://`)
+		return &pluginkit.ConfigError{Field: "tls", Msg: `applies to amqps:// URLs only: make url start with amqps://`}
 	}
-	var certFile, keyFile string
-	for k, v := range m {
-		switch k {
-		case "ca_file":
-			pem, err := os.ReadFile(v)
-			if err != nil {
-				return bad(fmt.Sprintf("ca_file: %v", err))
-			}
-			st.tls.RootCAs = x509.NewCertPool()
-			if !st.tls.RootCAs.AppendCertsFromPEM(pem) {
-				return bad(fmt.Sprintf("ca_file %s: no PEM certificate in it", v))
-			}
-		case "cert_file":
-			certFile = v
-		case "key_file":
-			keyFile = v
-		case "server_name":
-			st.tls.ServerName = v
-		case "insecure_skip_verify":
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return bad(fmt.Sprintf("insecure_skip_verify must be true or false, not %q", v))
-			}
-			st.tls.InsecureSkipVerify = b
-		default:
-			return bad(fmt.Sprintf("unknown key %q; want ca_file, cert_file, key_file, server_name or insecure_skip_verify", k))
-		}
+	cfg, err := clienttls.Decode(m, clienttls.Settings)
+	if err != nil {
+		return err
 	}
-	if (certFile == "") != (keyFile == "") {
-		return bad("cert_file and key_file go together")
+	if cfg.ServerName == "" {
+		cfg.ServerName = st.tls.ServerName // the URL's host
 	}
-	if certFile != "" {
-		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			return bad(fmt.Sprintf("load client certificate: %v", err))
-		}
-		st.tls.Certificates = []tls.Certificate{cert}
-	}
+	st.tls = cfg
 	return nil
 }

@@ -24,7 +24,7 @@ func TestAuthentication(t *testing.T) {
 		{"ACL user", map[string]any{"username": "walcast", "password": "pw2"}, true, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := configureOpen(t, newSink(discardLogger()), srv.addr, tc.cfg)
+			_, err := configureOpen(t, newSink(discardLogger()), srv.Addr, tc.cfg)
 			if tc.ok {
 				if err != nil {
 					t.Fatalf("Open: %v", err)
@@ -46,17 +46,17 @@ func TestAuthentication(t *testing.T) {
 // is up, then the sink claims, reads the checkpoint and writes.
 func TestServerDownAtStart(t *testing.T) {
 	srv := startRedis(t)
-	srv.stop()
-	s, res := openSink(t, srv.addr, nil)
+	srv.Stop()
+	s, res := openSink(t, srv.Addr, nil)
 	if !res.Checkpoint.IsZero() {
 		t.Fatalf("checkpoint %s from a server that is down", res.Checkpoint)
 	}
 	batch := events(0x100, 3)
 	_, err := s.Deliver(t.Context(), pluginkit.Batch{Events: batch})
-	if kind, _ := pluginkit.KindOf(err); kind != pluginkit.KindRetryable || !strings.Contains(err.Error(), srv.addr+" unreachable") {
-		t.Fatalf("Deliver to a server that is down = %v (%s), want retryable naming %s", err, kind, srv.addr)
+	if kind, _ := pluginkit.KindOf(err); kind != pluginkit.KindRetryable || !strings.Contains(err.Error(), srv.Addr+" unreachable") {
+		t.Fatalf("Deliver to a server that is down = %v (%s), want retryable naming %s", err, kind, srv.Addr)
 	}
-	srv.start()
+	srv.Start()
 	deliver(t, s, pluginkit.Batch{Events: batch})
 	assertOnce(t, entries(t, srv.client(t, ""), itemsStream), batch)
 }
@@ -66,10 +66,10 @@ func TestServerDownAtStart(t *testing.T) {
 // retryably, and its retry lands once.
 func TestServerRestartMidStream(t *testing.T) {
 	srv := startRedis(t)
-	s, _ := openSink(t, srv.addr, nil)
+	s, _ := openSink(t, srv.Addr, nil)
 	a, b := events(0x100, 10), events(0x200, 10)
 	deliver(t, s, pluginkit.Batch{Events: a})
-	srv.restart()
+	srv.Restart()
 	if _, err := s.Deliver(t.Context(), pluginkit.Batch{Events: b}); err != nil {
 		if kind, _ := pluginkit.KindOf(err); kind != pluginkit.KindRetryable {
 			t.Fatalf("Deliver across a restart = %v (%s), want retryable", err, kind)
@@ -83,7 +83,7 @@ func TestServerRestartMidStream(t *testing.T) {
 // write the keys of one hash slot.
 func TestClusterRefused(t *testing.T) {
 	srv := startRedis(t, "--cluster-enabled", "yes")
-	_, err := configureOpen(t, newSink(discardLogger()), srv.addr, nil)
+	_, err := configureOpen(t, newSink(discardLogger()), srv.Addr, nil)
 	if kind, _ := pluginkit.KindOf(err); kind != pluginkit.KindPermanent || !strings.Contains(err.Error(), "Redis Cluster") {
 		t.Fatalf("Open on a cluster node = %v (%s), want permanent naming Redis Cluster", err, kind)
 	}

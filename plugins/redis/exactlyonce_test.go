@@ -17,7 +17,7 @@ const itemsStream = "walcast:public.items"
 // counted, in part or in whole.
 func TestExactlyOnceAcrossReopen(t *testing.T) {
 	srv := startRedis(t)
-	s, res := openSink(t, srv.addr, nil)
+	s, res := openSink(t, srv.Addr, nil)
 	if !res.Checkpoint.IsZero() {
 		t.Fatalf("fresh Open checkpoint = %s, want zero", res.Checkpoint)
 	}
@@ -29,7 +29,7 @@ func TestExactlyOnceAcrossReopen(t *testing.T) {
 	}
 	s.Close(t.Context())
 
-	s2, res := openSink(t, srv.addr, nil)
+	s2, res := openSink(t, srv.Addr, nil)
 	if want := b[len(b)-1].ID; res.Checkpoint != want {
 		t.Fatalf("reopened checkpoint = %s, want %s", res.Checkpoint, want)
 	}
@@ -48,14 +48,14 @@ func TestExactlyOnceAcrossReopen(t *testing.T) {
 // the checkpoint and is written all the same, without moving it back.
 func TestReplayBelowCheckpoint(t *testing.T) {
 	srv := startRedis(t)
-	s, _ := openSink(t, srv.addr, nil)
+	s, _ := openSink(t, srv.Addr, nil)
 	parked, later := events(0x100, 3), events(0x200, 5)
 	deliver(t, s, pluginkit.Batch{Events: later})
 	if r := deliver(t, s, pluginkit.Batch{Events: parked, Replay: true}); r.Duplicates != 0 {
 		t.Errorf("replay reported %d duplicates, want 0 (the host would keep them parked)", r.Duplicates)
 	}
 	s.Close(t.Context())
-	_, res := openSink(t, srv.addr, nil)
+	_, res := openSink(t, srv.Addr, nil)
 	if want := later[len(later)-1].ID; res.Checkpoint != want {
 		t.Errorf("checkpoint after the replay = %s, want %s (never back)", res.Checkpoint, want)
 	}
@@ -67,11 +67,11 @@ func TestReplayBelowCheckpoint(t *testing.T) {
 // retried batch is recognised as written.
 func TestUnknownOutcomeSettled(t *testing.T) {
 	srv := startRedis(t)
-	s, _ := openSink(t, srv.addr, nil)
+	s, _ := openSink(t, srv.Addr, nil)
 	batch := events(0x100, 20)
 	var resume func()
 	s.beforeExec = func(context.Context) error {
-		resume = srv.pause() // the transaction waits in the socket
+		resume = srv.Pause() // the transaction waits in the socket
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
@@ -92,11 +92,11 @@ func TestUnknownOutcomeSettled(t *testing.T) {
 // between its epoch check and its EXEC: the first never writes again.
 func TestFencing(t *testing.T) {
 	srv := startRedis(t)
-	s1, _ := openSink(t, srv.addr, nil)
+	s1, _ := openSink(t, srv.Addr, nil)
 	deliver(t, s1, pluginkit.Batch{Events: events(0x100, 2)})
 	var s2 *Sink
 	s1.beforeExec = func(context.Context) error {
-		s2, _ = openSink(t, srv.addr, nil)
+		s2, _ = openSink(t, srv.Addr, nil)
 		return nil
 	}
 	_, err := s1.Deliver(t.Context(), pluginkit.Batch{Events: events(0x200, 2)})
@@ -116,7 +116,7 @@ func TestFencing(t *testing.T) {
 // sent; the rest of the batch is written once.
 func TestTooLargeIsNamed(t *testing.T) {
 	srv := startRedis(t, "--proto-max-bulk-len", "1mb")
-	s, _ := openSink(t, srv.addr, nil)
+	s, _ := openSink(t, srv.Addr, nil)
 	batch := events(0x100, 5)
 	batch[2].Payload = []byte(`{"pad":"` + strings.Repeat("x", 2<<20) + `"}`)
 	_, err := s.Deliver(t.Context(), pluginkit.Batch{Events: batch})
@@ -140,7 +140,7 @@ func TestWrongTypeIsNamed(t *testing.T) {
 	if err := c.Set(t.Context(), "walcast:public.other", "a string", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	s, _ := openSink(t, srv.addr, nil)
+	s, _ := openSink(t, srv.Addr, nil)
 	batch := events(0x100, 4)
 	batch[1].Table = "other"
 	_, err := s.Deliver(t.Context(), pluginkit.Batch{Events: batch})
@@ -163,7 +163,7 @@ func TestWrongTypeIsNamed(t *testing.T) {
 
 func TestMaxLen(t *testing.T) {
 	srv := startRedis(t)
-	s, _ := openSink(t, srv.addr, map[string]any{"maxlen": 10, "maxlen_exact": true})
+	s, _ := openSink(t, srv.Addr, map[string]any{"maxlen": 10, "maxlen_exact": true})
 	all := events(0x100, 50)
 	deliver(t, s, pluginkit.Batch{Events: all[:25]})
 	deliver(t, s, pluginkit.Batch{Events: all[25:]})

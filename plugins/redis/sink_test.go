@@ -26,7 +26,7 @@ func TestConformance(t *testing.T) {
 	srv := startRedis(t, "--proto-max-bulk-len", "1mb")
 	c := srv.client(t, "")
 	cfg := fmt.Sprintf(`{"address":%q,"streams":{"public.orders":%q,"public.customers":%q,"billing.invoices":%q},"timeout":"2s"}`,
-		srv.addr, conformanceStream, conformanceStream, conformanceStream)
+		srv.Addr, conformanceStream, conformanceStream, conformanceStream)
 	sinktest.Run(t, sinktest.Config{
 		NewBatch: func() pluginkit.BatchSink { return newSink(discardLogger()) },
 		Config:   json.RawMessage(cfg),
@@ -41,10 +41,10 @@ func TestConformance(t *testing.T) {
 			{Name: "url instead of address", Config: json.RawMessage(`{"address":"redis://u:p@h:6379"}`), Field: "address"},
 			{Name: "negative maxlen", Config: json.RawMessage(`{"address":"h:6379","maxlen":-1}`), Field: "maxlen"},
 		},
-		Hang: srv.pause,
+		Hang: srv.Pause,
 		Faults: []sinktest.Fault{{
 			Name:   "server down",
-			Inject: func() func() { srv.stop(); return srv.start },
+			Inject: func() func() { srv.Stop(); return srv.Start },
 			Want:   pluginkit.KindRetryable,
 		}},
 		EventFaults: []sinktest.EventFault{{

@@ -3,15 +3,13 @@ package main
 import (
 	"cmp"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"net/url"
-	"os"
-	"strconv"
 	"strings"
 
 	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/plugins/internal/clienttls"
 )
 
 const (
@@ -115,7 +113,7 @@ func decodeConfig(raw json.RawMessage, id pluginkit.Identity) (settings, error) 
 		func() error { return parseCredentials(&st) },
 		func() error { return parseFormat(&st, c.Format, c.Compression) },
 		func() error { return parseSizes(&st, c) },
-		func() error { return parseTLS(&st, c.TLS) },
+		func() (err error) { st.tls, err = clienttls.Decode(c.TLS, clienttls.Settings); return err },
 	} {
 		if err := step(); err != nil {
 			return st, err
@@ -209,54 +207,6 @@ func parseSizes(st *settings, c config) error {
 	} else {
 		st.multipartAbove = max(st.multipartAbove, st.partSize)
 	}
-	return nil
-}
-
-func parseTLS(st *settings, m map[string]string) error {
-	if m == nil {
-		return nil
-	}
-	bad := func(msg string) error { return &pluginkit.ConfigError{Field: "tls", Msg: msg} }
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	var certFile, keyFile string
-	for k, v := range m {
-		switch k {
-		case "ca_file":
-			pem, err := os.ReadFile(v)
-			if err != nil {
-				return bad(fmt.Sprintf("ca_file: %v", err))
-			}
-			cfg.RootCAs = x509.NewCertPool()
-			if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-				return bad(fmt.Sprintf("ca_file %s: no PEM certificate in it", v))
-			}
-		case "cert_file":
-			certFile = v
-		case "key_file":
-			keyFile = v
-		case "server_name":
-			cfg.ServerName = v
-		case "insecure_skip_verify":
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return bad(fmt.Sprintf("insecure_skip_verify must be true or false, not %q", v))
-			}
-			cfg.InsecureSkipVerify = b
-		default:
-			return bad(fmt.Sprintf("unknown key %q; want ca_file, cert_file, key_file, server_name or insecure_skip_verify", k))
-		}
-	}
-	if (certFile == "") != (keyFile == "") {
-		return bad("cert_file and key_file go together")
-	}
-	if certFile != "" {
-		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			return bad(fmt.Sprintf("load client certificate: %v", err))
-		}
-		cfg.Certificates = []tls.Certificate{cert}
-	}
-	st.tls = cfg
 	return nil
 }
 
