@@ -69,9 +69,13 @@ func confirmedFlush(t testing.TB, db *pgx.Conn, slot string) uint64 {
 // before that are not captured, by design.
 func waitSlot(t testing.TB, db *pgx.Conn, slot string) {
 	t.Helper()
-	waitFor(t, "slot "+slot, 60*time.Second, func() bool {
+	// A slot is listed as soon as its creation starts, but it decodes
+	// only what commits after its consistent point, which it reaches once
+	// the transactions running at creation end (on a busy shared cluster,
+	// seconds later). confirmed_flush_lsn stays null until then.
+	waitFor(t, "slot "+slot+" consistent", 60*time.Second, func() bool {
 		var n int
-		db.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&n)
+		db.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn IS NOT NULL`, slot).Scan(&n)
 		return n == 1
 	})
 }
