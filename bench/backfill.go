@@ -219,7 +219,7 @@ func (e *env) backfillOnce(ctx context.Context, poll *pgx.Conn, p *process, path
 		return m, err
 	}
 	rcv.mu.Lock()
-	rcv.lat = rcv.lat[:0]
+	rcv.lat, rcv.commit = rcv.lat[:0], rcv.commit[:0]
 	rcv.mu.Unlock()
 	m.t0 = time.Now()
 	if out, err := exec.CommandContext(ctx, filepath.Join(e.cfg.BinDir, "walcast"), "backfill", path, "--table", "public.bench", "--sink", "out").CombinedOutput(); err != nil {
