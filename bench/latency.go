@@ -231,12 +231,12 @@ type written struct {
 }
 
 // writeAtRate commits latencyTxRows-row inserts at rate changes/s for
-// LatencyDuration from ids base up, spread over one connection per 10,000
+// LatencyDuration from ids base up, spread over one connection per 5,000
 // changes/s. Each writer commits transaction k at its start + k × its
 // interval and, when late, at once (never skipping one), so a machine that
 // cannot write at the rate shows as a lower written rate.
 func (e *env) writeAtRate(ctx context.Context, rate int, base int64) (written, error) {
-	writers := max(1, (rate+9_999)/10_000)
+	writers := max(1, (rate+4_999)/5_000)
 	every := time.Duration(float64(time.Second) * float64(writers*latencyTxRows) / float64(rate))
 	perWriter := int(e.cfg.LatencyDuration / every)
 	conns := make([]*pgx.Conn, writers)
