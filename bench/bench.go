@@ -41,7 +41,7 @@ const (
 )
 
 // AllPaths lists every path.
-var AllPaths = []string{PathRecvlogical, PathLibrary, PathStdout, PathConduit, PathStdoutDebezium, PathStdoutSequin, PathWebhook100, PathWebhook1000, PathKafka, PathKafkaDebezium, PathPostgresMirror, PathNATS, PathRedis, PathS3JSONL, PathS3Parquet, PathBackfill, PathIsolate}
+var AllPaths = []string{PathRecvlogical, PathLibrary, PathStdout, PathConduit, PathStdoutDebezium, PathStdoutSequin, PathWebhook100, PathWebhook1000, PathKafka, PathKafkaDebezium, PathPostgresMirror, PathNATS, PathRedis, PathS3JSONL, PathS3Parquet, PathBackfill, PathBackfillQuiet, PathBackfillKafka, PathIsolate}
 
 // Config says what to run. Zero values take the sizes.
 type Config struct {
@@ -85,7 +85,7 @@ func Default() Config {
 		Inserts: 1_000_000, Updates: 200_000, Deletes: 100_000, TxSize: 100,
 		Runs: 5, LatencySinks: []string{LatencyWebhook, LatencyKafka}, LatencyRates: []int{5_000, 20_000, 40_000, 80_000},
 		LatencyDuration: 10 * time.Second, BigTx: 1_000_000,
-		Isolate: DefaultIsolate(), BackfillLiveRate: 500,
+		Isolate: DefaultIsolate(), BackfillLiveRate: 2000,
 	}
 }
 
@@ -665,8 +665,8 @@ func (r *Results) WriteTable(w io.Writer) {
 	for _, p := range r.Paths {
 		for i, run := range p.Runs {
 			if b := run.Backfill; b != nil {
-				fmt.Fprintf(w, "\nbackfill run %d: %d rows, %.0f rows/s (runner %.0f), %.0f bytes of WAL per row, %d chunks holding their rows locked %.1f ms on average, %.1f ms at most; %d live changes at %d/s meanwhile, p50 %.1f ms, p99 %.1f ms, max %.1f ms\n",
-					i+1, b.Rows, run.ChangesPerSec, b.RunnerRowsPerSec, b.WALPerRow, b.Chunks, b.LockAvgMs, b.LockMaxMs, b.LiveEvents, b.LiveRate, b.LiveP50ms, b.LiveP99ms, b.LiveMaxms)
+				fmt.Fprintf(w, "\n%s run %d: %d rows, %.0f rows/s (runner %.0f), %.0f bytes of WAL per row, %d chunks holding their rows locked %.1f ms on average, %.1f ms at most; %d live changes at %d/s meanwhile, p50 %.1f ms, p99 %.1f ms, max %.1f ms\n",
+					p.Name, i+1, b.Rows, run.ChangesPerSec, b.RunnerRowsPerSec, b.WALPerRow, b.Chunks, b.LockAvgMs, b.LockMaxMs, b.LiveEvents, b.LiveRate, b.LiveP50ms, b.LiveP99ms, b.LiveMaxms)
 			}
 		}
 	}

@@ -37,8 +37,8 @@ func (e *env) drain(ctx context.Context, p, slot string, run int) (Drain, error)
 		return e.drainRecvlogical(ctx, poll, slot)
 	case PathLibrary:
 		return e.drainLibrary(ctx, poll, slot)
-	case PathBackfill:
-		return e.drainBackfill(ctx, poll, run)
+	case PathBackfill, PathBackfillQuiet, PathBackfillKafka:
+		return e.drainBackfill(ctx, poll, p, run)
 	case PathNATS, PathRedis:
 		return e.drainDestination(ctx, poll, p, slot, run)
 	case PathConduit:

@@ -19,7 +19,13 @@ func (r *Results) writeRatioTable(w io.Writer) {
 	for p, why := range r.Skipped {
 		fmt.Fprintf(w, "\n%s: not run (%s)\n", p, why)
 	}
-	if len(r.Paths) == 0 || r.Workload.Changes == 0 {
+	drains := 0
+	for _, p := range r.Paths {
+		if _, fill := backfillVariants[p.Name]; !fill {
+			drains++
+		}
+	}
+	if drains == 0 || r.Workload.Changes == 0 {
 		return
 	}
 	n := float64(r.Workload.Changes)
@@ -27,7 +33,7 @@ func (r *Results) writeRatioTable(w io.Writer) {
 	fmt.Fprintln(w, "| path | best changes/s | median changes/s | ratio best | ratio median | median s | of which startup s | median changes/s from walsender active | walsender CPU | host µs/change | plugin µs/change |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, p := range r.Paths {
-		if p.Name == PathBackfill {
+		if _, fill := backfillVariants[p.Name]; fill {
 			continue // rows/s of a backfill, not a drain of the workload
 		}
 		m := p.Median
