@@ -3,7 +3,7 @@
 #   make demo    throwaway PostgreSQL (on DEMO_PORT) + a pipeline + changes flowing to stdout
 #   make test    everything CI runs (vet, gofmt, race-enabled tests)
 #   make chaos   the fault-injection tests, ten times longer
-#   make tools   the external clients the tests use (kcat, chromium, promtool, standardwebhooks)
+#   make tools   the external clients the tests use (kcat, chromium, promtool, standardwebhooks) and conduit for make bench
 #   make kafka   a Kafka-protocol broker (kfake) on 127.0.0.1:9092 (KAFKA_PORT)
 
 GO       ?= go
@@ -121,8 +121,13 @@ tools:
 		echo "installing npm$$stale into $(NPM_DIR)"; \
 		npm install --no-audit --no-fund --no-save --prefix $(NPM_DIR) $(NPM_TOOLS) || exit 1; \
 	fi
+	@mkdir -p $(BIN); [ -x $(BIN)/conduit ] || GOBIN=$(abspath $(BIN)) $(GO) install github.com/conduitio/conduit/cmd/conduit@$(CONDUIT_VERSION) || \
+		echo "WARNING: could not install conduit $(CONDUIT_VERSION) from the Go module proxy; make bench skips its conduit path" >&2
 # (One npm install for every package: with --no-save and no package.json,
 # each install removes the packages the previous one put there.)
+# Conduit is a peer that `make bench` runs next to walcast (docs/benchmarks.md,
+# "Peers in the same run"); bench/conduit.go names the same version.
+CONDUIT_VERSION ?= v0.14.0
 
 # kafka runs kfake, an in-memory Kafka-protocol broker, on 127.0.0.1 (port
 # KAFKA_PORT, default 9092) until interrupted; KAFKA_DATA keeps its state
@@ -147,7 +152,7 @@ demo: build
 	$(BIN)/walcast-demo --bin $(BIN) $(if $(DEMO_PORT),--port $(DEMO_PORT)) $(if $(DEMO_SINK),--sink $(DEMO_SINK))
 
 # bench runs the benchmark of docs/benchmarks.md (a private PostgreSQL, the
-# workload in fresh slots, each path drains one, 3 runs, medians) and writes
+# workload in fresh slots, each path drains one, 5 runs, best and medians) and writes
 # bench/out/results.json. BENCHFLAGS passes flags to walcast-bench, e.g.
 # BENCHFLAGS='-scale 0.1 -runs 1' for a quick run.
 BENCHFLAGS ?=

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -44,7 +45,8 @@ type BackfillRun struct {
 }
 
 // drainBackfill backfills the bench table (what the workload left of it)
-// to the stdout sink of a fresh pipeline while a writer commits
+// to the sink "out" of a fresh pipeline (stdout, or kafka for
+// backfill-kafka) while, for the backfill path, a writer commits
 // BackfillLiveRate single-row inserts per second into bench_live, which a
 // webhook sink receives: rows/s from the request until every sink has
 // confirmed the backfill's last chunk, the live changes' commit→sink
@@ -52,7 +54,8 @@ type BackfillRun struct {
 // rows locked, host and plugin RSS and CPU.
 // The path's slot is not used: the pipeline makes its own, so that only
 // the backfill and the live changes flow through it.
-func (e *env) drainBackfill(ctx context.Context, poll *pgx.Conn, run int) (Drain, error) {
+func (e *env) drainBackfill(ctx context.Context, poll *pgx.Conn, benchPath string, run int) (Drain, error) {
+	v := backfillVariants[benchPath]
 	if _, err := e.conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS bench_live (id bigint PRIMARY KEY, v int)`); err != nil {
 		return Drain{}, fmt.Errorf("create bench_live: %w", err)
 	}
@@ -61,8 +64,14 @@ func (e *env) drainBackfill(ctx context.Context, poll *pgx.Conn, run int) (Drain
 		return Drain{}, err
 	}
 	defer rcv.close()
-	name, slot := fmt.Sprintf("backfill_%d", run), "b_fill_"+fmt.Sprint(run)
-	path, err := e.writeBackfillPipeline(name, slot, rcv.url)
+	name := fmt.Sprintf("%s_%d", strings.ReplaceAll(benchPath, "-", "_"), run)
+	slot := "b_fill_" + name // not the path's own slot (createSlots names that b_<path>_<run>)
+	out, stopOut, err := e.backfillSink(ctx, v, name)
+	if err != nil {
+		return Drain{}, err
+	}
+	defer stopOut()
+	path, err := e.writeBackfillPipeline(name, slot, rcv.url, out)
 	if err != nil {
 		return Drain{}, err
 	}
@@ -80,12 +89,16 @@ func (e *env) drainBackfill(ctx context.Context, poll *pgx.Conn, run int) (Drain
 	}
 	// The live writer runs from before the request until every sink has
 	// the backfill.
-	stopWriter, err := e.startLiveWriter(ctx)
+	liveRate := e.cfg.BackfillLiveRate
+	if !v.live {
+		liveRate = 0
+	}
+	stopWriter, err := e.startLiveWriter(ctx, liveRate)
 	if err != nil {
 		return Drain{}, err
 	}
 	defer stopWriter()
-	if e.cfg.BackfillLiveRate > 0 {
+	if liveRate > 0 {
 		time.Sleep(time.Second) // the live stream is flowing before the backfill starts
 	}
 	m, err := e.backfillOnce(ctx, poll, p, path, slot, rcv)
@@ -95,7 +108,7 @@ func (e *env) drainBackfill(ctx context.Context, poll *pgx.Conn, run int) (Drain
 	if err := stopWriter(); err != nil {
 		return Drain{}, err
 	}
-	d := e.backfillFigures(p, m, rcv)
+	d := e.backfillFigures(p, m, rcv, liveRate)
 	if err := e.stopDaemon(p); err != nil {
 		return d, err
 	}
@@ -106,7 +119,7 @@ func (e *env) drainBackfill(ctx context.Context, poll *pgx.Conn, run int) (Drain
 // writeBackfillPipeline writes the backfill path's pipeline: the bench
 // table backfilled to a stdout sink, bench_live's changes to a webhook
 // sink posting to url.
-func (e *env) writeBackfillPipeline(name, slot, url string) (string, error) {
+func (e *env) writeBackfillPipeline(name, slot, url, out string) (string, error) {
 	pipeline := fmt.Sprintf(`pipeline = %q
 
 source "postgres" {
@@ -116,14 +129,7 @@ source "postgres" {
   publication = "bench_fill_pub"
 }
 
-sink "stdout" "out" {
-  delivery {
-    batch_size = 1000
-  }
-  config {
-    path = "/dev/null"
-  }
-}
+%s
 
 sink "webhook" "live" {
   delivery {
@@ -133,7 +139,7 @@ sink "webhook" "live" {
     url = %q
   }
 }
-`, name, e.dsn, slot, url)
+`, name, e.dsn, slot, out, url)
 	path := filepath.Join(e.work, name+".hcl")
 	return path, os.WriteFile(path, []byte(pipeline), 0o644)
 }
@@ -162,12 +168,10 @@ func (e *env) waitSlotCreated(ctx context.Context, poll *pgx.Conn, p *process, s
 	}
 }
 
-// startLiveWriter commits BackfillLiveRate single-row transactions a
-// second into bench_live, on a connection of its own, until stop, which
-// reports the writer's error and may be called again. A rate of 0 writes
-// nothing.
-func (e *env) startLiveWriter(ctx context.Context) (stop func() error, err error) {
-	rate := e.cfg.BackfillLiveRate
+// startLiveWriter commits rate single-row transactions a second into
+// bench_live, on a connection of its own, until stop, which reports the
+// writer's error and may be called again. A rate of 0 writes nothing.
+func (e *env) startLiveWriter(ctx context.Context, rate int) (stop func() error, err error) {
 	if rate <= 0 {
 		return func() error { return nil }, nil
 	}
@@ -219,7 +223,7 @@ func (e *env) backfillOnce(ctx context.Context, poll *pgx.Conn, p *process, path
 		return m, err
 	}
 	rcv.mu.Lock()
-	rcv.lat = rcv.lat[:0]
+	rcv.lat, rcv.commit = rcv.lat[:0], rcv.commit[:0]
 	rcv.mu.Unlock()
 	m.t0 = time.Now()
 	if out, err := exec.CommandContext(ctx, filepath.Join(e.cfg.BinDir, "walcast"), "backfill", path, "--table", "public.bench", "--sink", "out").CombinedOutput(); err != nil {
@@ -269,7 +273,7 @@ func (e *env) waitBackfillDone(ctx context.Context, poll *pgx.Conn, p *process) 
 
 // backfillFigures is the Drain of one backfill: m's rows and seconds, the
 // daemon's and its plugins' usage, and the live changes' latencies.
-func (e *env) backfillFigures(p *process, m backfillRun, rcv *receiver) Drain {
+func (e *env) backfillFigures(p *process, m backfillRun, rcv *receiver, liveRate int) Drain {
 	rcv.mu.Lock()
 	lat := slices.Clone(rcv.lat)
 	rcv.mu.Unlock()
@@ -278,7 +282,7 @@ func (e *env) backfillFigures(p *process, m backfillRun, rcv *receiver) Drain {
 	plugin := childrenUsage(p.pid())
 	secs := m.t1.Sub(m.t0).Seconds()
 	fill := &BackfillRun{Rows: m.rows, WALPerRow: float64(m.walDone-m.walStart) / float64(max(m.rows, 1)), LiveEvents: len(lat),
-		LiveRate: e.cfg.BackfillLiveRate}
+		LiveRate: liveRate}
 	if n := len(lat); n > 0 {
 		ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 		fill.LiveP50ms, fill.LiveP99ms, fill.LiveMaxms = ms(lat[n/2]), ms(lat[n*99/100]), ms(lat[n-1])
@@ -323,4 +327,50 @@ func (e *env) readBackfillDone(name string, fill *BackfillRun) error {
 	e.logf("  backfill: %d chunks, rows locked %.1f ms per chunk on average, %.1f ms at most; the runner read %.0f rows/s",
 		fill.Chunks, fill.LockAvgMs, fill.LockMaxMs, fill.RunnerRowsPerSec)
 	return nil
+}
+
+// The backfill paths: the bench table backfilled to stdout next to the
+// live writer (BackfillLiveRate), to stdout alone, and to the kafka sink
+// with eos = true (into walcast-kfake) alone — issue 33's goal 4.
+const (
+	PathBackfillQuiet = "backfill-quiet"
+	PathBackfillKafka = "backfill-kafka"
+)
+
+// backfillVariant is what a backfill path backfills into.
+type backfillVariant struct {
+	kafka bool // the kafka sink (eos) instead of stdout
+	live  bool // the live writer runs
+}
+
+var backfillVariants = map[string]backfillVariant{
+	PathBackfill:      {live: true},
+	PathBackfillQuiet: {},
+	PathBackfillKafka: {kafka: true},
+}
+
+// backfillSink is the block of the sink "out" the backfill goes to, and
+// what stops what it writes to.
+func (e *env) backfillSink(ctx context.Context, v backfillVariant, name string) (string, func(), error) {
+	if !v.kafka {
+		return `sink "stdout" "out" {
+  delivery {
+    batch_size = 1000
+  }
+  config {
+    path = "/dev/null"
+  }
+}`, func() {}, nil
+	}
+	addr, stop, err := e.startKfake(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	return fmt.Sprintf(`sink "kafka" "out" {
+  config {
+    brokers          = [%q]
+    eos              = true
+    transactional_id = "bench-%s"
+  }
+}`, addr, name), stop, nil
 }

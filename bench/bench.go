@@ -41,7 +41,7 @@ const (
 )
 
 // AllPaths lists every path.
-var AllPaths = []string{PathRecvlogical, PathLibrary, PathStdout, PathStdoutDebezium, PathStdoutSequin, PathWebhook100, PathWebhook1000, PathKafka, PathKafkaDebezium, PathPostgresMirror, PathNATS, PathRedis, PathS3JSONL, PathS3Parquet, PathBackfill, PathIsolate}
+var AllPaths = []string{PathRecvlogical, PathLibrary, PathStdout, PathConduit, PathStdoutDebezium, PathStdoutSequin, PathWebhook100, PathWebhook1000, PathKafka, PathKafkaDebezium, PathPostgresMirror, PathNATS, PathRedis, PathS3JSONL, PathS3Parquet, PathBackfill, PathBackfillQuiet, PathBackfillKafka, PathIsolate}
 
 // Config says what to run. Zero values take the issue's sizes.
 type Config struct {
@@ -54,9 +54,11 @@ type Config struct {
 	Runs int
 	// Paths to run (default AllPaths).
 	Paths []string
-	// LatencyRate (changes/s) and LatencyDuration; a zero duration skips
-	// the latency measurement.
-	LatencyRate     int
+	// The latency curve (latency.go): every sink of LatencySinks at
+	// every rate of LatencyRates (changes/s) for LatencyDuration each; a
+	// zero duration skips it.
+	LatencySinks    []string
+	LatencyRates    []int
 	LatencyDuration time.Duration
 	// BigTx is the size of the one-transaction memory test; 0 skips it.
 	BigTx int
@@ -81,8 +83,9 @@ type Config struct {
 func Default() Config {
 	return Config{
 		Inserts: 1_000_000, Updates: 200_000, Deletes: 100_000, TxSize: 100,
-		Runs: 3, LatencyRate: 2000, LatencyDuration: 20 * time.Second, BigTx: 1_000_000,
-		Isolate: DefaultIsolate(), BackfillLiveRate: 500,
+		Runs: 5, LatencySinks: []string{LatencyWebhook, LatencyKafka}, LatencyRates: []int{5_000, 20_000, 40_000, 80_000},
+		LatencyDuration: 10 * time.Second, BigTx: 1_000_000,
+		Isolate: DefaultIsolate(), BackfillLiveRate: 2000,
 	}
 }
 
@@ -100,9 +103,12 @@ type Results struct {
 	Machine  Machine      `json:"machine"`
 	Workload Workload     `json:"workload"`
 	Paths    []PathResult `json:"paths"`
-	Latency  *Latency     `json:"latency,omitempty"`
-	BigTx    *BigTx       `json:"big_tx,omitempty"`
-	Isolate  *Isolate     `json:"isolate,omitempty"`
+	// Skipped are the paths that could not run here, with why (a peer
+	// that is not installed).
+	Skipped map[string]string `json:"skipped,omitempty"`
+	Latency []Latency         `json:"latency,omitempty"`
+	BigTx   *BigTx            `json:"big_tx,omitempty"`
+	Isolate *Isolate          `json:"isolate,omitempty"`
 }
 
 // Machine describes where the figures come from.
@@ -129,12 +135,19 @@ type Workload struct {
 
 // Drain is one drain of one slot.
 type Drain struct {
+	// Seconds runs from the harness starting the tool's process to the
+	// drain's end (clock.go); ChangesPerSec is the workload over it.
 	Seconds       float64 `json:"seconds"`
 	ChangesPerSec float64 `json:"changes_per_sec"`
-	HostRSSMiB    float64 `json:"host_rss_mib"`
-	PluginRSSMiB  float64 `json:"plugin_rss_mib"`
-	HostCPU       float64 `json:"host_cpu_seconds"`
-	PluginCPU     float64 `json:"plugin_cpu_seconds"`
+	// ActiveSeconds runs from the walsender becoming active to the same
+	// end (the harness's clock before issue 33), StartupSeconds from the
+	// process start to the walsender becoming active.
+	ActiveSeconds  float64 `json:"seconds_from_walsender_active"`
+	StartupSeconds float64 `json:"startup_seconds"`
+	HostRSSMiB     float64 `json:"host_rss_mib"`
+	PluginRSSMiB   float64 `json:"plugin_rss_mib"`
+	HostCPU        float64 `json:"host_cpu_seconds"`
+	PluginCPU      float64 `json:"plugin_cpu_seconds"`
 	// CPUPerChange is host and plugin CPU per change, in µs: the figure
 	// that moves least with the machine's load.
 	CPUPerChange float64 `json:"cpu_us_per_change"`
@@ -157,22 +170,16 @@ type Drain struct {
 	ServerCPUPerChange float64 `json:"server_cpu_us_per_change,omitempty"`
 }
 
-// PathResult is a path's runs and their medians.
+// PathResult is a path's runs, their medians and the fastest run.
 type PathResult struct {
 	Name   string  `json:"name"`
 	Runs   []Drain `json:"runs"`
 	Median Drain   `json:"median"`
-	Ratio  float64 `json:"ratio_to_pg_recvlogical"`
-}
-
-// Latency is commit time → arrival at the webhook receiver.
-type Latency struct {
-	Rate    int     `json:"rate_changes_per_sec"`
-	Seconds float64 `json:"seconds"`
-	Events  int     `json:"events"`
-	P50ms   float64 `json:"p50_ms"`
-	P99ms   float64 `json:"p99_ms"`
-	Maxms   float64 `json:"max_ms"`
+	Best   Drain   `json:"best"`
+	// Ratio is the median's changes/s over pg_recvlogical's median,
+	// RatioBest the best run's over pg_recvlogical's best.
+	Ratio     float64 `json:"ratio_to_pg_recvlogical"`
+	RatioBest float64 `json:"best_ratio_to_pg_recvlogical"`
 }
 
 // BigTx is one large transaction drained by the daemon with the stdout sink.
@@ -193,7 +200,10 @@ type env struct {
 	conn    *pgx.Conn // the harness's own: setup, workload, polling
 	work    string
 	endLSN  uint64
-	changes int
+	// lastTxLSN is where the workload's last transaction starts.
+	lastTxLSN uint64
+	changes   int
+	skipped   map[string]string
 }
 
 // Run runs the benchmark.
@@ -223,6 +233,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		}
 	}
 	runs, err := e.drainAll(ctx, slots)
+	res.Skipped = e.skipped
 	if err != nil {
 		return res, err
 	}
@@ -331,7 +342,24 @@ func (e *env) drainAll(ctx context.Context, slots map[string][]string) (map[stri
 		for _, p := range e.cfg.Paths {
 			slot := slots[p][i]
 			e.logf("%s run %d/%d", p, i+1, e.cfg.Runs)
+			if _, ok := e.skipped[p]; ok {
+				if err := e.dropSlot(ctx, slot); err != nil {
+					return runs, err
+				}
+				continue
+			}
 			r, err := e.drain(ctx, p, slot, i)
+			if errors.Is(err, errSkipped) {
+				e.logf("  %s: %v", p, err)
+				if e.skipped == nil {
+					e.skipped = map[string]string{}
+				}
+				e.skipped[p] = err.Error()
+				if err := e.dropSlot(ctx, slot); err != nil {
+					return runs, err
+				}
+				continue
+			}
 			if err != nil {
 				return runs, fmt.Errorf("%s run %d: %w", p, i+1, err)
 			}
@@ -350,20 +378,35 @@ func (e *env) drainAll(ctx context.Context, slots map[string][]string) (map[stri
 // pg_recvlogical's median when that ran.
 func pathResults(paths []string, runs map[string][]Drain) []PathResult {
 	var out []PathResult
-	var base float64
+	var base, baseBest float64
 	for _, p := range paths {
-		pr := PathResult{Name: p, Runs: runs[p], Median: median(runs[p])}
+		if len(runs[p]) == 0 {
+			continue // skipped
+		}
+		pr := PathResult{Name: p, Runs: runs[p], Median: median(runs[p]), Best: best(runs[p])}
 		if p == PathRecvlogical {
-			base = pr.Median.ChangesPerSec
+			base, baseBest = pr.Median.ChangesPerSec, pr.Best.ChangesPerSec
 		}
 		out = append(out, pr)
 	}
 	if base > 0 {
 		for i := range out {
 			out[i].Ratio = out[i].Median.ChangesPerSec / base
+			out[i].RatioBest = out[i].Best.ChangesPerSec / baseBest
 		}
 	}
 	return out
+}
+
+// best is the fastest of runs, all its figures from that one run.
+func best(runs []Drain) Drain {
+	var b Drain
+	for _, r := range runs {
+		if r.ChangesPerSec > b.ChangesPerSec {
+			b = r
+		}
+	}
+	return b
 }
 
 // measureOthers runs what is not a drain of the workload: the latency at
@@ -371,9 +414,8 @@ func pathResults(paths []string, runs map[string][]Drain) []PathResult {
 func (e *env) measureOthers(ctx context.Context, res *Results, iso bool) error {
 	cfg := e.cfg
 	var err error
-	if cfg.LatencyDuration > 0 && cfg.LatencyRate > 0 {
-		e.logf("latency at %d changes/s for %s", cfg.LatencyRate, cfg.LatencyDuration)
-		if res.Latency, err = e.latency(ctx); err != nil {
+	if cfg.LatencyDuration > 0 && len(cfg.LatencyRates) > 0 {
+		if res.Latency, err = e.latencyCurve(ctx); err != nil {
 			return fmt.Errorf("latency: %w", err)
 		}
 	}
@@ -454,6 +496,9 @@ func (e *env) workload(ctx context.Context) (Workload, error) {
 	for _, s := range steps {
 		for lo := 1; lo <= s.n; lo += cfg.TxSize {
 			hi := min(lo+cfg.TxSize-1, s.n)
+			if err := e.conn.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn`).Scan(&e.lastTxLSN); err != nil {
+				return wl, err
+			}
 			if _, err := e.conn.Exec(ctx, s.sql, lo, hi); err != nil {
 				return wl, fmt.Errorf("workload: %w", err)
 			}
@@ -504,27 +549,29 @@ func (e *env) waitSender(ctx context.Context, conn *pgx.Conn, slot string, exite
 	}
 }
 
+// errExited is waitConfirmed's error when the process exited first.
+var errExited = errors.New("the process exited before the slot was drained")
+
 // waitConfirmed polls until slot's confirmed_flush_lsn reaches lsn.
 func (e *env) waitConfirmed(ctx context.Context, conn *pgx.Conn, slot string, lsn uint64, exited <-chan struct{}, timeout time.Duration) (time.Time, error) {
 	deadline := time.Now().Add(timeout)
 	for {
-		var confirmed uint64
-		if err := conn.QueryRow(ctx, `SELECT confirmed_flush_lsn - '0/0'::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&confirmed); err != nil {
-			return time.Time{}, fmt.Errorf("poll slot %s: %w", slot, err)
+		confirmed, err := slotConfirmed(ctx, conn, slot)
+		if err != nil {
+			return time.Time{}, err
 		}
 		if confirmed >= lsn {
 			return time.Now(), nil
 		}
 		select {
 		case <-exited:
-			return time.Time{}, errors.New("the process exited before the slot was drained")
+			return time.Time{}, errExited
 		case <-ctx.Done():
 			return time.Time{}, ctx.Err()
 		default:
 		}
 		if time.Now().After(deadline) {
-			return time.Time{}, fmt.Errorf("slot %s not drained within %s (confirmed %X/%X, want %X/%X)", slot, timeout,
-				confirmed>>32, uint32(confirmed), lsn>>32, uint32(lsn))
+			return time.Time{}, fmt.Errorf("slot %s not drained within %s (confirmed %s, want %s)", slot, timeout, lsnText(confirmed), lsnText(lsn))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -545,6 +592,8 @@ func median(runs []Drain) Drain {
 	return Drain{
 		Seconds:            pick(func(r Drain) float64 { return r.Seconds }),
 		ChangesPerSec:      pick(func(r Drain) float64 { return r.ChangesPerSec }),
+		ActiveSeconds:      pick(func(r Drain) float64 { return r.ActiveSeconds }),
+		StartupSeconds:     pick(func(r Drain) float64 { return r.StartupSeconds }),
 		HostRSSMiB:         pick(func(r Drain) float64 { return r.HostRSSMiB }),
 		PluginRSSMiB:       pick(func(r Drain) float64 { return r.PluginRSSMiB }),
 		HostCPU:            pick(func(r Drain) float64 { return r.HostCPU }),
@@ -601,15 +650,14 @@ func (r *Results) WriteTable(w io.Writer) {
 			dash(m.PluginRSSMiB, "%.0f"), m.HostCPU, dash(m.PluginCPU, "%.1f"), m.CPUPerChange, 100*m.SenderShare,
 			dash(m.EventsPerDeliver, "%.0f"))
 	}
+	r.writeRatioTable(w)
+	r.writeCostTable(w)
 	for _, p := range r.Paths {
 		if m := p.Median; m.ServerCPU > 0 {
 			fmt.Fprintf(w, "\n%s: the destination server used %.1f s of CPU, %.2f µs/change (not in the table's µs/change)\n", p.Name, m.ServerCPU, m.ServerCPUPerChange)
 		}
 	}
-	if l := r.Latency; l != nil {
-		fmt.Fprintf(w, "\nlatency (commit → webhook receiver) at %d changes/s for %.0fs, %d events: p50 %.1f ms, p99 %.1f ms, max %.1f ms\n",
-			l.Rate, l.Seconds, l.Events, l.P50ms, l.P99ms, l.Maxms)
-	}
+	writeLatencyTable(w, r.Latency)
 	if b := r.BigTx; b != nil {
 		fmt.Fprintf(w, "\none %d-row transaction through the daemon (stdout sink): host peak RSS %.0f MiB, plugin %.0f MiB, %.0f changes/s\n",
 			b.Rows, b.HostRSSMiB, b.PluginRSSMiB, b.ChangesPerSec)
@@ -617,8 +665,8 @@ func (r *Results) WriteTable(w io.Writer) {
 	for _, p := range r.Paths {
 		for i, run := range p.Runs {
 			if b := run.Backfill; b != nil {
-				fmt.Fprintf(w, "\nbackfill run %d: %d rows, %.0f rows/s (runner %.0f), %.0f bytes of WAL per row, %d chunks holding their rows locked %.1f ms on average, %.1f ms at most; %d live changes at %d/s meanwhile, p50 %.1f ms, p99 %.1f ms, max %.1f ms\n",
-					i+1, b.Rows, run.ChangesPerSec, b.RunnerRowsPerSec, b.WALPerRow, b.Chunks, b.LockAvgMs, b.LockMaxMs, b.LiveEvents, b.LiveRate, b.LiveP50ms, b.LiveP99ms, b.LiveMaxms)
+				fmt.Fprintf(w, "\n%s run %d: %d rows, %.0f rows/s (runner %.0f), %.0f bytes of WAL per row, %d chunks holding their rows locked %.1f ms on average, %.1f ms at most; %d live changes at %d/s meanwhile, p50 %.1f ms, p99 %.1f ms, max %.1f ms\n",
+					p.Name, i+1, b.Rows, run.ChangesPerSec, b.RunnerRowsPerSec, b.WALPerRow, b.Chunks, b.LockAvgMs, b.LockMaxMs, b.LiveEvents, b.LiveRate, b.LiveP50ms, b.LiveP99ms, b.LiveMaxms)
 			}
 		}
 	}

@@ -19,7 +19,11 @@ type process struct {
 	name   string
 	exited chan struct{} // closed once it exited; err is set by then
 	err    error
+	ex     *exit
 }
+
+// exit is the process's end, for waitEnd.
+func (p *process) exit() *exit { return p.ex }
 
 // spawn starts bin with args. ctx ending sends it SIGTERM (and SIGKILL a
 // minute later), as an operator stopping walcast would.
@@ -36,8 +40,9 @@ func (e *env) spawn(ctx context.Context, name, bin string, args ...string) (*pro
 		logf.Close()
 		return nil, err
 	}
-	p := &process{cmd: cmd, name: name, exited: make(chan struct{})}
-	go func() { p.err = cmd.Wait(); logf.Close(); close(p.exited) }()
+	ex := newExit()
+	p := &process{cmd: cmd, name: name, exited: ex.done, ex: ex}
+	go func() { p.err = cmd.Wait(); logf.Close(); ex.close() }()
 	return p, nil
 }
 

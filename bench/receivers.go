@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +29,7 @@ type receiver struct {
 	latency bool
 	mu      sync.Mutex
 	lat     []time.Duration
+	commit  []time.Time // each event's commit time, in step with lat
 }
 
 var eventMark = []byte(`{"id":"`)
@@ -63,6 +65,7 @@ func startReceiver(latency bool) (*receiver, error) {
 			r.mu.Lock()
 			for _, ev := range body.Events {
 				r.lat = append(r.lat, now.Sub(ev.CommitTime))
+				r.commit = append(r.commit, ev.CommitTime)
 			}
 			r.mu.Unlock()
 		}
@@ -93,6 +96,16 @@ func (r *receiver) wait(n int64, exited <-chan struct{}, timeout time.Duration) 
 }
 
 func (r *receiver) close() { r.srv.Close() }
+
+// arrived is what a latency receiver recorded: each event's commit time
+// and its commit → arrival latency.
+func (r *receiver) arrived() ([]time.Time, []time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.commit), slices.Clone(r.lat)
+}
+
+func (r *receiver) count() int64 { return r.events.Load() }
 
 // isoReceiver is a webhook endpoint that can go down (connection refused)
 // and come back on the same address, answer after a delay or hold every

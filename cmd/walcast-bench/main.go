@@ -5,7 +5,7 @@
 // figures, and the figures are printed and written as JSON. See
 // docs/benchmarks.md.
 //
-//	walcast-bench [-bin bin] [-scale 1] [-runs 3] [-paths a,b] [-out bench/out/results.json]
+//	walcast-bench [-bin bin] [-scale 1] [-runs 5] [-paths a,b] [-latency-rates 5000,20000,40000,80000] [-out bench/out/results.json]
 //
 // The subcommands `library` and `daemon` are the processes the benchmark
 // runs itself (a library-mode consumer; a profiled in-process daemon).
@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -56,8 +57,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	runs := fs.Int("runs", def.Runs, "drains per path; the median is reported")
 	paths := fs.String("paths", strings.Join(bench.AllPaths, ","), "comma-separated paths to run")
 	txSize := fs.Int("tx-size", def.TxSize, "rows per transaction of the workload")
-	latRate := fs.Int("latency-rate", def.LatencyRate, "changes/s for the latency measurement")
-	latDur := fs.Duration("latency-duration", def.LatencyDuration, "how long to measure latency (0 skips it)")
+	latRates := fs.String("latency-rates", joinInts(def.LatencyRates), "comma-separated changes/s of the latency curve")
+	latSinks := fs.String("latency-sinks", strings.Join(def.LatencySinks, ","), "comma-separated sinks of the latency curve (webhook, kafka)")
+	latDur := fs.Duration("latency-duration", def.LatencyDuration, "how long to write at each rate of the latency curve (0 skips it)")
 	bigTx := fs.Int("big-tx", def.BigTx, "rows of the one-transaction memory test before -scale (0 skips it)")
 	liveRate := fs.Int("backfill-live-rate", def.BackfillLiveRate, "single-row transactions/s committed while the backfill path backfills (0: the backfill alone)")
 	out := fs.String("out", "bench/out/results.json", "where to write the results as JSON")
@@ -70,7 +72,12 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	cfg.BigTx = *bigTx
 	cfg = cfg.Scale(*scale)
 	cfg.BinDir, cfg.Runs, cfg.TxSize = *bin, *runs, *txSize
-	cfg.LatencyRate, cfg.LatencyDuration = *latRate, *latDur
+	rates, err := parseInts(*latRates)
+	if err != nil {
+		fmt.Fprintf(stderr, "walcast-bench: -latency-rates: %v\n", err)
+		return 2
+	}
+	cfg.LatencyRates, cfg.LatencySinks, cfg.LatencyDuration = rates, strings.Split(*latSinks, ","), *latDur
 	cfg.BackfillLiveRate = *liveRate
 	cfg.Paths = strings.Split(*paths, ",")
 	cfg.WorkDir, cfg.Log = *work, stderr
@@ -98,4 +105,25 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}
+
+// parseInts reads a comma-separated list of positive integers.
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive number of changes per second", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
