@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 
@@ -62,6 +63,38 @@ func TestSequinFormat(t *testing.T) {
 	}
 	if m.Action != "insert" || m.Record["body"] != "a" || m.Metadata.IdempotencyKey != ev.ID.String() || m.Metadata.Consumer.Name != slot {
 		t.Errorf("sequin message %s", ev.JSON())
+	}
+	if string(ev.JSONKey()) != `{"id":1}` {
+		t.Errorf("key %s", ev.JSONKey())
+	}
+}
+
+// TestCloudEventsFormat: with Format "cloudevents", Event.JSON is a
+// CloudEvent whose id is the event's, whose source names the slot, the
+// database and the table, and whose data is the envelope.
+func TestCloudEventsFormat(t *testing.T) {
+	dsn, db := setup(t)
+	slot := slotName("ce")
+	execT(t, db, `CREATE TABLE notes (id int PRIMARY KEY, body text)`)
+	s := openConfig(t, host.StreamConfig{DSN: dsn, Tables: []string{"public.notes"}, Slot: slot, Format: "cloudevents"})
+	execT(t, db, `INSERT INTO notes VALUES (1, 'a')`)
+	ev := next(t, s)
+	var e struct {
+		SpecVersion, ID, Source, Type, Subject string
+		Data                                   struct {
+			New map[string]any
+		}
+	}
+	if err := json.Unmarshal(ev.JSON(), &e); err != nil {
+		t.Fatal(err)
+	}
+	var database string
+	if err := db.QueryRow(context.Background(), `SELECT current_database()`).Scan(&database); err != nil {
+		t.Fatal(err)
+	}
+	if e.SpecVersion != "1.0" || e.ID != ev.ID.String() || e.Type != "com.walcast.change.insert" || e.Subject != `{"id":1}` ||
+		e.Source != "/walcast/"+slot+"/"+database+"/public/notes" || e.Data.New["body"] != "a" {
+		t.Errorf("cloudevent %s", ev.JSON())
 	}
 	if string(ev.JSONKey()) != `{"id":1}` {
 		t.Errorf("key %s", ev.JSONKey())

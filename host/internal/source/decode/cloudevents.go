@@ -34,6 +34,14 @@ type CloudEventsOptions struct {
 	Source string
 }
 
+// CloudEventsSource is the CloudEventsOptions.Source of a stream:
+// "/walcast/<name>/<database>", each part percent-encoded, where name is
+// the pipeline's (library mode: the slot's). The name makes source and
+// id unique together even when two pipelines read one database.
+func CloudEventsSource(name, database string) string {
+	return "/walcast/" + url.PathEscape(name) + "/" + url.PathEscape(database)
+}
+
 // CloudEvents types of walcast's events (docs/formats.md).
 const (
 	ceTypePrefix      = "com.walcast."
