@@ -276,6 +276,34 @@ func (m kafkaMessage) ReadBinary(ctx context.Context, w binding.BinaryWriter) er
 	return w.End(ctx)
 }
 
+// GetAttribute and GetExtension read the record's ce_ headers, as
+// binding.MessageMetadataReader (the SDK asks for it in binary mode).
+func (m kafkaMessage) GetAttribute(k spec.Kind) (spec.Attribute, any) {
+	v := ceKafkaSpecs.Version(m.Headers["ce_specversion"])
+	if v == nil {
+		return nil, nil
+	}
+	a := v.AttributeFromKind(k)
+	if a == nil {
+		return nil, nil
+	}
+	name := a.PrefixedName()
+	if k == spec.DataContentType {
+		name = "content-type"
+	}
+	if val, ok := m.Headers[name]; ok {
+		return a, val
+	}
+	return a, nil
+}
+
+func (m kafkaMessage) GetExtension(name string) any {
+	if v, ok := m.Headers["ce_"+name]; ok {
+		return v
+	}
+	return nil
+}
+
 func (m kafkaMessage) Finish(error) error { return nil }
 
-var _ binding.Message = kafkaMessage{}
+var _ binding.MessageMetadataReader = kafkaMessage{}
