@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/walcast/walcast/host"
 )
 
@@ -44,12 +46,7 @@ func TestDebeziumFormat(t *testing.T) {
 
 // TestSequinFormat: with Format "sequin", Event.JSON is Sequin's message.
 func TestSequinFormat(t *testing.T) {
-	dsn, db := setup(t)
-	slot := slotName("seq")
-	execT(t, db, `CREATE TABLE notes (id int PRIMARY KEY, body text)`)
-	s := openConfig(t, host.StreamConfig{DSN: dsn, Tables: []string{"public.notes"}, Slot: slot, Format: "sequin"})
-	execT(t, db, `INSERT INTO notes VALUES (1, 'a')`)
-	ev := next(t, s)
+	ev, _, slot := noteInserted(t, "sequin")
 	var m struct {
 		Record   map[string]any
 		Action   string
@@ -73,12 +70,7 @@ func TestSequinFormat(t *testing.T) {
 // CloudEvent whose id is the event's, whose source names the slot, the
 // database and the table, and whose data is the envelope.
 func TestCloudEventsFormat(t *testing.T) {
-	dsn, db := setup(t)
-	slot := slotName("ce")
-	execT(t, db, `CREATE TABLE notes (id int PRIMARY KEY, body text)`)
-	s := openConfig(t, host.StreamConfig{DSN: dsn, Tables: []string{"public.notes"}, Slot: slot, Format: "cloudevents"})
-	execT(t, db, `INSERT INTO notes VALUES (1, 'a')`)
-	ev := next(t, s)
+	ev, db, slot := noteInserted(t, "cloudevents")
 	var e struct {
 		SpecVersion, ID, Source, Type, Subject string
 		Data                                   struct {
@@ -99,4 +91,16 @@ func TestCloudEventsFormat(t *testing.T) {
 	if string(ev.JSONKey()) != `{"id":1}` {
 		t.Errorf("key %s", ev.JSONKey())
 	}
+}
+
+// noteInserted opens a stream in format on a new table, inserts one row
+// and returns its event, the database and the slot.
+func noteInserted(t *testing.T, format string) (host.Event, *pgx.Conn, string) {
+	t.Helper()
+	dsn, db := setup(t)
+	slot := slotName(format[:3])
+	execT(t, db, `CREATE TABLE notes (id int PRIMARY KEY, body text)`)
+	s := openConfig(t, host.StreamConfig{DSN: dsn, Tables: []string{"public.notes"}, Slot: slot, Format: format})
+	execT(t, db, `INSERT INTO notes VALUES (1, 'a')`)
+	return next(t, s), db, slot
 }
