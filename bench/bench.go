@@ -31,6 +31,7 @@ const (
 	PathStdoutDebezium = "daemon-stdout-debezium"
 	PathKafkaDebezium  = "daemon-kafka-eos-debezium"
 	PathStdoutSequin   = "daemon-stdout-sequin"
+	PathStdoutCE       = "daemon-stdout-cloudevents"
 	PathS3JSONL        = "daemon-s3-jsonl"   // bench/s3.go
 	PathS3Parquet      = "daemon-s3-parquet" // bench/s3.go
 	PathNATS           = "daemon-nats"       // bench/destinations.go
@@ -41,7 +42,7 @@ const (
 )
 
 // AllPaths lists every path.
-var AllPaths = []string{PathRecvlogical, PathLibrary, PathStdout, PathConduit, PathStdoutDebezium, PathStdoutSequin, PathWebhook100, PathWebhook1000, PathKafka, PathKafkaDebezium, PathPostgresMirror, PathNATS, PathRedis, PathS3JSONL, PathS3Parquet, PathBackfill, PathBackfillQuiet, PathBackfillKafka, PathIsolate}
+var AllPaths = []string{PathRecvlogical, PathLibrary, PathStdout, PathConduit, PathStdoutDebezium, PathStdoutSequin, PathStdoutCE, PathWebhook100, PathWebhook1000, PathKafka, PathKafkaDebezium, PathPostgresMirror, PathNATS, PathRedis, PathS3JSONL, PathS3Parquet, PathBackfill, PathBackfillQuiet, PathBackfillKafka, PathIsolate}
 
 // Config says what to run. Zero values take the sizes.
 type Config struct {

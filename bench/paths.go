@@ -46,7 +46,7 @@ func (e *env) drain(ctx context.Context, p, slot string, run int) (Drain, error)
 	}
 	d := daemonRun{name: fmt.Sprintf("%s_%d", strings.ReplaceAll(p, "-", "_"), run), slot: slot}
 	switch p {
-	case PathStdout, PathStdoutDebezium, PathStdoutSequin:
+	case PathStdout, PathStdoutDebezium, PathStdoutSequin, PathStdoutCE:
 		d.sink = `sink "stdout" "out" {
 ` + formatLine(p) + `  config {
     path = "/dev/null"
@@ -125,6 +125,8 @@ func formatLine(p string) string {
 		return "  format = \"debezium\"\n"
 	case PathStdoutSequin:
 		return "  format = \"sequin\"\n"
+	case PathStdoutCE:
+		return "  format = \"cloudevents\"\n"
 	}
 	return ""
 }

@@ -52,6 +52,7 @@ func (r *Results) writeRatioTable(w io.Writer) {
 var formatPaths = []struct{ path, format, base string }{
 	{PathStdoutDebezium, "debezium", PathStdout},
 	{PathStdoutSequin, "sequin", PathStdout},
+	{PathStdoutCE, "cloudevents", PathStdout},
 	{PathKafkaDebezium, "debezium", PathKafka},
 }
 

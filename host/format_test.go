@@ -1,8 +1,11 @@
 package host_test
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/walcast/walcast/host"
 )
@@ -43,12 +46,7 @@ func TestDebeziumFormat(t *testing.T) {
 
 // TestSequinFormat: with Format "sequin", Event.JSON is Sequin's message.
 func TestSequinFormat(t *testing.T) {
-	dsn, db := setup(t)
-	slot := slotName("seq")
-	execT(t, db, `CREATE TABLE notes (id int PRIMARY KEY, body text)`)
-	s := openConfig(t, host.StreamConfig{DSN: dsn, Tables: []string{"public.notes"}, Slot: slot, Format: "sequin"})
-	execT(t, db, `INSERT INTO notes VALUES (1, 'a')`)
-	ev := next(t, s)
+	ev, _, slot := noteInserted(t, "sequin")
 	var m struct {
 		Record   map[string]any
 		Action   string
@@ -66,4 +64,43 @@ func TestSequinFormat(t *testing.T) {
 	if string(ev.JSONKey()) != `{"id":1}` {
 		t.Errorf("key %s", ev.JSONKey())
 	}
+}
+
+// TestCloudEventsFormat: with Format "cloudevents", Event.JSON is a
+// CloudEvent whose id is the event's, whose source names the slot, the
+// database and the table, and whose data is the envelope.
+func TestCloudEventsFormat(t *testing.T) {
+	ev, db, slot := noteInserted(t, "cloudevents")
+	var e struct {
+		SpecVersion, ID, Source, Type, Subject string
+		Data                                   struct {
+			New map[string]any
+		}
+	}
+	if err := json.Unmarshal(ev.JSON(), &e); err != nil {
+		t.Fatal(err)
+	}
+	var database string
+	if err := db.QueryRow(context.Background(), `SELECT current_database()`).Scan(&database); err != nil {
+		t.Fatal(err)
+	}
+	if e.SpecVersion != "1.0" || e.ID != ev.ID.String() || e.Type != "com.walcast.change.insert" || e.Subject != `{"id":1}` ||
+		e.Source != "/walcast/"+slot+"/"+database+"/public/notes" || e.Data.New["body"] != "a" {
+		t.Errorf("cloudevent %s", ev.JSON())
+	}
+	if string(ev.JSONKey()) != `{"id":1}` {
+		t.Errorf("key %s", ev.JSONKey())
+	}
+}
+
+// noteInserted opens a stream in format on a new table, inserts one row
+// and returns its event, the database and the slot.
+func noteInserted(t *testing.T, format string) (host.Event, *pgx.Conn, string) {
+	t.Helper()
+	dsn, db := setup(t)
+	slot := slotName(format[:3])
+	execT(t, db, `CREATE TABLE notes (id int PRIMARY KEY, body text)`)
+	s := openConfig(t, host.StreamConfig{DSN: dsn, Tables: []string{"public.notes"}, Slot: slot, Format: format})
+	execT(t, db, `INSERT INTO notes VALUES (1, 'a')`)
+	return next(t, s), db, slot
 }

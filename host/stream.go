@@ -66,8 +66,9 @@ type StreamConfig struct {
 	// sink with that format delivers it (docs/formats.md): "walcast" (or
 	// empty) for the envelope, "debezium" for Debezium's change event with
 	// the Debezium settings, "sequin" for Sequin's message (its
-	// metadata.consumer named after the slot). Event's other fields are
-	// the envelope's in every format.
+	// metadata.consumer named after the slot), "cloudevents" for a
+	// CloudEvent (its source "/walcast/<slot>/<database>/<schema>/<table>").
+	// Event's other fields are the envelope's in every format.
 	Format string
 	// Debezium holds the settings of Format "debezium".
 	Debezium Debezium
@@ -157,16 +158,21 @@ func (cfg *StreamConfig) setDefaults() {
 // formats is the output format the stream's decoder writes next to the
 // envelope, if any.
 func (cfg *StreamConfig) formats() ([]decode.Format, error) {
-	if cfg.Format != decode.FormatDebezium && cfg.Format != decode.FormatSequin {
+	if cfg.Format != decode.FormatDebezium && cfg.Format != decode.FormatSequin && cfg.Format != decode.FormatCloudEvents {
 		return nil, nil
 	}
 	pc, err := pgconn.ParseConfig(cfg.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("open walcast stream: read the database name for the %s format from StreamConfig.DSN: %w", cfg.Format, err)
 	}
-	if cfg.Format == decode.FormatSequin {
+	switch cfg.Format {
+	case decode.FormatSequin:
 		return []decode.Format{{Name: decode.FormatSequin, Sequin: decode.SequinOptions{
 			Consumer: cfg.Slot, Database: pc.Database, Hostname: pc.Host,
+		}}}, nil
+	case decode.FormatCloudEvents:
+		return []decode.Format{{Name: decode.FormatCloudEvents, CloudEvents: decode.CloudEventsOptions{
+			Source: decode.CloudEventsSource(cfg.Slot, pc.Database),
 		}}}, nil
 	}
 	return []decode.Format{{Name: decode.FormatDebezium, Debezium: decode.DebeziumOptions{
@@ -267,8 +273,8 @@ func (cfg *StreamConfig) check() error {
 		return errors.New("open walcast stream: StreamConfig.Tables is empty; name at least one table as \"schema.table\"")
 	case cfg.ReceiveTimeout != 0 && cfg.ReceiveTimeout < time.Second:
 		return fmt.Errorf("open walcast stream: StreamConfig.ReceiveTimeout is %s; set at least 1s (a keepalive is asked for at half of it), or 0 for the default", cfg.ReceiveTimeout)
-	case cfg.Format != "" && cfg.Format != decode.FormatWalcast && cfg.Format != decode.FormatDebezium && cfg.Format != decode.FormatSequin:
-		return fmt.Errorf("open walcast stream: StreamConfig.Format is %q; want \"walcast\" (the envelope, also when empty), \"debezium\" or \"sequin\"", cfg.Format)
+	case !slices.Contains([]string{"", decode.FormatWalcast, decode.FormatDebezium, decode.FormatSequin, decode.FormatCloudEvents}, cfg.Format):
+		return fmt.Errorf("open walcast stream: StreamConfig.Format is %q; want \"walcast\" (the envelope, also when empty), \"debezium\", \"sequin\" or \"cloudevents\"", cfg.Format)
 	case cfg.Format == decode.FormatDebezium && !slices.Contains([]string{decode.DecimalPrecise, decode.DecimalDouble, decode.DecimalString}, cfg.Debezium.DecimalHandlingMode):
 		return fmt.Errorf("open walcast stream: StreamConfig.Debezium.DecimalHandlingMode is %q; want \"precise\", \"double\" or \"string\"", cfg.Debezium.DecimalHandlingMode)
 	}

@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"bytes"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -21,23 +22,43 @@ func importCommands() []command {
 				"The password is never written: the file takes the dsn from $WALCAST_SOURCE_DSN.",
 			example: "import debezium connector.properties > pipeline.hcl",
 			run:     cmdImportDebezium},
+		{name: "import sequin", args: "sequin.yaml", summary: "write a pipeline equivalent to a Sequin configuration",
+			details: "Reads a Sequin configuration (sequin.yaml: databases, http_endpoints, sinks) and writes, on stdout,\n" +
+				"a pipeline for one database: its tables, slot and publication, and a sink with format = \"sequin\"\n" +
+				"for each webhook and kafka sink of it, with its table, actions and batch size. Every setting it\n" +
+				"could not carry over is listed on stderr, with why. Passwords and encrypted headers are never\n" +
+				"written: the file takes them from the environment.",
+			example: "import sequin sequin.yaml > pipeline.hcl",
+			run:     cmdImportSequin},
 	}
 }
 
 func cmdImportDebezium(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("import debezium", stderr)
-	pos, code, ok := parsePositionals(fs, args, stdout, stderr, "FILE.properties")
+	return runImport("debezium", "FILE.properties", args, stdout, stderr, nil, func(raw []byte) (string, []string, error) {
+		return importDebezium(parseProperties(raw))
+	})
+}
+
+// runImport is every import command: read FILE, convert it, write the
+// pipeline on stdout and each setting left out on stderr. flags, when
+// set, adds the command's own flags before the arguments are parsed.
+func runImport(tool, file string, args []string, stdout, stderr io.Writer, flags func(*flag.FlagSet), convert func([]byte) (string, []string, error)) int {
+	fs := newFlags("import "+tool, stderr)
+	if flags != nil {
+		flags(fs)
+	}
+	pos, code, ok := parsePositionals(fs, args, stdout, stderr, file)
 	if !ok {
 		return code
 	}
 	raw, err := os.ReadFile(pos[0])
 	if err != nil {
-		fmt.Fprintf(stderr, "walcast import debezium: %v\n", err)
+		fmt.Fprintf(stderr, "walcast import %s: %v\n", tool, err)
 		return 1
 	}
-	hcl, skipped, err := importDebezium(parseProperties(raw))
+	hcl, skipped, err := convert(raw)
 	if err != nil {
-		fmt.Fprintf(stderr, "walcast import debezium: %s: %v\n", pos[0], err)
+		fmt.Fprintf(stderr, "walcast import %s: %s: %v\n", tool, pos[0], err)
 		return 1
 	}
 	io.WriteString(stdout, hcl)
@@ -124,7 +145,7 @@ func importDebezium(p map[string]string) (string, []string, error) {
 			skip(conv, "walcast writes the JSON converter's form only")
 		}
 	}
-	name := strings.Trim(pipelineChar.ReplaceAllString(strings.ToLower(prefix), "_"), "_")
+	name := id(prefix)
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Imported from a Debezium PostgreSQL connector (%s) by walcast import debezium.\n", cmpOr(p["name"], prefix))
 	fmt.Fprintf(&b, "# Set WALCAST_SOURCE_DSN=postgres://%s:PASSWORD@%s:%s/%s and KAFKA_BROKERS=host:port.\n",

@@ -50,3 +50,56 @@ func TestImportDebezium(t *testing.T) {
 		t.Errorf("import of a MySQL connector: exit %d, %s", code, errOut)
 	}
 }
+
+// TestImportSequin: walcast import sequin turns a realistic sequin.yaml
+// (two databases, a webhook and a Kafka sink with actions, filters and a
+// transform, an SQS sink, a disabled sink) into the pipeline of the chosen
+// database that walcast validate accepts, with format = "sequin" on each
+// sink, its table, actions (plus backfill reads) and batch size, and lists
+// on stderr every setting it left out. Secrets are never written.
+func TestImportSequin(t *testing.T) {
+	file := filepath.Join("testdata", "import", "sequin.yaml")
+	if _, errOut, code := walcastCmd(t, "import", "sequin", file); code != 1 || !strings.Contains(errOut, "choose it with --database") {
+		t.Errorf("two databases without --database: exit %d, %s", code, errOut)
+	}
+	out, errOut, code := walcastCmd(t, "import", "sequin", "--database", "production-db", file)
+	if code != 0 {
+		t.Fatalf("walcast import sequin exited %d:\n%s", code, errOut)
+	}
+	for _, want := range []string{`pipeline = "production_db"`, `tables = ["public.users", "billing.orders"]`,
+		`slot   = "sequin_slot"`, `publication = "sequin_pub"`, `sink "webhook" "orders_webhook"`, `format = "sequin"`,
+		`ops    = ["insert", "update", "read"]`, `batch_size = 10`, `url = "https://api.example.com/hooks/orders"`,
+		`"Authorization" = env("SEQUIN_ORDERS_ENDPOINT_AUTHORIZATION")`, `sink "kafka" "users_kafka"`,
+		`brokers = ["${env("KAFKA_HOST")}:9092", "kafka-2.internal:9092"]`, `topics  = { "public.users" = "users" }`,
+		`mechanism = "scram-sha-256"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("pipeline lacks %s:\n%s", want, out)
+		}
+	}
+	for _, secret := range []string{"token123", "kafka-secret", "adminpass123", "AKIAXXXX"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("the secret %s was written into the pipeline:\n%s", secret, out)
+		}
+	}
+	for _, want := range []string{"users: no walcast equivalent", "transforms:", "change_retentions:", "database analytics-db and its sinks",
+		"sinks[orders-webhook].filters", "sinks[orders-webhook].group_column_names", "sinks[users-kafka].transform",
+		`sink users-sqs: destination type "sqs"`, "sink old-audit: disabled", "encrypted_headers Authorization",
+		"the default of ${KAFKA_HOST:-localhost}", "sinks[users-kafka].destination.password"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr does not list %s:\n%s", want, errOut)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "pipeline.hcl")
+	if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	vout, verr, code := walcastEnvCmd(t, []string{"WALCAST_SOURCE_DSN=postgres://sequin@prod.db.example.com:5432/app_production",
+		"KAFKA_HOST=kafka-1.internal", "SEQUIN_ORDERS_ENDPOINT_AUTHORIZATION=Bearer x", "SEQUIN_USERS_KAFKA_KAFKA_PASSWORD=x"},
+		"validate", path, "--plugin-dir", binDir)
+	if code != 0 {
+		t.Fatalf("walcast validate refused the imported pipeline (exit %d):\n%s%s\n%s", code, vout, verr, out)
+	}
+	if _, errOut, code := walcastCmd(t, "import", "sequin", "--database", "nope", file); code != 1 || !strings.Contains(errOut, `no database named "nope"`) {
+		t.Errorf("an unknown --database: exit %d, %s", code, errOut)
+	}
+}

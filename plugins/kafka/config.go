@@ -53,6 +53,7 @@ var configFields = []pluginkit.ConfigField{
 	{Name: "create_topics", Type: pluginkit.TypeStringMap, Doc: `Topic creation: enabled ("true" by default: missing topics are created), partitions and replication_factor (default -1: the broker's defaults).`},
 	{Name: "tls", Type: pluginkit.TypeStringMap, Doc: `TLS: enabled ("true" when the map is set), ca_file, cert_file, key_file, server_name, insecure_skip_verify.`},
 	{Name: "sasl", Type: pluginkit.TypeStringMap, Doc: `SASL: mechanism (plain, scram-sha-256 or scram-sha-512), username, password.`},
+	{Name: "cloudevents_mode", Type: pluginkit.TypeString, Doc: `With format = "cloudevents": "structured" (default, the event as the record value, content-type application/cloudevents+json) or "binary" (attributes in ce_* headers, the envelope as the value).`},
 }
 
 // config is the JSON the host sends, as written in the pipeline.
@@ -71,6 +72,7 @@ type config struct {
 	CreateTopics       map[string]string `json:"create_topics"`
 	TLS                map[string]string `json:"tls"`
 	SASL               map[string]string `json:"sasl"`
+	CEMode             string            `json:"cloudevents_mode"`
 }
 
 // settings is the validated config.
@@ -93,6 +95,7 @@ type settings struct {
 	sasl            kgo.Opt // nil: no SASL
 	saslMechanism   string
 	saslUser        string
+	ceBinary        bool // CloudEvents in binary mode (cloudevents.go)
 }
 
 // legalTopic is Kafka's rule for topic names.
@@ -132,6 +135,7 @@ func parseConfig(c config, id pluginkit.Identity) (settings, error) {
 		func() error { return parseCreateTopics(&st, c.CreateTopics) },
 		func() (err error) { st.tls, err = clienttls.Decode(c.TLS, clienttls.SettingsAndEnabled); return err },
 		func() error { return parseSASL(&st, c.SASL) },
+		func() error { return parseCEMode(&st, c.CEMode) },
 	} {
 		if err := step(); err != nil {
 			return st, err

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 // The records of one event, following the convention Kafka users know from
@@ -61,6 +62,9 @@ func (s *Sink) eventRecords(recs []*kgo.Record, topic string, e *pluginkit.Event
 	keyless := len(bytes.TrimSpace(key)) == 0 || bytes.Equal(bytes.TrimSpace(key), nullKey)
 	if keyless {
 		key = fmt.Appendf(nil, `{"walcast_id":%q}`, e.ID.String())
+	}
+	if cdc.IsCloudEvent(e.Payload) {
+		return append(recs, s.cloudEventRecord(topic, key, e, headers(e.Op, "")))
 	}
 	tombstones := s.cfg.tombstones && !keyless
 	if tombstones && e.Op == pluginkit.OpUpdate {

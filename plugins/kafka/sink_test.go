@@ -148,6 +148,8 @@ func TestConfigure(t *testing.T) {
 		{name: "bad sasl mechanism", cfg: `{"brokers":["k:9092"],"sasl":{"mechanism":"gssapi","username":"u"}}`, field: "sasl"},
 		{name: "sasl without user", cfg: `{"brokers":["k:9092"],"sasl":{"mechanism":"plain"}}`, field: "sasl"},
 		{name: "wrong type", cfg: `{"brokers":"k:9092"}`, field: "brokers"},
+		{name: "cloudevents binary", cfg: `{"brokers":["k:9092"],"cloudevents_mode":"binary"}`},
+		{name: "bad cloudevents mode", cfg: `{"brokers":["k:9092"],"cloudevents_mode":"batch"}`, field: "cloudevents_mode"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

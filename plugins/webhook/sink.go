@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/pluginkit/cdc"
 )
 
 const (
@@ -49,6 +51,7 @@ type settings struct {
 	timeout time.Duration
 	headers http.Header
 	key     []byte // signing key; nil disables signing
+	ceMode  string // how CloudEvents travel: structured, batch or binary
 }
 
 // Interface guards.
@@ -69,6 +72,7 @@ func (s *Sink) Info() pluginkit.Info {
 			{Name: "timeout", Type: pluginkit.TypeDuration, Doc: `How long one POST may take, response included. Default "30s".`},
 			{Name: "headers", Type: pluginkit.TypeStringMap, Doc: "Extra request headers, for example Authorization."},
 			{Name: "secret", Type: pluginkit.TypeString, Doc: `Standard Webhooks signing secret: "whsec_" followed by base64, or raw bytes. Unset: requests are not signed.`},
+			{Name: "cloudevents_mode", Type: pluginkit.TypeString, Doc: `With format = "cloudevents": "structured" (default, one request per event, application/cloudevents+json), "binary" (one request per event, attributes in ce-* headers, the envelope as body) or "batch" (one request per batch, application/cloudevents-batch+json).`},
 		},
 	}
 }
@@ -78,6 +82,7 @@ type config struct {
 	Timeout string            `json:"timeout"`
 	Headers map[string]string `json:"headers"`
 	Secret  string            `json:"secret"`
+	CEMode  string            `json:"cloudevents_mode"`
 }
 
 // Configure validates the config; it makes no request.
@@ -138,6 +143,11 @@ func parseConfig(c config) (settings, error) {
 			return st, &pluginkit.ConfigError{Field: "secret", Msg: err.Error()}
 		}
 	}
+	switch st.ceMode = cmp.Or(c.CEMode, ceStructured); st.ceMode {
+	case ceStructured, ceBinary, ceBatch:
+	default:
+		return st, &pluginkit.ConfigError{Field: "cloudevents_mode", Msg: fmt.Sprintf(`must be "structured", "binary" or "batch", not %q`, c.CEMode)}
+	}
 	return st, nil
 }
 
@@ -194,50 +204,72 @@ func (s *Sink) Deliver(ctx context.Context, b pluginkit.Batch) (pluginkit.Delive
 		return pluginkit.DeliverResult{}, pluginkit.Permanent(errors.New("deliver before open"))
 	}
 
+	if cdc.IsCloudEvent(events[0].Payload) && cfg.ceMode != ceBatch {
+		return pluginkit.DeliverResult{}, s.deliverEach(ctx, cfg, client, events)
+	}
+	contentType := "application/json"
 	body := encodeBody(events)
-	size := bodySize(body)
-	id := batchID(events)
-	ts := strconv.FormatInt(s.nowFunc().Unix(), 10)
+	if cdc.IsCloudEvent(events[0].Payload) {
+		contentType, body = ceBatchType, encodeBatch(events)
+	}
+	return pluginkit.DeliverResult{}, s.post(ctx, cfg, client, request{body: body, id: batchID(events), contentType: contentType})
+}
 
+// request is one POST: its body, its Standard Webhooks id, and its
+// content type and extra headers.
+type request struct {
+	body        net.Buffers
+	id          string
+	contentType string
+	header      http.Header
+}
+
+// post sends one request and classifies the answer.
+func (s *Sink) post(ctx context.Context, cfg settings, client *http.Client, r request) error {
+	size := bodySize(r.body)
+	ts := strconv.FormatInt(s.nowFunc().Unix(), 10)
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cfg.url.String(), http.NoBody)
 	if err != nil {
-		return pluginkit.DeliverResult{}, pluginkit.Permanent(fmt.Errorf("build request: %w", err))
+		return pluginkit.Permanent(fmt.Errorf("build request: %w", err))
 	}
 	// The body is written from the events' own bytes, never copied into
 	// one buffer: with large batches and many lanes that copy was most
 	// of this process's memory.
-	req.Body, req.ContentLength = bodyReader(body), size
-	req.GetBody = func() (io.ReadCloser, error) { return bodyReader(body), nil }
+	req.Body, req.ContentLength = bodyReader(r.body), size
+	req.GetBody = func() (io.ReadCloser, error) { return bodyReader(r.body), nil }
 	req.Header = cfg.headers.Clone()
-	req.Header.Set("Content-Type", "application/json")
+	for k, v := range r.header {
+		req.Header[k] = v
+	}
+	req.Header.Set("Content-Type", r.contentType)
 	// The id names this exact body: a redelivery of the same events
 	// carries the same id, a batch cut differently never does.
-	req.Header.Set("Idempotency-Key", id)
-	req.Header.Set("Webhook-Id", id)
+	req.Header.Set("Idempotency-Key", r.id)
+	req.Header.Set("Webhook-Id", r.id)
 	req.Header.Set("Webhook-Timestamp", ts)
 	if cfg.key != nil {
-		req.Header.Set("Webhook-Signature", sign(cfg.key, id, ts, body))
+		req.Header.Set("Webhook-Signature", sign(cfg.key, r.id, ts, r.body))
 	}
 
 	resp, err := client.Do(req)
 	if err != nil {
-		return pluginkit.DeliverResult{}, pluginkit.Retryable(fmt.Errorf("POST %s: %w", safeURL(cfg.url), withoutURL(err)))
+		return pluginkit.Retryable(fmt.Errorf("POST %s: %w", safeURL(cfg.url), withoutURL(err)))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainBytes))
-		return pluginkit.DeliverResult{}, nil
+		return nil
 	}
 
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, errorBodyBytes))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainBytes))
 	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
-		return pluginkit.DeliverResult{}, pluginkit.Retryable(redirectError(cfg.url, resp))
+		return pluginkit.Retryable(redirectError(cfg.url, resp))
 	}
 	err = fmt.Errorf("POST %s: %s: %q", safeURL(cfg.url), resp.Status, snippet)
-	return pluginkit.DeliverResult{}, s.classify(resp, err, size)
+	return s.classify(resp, err, size)
 }
 
 // redirectError describes a 3xx answer, which never delivers: the batch
@@ -322,15 +354,20 @@ func (s *Sink) Close(context.Context) error {
 // encodeBody lays out {"events":[p1,p2,...]} as the pieces of the body,
 // pointing at the payloads instead of copying them.
 func encodeBody(events []pluginkit.Event) net.Buffers {
+	return joinPayloads(events, []byte(`{"events":[`), []byte("]}"))
+}
+
+// joinPayloads lays out open, the payloads separated by commas, and end.
+func joinPayloads(events []pluginkit.Event, open, end []byte) net.Buffers {
 	b := make(net.Buffers, 0, 2*len(events)+1)
-	b = append(b, []byte(`{"events":[`))
+	b = append(b, open)
 	for i, e := range events {
 		if i > 0 {
 			b = append(b, comma)
 		}
 		b = append(b, e.Payload)
 	}
-	return append(b, []byte("]}"))
+	return append(b, end)
 }
 
 var comma = []byte{','}

@@ -11,7 +11,14 @@ const (
 	FormatWalcast  = "walcast"
 	FormatDebezium = "debezium"
 	FormatSequin   = "sequin"
+	// FormatCloudEvents is CloudEvents 1.0; the webhook and kafka sinks
+	// carry it in structured or binary mode (their cloudevents_mode).
+	FormatCloudEvents = "cloudevents"
 )
+
+// cloudEventsModeSetting is the plugin setting of the webhook and kafka
+// sinks that only a sink with format = "cloudevents" may set.
+const cloudEventsModeSetting = "cloudevents_mode"
 
 // Decimal handling modes of the debezium format.
 const (
@@ -52,7 +59,7 @@ func (d *decoder) decodeFormat(s *Sink, attr *hcl.Attribute, block *hcl.Block, p
 		var v string
 		if d.decodeAttr(attr, &v) {
 			switch v {
-			case FormatWalcast, FormatDebezium, FormatSequin:
+			case FormatWalcast, FormatDebezium, FormatSequin, FormatCloudEvents:
 				s.Format = v
 				if v != FormatWalcast && slices.Contains(envelopeReaders, s.Type) {
 					d.errorf(attr.Expr.Range(), "Format not supported by this sink",
@@ -60,10 +67,11 @@ func (d *decoder) decodeFormat(s *Sink, attr *hcl.Attribute, block *hcl.Block, p
 				}
 			default:
 				d.errorf(attr.Expr.Range(), "Invalid format",
-					`format must be "walcast" (walcast's envelope, the default), "debezium" (Debezium's PostgreSQL change event) or "sequin" (Sequin's message), got %q.`, v)
+					`format must be "walcast" (walcast's envelope, the default), "debezium" (Debezium's PostgreSQL change event), "sequin" (Sequin's message) or "cloudevents" (CloudEvents 1.0), got %q.`, v)
 			}
 		}
 	}
+	d.checkCloudEventsMode(s)
 	if block == nil {
 		if s.Format == FormatDebezium {
 			s.Debezium = Debezium{Name: pipeline, DecimalHandling: DecimalPrecise}
@@ -76,6 +84,20 @@ func (d *decoder) decodeFormat(s *Sink, attr *hcl.Attribute, block *hcl.Block, p
 		return
 	}
 	s.Debezium = d.decodeDebezium(block.Body, pipeline)
+}
+
+// checkCloudEventsMode refuses a config block's cloudevents_mode on a
+// sink whose events are not CloudEvents: the plugin would never use it,
+// and whoever set it expects CloudEvents.
+func (d *decoder) checkCloudEventsMode(s *Sink) {
+	if s.Format == FormatCloudEvents {
+		return
+	}
+	attrs, _ := s.Config.JustAttributes()
+	if attr, ok := attrs[cloudEventsModeSetting]; ok {
+		d.errorf(attr.NameRange, "cloudevents_mode without the cloudevents format",
+			`cloudevents_mode says how CloudEvents travel (structured or binary); this sink's format is %q. Add format = "cloudevents" to the sink, or remove cloudevents_mode.`, s.Format)
+	}
 }
 
 func (d *decoder) decodeDebezium(body hcl.Body, pipeline string) Debezium {

@@ -82,8 +82,8 @@ type Sink struct {
 	// of walcast's environment reaches a plugin.
 	Env map[string]string
 	// Format is the sink's output format, FormatWalcast (the envelope,
-	// default), FormatDebezium or FormatSequin; Debezium holds the
-	// settings of FormatDebezium.
+	// default), FormatDebezium, FormatSequin or FormatCloudEvents;
+	// Debezium holds the settings of FormatDebezium.
 	Format   string
 	Debezium Debezium
 

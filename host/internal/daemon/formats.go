@@ -22,7 +22,7 @@ func sinkFormats(p *config.Pipeline) (formats []decode.Format, index []int, err 
 	index = make([]int, len(p.Sinks))
 	var src *pgconn.Config
 	for i, s := range p.Sinks {
-		if s.Format != config.FormatDebezium && s.Format != config.FormatSequin {
+		if s.Format == config.FormatWalcast || s.Format == "" {
 			continue
 		}
 		if src == nil {
@@ -37,10 +37,15 @@ func sinkFormats(p *config.Pipeline) (formats []decode.Format, index []int, err 
 			Schemas:  s.Debezium.Schemas,
 			Decimal:  s.Debezium.DecimalHandling,
 		}}
-		if s.Format == config.FormatSequin {
+		switch s.Format {
+		case config.FormatSequin:
 			// metadata.consumer names the sink: a format of its own.
 			f = decode.Format{Name: decode.FormatSequin, Sequin: decode.SequinOptions{
 				Consumer: s.ID, Database: src.Database, Hostname: src.Host,
+			}}
+		case config.FormatCloudEvents:
+			f = decode.Format{Name: decode.FormatCloudEvents, CloudEvents: decode.CloudEventsOptions{
+				Source: decode.CloudEventsSource(p.Name, src.Database),
 			}}
 		}
 		at := slices.Index(formats, f)

@@ -68,3 +68,11 @@ func benchDecodeInsert(b *testing.B, opts Options) {
 	}
 	b.SetBytes(int64(len(sink.Payload)))
 }
+
+// BenchmarkDecodeInsertCloudEvents is the same insert with a sink on the
+// cloudevents format: the envelope, then a copy of it as the event's data
+// behind the CloudEvents attributes.
+func BenchmarkDecodeInsertCloudEvents(b *testing.B) {
+	benchDecodeInsert(b, Options{Formats: []Format{{Name: FormatCloudEvents, CloudEvents: CloudEventsOptions{
+		Source: "/walcast/shop/shop"}}}})
+}

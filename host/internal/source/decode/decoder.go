@@ -84,12 +84,19 @@ type Decoder struct {
 	// ddlTail is the "ddl" member of the schema event being encoded
 	// for a DDL message, empty otherwise.
 	ddlTail []byte
+	// cloudEventsUsed: Options.Formats has a cloudevents format, which
+	// every event gets (markers and schema events too).
+	cloudEventsUsed bool
 }
 
 // New returns a Decoder with an empty relation cache, outside any
 // transaction. opts.Formats must pass CheckFormats.
 func New(opts Options) *Decoder {
-	return &Decoder{opts: opts, rels: make(map[uint32]*relation), shapes: map[uint32][]ShapeRecord{}, types: map[uint32]string{}}
+	d := &Decoder{opts: opts, rels: make(map[uint32]*relation), shapes: map[uint32][]ShapeRecord{}, types: map[uint32]string{}}
+	for _, f := range opts.Formats {
+		d.cloudEventsUsed = d.cloudEventsUsed || f.Name == FormatCloudEvents
+	}
+	return d
 }
 
 // Reset drops the relation cache and any open transaction. Call it whenever
@@ -362,6 +369,7 @@ func (d *Decoder) emit(rel *relation, op cdc.Op, keyStart, keyEnd int, oldKey []
 	if oldKey != nil {
 		ev.OldKey = bytes.Clone(oldKey)
 	}
+	ev.Formats = d.cloudEvents(ev.Formats, ev.Event, ev.OldKey)
 	if err := emit(ev); err != nil {
 		return fmt.Errorf("emit event %s (%s on %s.%s): %w", ev.ID, op, rel.schema, rel.table, err)
 	}

@@ -14,6 +14,9 @@ const (
 	FormatWalcast  = "walcast"
 	FormatDebezium = "debezium"
 	FormatSequin   = "sequin"
+	// FormatCloudEvents is CloudEvents 1.0 in its JSON event format, the
+	// envelope as data (cloudevents.go).
+	FormatCloudEvents = "cloudevents"
 )
 
 // Format is one output format the decoder writes next to the envelope,
@@ -21,11 +24,13 @@ const (
 // column types the Relation message gives, which the envelope no longer
 // carries (a numeric and a text column are both JSON strings there).
 type Format struct {
-	// Name is FormatDebezium or FormatSequin (the envelope is always
-	// written and needs no Format); the options of that format are set.
-	Name     string
-	Debezium DebeziumOptions
-	Sequin   SequinOptions
+	// Name is FormatDebezium, FormatSequin or FormatCloudEvents (the
+	// envelope is always written and needs no Format); the options of
+	// that format are set.
+	Name        string
+	Debezium    DebeziumOptions
+	Sequin      SequinOptions
+	CloudEvents CloudEventsOptions
 }
 
 // Decimal handling modes of the debezium format, as Debezium names them
@@ -57,8 +62,14 @@ type DebeziumOptions struct {
 // a caller fails where it is configured rather than as a wrong payload.
 func CheckFormats(formats []Format) error {
 	for i, f := range formats {
-		if f.Name != FormatDebezium && f.Name != FormatSequin {
-			return fmt.Errorf("format %d: unknown format %q (want %q or %q)", i, f.Name, FormatDebezium, FormatSequin)
+		switch f.Name {
+		case FormatDebezium, FormatSequin:
+		case FormatCloudEvents:
+			if f.CloudEvents.Source == "" {
+				return fmt.Errorf("format %d: cloudevents without a source", i)
+			}
+		default:
+			return fmt.Errorf("format %d: unknown format %q (want %q, %q or %q)", i, f.Name, FormatDebezium, FormatSequin, FormatCloudEvents)
 		}
 		switch f.Debezium.Decimal {
 		case "", DecimalPrecise, DecimalDouble, DecimalString:
@@ -93,9 +104,12 @@ func (d *Decoder) encodeFormats(c *rowChange) []change.Encoded {
 	}
 	c.rel.inTx++
 	for i := range d.opts.Formats {
-		if f := &d.opts.Formats[i]; f.Name == FormatSequin {
+		switch f := &d.opts.Formats[i]; f.Name {
+		case FormatSequin:
 			out[i] = d.sequinEvent(&f.Sequin, c)
 			continue
+		case FormatCloudEvents:
+			continue // built from the emitted envelope, in emit
 		}
 		enc := d.debezium(i, c.rel)
 		b := d.fbuf[:0]
