@@ -92,7 +92,7 @@ func (d *decoder) decodeSink(block *hcl.Block, src Source, pipeline string) (s S
 		s.Ops = d.decodeOps(attr)
 		if i := slices.Index(s.Ops, pluginkit.OpMessage); i >= 0 && len(src.Messages.Prefixes) == 0 {
 			d.errorf(attr.Expr.Range(), "No messages to deliver",
-				`ops lists "message", but the source has no messages block, so no message events are captured: add messages { prefixes = ["app."] } to the source, or remove "message" from ops.`)
+				`ops lists "message", but the source captures no messages: add messages { prefixes = ["app."] } to the source block, or remove "message" from ops.`)
 		}
 	}
 	if attr, found := attrs["env"]; found {

@@ -127,7 +127,7 @@ func (d *decoder) decodeMessages(block *hcl.Block) Messages {
 	}
 	for i, p := range vals {
 		if problem := pg.CheckMessagePrefix(p); problem != "" {
-			d.errorf(ranges[i], "Invalid message prefix", "The %s.", problem)
+			d.errorf(ranges[i], "Invalid message prefix", "%s.", problem)
 			continue
 		}
 		if slices.Contains(m.Prefixes, p) {

@@ -13,16 +13,17 @@ import (
 const MessagePrefix = "walcast."
 
 // CheckMessagePrefix says what is wrong with a configured application
-// message prefix, or "" when it is fine. A prefix is matched as a string
+// message prefix, as a sentence without its final period, or "" when it
+// is fine. A prefix is matched as a string
 // prefix, so one that could match a name starting with MessagePrefix
 // ("", "wal", "walcast.app") would take walcast's own messages for an
 // application's: it is refused.
 func CheckMessagePrefix(p string) string {
 	switch {
 	case p == "":
-		return `an empty prefix matches every message, walcast's own included; name the application's prefix (e.g. "app.")`
+		return `An empty prefix matches every message, walcast's own included; name the application's prefix (e.g. "app.")`
 	case strings.HasPrefix(p, MessagePrefix) || strings.HasPrefix(MessagePrefix, p):
-		return fmt.Sprintf("prefix %q overlaps %q, which walcast reserves for its own messages (backfill chunks, resync markers, DDL); choose a prefix that neither starts with %q nor is the beginning of it", p, MessagePrefix+"*", MessagePrefix)
+		return fmt.Sprintf("The prefix %q overlaps %q, which walcast reserves for its own messages (backfill chunks, resync markers, DDL); choose a prefix that neither starts with %q nor is the beginning of it", p, MessagePrefix+"*", MessagePrefix)
 	}
 	return ""
 }
