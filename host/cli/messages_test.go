@@ -230,7 +230,8 @@ func checkIDOrder(t testing.TB, what string, firsts []received) {
 func TestMessagesThroughTheWAL(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`,
+		`CREATE TABLE orders (id int PRIMARY KEY, status text)`, `INSERT INTO orders VALUES (42, 'new')`)
 	truthSlot(t, dsn, db, "truth_messages")
 	all, rows, lanes := newReceiver(t), newReceiver(t), newReceiver(t)
 	pipeline := writePipeline(t, "messages", dsn, []string{"public.items"},
@@ -260,6 +261,11 @@ func TestMessagesThroughTheWAL(t *testing.T) {
 			t.Fatalf("%s: %v", step, err)
 		}
 	}
+	// docs/events.md's example, verbatim (orders is not captured: its
+	// message is).
+	if _, err := wdb.Exec(ctx, eventsDocSQL(t)); err != nil {
+		t.Fatalf("docs/events.md's example: %v", err)
+	}
 	// A non-transactional message outside a transaction is streamed once
 	// its WAL is flushed: this commit flushes it.
 	exec1(t, wdb, `INSERT INTO items VALUES (8, 1)`)
@@ -270,8 +276,8 @@ func TestMessagesThroughTheWAL(t *testing.T) {
 			nmsg++
 		}
 	}
-	if len(want) != 12 || nmsg != 6 {
-		t.Fatalf("test_decoding saw %d events, %d messages, want 12 and 6: %+v", len(want), nmsg, want)
+	if len(want) != 13 || nmsg != 7 {
+		t.Fatalf("test_decoding saw %d events, %d messages, want 13 and 7: %+v", len(want), nmsg, want)
 	}
 	waitFor(t, "every event at the strict sink", time.Minute, func() bool { return all.distinct() >= len(want) })
 	waitFor(t, "every event at the tables-filtered sink", time.Minute, func() bool { return lanes.distinct() >= len(want) })
@@ -379,4 +385,16 @@ func TestMessagesSurviveSIGKILL(t *testing.T) {
 		}
 	}
 	t.Logf("%d events (%d non-transactional messages), %d duplicates after %d SIGKILLs", len(want), nt, dups, kills)
+}
+
+// eventsDocSQL is docs/events.md's application message example.
+func eventsDocSQL(t *testing.T) string {
+	t.Helper()
+	for _, b := range docBlocks(t) {
+		if b.file == "events.md" && b.lang == "sql" && strings.Contains(b.text, "pg_logical_emit_message") {
+			return b.text
+		}
+	}
+	t.Fatal("docs/events.md has no sql block with pg_logical_emit_message")
+	return ""
 }
