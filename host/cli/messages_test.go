@@ -362,10 +362,12 @@ func TestMessagesSurviveSIGKILL(t *testing.T) {
 	proc := startCapturing(t, db, pipeline)
 	go func() { workDone <- messageWorkload(ctx, wdb, rand.New(rand.NewPCG(seed, 4)), pgtest.Chaos(t, 300)) }()
 	kills := pgtest.Chaos(t, 3)
+	var atKill []int // distinct events received at each kill
 	for k := range kills {
 		target := rcv.count() + 20 + r.IntN(150)
 		waitFor(t, fmt.Sprintf("%d deliveries before kill %d", target, k+1), time.Minute, func() bool { return rcv.count() >= target })
 		proc.kill()
+		atKill = append(atKill, rcv.distinct())
 		t.Logf("kill %d after %d deliveries (%d distinct)", k+1, rcv.count(), rcv.distinct())
 		proc = startWalcast(t, pipeline)
 	}
@@ -374,6 +376,12 @@ func TestMessagesSurviveSIGKILL(t *testing.T) {
 	}
 	exec1(t, wdb, `INSERT INTO items VALUES (-1, 0)`) // flushes the last non-transactional message
 	want := messageTruth(t, db, "truth_msgkill", map[string]bool{"public.items": true}, "app.")
+	// A kill after everything arrived proves nothing.
+	for k, n := range atKill {
+		if n >= len(want) {
+			t.Fatalf("kill %d came after all %d events had arrived", k+1, len(want))
+		}
+	}
 	waitFor(t, fmt.Sprintf("all %d events", len(want)), 2*time.Minute, func() bool { return rcv.distinct() >= len(want) })
 	proc.stop()
 	firsts, dups := checkWALItems(t, want, rcv.events())
