@@ -238,6 +238,9 @@ func parseTLS(st *settings, m map[string]string) error {
 
 // streamFor is the stream key of schema.table's events.
 func (st settings) streamFor(schema, table string) string {
+	if schema == "" && table == "" {
+		return st.streamPrefix + ":message" // a message event names no table
+	}
 	if k, ok := st.streams[schema+"."+table]; ok {
 		return k
 	}
