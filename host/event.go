@@ -26,12 +26,13 @@ type Event struct {
 	XID uint32
 	// CommitTime is when that transaction committed (UTC).
 	CommitTime time.Time
-	// Schema and Table name the changed table.
+	// Schema and Table name the changed table; empty on a message event.
 	Schema string
 	Table  string
 	// Op is insert, update, delete, truncate, read for a backfilled row,
 	// or schema for a change of the table's shape (docs/events.md),
-	// or resync_begin / resync_end around a resync's rows (Resync).
+	// or resync_begin / resync_end around a resync's rows (Resync), or
+	// message for an application message (Message).
 	Op cdc.Op
 	// Key holds the replica-identity columns as a JSON object; nil for a
 	// truncate or a table without a key.
@@ -54,6 +55,9 @@ type Event struct {
 	// Resync is the resync's id on a resync_begin or resync_end event
 	// (Stream.Resync, walcast resync); 0 otherwise.
 	Resync int64
+	// Message is the application message of a message event
+	// (StreamConfig.MessagePrefixes); nil for every other op.
+	Message *Message
 
 	payload, key []byte
 }
@@ -124,6 +128,11 @@ func (c *commitTimes) newEvent(ce change.Event) (Event, error) {
 				return Event{}, err
 			}
 		}
+		if pe.Op == cdc.OpMessage {
+			if err := messageOf(&ev, p); err != nil {
+				return Event{}, err
+			}
+		}
 		if l.Unchanged[1] > 0 {
 			if err := json.Unmarshal(p[l.Unchanged[0]:l.Unchanged[1]], &ev.Unchanged); err != nil {
 				return Event{}, fmt.Errorf("read envelope of event %s: unchanged: %w", pe.ID, err)
@@ -171,7 +180,53 @@ func (c *commitTimes) newEvent(ce change.Event) (Event, error) {
 	if err != nil {
 		return Event{}, fmt.Errorf("read envelope of event %s: %w", pe.ID, err)
 	}
+	if pe.Op == cdc.OpMessage {
+		if err := messageOf(&ev, pe.Payload); err != nil {
+			return Event{}, err
+		}
+	}
 	return ev, nil
+}
+
+// Message is an application's logical decoding message
+// (pg_logical_emit_message) as a message event carries it.
+type Message struct {
+	// Prefix is the message's prefix, as the application passed it.
+	Prefix string
+	// Transactional is the message's transactional flag: a
+	// transactional message is part of its transaction (the event's id
+	// and XID are the transaction's, and it arrives only if that
+	// commits); a non-transactional one arrives when PostgreSQL decodes
+	// it, its XID and CommitTime zero.
+	Transactional bool
+	// Content is the message's content: the bytes the application wrote,
+	// except that JSON content is compacted (the envelope embeds it as
+	// JSON, without the whitespace between tokens; other content travels
+	// as base64 and comes back byte for byte).
+	Content []byte
+}
+
+// messageOf reads a message event's members from its envelope.
+func messageOf(ev *Event, payload []byte) error {
+	var m struct {
+		Prefix        string          `json:"prefix"`
+		Transactional bool            `json:"transactional"`
+		Base64        bool            `json:"content_base64"`
+		Content       json.RawMessage `json:"content"`
+	}
+	if err := json.Unmarshal(payload, &m); err != nil {
+		return fmt.Errorf("read envelope of message event %s: %w", ev.ID, err)
+	}
+	msg := &Message{Prefix: m.Prefix, Transactional: m.Transactional, Content: m.Content}
+	if m.Base64 {
+		var b []byte
+		if err := json.Unmarshal(m.Content, &b); err != nil {
+			return fmt.Errorf("read envelope of message event %s: content: %w", ev.ID, err)
+		}
+		msg.Content = b
+	}
+	ev.Message = msg
+	return nil
 }
 
 // resyncOf reads a marker's resync id from its envelope.

@@ -72,6 +72,12 @@ type StreamConfig struct {
 	Format string
 	// Debezium holds the settings of Format "debezium".
 	Debezium Debezium
+	// MessagePrefixes select application messages: a logical decoding
+	// message (pg_logical_emit_message) whose prefix starts with one of
+	// them becomes an event with Op "message" (Event.Message;
+	// docs/events.md). None may overlap walcast's own "walcast."
+	// prefixes. Needs PostgreSQL 14 or later.
+	MessagePrefixes []string
 }
 
 // Debezium are the settings of the debezium format, as a sink's debezium
@@ -224,6 +230,16 @@ func prepareSource(ctx context.Context, pool *pgxpool.Pool, cfg StreamConfig) (c
 		Logger:          cfg.Logger,
 		AcceptGap:       cfg.AcceptGap,
 		ReceiveTimeout:  cfg.ReceiveTimeout,
+		MessagePrefixes: cfg.MessagePrefixes,
+	}
+	if len(cfg.MessagePrefixes) > 0 {
+		var version string
+		if err := pool.QueryRow(ctx, "SHOW server_version").Scan(&version); err != nil {
+			return ccfg, capture.Prepared{}, fmt.Errorf("open walcast stream: read server_version: %w", err)
+		}
+		if !capture.SupportsMessages(version) {
+			return ccfg, capture.Prepared{}, fmt.Errorf("open walcast stream: StreamConfig.MessagePrefixes needs PostgreSQL 14 or later (the source runs %s); leave it empty", version)
+		}
 	}
 	prep, err := capture.Prepare(ctx, pool, ledger.New(pool, ccfg.Pipeline), ccfg)
 	if err != nil {
@@ -277,6 +293,11 @@ func (cfg *StreamConfig) check() error {
 		return fmt.Errorf("open walcast stream: StreamConfig.Format is %q; want \"walcast\" (the envelope, also when empty), \"debezium\", \"sequin\" or \"cloudevents\"", cfg.Format)
 	case cfg.Format == decode.FormatDebezium && !slices.Contains([]string{decode.DecimalPrecise, decode.DecimalDouble, decode.DecimalString}, cfg.Debezium.DecimalHandlingMode):
 		return fmt.Errorf("open walcast stream: StreamConfig.Debezium.DecimalHandlingMode is %q; want \"precise\", \"double\" or \"string\"", cfg.Debezium.DecimalHandlingMode)
+	}
+	for _, p := range cfg.MessagePrefixes {
+		if problem := pg.CheckMessagePrefix(p); problem != "" {
+			return fmt.Errorf("open walcast stream: StreamConfig.MessagePrefixes: %s", problem)
+		}
 	}
 	for _, n := range []struct{ what, name string }{{"Slot", cfg.Slot}, {"Publication", cfg.Publication}} {
 		if problem := pg.SlotProblem(n.name); problem != "" {

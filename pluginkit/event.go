@@ -27,6 +27,8 @@ const (
 	// OpResyncBegin and OpResyncEnd bracket a table's resync (see cdc).
 	OpResyncBegin = cdc.OpResyncBegin
 	OpResyncEnd   = cdc.OpResyncEnd
+	// OpMessage is an application message through the WAL (see cdc).
+	OpMessage = cdc.OpMessage
 )
 
 // ParseEventID parses the "<commit_lsn>:<index>" form, for example

@@ -286,6 +286,7 @@ func TestDocSnippets(t *testing.T) {
 var runElsewhere = map[string]string{
 	"sql getting-started.md":       "TestGettingStarted",
 	"sql roles-and-grants.md":      "TestDocumentedGrantsLetASecondRoleRun (docSQL)",
+	"sql events.md":                "TestMessagesThroughTheWAL (the application message example)",
 	"yaml monitoring.md":           "TestAlertRules (host/internal/daemon): the rules file, verbatim, under promtool",
 	"go main.go writing-a-sink.md": "TestSinkOutsideRepository",
 	"sh replace writing-a-sink.md": "TestSinkOutsideRepository",

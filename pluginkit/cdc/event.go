@@ -25,6 +25,15 @@ const (
 	// before, "changes" what changed. It comes before the first change
 	// in the new shape and is a barrier for its table, like a truncate.
 	OpSchema Op = "schema"
+	// OpMessage is an application's logical decoding message
+	// (pg_logical_emit_message) whose prefix the source's messages block
+	// selects: Schema and Table are empty, Key is {"prefix":…} (messages
+	// of one prefix are one ordering lane), the envelope's "prefix",
+	// "transactional", "lsn" and "content" carry the message. A
+	// transactional message is a change of its transaction; a
+	// non-transactional one has a commit of its own (docs/events.md).
+	// It is not TableWide: it concerns no table.
+	OpMessage Op = "message"
 )
 
 // TableWide reports whether an event of op concerns its whole table
@@ -42,11 +51,12 @@ func (o Op) TableWide() bool {
 type Event struct {
 	// ID is the event's deterministic id; see EventID.
 	ID EventID
-	// Schema and Table name the changed relation.
+	// Schema and Table name the changed relation; both are empty on a
+	// message event.
 	Schema string
 	Table  string
-	// Op is insert, update, delete, truncate, read, schema, resync_begin
-	// or resync_end.
+	// Op is insert, update, delete, truncate, read, schema, resync_begin,
+	// resync_end or message.
 	Op Op
 	// Key is the JSON object of the row's replica-identity columns, or
 	// "null" for a truncate, a schema event or a table without a key.

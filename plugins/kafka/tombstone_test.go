@@ -268,6 +268,7 @@ func TestTopicNames(t *testing.T) {
 		"public.café":        "walcast.public.caf_",
 		"Sales.Q$1":          "walcast.Sales.Q_1",
 		"public.order lines": "order-lines",
+		".":                  "walcast.message", // a message event
 	} {
 		schema, table, _ := strings.Cut(in, ".")
 		if got := st.topicFor(schema, table); got != want {

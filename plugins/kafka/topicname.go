@@ -19,8 +19,13 @@ import (
 // `walcast validate` reports a table whose topic would still be illegal
 // (too long) or would collide with another table's, at the table.
 
-// topicFor is the topic of schema.table's events.
+// topicFor is the topic of schema.table's events. A message event (an
+// application's pg_logical_emit_message) names no table: it goes to
+// "<topic_prefix>.message", Debezium's topic for them, keyed by its prefix.
 func (st settings) topicFor(schema, table string) string {
+	if schema == "" && table == "" {
+		return st.topicPrefix + ".message"
+	}
 	if t, ok := st.topics[schema+"."+table]; ok {
 		return t
 	}

@@ -234,6 +234,11 @@ func parseAuth(st settings) error {
 
 // subjectFor is the subject of schema.table's events.
 func (st settings) subjectFor(schema, table string) string {
+	if schema == "" && table == "" {
+		// A message event (pg_logical_emit_message) names no table; an
+		// empty token would make the subject invalid.
+		return st.subjectPrefix + ".message"
+	}
 	if s, ok := st.subjects[schema+"."+table]; ok {
 		return s
 	}

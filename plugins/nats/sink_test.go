@@ -114,6 +114,9 @@ func TestSubjects(t *testing.T) {
 	if got := st.subjectFor("public", "order items.v2*"); got != "walcast.public.order_items_v2_" {
 		t.Errorf("subject = %q", got)
 	}
+	if got := st.subjectFor("", ""); got != "walcast.message" {
+		t.Errorf("a message event's subject = %q, want walcast.message", got)
+	}
 	err = newSink(discardLogger()).Configure(t.Context(), pluginkit.Setup{
 		Config: json.RawMessage(`{"servers":["nats://n:4222"]}`),
 		Tables: []string{"public.a.b", "public.a_b"},

@@ -84,6 +84,11 @@ func (s *Sink) resolveOne(ctx context.Context, e *pluginkit.Event) (*rowOp, erro
 	if e.Op == pluginkit.OpResyncBegin || e.Op == pluginkit.OpResyncEnd {
 		return s.markerOp(ctx, e)
 	}
+	if e.Op == pluginkit.OpMessage {
+		// An application message changes no table: a mirror has nothing
+		// to apply.
+		return nil, nil
+	}
 	if e.Op == pluginkit.OpSchema {
 		// Mirror mode takes a table's columns from its rows (adding
 		// what is missing with create_tables); a change of shape alone

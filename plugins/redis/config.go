@@ -180,6 +180,9 @@ func parseTimeout(st *settings, s string) error {
 
 // streamFor is the stream key of schema.table's events.
 func (st settings) streamFor(schema, table string) string {
+	if schema == "" && table == "" {
+		return st.streamPrefix + ":message" // a message event names no table
+	}
 	if k, ok := st.streams[schema+"."+table]; ok {
 		return k
 	}

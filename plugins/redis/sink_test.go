@@ -117,7 +117,7 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.checkpointKey != "walcast:checkpoint:shop:cache" || st.streamFor("public", "orders") != "walcast:public.orders" || st.maxLen != 0 {
+	if st.checkpointKey != "walcast:checkpoint:shop:cache" || st.streamFor("public", "orders") != "walcast:public.orders" || st.streamFor("", "") != "walcast:message" || st.maxLen != 0 {
 		t.Errorf("defaults = %+v", st)
 	}
 	if info := newSink(discardLogger()).Info(); !info.Ordered || info.BatchSize != defaultBatchSize {

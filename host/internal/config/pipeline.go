@@ -54,12 +54,24 @@ type Source struct {
 	// writes each DDL command on a table into the stream, so that its
 	// schema event comes at the command's commit (docs/events.md).
 	DDLEvents bool
+	// Messages selects the application messages (pg_logical_emit_message)
+	// that become message events; none without a messages block.
+	Messages Messages
 
 	DeclRange hcl.Range
 	DSNRange  hcl.Range
 	// TableRanges[i] is where Tables[i] was written, so that the host can
 	// point at it when, say, the table does not exist.
 	TableRanges []hcl.Range
+}
+
+// Messages is the source's `messages` block.
+type Messages struct {
+	// Prefixes: a message whose prefix starts with one of them becomes a
+	// message event (docs/events.md). None may overlap walcast's own
+	// "walcast." prefixes.
+	Prefixes  []string
+	DeclRange hcl.Range
 }
 
 // Sink is one `sink "<type>" "<id>"` block.

@@ -47,7 +47,7 @@ var deliverySchema = &hcl.BodySchema{
 
 // knownOps are the values of a sink's ops filter, in envelope order.
 var knownOps = []pluginkit.Op{pluginkit.OpInsert, pluginkit.OpUpdate, pluginkit.OpDelete, pluginkit.OpTruncate, pluginkit.OpRead,
-	pluginkit.OpSchema, pluginkit.OpResyncBegin, pluginkit.OpResyncEnd}
+	pluginkit.OpSchema, pluginkit.OpResyncBegin, pluginkit.OpResyncEnd, pluginkit.OpMessage}
 
 // decodeSink decodes a sink block. ok is false when the header is unusable
 // (bad type or id): such a sink is left out of the pipeline, so that Check
@@ -90,6 +90,10 @@ func (d *decoder) decodeSink(block *hcl.Block, src Source, pipeline string) (s S
 	}
 	if attr, found := attrs["ops"]; found {
 		s.Ops = d.decodeOps(attr)
+		if i := slices.Index(s.Ops, pluginkit.OpMessage); i >= 0 && len(src.Messages.Prefixes) == 0 {
+			d.errorf(attr.Expr.Range(), "No messages to deliver",
+				`ops lists "message", but the source captures no messages: add messages { prefixes = ["app."] } to the source block, or remove "message" from ops.`)
+		}
 	}
 	if attr, found := attrs["env"]; found {
 		s.Env = d.decodeEnv(attr)
@@ -178,7 +182,7 @@ func (d *decoder) decodeOps(attr *hcl.Attribute) []pluginkit.Op {
 		switch {
 		case !slices.Contains(knownOps, op):
 			d.errorf(ranges[i], "Invalid operation",
-				"Operation %q is not one of insert, update, delete, truncate, read, schema, resync_begin, resync_end.", v)
+				"Operation %q is not one of insert, update, delete, truncate, read, schema, resync_begin, resync_end, message.", v)
 		case slices.Contains(ops, op):
 			d.errorf(ranges[i], "Duplicate operation", "Operation %q is listed twice.", v)
 		default:

@@ -1,9 +1,12 @@
 package config
 
 import (
+	"slices"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
+
+	"github.com/walcast/walcast/host/internal/pg"
 )
 
 // sourceSchema is the body of a source block. dsn and tables are required,
@@ -21,6 +24,12 @@ var sourceSchema = &hcl.BodySchema{
 		{Name: "on_gap"},
 		{Name: "ddl_events"},
 	},
+	Blocks: []hcl.BlockHeaderSchema{{Type: "messages"}},
+}
+
+// messagesSchema is the body of a source's messages block.
+var messagesSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{{Name: "prefixes", Required: true}},
 }
 
 // sourceTypePostgres is the one source type there is.
@@ -86,7 +95,48 @@ func (d *decoder) decodeSource(block *hcl.Block, p *Pipeline) Source {
 	if attr, ok := attrs["ddl_events"]; ok {
 		d.decodeAttr(attr, &src.DDLEvents)
 	}
+	for i, b := range content.Blocks {
+		if i > 0 {
+			d.errorf(b.DefRange, "Duplicate messages block",
+				"A source has at most one messages block; the first is at %s.", lineOf(content.Blocks[0].DefRange))
+			continue
+		}
+		src.Messages = d.decodeMessages(b)
+	}
 	return src
+}
+
+// decodeMessages decodes a source's messages block: the prefixes of the
+// application messages that become message events.
+func (d *decoder) decodeMessages(block *hcl.Block) Messages {
+	m := Messages{DeclRange: block.DefRange}
+	content, diags := block.Body.Content(messagesSchema)
+	d.add(diags...)
+	attr, ok := content.Attributes["prefixes"]
+	if !ok {
+		return m
+	}
+	vals, ranges, ok := d.decodeStringList(attr)
+	if !ok {
+		return m
+	}
+	if len(vals) == 0 {
+		d.errorf(attr.Expr.Range(), "No message prefixes",
+			`An empty list captures no message; list the prefixes your application passes to pg_logical_emit_message (e.g. prefixes = ["app."]), or remove the messages block.`)
+		return m
+	}
+	for i, p := range vals {
+		if problem := pg.CheckMessagePrefix(p); problem != "" {
+			d.errorf(ranges[i], "Invalid message prefix", "%s.", problem)
+			continue
+		}
+		if slices.Contains(m.Prefixes, p) {
+			d.errorf(ranges[i], "Duplicate message prefix", "Prefix %q is listed twice.", p)
+			continue
+		}
+		m.Prefixes = append(m.Prefixes, p)
+	}
+	return m
 }
 
 // The values of source.on_gap.

@@ -13,7 +13,8 @@ import (
 )
 
 // prepareBackfills creates the backfill tables, refuses backfill_new_tables
-// on a server that cannot stream backfill chunks, and queues a backfill of
+// and the messages block on a server that cannot stream logical decoding
+// messages, and queues a backfill of
 // every table the pipeline lists for the first time when
 // backfill_new_tables is set. The tables seen are recorded either way, so
 // that turning the option on later backfills only tables added after.
@@ -27,6 +28,9 @@ func prepareBackfills(ctx context.Context, db controlDB, p *config.Pipeline, log
 	}
 	if p.Source.BackfillNewTables && !capture.SupportsMessages(version) {
 		return fmt.Errorf("backfill_new_tables needs PostgreSQL 14 or later (the source runs %s): remove it from the source block", version)
+	}
+	if len(p.Source.Messages.Prefixes) > 0 && !capture.SupportsMessages(version) {
+		return fmt.Errorf("the source's messages block needs PostgreSQL 14 or later, whose pgoutput streams logical decoding messages (the source runs %s): remove the block", version)
 	}
 	tx, err := db.Begin(ctx)
 	if err != nil {

@@ -181,6 +181,7 @@ func (t *term) newCaptureConfig() capture.Config {
 		AcceptGap:       t.opts.AcceptGap || resyncOnGap(p),
 		ReceiveTimeout:  p.Source.ReceiveTimeout,
 		DDLEvents:       p.Source.DDLEvents,
+		MessagePrefixes: p.Source.Messages.Prefixes,
 	}
 	if t.lease != nil {
 		// A process that was frozen past its lease confirms nothing until

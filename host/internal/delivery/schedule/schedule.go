@@ -469,7 +469,9 @@ func (s *Scheduler) wants(ev cdc.Event) bool {
 	if len(s.cfg.Ops) > 0 && !s.cfg.Ops[ev.Op] {
 		return false
 	}
-	if len(s.cfg.Tables) > 0 && !s.cfg.Tables[ev.Schema+"."+ev.Table] {
+	// A message event concerns no table: the tables filter does not
+	// apply to it (ops does).
+	if len(s.cfg.Tables) > 0 && ev.Op != cdc.OpMessage && !s.cfg.Tables[ev.Schema+"."+ev.Table] {
 		return false
 	}
 	return true

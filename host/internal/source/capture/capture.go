@@ -96,6 +96,9 @@ type Config struct {
 	// shape becomes a schema event at the command's commit even with no
 	// row change after it.
 	DDLEvents bool
+	// MessagePrefixes select the application messages that become
+	// message events (decode.Options.MessagePrefixes).
+	MessagePrefixes []string
 	// Timeouts, when set, counts the streams ended by ReceiveTimeout;
 	// captures that follow one another (a sink's catch-up streams) share
 	// one. New makes one when it is nil.
@@ -207,7 +210,7 @@ func New(cfg Config, consumer Consumer) *Capture {
 			return cfg.PrimaryKey(ctx, schema, table)
 		}
 	}
-	opts := decode.Options{PrimaryKey: pk, Tables: listed(cfg.Tables), Pipeline: cfg.Pipeline, Formats: cfg.Formats}
+	opts := decode.Options{PrimaryKey: pk, Tables: listed(cfg.Tables), Pipeline: cfg.Pipeline, Formats: cfg.Formats, MessagePrefixes: cfg.MessagePrefixes}
 	if cfg.Shapes != nil {
 		opts.Shapes = streamShapes{c: c, store: cfg.Shapes}
 	}
@@ -613,7 +616,7 @@ func (c *Capture) handleCopyData(ctx context.Context, data []byte, idle func()) 
 			}
 			return nil
 		}
-		return c.dec.Decode(msg, func(ev change.Event) error {
+		err = c.dec.Decode(msg, func(ev change.Event) error {
 			if !c.lastEvent.IsZero() && ev.ID.Compare(c.lastEvent) <= 0 {
 				return nil // resent after a reconnect: already handed over
 			}
@@ -623,8 +626,27 @@ func (c *Capture) handleCopyData(ctx context.Context, data []byte, idle func()) 
 			c.lastEvent = ev.ID
 			return nil
 		})
+		if m, ok := msg.(*pglogrepl.LogicalDecodingMessage); ok && err == nil && !m.Transactional {
+			c.commitMessage(uint64(m.LSN))
+		}
+		return err
 	}
 	return nil
+}
+
+// commitMessage ends the one-event "transaction" of a non-transactional
+// message event PostgreSQL reported at lsn, if one was handed over: lsn
+// is the end of the message's WAL record, so confirming it releases the
+// message and nothing after it (a transaction committing right there is
+// decoded again).
+func (c *Capture) commitMessage(lsn uint64) {
+	commitLSN := decode.NonTransactionalLSN(lsn)
+	if c.lastEvent.CommitLSN != commitLSN || lsn <= c.lastEnd {
+		return // not a message event of ours, or already committed
+	}
+	c.lastEnd = lsn
+	c.consumer.Commit(commitLSN, lsn)
+	c.commitEnd.Store(lsn)
 }
 
 func (c *Capture) noteReceived(lsn uint64) {

@@ -41,6 +41,11 @@ type Options struct {
 	// kept in memory only, and a restart forgets it (the first Relation
 	// message of each table after it emits no schema event).
 	Shapes Shapes
+	// MessagePrefixes select the application messages
+	// (pg_logical_emit_message) that become message events: those whose
+	// prefix starts with one of them (message.go). Each must pass
+	// pg.CheckMessagePrefix; messages of walcast's own prefixes never match.
+	MessagePrefixes []string
 }
 
 // Decoder turns the pgoutput messages of one replication stream into
@@ -133,7 +138,9 @@ func (d *Decoder) Emitted() int { return int(d.index) }
 // changes a captured table's shape (none for the others), one per change, one per named relation for a
 // Truncate, one read event per row of a backfill chunk message of this
 // pipeline, one resync_begin or resync_end event per resync marker of
-// this pipeline (none for other logical decoding messages).
+// this pipeline, one message event per application message whose prefix
+// Options.MessagePrefixes selects (none for other logical decoding
+// messages).
 //
 // emit is called synchronously; an event counts as emitted (consumes its
 // index) only when emit returns nil. An error from emit is returned wrapped
@@ -199,6 +206,8 @@ func (d *Decoder) Decode(msg pglogrepl.Message, emit func(change.Event) error) e
 			return d.vanished(m, emit)
 		case m.Prefix == DDLPrefix:
 			return d.ddl(m, emit)
+		case d.messageWanted(m.Prefix):
+			return d.message(m, emit)
 		}
 		return d.backfill(m, emit)
 	case *pglogrepl.TypeMessage:
