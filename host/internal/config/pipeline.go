@@ -54,6 +54,15 @@ type Source struct {
 	// writes each DDL command on a table into the stream, so that its
 	// schema event comes at the command's commit (docs/events.md).
 	DDLEvents bool
+	// OnAttach is what a partition ATTACHed to a captured partitioned
+	// table with rows in it gives: OnAttachBackfill reads those rows to
+	// every sink as read events, OnAttachIgnore nothing.
+	OnAttach string
+	// OnDetach is what a partition DETACHed or dropped, or one partition
+	// truncated, gives: OnDetachDelete a delete of each of its rows (at
+	// the command's position where walcast's triggers see it, else
+	// through a resync of the table), OnDetachIgnore nothing.
+	OnDetach string
 
 	DeclRange hcl.Range
 	DSNRange  hcl.Range

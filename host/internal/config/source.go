@@ -20,6 +20,8 @@ var sourceSchema = &hcl.BodySchema{
 		{Name: "receive_timeout"},
 		{Name: "on_gap"},
 		{Name: "ddl_events"},
+		{Name: "on_attach"},
+		{Name: "on_detach"},
 	},
 }
 
@@ -86,8 +88,27 @@ func (d *decoder) decodeSource(block *hcl.Block, p *Pipeline) Source {
 	if attr, ok := attrs["ddl_events"]; ok {
 		d.decodeAttr(attr, &src.DDLEvents)
 	}
+	src.OnAttach, src.OnDetach = OnAttachBackfill, OnDetachDelete
+	if attr, ok := attrs["on_attach"]; ok && d.decodeAttr(attr, &src.OnAttach) && src.OnAttach != OnAttachBackfill && src.OnAttach != OnAttachIgnore {
+		d.errorf(attr.Expr.Range(), "Invalid on_attach",
+			"on_attach must be %q (read the rows a partition ATTACHed to a captured table brings to every sink; the default) or %q, got %q.",
+			OnAttachBackfill, OnAttachIgnore, src.OnAttach)
+	}
+	if attr, ok := attrs["on_detach"]; ok && d.decodeAttr(attr, &src.OnDetach) && src.OnDetach != OnDetachDelete && src.OnDetach != OnDetachIgnore {
+		d.errorf(attr.Expr.Range(), "Invalid on_detach",
+			"on_detach must be %q (the rows of a partition DETACHed, dropped or truncated leave every sink's copy; the default) or %q, got %q.",
+			OnDetachDelete, OnDetachIgnore, src.OnDetach)
+	}
 	return src
 }
+
+// The values of source.on_attach and source.on_detach.
+const (
+	OnAttachBackfill = "backfill"
+	OnAttachIgnore   = "ignore"
+	OnDetachDelete   = "delete"
+	OnDetachIgnore   = "ignore"
+)
 
 // The values of source.on_gap.
 const (

@@ -71,6 +71,7 @@ type term struct {
 	filler   *backfill.Runner
 	ctl      *control
 	watch    *slotWatch
+	parts    *partitionWatch
 	// setup undoes what this term's start created in the source when the
 	// term ends before streaming anything.
 	setup     *capture.Setup
@@ -363,6 +364,10 @@ func (t *term) newScheduler(r *sinkRun, q *fanout.Queue, tr *ack.Tracker, index 
 func (t *term) buildRunner(ctx context.Context, prep capture.Prepared, slots *isolate.Slots, resume map[string]string) error {
 	p := t.opts.Pipeline
 	t.buildCapture(prep)
+	// The partitions' first check before streaming: at a pipeline's first
+	// start, the tree recorded is the baseline, as close to the new
+	// slot's start as can be.
+	t.parts.check(ctx)
 	t.isolateSinks(resume, slots, prep.ConfirmedFlush)
 	t.filler = newFiller(p, prep.KeylessPublication, t.tracker, t.lease, t.log)
 	t.ctl = &control{parked: t.parked, pauses: pauses.New(t.db, t.opts.Pipeline.Name), runs: t.runs, log: t.log, backfill: t.filler}
@@ -387,13 +392,17 @@ func (t *term) buildCapture(prep capture.Prepared) {
 	// What is watched while the pipeline streams, every SlotCheckInterval,
 	// on the capture's one watch loop, in this order: the WAL the slots
 	// retain (a warning and a metric before PostgreSQL invalidates one;
-	// never stops the stream), then the publication's tables (one removed
-	// by hand stops the pipeline, rather than its changes silently
-	// ceasing).
+	// never stops the stream), then the partitions of the captured
+	// partitioned tables (an ATTACH, DETACH, DROP or TRUNCATE of one:
+	// partitions.go; never stops the stream either), then the
+	// publication's tables (one removed by hand stops the pipeline, rather
+	// than its changes silently ceasing).
 	t.watch = newSlotWatch(t.pool, t.opts.Pipeline.Name, t.captureCfg.Slot, t.opts.WarnRetainedWAL, t.log)
+	t.parts = &partitionWatch{db: t.db, p: t.opts.Pipeline, log: t.log}
 	published := capture.PublicationWatch(t.pool, t.captureCfg, prep.Published)
 	t.captureCfg.Watch = func(ctx context.Context) error {
 		t.watch.check(ctx)
+		t.parts.check(ctx)
 		return published(ctx)
 	}
 	t.captureCfg.WatchEvery = t.opts.SlotCheckInterval
