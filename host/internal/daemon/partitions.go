@@ -7,6 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walcast/walcast/host/internal/config"
 	"github.com/walcast/walcast/host/internal/source/backfill"
@@ -38,6 +39,9 @@ type partitionWatch struct {
 	db  controlDB
 	p   *config.Pipeline
 	log *slog.Logger
+	// untriggered: the tables walcast could not put its triggers on, said
+	// once.
+	untriggered map[int64]bool
 }
 
 // partNode is one node of a partition tree as seen or recorded.
@@ -45,7 +49,16 @@ type partNode struct {
 	name     string
 	leaf     bool
 	filenode int64
+	// triggered: the node has walcast's TRUNCATE triggers (as seen only).
+	triggered bool
 }
+
+// The statement triggers walcast puts on a captured partitioned table and
+// its leaves, both running walcast.partition_truncated().
+const (
+	truncateTriggerBefore = "walcast_partition_truncate_before"
+	truncateTriggerAfter  = "walcast_partition_truncate_after"
+)
 
 // check looks at the trees once. Like the slot watch it never stops the
 // stream: a failure is logged and the next check tries again.
@@ -64,7 +77,15 @@ func (w *partitionWatch) checkOnce(ctx context.Context) error {
 		return fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback(context.Background())
-	// One check at a time per pipeline, whoever runs it.
+	// A check gives way to the user's commands: it waits at most this
+	// long for a lock (the partition lock a trigger of a DETACH or
+	// TRUNCATE holds, a table a command holds), so that it is never the
+	// one a deadlock ends; the next check tries again.
+	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '500ms'`); err != nil {
+		return fmt.Errorf("set lock_timeout: %w", err)
+	}
+	// One check at a time per pipeline, and never together with a
+	// trigger's writing of the same pipeline's partitions.
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('walcast.partitions:' || $1))`, w.p.Name); err != nil {
 		return fmt.Errorf("lock: %w", err)
 	}
@@ -84,6 +105,11 @@ func (w *partitionWatch) checkOnce(ctx context.Context) error {
 		}
 		if err := recordTree(ctx, tx, w.p.Name, root, tree); err != nil {
 			return err
+		}
+		if w.p.Source.OnDetach == config.OnDetachDelete {
+			if err := w.installTriggers(ctx, tx, root, tree); err != nil {
+				return err
+			}
 		}
 	}
 	for root := range before {
@@ -194,13 +220,14 @@ func partitionTrees(ctx context.Context, db controlDB, tables []string) (map[str
 	}
 	rows, err := db.Query(ctx, `
 SELECT l.schema_name || '.' || l.table_name, t.relid::bigint, pn.nspname || '.' || pc.relname, t.isleaf,
-       CASE WHEN t.isleaf THEN pc.relfilenode::bigint ELSE 0 END
+       CASE WHEN t.isleaf THEN pc.relfilenode::bigint ELSE 0 END,
+       EXISTS (SELECT 1 FROM pg_trigger tg WHERE tg.tgrelid = t.relid AND tg.tgname = $3)
 FROM unnest($1::text[], $2::text[]) AS l(schema_name, table_name)
 JOIN pg_namespace n ON n.nspname = l.schema_name
 JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = l.table_name AND c.relkind = 'p'
 CROSS JOIN LATERAL pg_partition_tree(c.oid) t
 JOIN pg_class pc ON pc.oid = t.relid
-JOIN pg_namespace pn ON pn.oid = pc.relnamespace`, schemas, names)
+JOIN pg_namespace pn ON pn.oid = pc.relnamespace`, schemas, names, truncateTriggerAfter)
 	if err != nil {
 		return nil, fmt.Errorf("read the partition trees: %w", err)
 	}
@@ -208,7 +235,7 @@ JOIN pg_namespace pn ON pn.oid = pc.relnamespace`, schemas, names)
 	var root string
 	var oid int64
 	var n partNode
-	_, err = pgx.ForEachRow(rows, []any{&root, &oid, &n.name, &n.leaf, &n.filenode}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&root, &oid, &n.name, &n.leaf, &n.filenode, &n.triggered}, func() error {
 		if trees[root] == nil {
 			trees[root] = map[int64]partNode{}
 		}
@@ -268,4 +295,47 @@ SELECT $1, $2, o, p, f FROM unnest($3::bigint[], $4::text[], $5::bigint[]) AS u(
 func quoteName(name string) string {
 	schema, table := backfill.SplitName(name)
 	return pgx.Identifier{schema, table}.Sanitize()
+}
+
+// installTriggers puts walcast's TRUNCATE triggers on the table and each
+// leaf that lacks them, each in a savepoint: a table walcast may not put
+// a trigger on (another role's) is named in the log once per process,
+// and a TRUNCATE of it reaches the sinks through a resync instead.
+func (w *partitionWatch) installTriggers(ctx context.Context, tx pgx.Tx, root string, tree map[int64]partNode) error {
+	for oid, n := range tree {
+		if n.triggered || (!n.leaf && n.name != root) || w.untriggered[oid] {
+			continue
+		}
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return fmt.Errorf("savepoint: %w", err)
+		}
+		for _, tg := range []struct{ name, when string }{{truncateTriggerBefore, "BEFORE"}, {truncateTriggerAfter, "AFTER"}} {
+			_, err = sp.Exec(ctx, `CREATE OR REPLACE TRIGGER `+tg.name+` `+tg.when+` TRUNCATE ON `+quoteName(n.name)+
+				` FOR EACH STATEMENT EXECUTE FUNCTION walcast.partition_truncated()`)
+			if err != nil {
+				break
+			}
+		}
+		if err != nil {
+			if rbErr := sp.Rollback(ctx); rbErr != nil {
+				return fmt.Errorf("roll back to savepoint: %w", rbErr)
+			}
+			if ctx.Err() == nil && !lockTimeout(err) {
+				w.untriggered[oid] = true
+				w.log.Warn("partition watch: cannot put walcast's TRUNCATE triggers on a partition; a TRUNCATE of it reaches the sinks through a resync of the table", "table", root, "partition", n.name, "err", err)
+			}
+			continue
+		}
+		if err := sp.Commit(ctx); err != nil {
+			return fmt.Errorf("release savepoint: %w", err)
+		}
+	}
+	return nil
+}
+
+// lockTimeout reports whether err is PostgreSQL's lock_timeout.
+func lockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
 }

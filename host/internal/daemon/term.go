@@ -169,19 +169,20 @@ func (t *term) checkSource(ctx context.Context) error {
 func (t *term) newCaptureConfig() capture.Config {
 	p := t.opts.Pipeline
 	cfg := capture.Config{
-		DSN:             p.Source.DSN,
-		Slot:            p.Source.Slot,
-		Publication:     p.Source.Publication,
-		Tables:          p.Source.Tables,
-		AllowKeyless:    p.Source.AllowKeyless,
-		ApplicationName: "walcast-" + p.Name,
-		PrimaryKey:      capture.PrimaryKeyLookup(t.pool),
-		Shapes:          ledger.New(t.db, p.Name),
-		Pipeline:        p.Name,
-		Logger:          t.log,
-		AcceptGap:       t.opts.AcceptGap || resyncOnGap(p),
-		ReceiveTimeout:  p.Source.ReceiveTimeout,
-		DDLEvents:       p.Source.DDLEvents,
+		DSN:              p.Source.DSN,
+		Slot:             p.Source.Slot,
+		Publication:      p.Source.Publication,
+		Tables:           p.Source.Tables,
+		AllowKeyless:     p.Source.AllowKeyless,
+		ApplicationName:  "walcast-" + p.Name,
+		PrimaryKey:       capture.PrimaryKeyLookup(t.pool),
+		Shapes:           ledger.New(t.db, p.Name),
+		Pipeline:         p.Name,
+		Logger:           t.log,
+		AcceptGap:        t.opts.AcceptGap || resyncOnGap(p),
+		ReceiveTimeout:   p.Source.ReceiveTimeout,
+		DDLEvents:        p.Source.DDLEvents,
+		PartitionDeletes: p.Source.OnDetach == config.OnDetachDelete,
 	}
 	if t.lease != nil {
 		// A process that was frozen past its lease confirms nothing until
@@ -398,7 +399,7 @@ func (t *term) buildCapture(prep capture.Prepared) {
 	// publication's tables (one removed by hand stops the pipeline, rather
 	// than its changes silently ceasing).
 	t.watch = newSlotWatch(t.pool, t.opts.Pipeline.Name, t.captureCfg.Slot, t.opts.WarnRetainedWAL, t.log)
-	t.parts = &partitionWatch{db: t.db, p: t.opts.Pipeline, log: t.log}
+	t.parts = &partitionWatch{db: t.db, p: t.opts.Pipeline, log: t.log, untriggered: map[int64]bool{}}
 	published := capture.PublicationWatch(t.pool, t.captureCfg, prep.Published)
 	t.captureCfg.Watch = func(ctx context.Context) error {
 		t.watch.check(ctx)
