@@ -98,13 +98,18 @@ func (w *partitionWatch) checkOnce(ctx context.Context) error {
 		return err
 	}
 	for root, tree := range now {
-		if seen, ok := before[root]; ok {
+		seen, ok := before[root]
+		if ok {
 			if err := w.act(ctx, tx, root, seen, tree); err != nil {
 				return err
 			}
 		}
-		if err := recordTree(ctx, tx, w.p.Name, root, tree); err != nil {
-			return err
+		// Rewritten only when it changed: an unchanged tree costs no
+		// WAL.
+		if !ok || !sameTree(seen, tree) {
+			if err := recordTree(ctx, tx, w.p.Name, root, tree); err != nil {
+				return err
+			}
 		}
 		if w.p.Source.OnDetach == config.OnDetachDelete {
 			if err := w.installTriggers(ctx, tx, root, tree); err != nil {
@@ -338,4 +343,19 @@ func (w *partitionWatch) installTriggers(ctx context.Context, tx pgx.Tx, root st
 func lockTimeout(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+}
+
+// sameTree reports whether two trees have the same nodes, names and
+// relfilenodes.
+func sameTree(a, b map[int64]partNode) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for oid, n := range a {
+		m, ok := b[oid]
+		if !ok || m.name != n.name || m.filenode != n.filenode {
+			return false
+		}
+	}
+	return true
 }
