@@ -57,6 +57,15 @@ type Source struct {
 	// Messages selects the application messages (pg_logical_emit_message)
 	// that become message events; none without a messages block.
 	Messages Messages
+	// OnAttach is what a partition ATTACHed to a captured partitioned
+	// table with rows in it gives: OnAttachBackfill reads those rows to
+	// every sink as read events, OnAttachIgnore nothing.
+	OnAttach string
+	// OnDetach is what a partition DETACHed or dropped, or one partition
+	// truncated, gives: OnDetachDelete a delete of each of its rows (at
+	// the command's position where walcast's triggers see it, else
+	// through a resync of the table), OnDetachIgnore nothing.
+	OnDetach string
 
 	DeclRange hcl.Range
 	DSNRange  hcl.Range

@@ -23,6 +23,8 @@ var sourceSchema = &hcl.BodySchema{
 		{Name: "receive_timeout"},
 		{Name: "on_gap"},
 		{Name: "ddl_events"},
+		{Name: "on_attach"},
+		{Name: "on_detach"},
 	},
 	Blocks: []hcl.BlockHeaderSchema{{Type: "messages"}},
 }
@@ -103,6 +105,17 @@ func (d *decoder) decodeSource(block *hcl.Block, p *Pipeline) Source {
 		}
 		src.Messages = d.decodeMessages(b)
 	}
+	src.OnAttach, src.OnDetach = OnAttachBackfill, OnDetachDelete
+	if attr, ok := attrs["on_attach"]; ok && d.decodeAttr(attr, &src.OnAttach) && src.OnAttach != OnAttachBackfill && src.OnAttach != OnAttachIgnore {
+		d.errorf(attr.Expr.Range(), "Invalid on_attach",
+			"on_attach must be %q (read the rows a partition ATTACHed to a captured table brings to every sink; the default) or %q, got %q.",
+			OnAttachBackfill, OnAttachIgnore, src.OnAttach)
+	}
+	if attr, ok := attrs["on_detach"]; ok && d.decodeAttr(attr, &src.OnDetach) && src.OnDetach != OnDetachDelete && src.OnDetach != OnDetachIgnore {
+		d.errorf(attr.Expr.Range(), "Invalid on_detach",
+			"on_detach must be %q (the rows of a partition DETACHed, dropped or truncated leave every sink's copy; the default) or %q, got %q.",
+			OnDetachDelete, OnDetachIgnore, src.OnDetach)
+	}
 	return src
 }
 
@@ -138,6 +151,14 @@ func (d *decoder) decodeMessages(block *hcl.Block) Messages {
 	}
 	return m
 }
+
+// The values of source.on_attach and source.on_detach.
+const (
+	OnAttachBackfill = "backfill"
+	OnAttachIgnore   = "ignore"
+	OnDetachDelete   = "delete"
+	OnDetachIgnore   = "ignore"
+)
 
 // The values of source.on_gap.
 const (

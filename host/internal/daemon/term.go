@@ -71,6 +71,7 @@ type term struct {
 	filler   *backfill.Runner
 	ctl      *control
 	watch    *slotWatch
+	parts    *partitionWatch
 	// setup undoes what this term's start created in the source when the
 	// term ends before streaming anything.
 	setup     *capture.Setup
@@ -168,20 +169,21 @@ func (t *term) checkSource(ctx context.Context) error {
 func (t *term) newCaptureConfig() capture.Config {
 	p := t.opts.Pipeline
 	cfg := capture.Config{
-		DSN:             p.Source.DSN,
-		Slot:            p.Source.Slot,
-		Publication:     p.Source.Publication,
-		Tables:          p.Source.Tables,
-		AllowKeyless:    p.Source.AllowKeyless,
-		ApplicationName: "walcast-" + p.Name,
-		PrimaryKey:      capture.PrimaryKeyLookup(t.pool),
-		Shapes:          ledger.New(t.db, p.Name),
-		Pipeline:        p.Name,
-		Logger:          t.log,
-		AcceptGap:       t.opts.AcceptGap || resyncOnGap(p),
-		ReceiveTimeout:  p.Source.ReceiveTimeout,
-		DDLEvents:       p.Source.DDLEvents,
-		MessagePrefixes: p.Source.Messages.Prefixes,
+		DSN:              p.Source.DSN,
+		Slot:             p.Source.Slot,
+		Publication:      p.Source.Publication,
+		Tables:           p.Source.Tables,
+		AllowKeyless:     p.Source.AllowKeyless,
+		ApplicationName:  "walcast-" + p.Name,
+		PrimaryKey:       capture.PrimaryKeyLookup(t.pool),
+		Shapes:           ledger.New(t.db, p.Name),
+		Pipeline:         p.Name,
+		Logger:           t.log,
+		AcceptGap:        t.opts.AcceptGap || resyncOnGap(p),
+		ReceiveTimeout:   p.Source.ReceiveTimeout,
+		DDLEvents:        p.Source.DDLEvents,
+		PartitionDeletes: p.Source.OnDetach == config.OnDetachDelete,
+		MessagePrefixes:  p.Source.Messages.Prefixes,
 	}
 	if t.lease != nil {
 		// A process that was frozen past its lease confirms nothing until
@@ -364,6 +366,10 @@ func (t *term) newScheduler(r *sinkRun, q *fanout.Queue, tr *ack.Tracker, index 
 func (t *term) buildRunner(ctx context.Context, prep capture.Prepared, slots *isolate.Slots, resume map[string]string) error {
 	p := t.opts.Pipeline
 	t.buildCapture(prep)
+	// The partitions' first check before streaming: at a pipeline's first
+	// start, the tree recorded is the baseline, as close to the new
+	// slot's start as can be.
+	t.parts.check(ctx)
 	t.isolateSinks(resume, slots, prep.ConfirmedFlush)
 	t.filler = newFiller(p, prep.KeylessPublication, t.tracker, t.lease, t.log)
 	t.ctl = &control{parked: t.parked, pauses: pauses.New(t.db, t.opts.Pipeline.Name), runs: t.runs, log: t.log, backfill: t.filler}
@@ -388,13 +394,17 @@ func (t *term) buildCapture(prep capture.Prepared) {
 	// What is watched while the pipeline streams, every SlotCheckInterval,
 	// on the capture's one watch loop, in this order: the WAL the slots
 	// retain (a warning and a metric before PostgreSQL invalidates one;
-	// never stops the stream), then the publication's tables (one removed
-	// by hand stops the pipeline, rather than its changes silently
-	// ceasing).
+	// never stops the stream), then the partitions of the captured
+	// partitioned tables (an ATTACH, DETACH, DROP or TRUNCATE of one:
+	// partitions.go; never stops the stream either), then the
+	// publication's tables (one removed by hand stops the pipeline, rather
+	// than its changes silently ceasing).
 	t.watch = newSlotWatch(t.pool, t.opts.Pipeline.Name, t.captureCfg.Slot, t.opts.WarnRetainedWAL, t.log)
+	t.parts = &partitionWatch{db: t.db, p: t.opts.Pipeline, log: t.log, untriggered: map[int64]bool{}}
 	published := capture.PublicationWatch(t.pool, t.captureCfg, prep.Published)
 	t.captureCfg.Watch = func(ctx context.Context) error {
 		t.watch.check(ctx)
+		t.parts.check(ctx)
 		return published(ctx)
 	}
 	t.captureCfg.WatchEvery = t.opts.SlotCheckInterval

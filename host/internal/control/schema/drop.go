@@ -13,10 +13,10 @@ import (
 // Forget deletes every row of pipeline in the walcast schema: its record,
 // checkpoints, parked events, replay requests, usage, pauses, sink
 // failures, accepted gaps, backfills, catch-up slots, reported backlogs
-// and streams, published tables, table shapes and leadership record. The list is kept
+// and streams, published tables, table shapes, partitions seen and leadership record. The list is kept
 // here, beside the DDL, so that a new table is not forgotten.
 func Forget(ctx context.Context, db control.Querier, pipeline string) error {
-	for _, table := range []string{"checkpoints", "parked", "replay_requests", "usage", "pauses", "sink_failures", "gaps", "backfills", "backfill_tables", "catchup_slots", "sink_backlog", "streams", "published_tables", "table_shapes", "leaderships", "pipelines"} {
+	for _, table := range []string{"checkpoints", "parked", "replay_requests", "usage", "pauses", "sink_failures", "gaps", "backfills", "backfill_tables", "catchup_slots", "sink_backlog", "streams", "published_tables", "table_shapes", "partitions", "leaderships", "pipelines"} {
 		if _, err := db.Exec(ctx, `DELETE FROM walcast.`+table+` WHERE pipeline = $1`, pipeline); err != nil {
 			if control.NoSchema(err) {
 				continue // never initialised: nothing to forget

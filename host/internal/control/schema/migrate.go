@@ -38,6 +38,7 @@ var migrations = []migration{
 	{12, "each replication stream as the leading daemon last reported it (receive timeouts)", streamsDDL},
 	{13, "resyncs: backfills bracketed by resync_begin and resync_end markers", resyncDDL},
 	{14, "the shape of each captured table at each change of it (schema events)", shapesDDL},
+	{15, "the partitions of each captured partitioned table as walcast last saw them; backfills of one partition", partitionsDDL},
 }
 
 // Version is the newest walcast schema this binary knows.

@@ -291,8 +291,9 @@ func (r *Runner) nextOne(ctx context.Context, conn *pgx.Conn) (int64, error) {
 	var schema, table, state string
 	var sinks []string
 	var resync bool
-	err := conn.QueryRow(ctx, `SELECT id, schema_name, table_name, state, sinks, resync FROM walcast.backfills
-WHERE pipeline = $1 AND state IN ('queued', 'running') ORDER BY id LIMIT 1`, r.cfg.Pipeline).Scan(&id, &schema, &table, &state, &sinks, &resync)
+	var partition *int64
+	err := conn.QueryRow(ctx, `SELECT id, schema_name, table_name, state, sinks, resync, partition_oid FROM walcast.backfills
+WHERE pipeline = $1 AND state IN ('queued', 'running') ORDER BY id LIMIT 1`, r.cfg.Pipeline).Scan(&id, &schema, &table, &state, &sinks, &resync, &partition)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
 	}
@@ -306,6 +307,9 @@ WHERE pipeline = $1 AND state IN ('queued', 'running') ORDER BY id LIMIT 1`, r.c
 	t, err := Inspect(ctx, conn, name)
 	if err == nil {
 		err = t.Restrict(ctx, conn, r.cfg.Publication, r.cfg.KeylessPublication)
+	}
+	if partition != nil {
+		t.Partition = uint32(*partition)
 	}
 	if err != nil {
 		var pgErr *pgconn.PgError
@@ -653,7 +657,7 @@ type chunkRows struct {
 // encodes them into the chunk's message.
 func (r *Runner) readChunk(ctx context.Context, conn *pgx.Conn, id int64, t Table, sinks []string, pr progress, bound []string) (chunkRows, error) {
 	var c chunkRows
-	sql, args := t.readQuery(pr.last, bound, rowFilter(pr.pubs))
+	sql, args := t.readQuery(pr.last, bound, t.withPartition(rowFilter(pr.pubs)))
 	rows, err := conn.Query(ctx, sql, args...)
 	if err != nil {
 		return c, fmt.Errorf("backfill %d of %s: read chunk: %w", id, t, err)
@@ -732,9 +736,16 @@ func (t Table) boundary(ctx context.Context, db Querier, last []string, limit in
 		cols[i] = k + "::text"
 	}
 	args := []any{limit - 1}
-	where := ""
+	var conds []string
 	if last != nil {
-		where = " WHERE " + t.compare(">", last, &args)
+		conds = append(conds, t.compare(">", last, &args))
+	}
+	if p := t.withPartition(""); p != "" {
+		conds = append(conds, p)
+	}
+	where := ""
+	if len(conds) > 0 {
+		where = " WHERE " + strings.Join(conds, " AND ")
 	}
 	sql := fmt.Sprintf("SELECT %s FROM %s AS src%s ORDER BY %s OFFSET $1 LIMIT 1", strings.Join(cols, ", "),
 		pgx.Identifier{t.Schema, t.Name}.Sanitize(), where, strings.Join(keys, ", "))

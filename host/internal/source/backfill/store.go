@@ -157,8 +157,11 @@ func request(ctx context.Context, db TxBeginner, pipeline string, tables []Table
 	}
 	ids := make([]int64, 0, len(tables))
 	for _, t := range tables {
+		// A backfill of one partition (Table.Partition) duplicates only
+		// one of the same partition.
 		rows, err := tx.Query(ctx, `SELECT id, sinks, resync FROM walcast.backfills
-WHERE pipeline = $1 AND schema_name = $2 AND table_name = $3 AND state IN ('queued', 'running') ORDER BY id`, pipeline, t.Schema, t.Name)
+WHERE pipeline = $1 AND schema_name = $2 AND table_name = $3 AND state IN ('queued', 'running')
+  AND partition_oid IS NOT DISTINCT FROM $4 ORDER BY id`, pipeline, t.Schema, t.Name, partitionOID(t))
 		if err != nil {
 			return nil, fmt.Errorf("request backfill of %s: %w", t, err)
 		}
@@ -187,8 +190,8 @@ WHERE pipeline = $1 AND schema_name = $2 AND table_name = $3 AND state IN ('queu
 			return nil, fmt.Errorf("table %s is %w for these sinks by %s %d (wait for it, or cancel it with --cancel)", t, ErrDuplicate, dupKind, dup)
 		}
 		var id int64
-		err = tx.QueryRow(ctx, `INSERT INTO walcast.backfills (pipeline, schema_name, table_name, sinks, resync)
-VALUES ($1, $2, $3, $4, $5) RETURNING id`, pipeline, t.Schema, t.Name, sinks, resync).Scan(&id)
+		err = tx.QueryRow(ctx, `INSERT INTO walcast.backfills (pipeline, schema_name, table_name, sinks, resync, partition_oid)
+VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`, pipeline, t.Schema, t.Name, sinks, resync, partitionOID(t)).Scan(&id)
 		if err != nil {
 			return nil, fmt.Errorf("request backfill of %s: %w", t, err)
 		}
@@ -253,4 +256,14 @@ func NewTables(ctx context.Context, db Querier, pipeline string, tables []string
 		}
 	}
 	return fresh, nil
+}
+
+// partitionOID is the partition_oid column of a backfill of t: NULL for
+// the whole table.
+func partitionOID(t Table) *int64 {
+	if t.Partition == 0 {
+		return nil
+	}
+	oid := int64(t.Partition)
+	return &oid
 }

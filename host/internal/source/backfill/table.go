@@ -31,6 +31,24 @@ type Table struct {
 	// (PostgreSQL 15) decide which rows a chunk reads; none before
 	// PostgreSQL 15 (Restrict sets them).
 	publications []string
+	// Partition, when not 0, restricts the backfill to the rows of the
+	// root's partition with this oid (an ATTACHed partition's rows): they
+	// are read through the table, so they carry its name, and a partition
+	// detached meanwhile has no rows left to read.
+	Partition uint32
+}
+
+// withPartition adds the partition restriction, if any, to filter (a
+// boolean SQL expression, or "").
+func (t Table) withPartition(filter string) string {
+	if t.Partition == 0 {
+		return filter
+	}
+	cond := fmt.Sprintf("tableoid = %d::oid", t.Partition)
+	if filter == "" {
+		return cond
+	}
+	return "(" + filter + ") AND " + cond
 }
 
 func (t Table) String() string { return t.Schema + "." + t.Name }
@@ -250,7 +268,7 @@ func rowFilter(pubs []pubFilter) string {
 // now.
 func (t Table) readRowFilter(ctx context.Context, db Querier) (string, error) {
 	if len(t.publications) == 0 {
-		return "", nil
+		return t.withPartition(""), nil
 	}
 	rows, err := db.Query(ctx, rowFilterSQL, t.publications, t.Schema, t.Name)
 	if err != nil {
@@ -260,5 +278,5 @@ func (t Table) readRowFilter(ctx context.Context, db Querier) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("read the row filters of %s: %w", t, err)
 	}
-	return rowFilter(pubs), nil
+	return t.withPartition(rowFilter(pubs)), nil
 }

@@ -99,6 +99,10 @@ type Config struct {
 	// MessagePrefixes select the application messages that become
 	// message events (decode.Options.MessagePrefixes).
 	MessagePrefixes []string
+	// PartitionDeletes: the rows of a partition detached or truncated,
+	// as walcast's partition triggers write them, become deletes of the
+	// table (source on_detach = "delete"; decode.PartitionPrefix).
+	PartitionDeletes bool
 	// Timeouts, when set, counts the streams ended by ReceiveTimeout;
 	// captures that follow one another (a sink's catch-up streams) share
 	// one. New makes one when it is nil.
@@ -210,7 +214,8 @@ func New(cfg Config, consumer Consumer) *Capture {
 			return cfg.PrimaryKey(ctx, schema, table)
 		}
 	}
-	opts := decode.Options{PrimaryKey: pk, Tables: listed(cfg.Tables), Pipeline: cfg.Pipeline, Formats: cfg.Formats, MessagePrefixes: cfg.MessagePrefixes}
+	opts := decode.Options{PrimaryKey: pk, Tables: listed(cfg.Tables), Pipeline: cfg.Pipeline, Formats: cfg.Formats,
+		MessagePrefixes: cfg.MessagePrefixes, PartitionDeletes: cfg.PartitionDeletes}
 	if cfg.Shapes != nil {
 		opts.Shapes = streamShapes{c: c, store: cfg.Shapes}
 	}

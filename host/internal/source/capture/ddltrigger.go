@@ -24,14 +24,25 @@ func DDLTrigger(pipeline string) string { return "walcast_ddl_" + pipeline }
 // message commits, or not, with the command; as its owner (a superuser),
 // so that any role's DDL can write the message; and it never fails the
 // command.
+//
+// Then, for partitioned tables, walcast.partitions_detached (see the
+// walcast schema's partitions migration): the keys of the rows of each
+// partition the command detached from a captured table, as deletes at
+// the command's position; it fails no command either.
 const ddlFunction = `
 DECLARE
 	r record;
 BEGIN
+	BEGIN
+		PERFORM walcast.partitions_detached(%[2]s);
+	EXCEPTION WHEN OTHERS THEN
+		-- The watch loop finds the partition gone and resyncs the table.
+		RAISE WARNING 'walcast ddl_events: %% (the rows of a partition detached reach the sinks through a resync of the table)', SQLERRM;
+	END;
 	FOR r IN SELECT DISTINCT c.objid FROM pg_event_trigger_ddl_commands() c
 	         WHERE c.classid = 'pg_class'::regclass AND c.object_type IN ('table', 'table column') LOOP
-		PERFORM pg_logical_emit_message(true, %s, json_build_object(
-			'pipeline', %s, 'relation_id', cl.oid::int8, 'schema', n.nspname, 'table', cl.relname,
+		PERFORM pg_logical_emit_message(true, %[1]s, json_build_object(
+			'pipeline', %[2]s, 'relation_id', cl.oid::int8, 'schema', n.nspname, 'table', cl.relname,
 			'command_tag', tg_tag, 'statement', current_query(), 'replica_identity', cl.relreplident,
 			'columns', (SELECT coalesce(json_agg(json_build_object(
 					'name', a.attname,
@@ -65,7 +76,7 @@ func ensureDDLTrigger(ctx context.Context, db Querier, pipeline string) (created
 		(SELECT rolsuper FROM pg_roles WHERE rolname = current_user)`, name).Scan(&exists, &super); err != nil {
 		return false, fmt.Errorf("look up event trigger %s (ddl_events): %w", name, err)
 	}
-	if exists {
+	if exists && !super {
 		return false, nil
 	}
 	if !super {
@@ -74,15 +85,19 @@ func ensureDDLTrigger(ctx context.Context, db Querier, pipeline string) (created
 	ident := pgx.Identifier{name}.Sanitize()
 	fn := pgx.Identifier{"walcast", name}.Sanitize()
 	body := fmt.Sprintf(ddlFunction, literal(decode.DDLPrefix), literal(pipeline))
-	for _, sql := range []string{
-		`CREATE OR REPLACE FUNCTION ` + fn + `() RETURNS event_trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS ` + dollarQuote(body),
-		`CREATE EVENT TRIGGER ` + ident + ` ON ddl_command_end EXECUTE FUNCTION ` + fn + `()`,
-	} {
+	// A superuser's start brings an installed trigger's function up to
+	// this version's (a partitions_detached call was added after the
+	// first).
+	sqls := []string{`CREATE OR REPLACE FUNCTION ` + fn + `() RETURNS event_trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS ` + dollarQuote(body)}
+	if !exists {
+		sqls = append(sqls, `CREATE EVENT TRIGGER `+ident+` ON ddl_command_end EXECUTE FUNCTION `+fn+`()`)
+	}
+	for _, sql := range sqls {
 		if _, err := db.Exec(ctx, sql); err != nil {
 			return false, fmt.Errorf("install event trigger %s (ddl_events): %w", name, err)
 		}
 	}
-	return true, nil
+	return !exists, nil
 }
 
 // ddlTriggerFindings: with ddl_events, a start by a role that is not a

@@ -33,6 +33,10 @@ type Options struct {
 	// Pipeline is the name backfill messages must carry to be decoded
 	// (see BackfillChunk); chunks of other pipelines are ignored.
 	Pipeline string
+	// PartitionDeletes turns the rows of a partition detached or
+	// truncated (PartitionPrefix messages) into delete events of the
+	// table (source on_detach = "delete").
+	PartitionDeletes bool
 	// Formats are the output formats written next to the envelope, into
 	// each event's change.Event.Formats in this order.
 	Formats []Format
@@ -206,6 +210,8 @@ func (d *Decoder) Decode(msg pglogrepl.Message, emit func(change.Event) error) e
 			return d.vanished(m, emit)
 		case m.Prefix == DDLPrefix:
 			return d.ddl(m, emit)
+		case m.Prefix == PartitionPrefix:
+			return d.partitionRows(m, emit)
 		case d.messageWanted(m.Prefix):
 			return d.message(m, emit)
 		}

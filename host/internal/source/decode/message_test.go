@@ -66,7 +66,7 @@ func TestMessageEvents(t *testing.T) {
 // prefix walcast writes is covered by pg.MessagePrefix, which the
 // configuration refuses to overlap.
 func TestMessagePrefixesStayInternal(t *testing.T) {
-	for _, p := range []string{BackfillPrefix, ResyncPrefix, VanishedPrefix, DDLPrefix} {
+	for _, p := range []string{BackfillPrefix, ResyncPrefix, VanishedPrefix, DDLPrefix, PartitionPrefix} {
 		if !strings.HasPrefix(p, pg.MessagePrefix) {
 			t.Errorf("internal prefix %q does not start with pg.MessagePrefix %q", p, pg.MessagePrefix)
 		}

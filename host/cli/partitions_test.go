@@ -1,0 +1,192 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/walcast/walcast/host/pgtest"
+)
+
+// partitionedItems is a table partitioned by key range into four
+// partitions (ids p*100000+1 … p*100000+n are loaded later by
+// loadPartitions), and a standalone table holding n rows of the range a
+// fifth partition would cover.
+func partitionedItems(n int) []string {
+	setup := []string{`CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text) PARTITION BY RANGE (id)`}
+	for p := 0; p < 4; p++ {
+		setup = append(setup, fmt.Sprintf(`CREATE TABLE items_p%d PARTITION OF items FOR VALUES FROM (%d) TO (%d)`, p, p*100000, (p+1)*100000))
+	}
+	return append(setup, `CREATE TABLE items_p4 (id int PRIMARY KEY, v int NOT NULL, pad text)`,
+		fmt.Sprintf(`INSERT INTO items_p4 SELECT g, 7, 'attached' FROM generate_series(400001, %d) g`, 400000+n))
+}
+
+// startPartitionWriters writes to items until stopped: inserts, updates,
+// deletes and key changes in partition p0, and updates and deletes of
+// rows anywhere in the five ranges, so that some race the partition
+// commands of the test.
+func startPartitionWriters(t testing.TB, dsn string, n int, next *int) (count func() int64, stop func() int64) {
+	wdb := connect(t, dsn)
+	ctx, cancel := context.WithCancel(context.Background())
+	var writes atomic.Int64
+	done := make(chan error, 1)
+	go func() {
+		r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
+		for ctx.Err() == nil {
+			anywhere := r.IntN(5)*100000 + 1 + r.IntN(n)
+			var sql string
+			switch op := r.IntN(10); {
+			case op < 3:
+				sql = fmt.Sprintf(`UPDATE items SET v = v + 1 WHERE id = %d`, anywhere)
+			case op < 4:
+				sql = fmt.Sprintf(`DELETE FROM items WHERE id = %d`, anywhere)
+			case op < 5:
+				sql = fmt.Sprintf(`DELETE FROM items WHERE id = %d`, 1+r.IntN(*next))
+			case op < 6:
+				sql = fmt.Sprintf(`UPDATE items SET id = %d, pad = 'moved' WHERE id = %d`, *next, 1+r.IntN(*next))
+				*next++
+			default:
+				sql = fmt.Sprintf(`INSERT INTO items VALUES (%d, 0, 'new')`, *next)
+				*next++
+			}
+			if _, err := wdb.Exec(context.Background(), sql); err != nil {
+				done <- fmt.Errorf("%s: %w", sql, err)
+				return
+			}
+			writes.Add(1)
+			time.Sleep(2 * time.Millisecond) // pacing: a few hundred changes a second
+		}
+		done <- nil
+	}()
+	return writes.Load, func() int64 {
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		return writes.Load()
+	}
+}
+
+// opCounts counts the events of evs by op, as "op×n" in op order.
+func opCounts(evs []received) string {
+	counts := map[string]int{}
+	for _, e := range evs {
+		counts[e.Op]++
+	}
+	var ops []string
+	for op, n := range counts {
+		ops = append(ops, fmt.Sprintf("%s×%d", op, n))
+	}
+	sort.Strings(ops)
+	return strings.Join(ops, " ")
+}
+
+// TestPartitionsMirror: a copy of a partitioned table built from the
+// stream by a consumer keeping the marker contract equals the table after
+// each of these commands, each run while writers change rows of every
+// partition (the ones the command touches included), and each giving the
+// events walcast documents for it (docs/events.md, Partitions):
+//
+//   - ATTACH of a partition holding rows: read events of its rows (a
+//     backfill of the partition);
+//   - DETACH of one (ddl_events = true): a delete per row at the DETACH's
+//     position, no resync; walcast is SIGKILLed once the command is in
+//     and restarted;
+//   - DROP of one: a resync of the table (its resync_end removes the
+//     dropped rows from the copy);
+//   - TRUNCATE of one: a delete per row at the TRUNCATE's position (the
+//     trigger walcast put on the partition), no resync.
+//
+// Without the partition watch and triggers the attached rows never reach
+// the copy and the detached, dropped and truncated ones stay in it.
+func TestPartitionsMirror(t *testing.T) {
+	t.Parallel()
+	n := 2000 * pgtest.Chaos(t, 1)
+	dsn, db := newSource(t, partitionedItems(n)...)
+	rcv := newReceiver(t)
+	pipeline := writePipeline(t, "parts", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 200})
+	setSourceAttr(t, pipeline, `ddl_events = true`)
+	watch := "--slot-check-interval=200ms"
+	proc := startCapturing(t, db, pipeline, watch)
+	waitFor(t, "the first check of the partitions and walcast's triggers on them", time.Minute, func() bool {
+		var triggers int
+		db.QueryRow(context.Background(), `SELECT count(*) FROM pg_trigger WHERE tgname = 'walcast_partition_truncate_before'`).Scan(&triggers)
+		return triggers == 5 // the table and its four partitions
+	})
+	for p := 0; p < 4; p++ {
+		exec1(t, db, fmt.Sprintf(`INSERT INTO items SELECT g, 0, 'old' FROM generate_series(%d, %d) g`, p*100000+1, p*100000+n))
+	}
+	next := n + 1
+	// The copy, kept by the marker contract, fed the events as they
+	// arrive.
+	copied, applied, seen := newResyncMirror([]string{"id"}, true), 0, 0
+	// step runs command while writers run (some writes before it, some
+	// after), waits until the copy equals the table, and returns the
+	// events delivered since the step began.
+	step := func(what, command string, during func()) []received {
+		t.Helper()
+		count, stop := startPartitionWriters(t, dsn, n, &next)
+		waitFor(t, "writes before "+what, time.Minute, func() bool { return count() >= 30 })
+		began := time.Now()
+		exec1(t, db, command)
+		at := count()
+		if during != nil {
+			during()
+		}
+		waitFor(t, "writes after "+what, time.Minute, func() bool { return count() >= at+30 })
+		writes := stop()
+		var evs []received
+		waitFor(t, "the copy to equal the table after "+what, 2*time.Minute, func() bool {
+			evs = rcv.events()
+			copied.applyAll(t, evs[applied:])
+			applied = len(evs)
+			return len(copied.diff(t, db, "items")) == 0
+		})
+		since := evs[seen:]
+		seen = len(evs)
+		t.Logf("%s (%d writes): the copy equals the table %s after the command; events since the step began: %s",
+			what, writes, time.Since(began).Round(10*time.Millisecond), opCounts(since))
+		return since
+	}
+	ops := func(evs []received, op string) int {
+		k := 0
+		for _, e := range evs {
+			if e.Op == op {
+				k++
+			}
+		}
+		return k
+	}
+	step("loading the four partitions", `SELECT 1`, nil)
+
+	evs := step(fmt.Sprintf("ATTACH of a partition holding %d rows", n), `ALTER TABLE items ATTACH PARTITION items_p4 FOR VALUES FROM (400000) TO (500000)`, nil)
+	if reads := ops(evs, "read"); reads < n-200 || ops(evs, "resync_begin") > 0 {
+		t.Fatalf("ATTACH: %d read events and %d resyncs, want about %d reads (the partition's rows) and no resync", reads, ops(evs, "resync_begin"), n)
+	}
+	evs = step("DETACH of a partition, SIGKILL, restart", `ALTER TABLE items DETACH PARTITION items_p1`, func() {
+		proc.kill()
+		proc = startWalcast(t, pipeline, watch)
+	})
+	if dels := ops(evs, "delete"); dels < n-200 || ops(evs, "resync_begin") > 0 {
+		t.Fatalf("DETACH: %d delete events and %d resyncs, want about %d deletes (the partition's rows) and no resync", dels, ops(evs, "resync_begin"), n)
+	}
+	evs = step("DROP of a partition", `DROP TABLE items_p2`, nil)
+	if ops(evs, "resync_end") == 0 {
+		t.Fatalf("DROP: no resync of the table")
+	}
+	evs = step("TRUNCATE of a partition", `TRUNCATE items_p3`, nil)
+	if dels := ops(evs, "delete"); dels < n-200 || ops(evs, "resync_begin") > 0 {
+		t.Fatalf("TRUNCATE: %d delete events and %d resyncs, want about %d deletes (the partition's rows) and no resync", dels, ops(evs, "resync_begin"), n)
+	}
+	proc.stop()
+	sameContent(t, rcv.events())
+	var left int
+	if err := db.QueryRow(context.Background(), `SELECT count(*) FROM items_p1`).Scan(&left); err != nil || left < n-200 {
+		t.Fatalf("the detached partition has %d rows (%v): the test proves nothing", left, err)
+	}
+}

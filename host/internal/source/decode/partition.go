@@ -1,0 +1,81 @@
+package decode
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/walcast/walcast/host/internal/change"
+	"github.com/walcast/walcast/pluginkit/cdc"
+)
+
+// PartitionPrefix is the prefix of the transactional logical decoding
+// messages walcast's partition triggers write when rows leave a captured
+// partitioned table without PostgreSQL publishing their deletes: a
+// partition DETACHed (the ddl_events event trigger, at the end of the
+// command) or one partition truncated (a statement trigger BEFORE
+// TRUNCATE on each partition). The payload is a PartitionRows as JSON. It
+// is written in the command's transaction, with the partition locked by
+// the command, so its rows are exactly those the table loses at the
+// command's commit.
+const PartitionPrefix = "walcast.partition"
+
+// PartitionRows is the payload of a PartitionPrefix message: the keys of
+// the rows that left the table, read by the trigger, in the chunk shape
+// a backfill writes (BackfillChunk, its Rows as JSON) with only the key's
+// columns.
+type PartitionRows struct {
+	BackfillChunk
+	// Partition is the partition ("schema.table"), Command what removed
+	// its rows: "detach" or "truncate".
+	Partition string `json:"partition"`
+	Command   string `json:"command"`
+}
+
+// partitionRows turns a PartitionPrefix message of this pipeline into a
+// delete event of the listed table per row, in the message's order, at
+// the message's place in the transaction, when the pipeline asks for them
+// (Options.PartitionDeletes; on_detach = "delete").
+func (d *Decoder) partitionRows(m *pglogrepl.LogicalDecodingMessage, emit func(change.Event) error) error {
+	if !m.Transactional || !d.opts.PartitionDeletes {
+		return nil
+	}
+	if !d.inTx {
+		return fmt.Errorf("decode partition message at %s: no transaction is open", m.LSN)
+	}
+	var p PartitionRows
+	if err := json.Unmarshal(m.Content, &p); err != nil {
+		return fmt.Errorf("decode partition message at %s: %w", m.LSN, err)
+	}
+	if p.Pipeline != d.opts.Pipeline || (len(d.opts.Tables) > 0 && !d.opts.Tables[p.Schema+"."+p.Table]) {
+		return nil
+	}
+	rel, err := chunkRelation(&p.BackfillChunk)
+	if err != nil {
+		return fmt.Errorf("decode the rows of partition %s of %s.%s (%s): %w", p.Partition, p.Schema, p.Table, p.Command, err)
+	}
+	cols := make([]pglogrepl.TupleDataColumn, len(p.Columns))
+	tuple := make([]*pglogrepl.TupleDataColumn, len(p.Columns))
+	for i := range cols {
+		tuple[i] = &cols[i]
+	}
+	for n, row := range p.Rows {
+		if len(row) != len(cols) {
+			return fmt.Errorf("decode the rows of partition %s: row %d has %d values for %d columns", p.Partition, n, len(row), len(cols))
+		}
+		for i, v := range row {
+			if v == nil {
+				cols[i] = pglogrepl.TupleDataColumn{DataType: pglogrepl.TupleDataTypeNull}
+			} else {
+				cols[i] = pglogrepl.TupleDataColumn{DataType: pglogrepl.TupleDataTypeText, Length: uint32(len(*v)), Data: []byte(*v)}
+			}
+		}
+		// As PostgreSQL sends a delete under the default replica
+		// identity: the key's columns as the old tuple.
+		if err := d.change(rel, cdc.OpDelete, nil, tuple, pglogrepl.DeleteMessageTupleTypeKey, emit); err != nil {
+			return err
+		}
+	}
+	return nil
+}
