@@ -57,9 +57,9 @@ func TestRulesFilterTransformParkAndReplay(t *testing.T) {
 	store := &memParked{}
 	h := start(t, Config{BatchSize: 10, RetryBase: time.Millisecond, MaxAttempts: 2, Parked: store, Rules: compileRules(t, spec)}, sink)
 	want := []pluginkit.EventID{h.pushRow(1, 1)} // 100 > 10: kept
-	h.pushRow(2, 50)                              // 2 > 10 is false: filtered
-	bad := h.pushRow(3, 0)                        // fails
-	behind := h.pushRow(3, 1)                     // parked behind it
+	h.pushRow(2, 50)                             // 2 > 10 is false: filtered
+	bad := h.pushRow(3, 0)                       // fails
+	behind := h.pushRow(3, 1)                    // parked behind it
 	want = append(want, h.pushRow(4, 2))
 	h.waitResolved(time.Minute)
 	waitParked(t, store, 2)
