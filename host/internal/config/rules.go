@@ -17,6 +17,9 @@ import (
 // by `walcast validate --source`, points inside it.
 type Rules struct {
 	rules.Spec
+	// Compiled is Spec compiled, nil when Spec is empty or has errors
+	// (the file then does not run).
+	Compiled *rules.Rules
 	// Places maps a rules.Problem's or rules.Column's Where ("filter",
 	// "route", "set.region", "mask.email", "drop" …) to where it was
 	// written.
@@ -117,7 +120,8 @@ func (d *decoder) decodeRules(s *Sink, filter, route *hcl.Attribute, transform *
 		d.errorf(s.DeclRange, "Filter, route and transform need the walcast format",
 			`Sink %q has format = %q: filter, route and transform work on walcast's envelope; remove them or the format.`, s.ID, s.Format)
 	}
-	_, probs := rules.Compile(s.Rules.Spec)
+	compiled, probs := rules.Compile(s.Rules.Spec)
+	s.Rules.Compiled = compiled
 	for _, p := range probs {
 		d.errorf(s.Rules.Place(p.Where, s.DeclRange).At(p.Line, p.Column), "Invalid "+placeKind(p.Where),
 			"%s.", p.Error())
