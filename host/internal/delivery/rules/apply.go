@@ -60,6 +60,9 @@ func (r *Rules) Apply(ev cdc.Event, oldKey []byte) (Result, error) {
 	}
 	computed := make([]computedField, 0, len(r.set))
 	for _, f := range r.set {
+		if vars.newRow().raw == nil {
+			break // a delete, a truncate: no new row to add to
+		}
 		out, _, err := f.prog.Eval(vars)
 		if err != nil {
 			return Result{}, fmt.Errorf("set.%s: %w", f.name, err)

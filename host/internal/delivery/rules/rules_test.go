@@ -172,6 +172,17 @@ func TestKeepLeavesTheKeyAndUnchanged(t *testing.T) {
 	}
 }
 
+// A computed column is added to new only: a delete, whose new is null,
+// does not evaluate it (new.country would fail on it).
+func TestSetSkipsEventsWithoutANewRow(t *testing.T) {
+	r := mustCompile(t, Spec{Transform: Transform{Set: map[string]string{"region": `new.country == 'DE' ? 'eu' : 'other'`}}})
+	del := `{"id":"0/A:0","commit_lsn":"0/A","xid":1,"commit_time":"2026-11-30T10:00:00Z","schema":"public","table":"t","op":"delete","key":{"id":1},"new":null,"old":{"id":1}}`
+	res, err := r.Apply(event(t, del), nil)
+	if err != nil || string(res.Event.Payload) != del {
+		t.Fatalf("delete: %s, %v", res.Event.Payload, err)
+	}
+}
+
 func TestDeleteAndTruncateRowsAreEmptyMaps(t *testing.T) {
 	r := mustCompile(t, Spec{Filter: `has(new.status) || op == "truncate"`})
 	trunc := `{"id":"0/A:0","commit_lsn":"0/A","xid":1,"commit_time":"2026-11-30T10:00:00Z","schema":"public","table":"t","op":"truncate","key":null,"new":null,"old":null,"cascade":false,"restart_identity":false}`
