@@ -264,7 +264,7 @@ func TestPlanRuleColumns(t *testing.T) {
 	stdout, stderr, code := runPlan(t, file)
 	out := stdout + stderr
 	wantRefused(t, out, code, file+":9:34: sink \"hook\": new.bdy", `names column "bdy", which none of its tables has (public.items)`)
-	wantRefused(t, out, code, file+":11:14: sink \"hook\": mask.secret secret", `names column "secret"`)
+	wantRefused(t, out, code, file+":11:14: sink \"hook\": mask.secret", `names column "secret"`)
 	if strings.Contains(out, `"body"`) || strings.Contains(out, `"id"`) {
 		t.Fatalf("a column the table has was refused:\n%s", out)
 	}

@@ -40,15 +40,15 @@ func planColumns(ctx context.Context, pl *plan, p *config.Pipeline, pool *pgxpoo
 			}
 		}
 		for _, c := range s.Rules.Spec.TransformColumns() {
-			named = append(named, ruleColumn{where: c.Where, text: c.Where + " " + c.Name, name: c.Name})
+			named = append(named, ruleColumn{where: c.Where, text: c.Where, name: c.Name})
 		}
 		for _, c := range named {
 			if slices.ContainsFunc(tables, func(t string) bool { return slices.Contains(columns[t], c.name) }) {
 				continue
 			}
 			at := s.Rules.Place(c.where, s.DeclRange).At(c.line, c.col)
-			pl.refuse("", fmt.Sprintf("%s: sink %q: %s names column %q, which none of its tables has (%s): a typo?",
-				at.String(), s.ID, c.text, c.name, strings.Join(tables, ", ")))
+			pl.refuse("", fmt.Sprintf("%s:%d:%d: sink %q: %s names column %q, which none of its tables has (%s): a typo?",
+				at.Filename, at.Start.Line, at.Start.Column, s.ID, c.text, c.name, strings.Join(tables, ", ")))
 		}
 	}
 	return nil
