@@ -85,14 +85,16 @@ type Column struct {
 
 // Rules is a compiled Spec; safe for concurrent use.
 type Rules struct {
-	spec    Spec
-	filter  cel.Program
-	route   cel.Program
-	set     []setField
-	drop    map[string]bool
-	keep    map[string]bool
-	mask    map[string]string
-	rename  map[string]string
+	spec   Spec
+	filter cel.Program
+	route  cel.Program
+	set    []setField
+	drop   map[string]bool
+	keep   map[string]bool
+	mask   map[string]string
+	rename map[string]string
+	// cols is drop, keep, mask and rename by column (transform.go).
+	cols    map[string]columnRule
 	columns []Column
 	// needsChanged: some expression reads changed (computed per event
 	// only then).
@@ -154,6 +156,7 @@ func Compile(s Spec) (*Rules, []Problem) {
 		r.set = append(r.set, setField{name: name, prog: compile(where, s.Transform.Set[name], nil)})
 	}
 	probs = append(probs, r.checkTransform()...)
+	r.cols = r.columnRules()
 	for _, c := range r.columns {
 		if c.Var == "changed" {
 			r.needsChanged = true

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -77,21 +78,21 @@ func (r *Rules) rewriteRow(dst, raw []byte, mode rowMode, computed []computedFie
 	dst = append(dst, '{')
 	n := 0
 	_ = cdc.EachMember(raw, func(rawName, value []byte) error {
-		name := jsonString(rawName)
-		if r.drop[name] || (mode != rowKey && r.keep != nil && !r.keep[name]) || shadowed(name, computed) {
+		rule := r.rule(rawName)
+		if rule.drop || (mode != rowKey && r.keep != nil && !rule.keep) || shadowed(rawName, computed) {
 			return nil
 		}
 		if n > 0 {
 			dst = append(dst, ',')
 		}
 		n++
-		if to, ok := r.rename[name]; ok {
-			dst = appendJSONString(dst, to)
+		if rule.rename != "" {
+			dst = appendJSONString(dst, rule.rename)
 		} else {
 			dst = append(append(append(dst, '"'), rawName...), '"')
 		}
 		dst = append(dst, ':')
-		switch r.mask[name] {
+		switch rule.mask {
 		case MaskSHA256:
 			dst = appendDigest(dst, value)
 		case MaskRedact:
@@ -117,13 +118,51 @@ func (r *Rules) rewriteRow(dst, raw []byte, mode rowMode, computed []computedFie
 }
 
 // shadowed: a computed column replaces a captured one of its name.
-func shadowed(name string, computed []computedField) bool {
+func shadowed(rawName []byte, computed []computedField) bool {
 	for _, c := range computed {
-		if c.name == name {
+		if c.name == string(rawName) {
 			return true
 		}
 	}
 	return false
+}
+
+// columnRule is what the transform does to one column.
+type columnRule struct {
+	drop, keep   bool
+	mask, rename string
+}
+
+// rule looks a column up by its raw JSON name: one map lookup and no
+// allocation, unless the name is written with escapes.
+func (r *Rules) rule(rawName []byte) columnRule {
+	if bytes.IndexByte(rawName, '\\') >= 0 {
+		return r.cols[jsonString(rawName)]
+	}
+	return r.cols[string(rawName)]
+}
+
+// columnRules merges drop, keep, mask and rename into one map.
+func (r *Rules) columnRules() map[string]columnRule {
+	m := map[string]columnRule{}
+	edit := func(name string, f func(c *columnRule)) {
+		c := m[name]
+		f(&c)
+		m[name] = c
+	}
+	for name := range r.drop {
+		edit(name, func(c *columnRule) { c.drop = true })
+	}
+	for name := range r.keep {
+		edit(name, func(c *columnRule) { c.keep = true })
+	}
+	for name, kind := range r.mask {
+		edit(name, func(c *columnRule) { c.mask = kind })
+	}
+	for name, to := range r.rename {
+		edit(name, func(c *columnRule) { c.rename = to })
+	}
+	return m
 }
 
 // rewriteNames appends the unchanged list without dropped (or not kept)
@@ -169,8 +208,13 @@ func appendDigest(dst, value []byte) []byte {
 }
 
 func appendJSONString(dst []byte, s string) []byte {
-	b, _ := json.Marshal(s) // a string always marshals
-	return append(dst, b...)
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' || c >= 0x80 {
+			b, _ := json.Marshal(s) // a string always marshals
+			return append(dst, b...)
+		}
+	}
+	return append(append(append(dst, '"'), s...), '"')
 }
 
 // toJSON encodes a computed value the way the envelope encodes columns.
