@@ -15,9 +15,9 @@ import (
 
 	"github.com/walcast/walcast/host/internal/change"
 	"github.com/walcast/walcast/host/internal/control/lineage"
+	"github.com/walcast/walcast/host/internal/delivery/rules"
 	"github.com/walcast/walcast/host/internal/ledger"
 	"github.com/walcast/walcast/host/internal/pg"
-	"github.com/walcast/walcast/host/internal/delivery/rules"
 	"github.com/walcast/walcast/host/internal/source/backfill"
 	"github.com/walcast/walcast/host/internal/source/capture"
 	"github.com/walcast/walcast/host/internal/source/decode"
