@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/walcast/walcast/host/internal/change"
+	"github.com/walcast/walcast/host/internal/delivery/rules"
 	"github.com/walcast/walcast/host/internal/source/capture"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
@@ -21,6 +22,8 @@ type consumer struct {
 	// last is the last event handed over: the idle advance needs it
 	// acknowledged.
 	last cdc.EventID
+	// rules are StreamConfig's filter and transform, nil without them.
+	rules *rules.Rules
 }
 
 var _ capture.Consumer = (*consumer)(nil)
@@ -29,6 +32,21 @@ var _ capture.Consumer = (*consumer)(nil)
 // the changes wait in the slot instead of in memory. One consumer reads
 // the stream, so the host-only routing facts (sinks, old key) are dropped.
 func (c *consumer) Event(ctx context.Context, ev change.Event, idle func()) error {
+	if c.rules != nil {
+		res, err := c.rules.Apply(ev.Event, ev.OldKey)
+		switch {
+		case err != nil:
+			ev.Err = err // handed over as captured
+		case !res.Keep:
+			// Never handed over: like a change outside the publication,
+			// it is released with the events before it.
+			return nil
+		default:
+			// The decoder's layout is the captured envelope's: the
+			// transformed one is read by scanning it (newEvent).
+			ev.Event, ev.OldKey, ev.Layout = res.Event, res.OldKey, change.Layout{}
+		}
+	}
 	if c.drain.Err() == nil {
 		if err := c.events.put(c.drain, ev, idle); err != nil && (ctx.Err() != nil || c.drain.Err() == nil) {
 			return err

@@ -58,6 +58,11 @@ type Event struct {
 	// Message is the application message of a message event
 	// (StreamConfig.MessagePrefixes); nil for every other op.
 	Message *Message
+	// Err is set when StreamConfig's filter or transform failed on this
+	// event (a missing column, a division by zero): the event is as
+	// captured, neither filtered nor transformed. Ack it like any other
+	// once handled; it is not delivered again.
+	Err error
 
 	payload, key []byte
 }
@@ -110,7 +115,7 @@ func newEvent(pe cdc.Event) (Event, error) {
 // of the payload either way.
 func (c *commitTimes) newEvent(ce change.Event) (Event, error) {
 	pe := ce.Event
-	ev := Event{ID: pe.ID, Schema: pe.Schema, Table: pe.Table, Op: pe.Op, payload: pe.Payload, key: pe.Key}
+	ev := Event{ID: pe.ID, Schema: pe.Schema, Table: pe.Table, Op: pe.Op, payload: pe.Payload, key: pe.Key, Err: ce.Err}
 	if len(ce.Formats) > 0 {
 		// The stream's format (StreamConfig.formats): what JSON returns;
 		// the fields below still come from the envelope.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/walcast/walcast/host/internal/change"
 	"github.com/walcast/walcast/host/internal/control/lineage"
+	"github.com/walcast/walcast/host/internal/delivery/rules"
 	"github.com/walcast/walcast/host/internal/ledger"
 	"github.com/walcast/walcast/host/internal/pg"
 	"github.com/walcast/walcast/host/internal/source/backfill"
@@ -78,6 +79,16 @@ type StreamConfig struct {
 	// docs/events.md). None may overlap walcast's own "walcast."
 	// prefixes. Needs PostgreSQL 14 or later.
 	MessagePrefixes []string
+	// Filter is a CEL expression of type bool over the event, as a sink's
+	// filter (docs/filters.md): Next returns only the events for which it
+	// is true. The others are never handed over and need no ack: a
+	// transaction of filtered events only is released with the events
+	// before it. An event on which the expression fails is handed over
+	// as captured with Event.Err set.
+	Filter string
+	// Transform reshapes each event's rows (docs/filters.md); Event's
+	// fields and JSON are the transformed event's.
+	Transform Transform
 }
 
 // Debezium are the settings of the debezium format, as a sink's debezium
@@ -133,6 +144,10 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
+	rs, err := cfg.compileRules()
+	if err != nil {
+		return nil, err
+	}
 	pool, err := connect(ctx, cfg.DSN)
 	if err != nil {
 		return nil, err
@@ -142,7 +157,7 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 		pool.Close()
 		return nil, err
 	}
-	return start(ctx, pool, cfg, ccfg, prep), nil
+	return start(ctx, pool, cfg, ccfg, prep, rs), nil
 }
 
 func (cfg *StreamConfig) setDefaults() {
@@ -255,12 +270,12 @@ func prepareSource(ctx context.Context, pool *pgxpool.Pool, cfg StreamConfig) (c
 // start runs capture and the backfill runner, each in a goroutine of its
 // own, until Close. They must outlive ctx (which ends with Open) but keep
 // its values.
-func start(ctx context.Context, pool *pgxpool.Pool, cfg StreamConfig, ccfg capture.Config, prep capture.Prepared) *Stream {
+func start(ctx context.Context, pool *pgxpool.Pool, cfg StreamConfig, ccfg capture.Config, prep capture.Prepared, rs *rules.Rules) *Stream {
 	events := newHandoff(cfg.Buffer)
 	a := newAcks(prep.ConfirmedFlush)
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	drainCtx, drain := context.WithCancel(runCtx)
-	capt := capture.New(ccfg, &consumer{events: events, acks: a, drain: drainCtx})
+	capt := capture.New(ccfg, &consumer{events: events, acks: a, drain: drainCtx, rules: rs})
 	s := &Stream{events: events, acks: a, capt: capt, pool: pool, stop: stop, drain: drain, slot: cfg.Slot, done: make(chan struct{}),
 		pipeline: ccfg.Pipeline, tables: cfg.Tables, fillDone: make(chan struct{})}
 	s.filler = backfill.NewRunner(backfill.Config{

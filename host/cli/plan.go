@@ -149,6 +149,9 @@ func planSource(ctx context.Context, pl *plan, p *config.Pipeline) (created []st
 	if g := sp.Refusal; g != nil {
 		pl.refuse("replication slot "+g.Slot, fmt.Sprintf("walcast run refuses to start (%s): %s", g.Kind, g.Error()))
 	}
+	if err := planColumns(ctx, pl, p, pool); err != nil {
+		return created, err
+	}
 	return created, nil
 }
 

@@ -252,3 +252,20 @@ func TestPlanShowsTheRefusalOfALostSlot(t *testing.T) {
 		t.Error("the plan created the lost slot again")
 	}
 }
+
+// TestPlanRuleColumns: validate --source refuses a filter, route or
+// transform that names a column none of the sink's tables has, at the
+// place in the file where the expression names it.
+func TestPlanRuleColumns(t *testing.T) {
+	t.Parallel()
+	dsn, _ := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, body text)`)
+	top := "  filter = \"op != 'delete' && new.bdy == 'x'\"\n  transform {\n    mask = { secret = \"redact\" }\n  }\n"
+	file := writePipeline(t, "plan_rule_columns", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: "http://127.0.0.1:1/hook", Top: top})
+	stdout, stderr, code := runPlan(t, file)
+	out := stdout + stderr
+	wantRefused(t, out, code, file+":9:34: sink \"hook\": new.bdy", `names column "bdy", which none of its tables has (public.items)`)
+	wantRefused(t, out, code, file+":11:14: sink \"hook\": mask.secret", `names column "secret"`)
+	if strings.Contains(out, `"body"`) || strings.Contains(out, `"id"`) {
+		t.Fatalf("a column the table has was refused:\n%s", out)
+	}
+}

@@ -63,6 +63,12 @@ type Event struct {
 	Key []byte
 	// Payload is the JSON envelope (docs/events.md).
 	Payload []byte
+	// Route is the name of the destination the sink's route expression
+	// chose for this event (a topic, a path, a channel …), "" when the
+	// sink has no route: the sink then uses its configured destination.
+	// Events of one row may change route when the expression reads a
+	// column that changed (docs/filters.md, "Routes and order").
+	Route string
 }
 
 // Member returns the raw JSON of one top-level member of the envelope

@@ -440,7 +440,15 @@ func (s *Sink) records(ctx context.Context, c *conn, events []pluginkit.Event) (
 	for i := range events {
 		e := &events[i]
 		topic := s.cfg.topicFor(e.Schema, e.Table)
+		if e.Route != "" {
+			topic = e.Route // the sink's route expression chose it
+		}
 		if !s.topics[topic] && !slices.Contains(missing, topic) {
+			if !legalTopic.MatchString(topic) && e.Route != "" {
+				refused[i] = pluginkit.Permanent(fmt.Errorf("event %s: the route %q is not a topic name Kafka accepts (letters, digits, '.', '_', '-'; at most 249 characters): fix the sink's route expression",
+					e.ID, topic))
+				continue
+			}
 			if !legalTopic.MatchString(topic) {
 				refused[i] = pluginkit.Permanent(fmt.Errorf("event %s: table %s.%s gives topic name %q, which Kafka does not accept (letters, digits, '.', '_', '-'; at most 249 characters): set a shorter name in topics",
 					e.ID, e.Schema, e.Table, topic))

@@ -189,8 +189,9 @@ func (s *Sink) Open(context.Context) (pluginkit.OpenResult, error) {
 	return pluginkit.OpenResult{}, nil
 }
 
-// Deliver POSTs the batch as one request, and the receiver answers for
-// the batch as a whole: the sink never names single events. The body is
+// Deliver POSTs the batch as one request (one per route, when the sink
+// has a route expression), and the receiver answers for the batch as a
+// whole: the sink never names single events. The body is
 // assembled from the pre-encoded envelopes without decoding them again.
 func (s *Sink) Deliver(ctx context.Context, b pluginkit.Batch) (pluginkit.DeliverResult, error) {
 	events := b.Events
@@ -204,20 +205,68 @@ func (s *Sink) Deliver(ctx context.Context, b pluginkit.Batch) (pluginkit.Delive
 		return pluginkit.DeliverResult{}, pluginkit.Permanent(errors.New("deliver before open"))
 	}
 
-	if cdc.IsCloudEvent(events[0].Payload) && cfg.ceMode != ceBatch {
-		return pluginkit.DeliverResult{}, s.deliverEach(ctx, cfg, client, events)
-	}
-	contentType := "application/json"
-	body := encodeBody(events)
 	if cdc.IsCloudEvent(events[0].Payload) {
-		contentType, body = ceBatchType, encodeBatch(events)
+		// Routes are refused for formats other than walcast's envelope
+		// (config), so a CloudEvents batch always goes to the url.
+		if cfg.ceMode != ceBatch {
+			return pluginkit.DeliverResult{}, s.deliverEach(ctx, cfg, client, events)
+		}
+		return pluginkit.DeliverResult{}, s.post(ctx, cfg, client, request{target: cfg.url, body: encodeBatch(events), id: batchID(events), contentType: ceBatchType})
 	}
-	return pluginkit.DeliverResult{}, s.post(ctx, cfg, client, request{body: body, id: batchID(events), contentType: contentType})
+	groups, err := byRoute(cfg.url, events)
+	if err != nil {
+		return pluginkit.DeliverResult{}, err
+	}
+	for _, g := range groups {
+		r := request{target: g.target, body: encodeBody(g.events), id: batchID(g.events), contentType: "application/json"}
+		if err := s.post(ctx, cfg, client, r); err != nil {
+			return pluginkit.DeliverResult{}, err
+		}
+	}
+	return pluginkit.DeliverResult{}, nil
 }
 
-// request is one POST: its body, its Standard Webhooks id, and its
-// content type and extra headers.
+// routeGroup is the events of a batch that go to one URL.
+type routeGroup struct {
+	target *url.URL
+	events []pluginkit.Event
+}
+
+// byRoute splits a batch by the events' routes (the sink's route
+// expression): an event with a route goes to the URL's path joined with
+// it (url "https://h/hooks", route "orders/eu": https://h/hooks/orders/eu),
+// one without to the URL. Groups are POSTed in the order their first event
+// comes, and keep their events' order. A route that would leave the
+// URL's path ("..") is refused: the event is parked with the reason.
+func byRoute(base *url.URL, events []pluginkit.Event) ([]routeGroup, error) {
+	if !slices.ContainsFunc(events, func(e pluginkit.Event) bool { return e.Route != "" }) {
+		return []routeGroup{{target: base, events: events}}, nil
+	}
+	var groups []routeGroup
+	at := map[string]int{}
+	for _, e := range events {
+		i, ok := at[e.Route]
+		if !ok {
+			target := base
+			if e.Route != "" {
+				if slices.Contains(strings.Split(e.Route, "/"), "..") {
+					return nil, pluginkit.Permanent(fmt.Errorf("event %s: route %q climbs out of the url's path: fix the sink's route expression", e.ID, e.Route))
+				}
+				target = base.JoinPath(e.Route)
+			}
+			i = len(groups)
+			at[e.Route] = i
+			groups = append(groups, routeGroup{target: target})
+		}
+		groups[i].events = append(groups[i].events, e)
+	}
+	return groups, nil
+}
+
+// request is one POST: where it goes, its body, its Standard Webhooks id,
+// and its content type and extra headers.
 type request struct {
+	target      *url.URL
 	body        net.Buffers
 	id          string
 	contentType string
@@ -226,11 +275,15 @@ type request struct {
 
 // post sends one request and classifies the answer.
 func (s *Sink) post(ctx context.Context, cfg settings, client *http.Client, r request) error {
+	target := r.target
+	if target == nil {
+		target = cfg.url
+	}
 	size := bodySize(r.body)
 	ts := strconv.FormatInt(s.nowFunc().Unix(), 10)
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cfg.url.String(), http.NoBody)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target.String(), http.NoBody)
 	if err != nil {
 		return pluginkit.Permanent(fmt.Errorf("build request: %w", err))
 	}
@@ -255,7 +308,7 @@ func (s *Sink) post(ctx context.Context, cfg settings, client *http.Client, r re
 
 	resp, err := client.Do(req)
 	if err != nil {
-		return pluginkit.Retryable(fmt.Errorf("POST %s: %w", safeURL(cfg.url), withoutURL(err)))
+		return pluginkit.Retryable(fmt.Errorf("POST %s: %w", safeURL(target), withoutURL(err)))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
@@ -266,9 +319,9 @@ func (s *Sink) post(ctx context.Context, cfg settings, client *http.Client, r re
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, errorBodyBytes))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainBytes))
 	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
-		return pluginkit.Retryable(redirectError(cfg.url, resp))
+		return pluginkit.Retryable(redirectError(target, resp))
 	}
-	err = fmt.Errorf("POST %s: %s: %q", safeURL(cfg.url), resp.Status, snippet)
+	err = fmt.Errorf("POST %s: %s: %q", safeURL(target), resp.Status, snippet)
 	return s.classify(resp, err, size)
 }
 

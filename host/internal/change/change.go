@@ -26,6 +26,10 @@ type Event struct {
 	// (decode.Options.Formats), in their order; the fan-out hands a sink
 	// the one it chose instead of the envelope.
 	Formats []Encoded
+	// Err, in library mode, is the failure of the stream's filter or
+	// transform on this event (host.StreamConfig.Filter): the event is
+	// handed over as captured with it.
+	Err error
 }
 
 // Encoded is an event in an output format other than the envelope: what

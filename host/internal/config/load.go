@@ -62,7 +62,7 @@ func parse(src []byte, filename string, lookupEnv lookupEnvFunc) (*Pipeline, hcl
 	if diags.HasErrors() {
 		return nil, diags
 	}
-	d := decoder{ctx: newEvalContext(lookupEnv)}
+	d := decoder{ctx: newEvalContext(lookupEnv), src: src}
 	p := d.decodeFile(file.Body)
 	return p, append(diags, d.diags...)
 }
@@ -103,6 +103,9 @@ func envFunc(lookupEnv lookupEnvFunc) function.Function {
 type decoder struct {
 	ctx   *hcl.EvalContext
 	diags hcl.Diagnostics
+	// src is the file, to place errors inside expressions written as
+	// strings (filter, route, set).
+	src []byte
 }
 
 func (d *decoder) add(diags ...*hcl.Diagnostic) { d.diags = append(d.diags, diags...) }

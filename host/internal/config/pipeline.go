@@ -107,6 +107,9 @@ type Sink struct {
 	// Debezium holds the settings of FormatDebezium.
 	Format   string
 	Debezium Debezium
+	// Rules are the sink's filter, route and transform (docs/filters.md),
+	// already compiled once to check them; each scheduler compiles its own.
+	Rules Rules
 
 	// Config is the sink's `config` block, left undecoded: only the plugin
 	// knows its schema. Decode it with DecodeSinkConfig. It is an empty body

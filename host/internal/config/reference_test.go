@@ -32,6 +32,7 @@ func TestSettingsReference(t *testing.T) {
 		{"delivery", deliverySchema},
 		{"debezium", debeziumSchema},
 		{"messages", messagesSchema},
+		{"transform", transformSchema},
 	} {
 		rows, ok := sections[s.section]
 		if !ok {

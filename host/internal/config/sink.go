@@ -22,11 +22,14 @@ var sinkSchema = &hcl.BodySchema{
 		{Name: "ops"},
 		{Name: "env"},
 		{Name: "format"},
+		{Name: "filter"},
+		{Name: "route"},
 	},
 	Blocks: []hcl.BlockHeaderSchema{
 		{Type: "delivery"},
 		{Type: "config"},
 		{Type: "debezium"},
+		{Type: "transform"},
 	},
 }
 
@@ -116,6 +119,7 @@ func (d *decoder) decodeSink(block *hcl.Block, src Source, pipeline string) (s S
 		s.ConfigRange = b.DefRange
 	}
 	d.decodeFormat(&s, attrs["format"], blocks["debezium"], pipeline)
+	d.decodeRules(&s, attrs["filter"], attrs["route"], blocks["transform"])
 	return s, ok
 }
 

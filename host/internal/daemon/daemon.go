@@ -258,6 +258,7 @@ func ScheduleConfig(s *config.Sink, info pluginkit.Info) schedule.Config {
 		ThrottleMax:    d.ThrottleMax,
 		Tables:         set(s.Tables),
 		Ops:            set(s.Ops),
+		Rules:          s.Rules.Compiled,
 	}
 }
 

@@ -438,7 +438,11 @@ type Event struct {
 	// key is the JSON object of the row's replica-identity columns, or "null".
 	Key []byte `protobuf:"bytes,5,opt,name=key,proto3" json:"key,omitempty"`
 	// payload is the JSON envelope, delivered unchanged.
-	Payload       []byte `protobuf:"bytes,6,opt,name=payload,proto3" json:"payload,omitempty"`
+	Payload []byte `protobuf:"bytes,6,opt,name=payload,proto3" json:"payload,omitempty"`
+	// route is the destination the sink's route expression chose for this
+	// event (a topic, a path, a channel); empty when the sink has none.
+	// Hosts that predate it never send it.
+	Route         string `protobuf:"bytes,7,opt,name=route,proto3" json:"route,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -513,6 +517,13 @@ func (x *Event) GetPayload() []byte {
 		return x.Payload
 	}
 	return nil
+}
+
+func (x *Event) GetRoute() string {
+	if x != nil {
+		return x.Route
+	}
+	return ""
 }
 
 type DeliverRequest struct {
@@ -728,14 +739,15 @@ const file_sink_v1_sink_proto_rawDesc = "" +
 	"\fOpenResponse\x12\x1e\n" +
 	"\n" +
 	"checkpoint\x18\x01 \x01(\tR\n" +
-	"checkpoint\"\x81\x01\n" +
+	"checkpoint\"\x97\x01\n" +
 	"\x05Event\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06schema\x18\x02 \x01(\tR\x06schema\x12\x14\n" +
 	"\x05table\x18\x03 \x01(\tR\x05table\x12\x0e\n" +
 	"\x02op\x18\x04 \x01(\tR\x02op\x12\x10\n" +
 	"\x03key\x18\x05 \x01(\fR\x03key\x12\x18\n" +
-	"\apayload\x18\x06 \x01(\fR\apayload\"w\n" +
+	"\apayload\x18\x06 \x01(\fR\apayload\x12\x14\n" +
+	"\x05route\x18\a \x01(\tR\x05route\"w\n" +
 	"\x0eDeliverRequest\x12.\n" +
 	"\x06events\x18\x01 \x03(\v2\x16.walcast.sink.v1.EventR\x06events\x12\x1d\n" +
 	"\n" +

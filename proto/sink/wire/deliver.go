@@ -33,6 +33,10 @@ const (
 	fieldOp        protowire.Number = 4
 	fieldKey       protowire.Number = 5
 	fieldPayload   protowire.Number = 6
+	// fieldRoute comes after the payload, in field order as the
+	// generated code writes it; a plugin that predates it skips it like
+	// any unknown field.
+	fieldRoute protowire.Number = 7
 )
 
 // DeliverBatch is a Deliver request as the host sends it. The codec of
@@ -65,12 +69,13 @@ func (b DeliverBatch) AppendWire(buf []byte) []byte {
 	for i := range b.Events {
 		buf = appendEventHead(buf, &b.Events[i])
 		buf = append(buf, b.Events[i].Payload...)
+		buf = appendStringField(buf, fieldRoute, b.Events[i].Route)
 	}
 	return b.appendTail(buf)
 }
 
 // appendEventHead appends one event of the events field up to, and not
-// including, its payload's bytes (the payload is the last field).
+// including, its payload's bytes; the route, if any, follows them.
 func appendEventHead(buf []byte, e *cdc.Event) []byte {
 	var idBuf [48]byte
 	buf = protowire.AppendTag(buf, fieldEvents, protowire.BytesType)
@@ -136,10 +141,12 @@ func (b DeliverBatch) wireBuffers() mem.BufferSlice {
 		buf = appendEventHead(buf, e)
 		if len(e.Payload) < bigPayload {
 			buf = append(buf, e.Payload...)
+			buf = appendStringField(buf, fieldRoute, e.Route)
 			continue
 		}
 		out = append(out, mem.SliceBuffer(buf[start:len(buf):len(buf)]), mem.SliceBuffer(e.Payload))
 		start = len(buf)
+		buf = appendStringField(buf, fieldRoute, e.Route)
 	}
 	buf = b.appendTail(buf)
 	if start < len(buf) {
@@ -152,7 +159,7 @@ func (b DeliverBatch) wireBuffers() mem.BufferSlice {
 // proto3 code, empty fields are left out.
 func eventSize(e *cdc.Event) int {
 	return fieldSize(idTextLen(e.ID)) + fieldSize(len(e.Schema)) + fieldSize(len(e.Table)) +
-		fieldSize(len(e.Op)) + fieldSize(len(e.Key)) + fieldSize(len(e.Payload))
+		fieldSize(len(e.Op)) + fieldSize(len(e.Key)) + fieldSize(len(e.Route)) + fieldSize(len(e.Payload))
 }
 
 // fieldSize is the size of a length-delimited field numbered below 16.
@@ -260,7 +267,7 @@ func (d *eventDecoder) decode(msg []byte) (cdc.Event, error) {
 			return cdc.Event{}, protowire.ParseError(n)
 		}
 		msg = msg[n:]
-		if typ != protowire.BytesType || num < fieldID || num > fieldPayload {
+		if typ != protowire.BytesType || num < fieldID || num > fieldRoute {
 			m := protowire.ConsumeFieldValue(num, typ, msg)
 			if m < 0 {
 				return cdc.Event{}, protowire.ParseError(m)
@@ -298,6 +305,8 @@ func (d *eventDecoder) decode(msg []byte) (cdc.Event, error) {
 			ev.Key = clip(v)
 		case fieldPayload:
 			ev.Payload = clip(v)
+		case fieldRoute:
+			ev.Route = string(v)
 		}
 	}
 	if !seenID {

@@ -16,7 +16,7 @@ import (
 func toProto(events []cdc.Event, gap, replay bool) *sinkv1.DeliverRequest {
 	req := &sinkv1.DeliverRequest{GapBefore: gap, Replay: replay}
 	for _, e := range events {
-		req.Events = append(req.Events, &sinkv1.Event{Id: e.ID.String(), Schema: e.Schema, Table: e.Table, Op: string(e.Op), Key: e.Key, Payload: e.Payload})
+		req.Events = append(req.Events, &sinkv1.Event{Id: e.ID.String(), Schema: e.Schema, Table: e.Table, Op: string(e.Op), Key: e.Key, Payload: e.Payload, Route: e.Route})
 	}
 	return req
 }
@@ -24,7 +24,7 @@ func toProto(events []cdc.Event, gap, replay bool) *sinkv1.DeliverRequest {
 func sampleBatch() []cdc.Event {
 	return []cdc.Event{
 		{ID: cdc.EventID{CommitLSN: 0x1A2B3C8, Index: 0}, Schema: "public", Table: "orders", Op: cdc.OpInsert, Key: []byte(`{"id":1}`), Payload: []byte(`{"id":"0/1A2B3C8:0"}`)},
-		{ID: cdc.EventID{CommitLSN: 0x1A2B3C8, Index: 1}, Schema: "public", Table: "orders", Op: cdc.OpUpdate, Key: []byte(`{"id":2}`), Payload: bytes.Repeat([]byte("x"), 300)},
+		{ID: cdc.EventID{CommitLSN: 0x1A2B3C8, Index: 1}, Schema: "public", Table: "orders", Op: cdc.OpUpdate, Key: []byte(`{"id":2}`), Payload: bytes.Repeat([]byte("x"), 300), Route: "orders.eu"},
 		{ID: cdc.EventID{CommitLSN: 0xFFFFFFFF_FFFFFFFF, Index: 1<<64 - 1}, Schema: "s", Table: "t", Op: cdc.OpTruncate, Key: []byte("null"), Payload: []byte("{}")},
 		{ID: cdc.EventID{}, Schema: "", Table: "", Op: cdc.OpDelete}, // empty fields are left out, as proto3 does
 	}
@@ -158,7 +158,7 @@ func TestWireBuffersMatchAppendWire(t *testing.T) {
 	big := bytes.Repeat([]byte{'x'}, bigPayload+7)
 	for _, gap := range []bool{false, true} {
 		b := DeliverBatch{GapBefore: gap, Events: []cdc.Event{
-			{ID: cdc.EventID{CommitLSN: 0x10, Index: 0}, Schema: "public", Table: "docs", Op: cdc.OpInsert, Key: []byte(`{"id":1}`), Payload: big},
+			{ID: cdc.EventID{CommitLSN: 0x10, Index: 0}, Schema: "public", Table: "docs", Op: cdc.OpInsert, Key: []byte(`{"id":1}`), Payload: big, Route: "docs.a"},
 			{ID: cdc.EventID{CommitLSN: 0x10, Index: 1}, Schema: "public", Table: "docs", Op: cdc.OpInsert, Key: []byte(`{"id":2}`), Payload: []byte(`{"small":1}`)},
 			{ID: cdc.EventID{CommitLSN: 0x10, Index: 2}, Schema: "public", Table: "docs", Op: cdc.OpUpdate, Key: []byte(`{"id":3}`), Payload: big},
 		}}

@@ -3,6 +3,7 @@ package schedule
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/walcast/walcast/host/internal/delivery/schedule/attempt"
@@ -28,18 +29,33 @@ type result struct {
 
 // deliver runs one attempt in its own goroutine.
 func (s *Scheduler) deliver(ctx context.Context, batch []*entry, size int, gen uint64) {
-	b := attempt.Batch{Events: make([]cdc.Event, len(batch)), Replay: batch[0].replay}
+	b := attempt.Batch{Events: make([]cdc.Event, 0, len(batch)), Replay: batch[0].replay}
+	// sent[i] is the batch index of b.Events[i]: a replayed event the
+	// sink's rules now filter out or fail on is not sent (replayRules).
+	sent := make([]int, 0, len(batch))
 	for i, e := range batch {
-		b.Events[i] = e.ev
 		b.GapBefore = b.GapBefore || e.gapBefore
+		if e.filtered || e.ruleErr != nil {
+			continue
+		}
+		b.Events = append(b.Events, e.out)
+		sent = append(sent, i)
 	}
 	// A batch is all replayed events or none (pending.take).
 	start := time.Now()
 	callCtx, cancel := context.WithTimeout(ctx, s.cfg.DeliverTimeout)
-	res, err := s.sink.Deliver(callCtx, b)
+	var res attempt.Result
+	var err error
+	if len(b.Events) > 0 {
+		res, err = s.sink.Deliver(callCtx, b)
+	}
 	cancel()
-	r := result{batch: batch, bytes: size, res: res, gen: gen}
+	r := result{batch: batch, bytes: size, gen: gen}
 	r.err = s.checkAnswer(callCtx, b, res, err)
+	if r.err == nil {
+		res.Failed = withRuleFailures(batch, sent, res.Failed)
+	}
+	r.res = res
 	if r.err == nil && len(res.Failed) > 0 {
 		r.answer = sortAnswer(batch, res.Failed, s.cfg.Strict)
 	}
@@ -86,4 +102,25 @@ func (s *Scheduler) checkAnswer(callCtx context.Context, b attempt.Batch, res at
 		return attempt.Retryable(fmt.Errorf("deliver: %w; retrying the whole batch", cerr))
 	}
 	return nil
+}
+
+// withRuleFailures turns the failures the sink named (indexes into what
+// was sent) into indexes into batch, and adds the replayed events whose
+// rules failed as permanent failures: they are parked again with the
+// expression's error and their row's replay stops.
+func withRuleFailures(batch []*entry, sent []int, failed []attempt.Failure) []attempt.Failure {
+	if len(sent) == len(batch) {
+		return failed
+	}
+	out := make([]attempt.Failure, 0, len(failed)+1)
+	for _, f := range failed {
+		out = append(out, attempt.Failure{Index: sent[f.Index], Err: f.Err})
+	}
+	for i, e := range batch {
+		if e.ruleErr != nil {
+			out = append(out, attempt.Failure{Index: i, Err: attempt.Permanent(e.ruleErr)})
+		}
+	}
+	slices.SortFunc(out, func(a, b attempt.Failure) int { return a.Index - b.Index })
+	return out
 }

@@ -26,7 +26,11 @@ const (
 // entry is one event waiting in the scheduler.
 type entry struct {
 	seq ack.Seq
-	ev  cdc.Event
+	// ev is the event as captured: its row, its parking, its replay.
+	ev cdc.Event
+	// out is the event as the sink receives it: ev, or ev with the
+	// sink's rules applied (Config.Rules).
+	out cdc.Event
 	row string
 	// table is the event's "schema.table". A barrier (a truncate) holds
 	// its whole table: it waits until every earlier event of the table is
@@ -53,6 +57,12 @@ type entry struct {
 	// before this one; the batch carrying it says so to the plugin.
 	gapBefore bool
 
+	// filtered and ruleErr: the sink's rules, applied again to a replayed
+	// event, filter it out (it leaves walcast.parked without being sent)
+	// or fail on it (it is parked again with ruleErr).
+	filtered bool
+	ruleErr  error
+
 	attempts  int
 	isolation isolation
 	notBefore time.Time
@@ -74,7 +84,7 @@ func newEntry(ev cdc.Event, oldKey []byte) *entry {
 	row := rowKey(ev)
 	// The row starts with "schema.table\x1f": the table is a prefix of it,
 	// not a second string built per event.
-	e := &entry{ev: ev, row: row, table: row[:len(ev.Schema)+1+len(ev.Table)], bytes: len(ev.Payload)}
+	e := &entry{ev: ev, out: ev, row: row, table: row[:len(ev.Schema)+1+len(ev.Table)], bytes: len(ev.Payload)}
 	e.barrier = ev.Op.TableWide()
 	if oldKey != nil {
 		e.oldRow = rowOf(ev, oldKey)

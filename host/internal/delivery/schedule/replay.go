@@ -227,6 +227,8 @@ func (s *Scheduler) loadReplay(ps []parking.Event) int {
 		s.replayIDs[p.Event.ID] = true
 		e := newEntry(p.Event, nil)
 		e.row, e.oldRow, e.replay, e.firstFail = p.Row, p.OldRow, true, p.FirstFailure
+		keep, err := s.applyRules(e, nil)
+		e.filtered, e.ruleErr = !keep, err
 		es = append(es, e)
 		s.replaying[p.Row] = true
 		if p.OldRow != "" {

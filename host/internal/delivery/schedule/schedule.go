@@ -11,6 +11,7 @@ import (
 	"github.com/walcast/walcast/host/internal/control/parking"
 	"github.com/walcast/walcast/host/internal/delivery/ack"
 	"github.com/walcast/walcast/host/internal/delivery/fanout"
+	"github.com/walcast/walcast/host/internal/delivery/rules"
 	"github.com/walcast/walcast/host/internal/delivery/schedule/attempt"
 	"github.com/walcast/walcast/pluginkit/cdc"
 )
@@ -69,6 +70,14 @@ type Config struct {
 	// the sink receives; the others are resolved without delivery.
 	Tables map[string]bool
 	Ops    map[cdc.Op]bool
+	// Rules, when set, are the sink's filter, route and transform: an
+	// event the filter rejects is resolved without delivery, one on which
+	// an expression fails is parked with the error, and the sink receives
+	// every other event transformed. The scheduler orders, parks and
+	// replays the event as captured (its row is the captured key, and
+	// walcast.parked keeps the captured envelope), so a replay applies
+	// the rules of the file the daemon runs with then.
+	Rules *rules.Rules
 	// Parked persists parked events; nil disables parking (events are
 	// retried forever), which library-style callers may want.
 	Parked ParkStore
@@ -450,7 +459,20 @@ func (s *Scheduler) accept(ctx context.Context, it fanout.Item) error {
 	}
 	e := newEntry(ev, it.OldKey)
 	e.seq, e.gapBefore, e.queued = it.Seq, gap, s.acceptedAt
-	if reason := s.parkedBehind(e); reason != "" {
+	keep, ruleErr := s.applyRules(e, it.OldKey)
+	if !keep {
+		s.Stats.Filtered.Add(1)
+		s.tracker.Resolve(s.cfg.Index, it.Seq)
+		s.gapForNext = gap
+		return nil
+	}
+	reason := s.parkedBehind(e)
+	if reason == "" && ruleErr != nil {
+		reason = ruleErr.Error()
+		s.log.Error("event parked: an expression of the sink failed on it", "event", ev.ID.String(),
+			"table", ev.Schema+"."+ev.Table, "err", ruleErr)
+	}
+	if reason != "" {
 		s.gapForNext = gap
 		join := s.replayHolding(e)
 		if err := s.park(ctx, []*entry{e}, reason, false); err != nil {
@@ -463,6 +485,24 @@ func (s *Scheduler) accept(ctx context.Context, it fanout.Item) error {
 	}
 	s.pending.add(e)
 	return nil
+}
+
+// applyRules sets what the sink receives of e (e.out) by the sink's
+// rules. keep is false when the filter rejects the event; err is an
+// expression's failure (e is then to be parked as captured).
+func (s *Scheduler) applyRules(e *entry, oldKey []byte) (keep bool, err error) {
+	if s.cfg.Rules == nil {
+		return true, nil
+	}
+	res, err := s.cfg.Rules.Apply(e.ev, oldKey)
+	if err != nil {
+		return true, err
+	}
+	if !res.Keep {
+		return false, nil
+	}
+	e.out, e.bytes = res.Event, len(res.Event.Payload)
+	return true, nil
 }
 
 func (s *Scheduler) wants(ev cdc.Event) bool {

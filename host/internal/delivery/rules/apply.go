@@ -1,0 +1,198 @@
+package rules
+
+import (
+	"bytes"
+	"fmt"
+	"time"
+
+	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/common/types/ref"
+	"cel.dev/cel-go/interpreter"
+
+	"github.com/walcast/walcast/pluginkit/cdc"
+)
+
+// Result is what Apply made of an event.
+type Result struct {
+	// Keep is false when the filter rejected the event: the sink does not
+	// receive it.
+	Keep bool
+	// Event is the event the sink receives: Key and Payload transformed,
+	// Route set. The id and everything else are the captured event's.
+	Event cdc.Event
+	// OldKey is the old key (an update that changed the key) transformed;
+	// nil when the key did not change, or no longer differs.
+	OldKey []byte
+}
+
+// Apply runs the filter, the route and the transform on ev (the walcast
+// envelope; oldKey as change.Event.OldKey). An error names the expression
+// that failed and why; ev is then to be parked as it is.
+func (r *Rules) Apply(ev cdc.Event, oldKey []byte) (Result, error) {
+	vars := newVars(&ev, r.needsChanged)
+	if r.filter != nil {
+		out, _, err := r.filter.Eval(vars)
+		if err != nil {
+			return Result{}, fmt.Errorf("filter: %w", err)
+		}
+		keep, ok := out.(types.Bool)
+		if !ok {
+			return Result{}, fmt.Errorf("filter: the expression gave %s, not a bool", out.Type().TypeName())
+		}
+		if !keep {
+			return Result{Keep: false, Event: ev}, nil
+		}
+	}
+	res := Result{Keep: true, Event: ev, OldKey: oldKey}
+	if r.route != nil {
+		out, _, err := r.route.Eval(vars)
+		if err != nil {
+			return Result{}, fmt.Errorf("route: %w", err)
+		}
+		s, ok := out.(types.String)
+		if !ok || s == "" {
+			return Result{}, fmt.Errorf("route: the expression gave %s, not a destination name", describe(out))
+		}
+		res.Event.Route = string(s)
+	}
+	if !r.transforms() {
+		return res, nil
+	}
+	computed := make([]computedField, 0, len(r.set))
+	for _, f := range r.set {
+		if vars.newRow().raw == nil {
+			break // a delete, a truncate: no new row to add to
+		}
+		out, _, err := f.prog.Eval(vars)
+		if err != nil {
+			return Result{}, fmt.Errorf("set.%s: %w", f.name, err)
+		}
+		raw, err := toJSON(out)
+		if err != nil {
+			return Result{}, fmt.Errorf("set.%s: %w", f.name, err)
+		}
+		computed = append(computed, computedField{name: f.name, value: raw})
+	}
+	payload, key, err := r.rewrite(ev.Payload, computed)
+	if err != nil {
+		return Result{}, fmt.Errorf("transform: %w", err)
+	}
+	res.Event.Payload, res.Event.Key = payload, key
+	if oldKey != nil {
+		ok := r.rewriteRow(nil, oldKey, rowKey, nil)
+		if bytes.Equal(ok, key) {
+			ok = nil
+		}
+		res.OldKey = ok
+	}
+	return res, nil
+}
+
+func (r *Rules) transforms() bool {
+	return len(r.drop) > 0 || len(r.keep) > 0 || len(r.mask) > 0 || len(r.rename) > 0 || len(r.set) > 0
+}
+
+func describe(v ref.Val) string {
+	if s, ok := v.(types.String); ok && s == "" {
+		return "an empty string"
+	}
+	return v.Type().TypeName()
+}
+
+// vars is the activation of one event: each variable is made when an
+// expression first reads it.
+type vars struct {
+	ev           *cdc.Event
+	wantsChanged bool
+	key, nu, old *row
+}
+
+var _ interpreter.Activation = (*vars)(nil)
+
+func newVars(ev *cdc.Event, wantsChanged bool) *vars {
+	return &vars{ev: ev, wantsChanged: wantsChanged}
+}
+
+func (v *vars) Parent() interpreter.Activation { return nil }
+
+func (v *vars) ResolveName(name string) (any, bool) {
+	ev := v.ev
+	switch name {
+	case "op":
+		return types.String(ev.Op), true
+	case "schema":
+		return types.String(ev.Schema), true
+	case "table":
+		return types.String(ev.Table), true
+	case "id":
+		return types.String(ev.ID.String()), true
+	case "xid":
+		x, _ := ev.Member("xid")
+		return jsonValue(x), true
+	case "commit_time":
+		return commitTime(ev), true
+	case "key":
+		if v.key == nil {
+			v.key = newRow(ev.Key)
+		}
+		return v.key, true
+	case "new":
+		return v.newRow(), true
+	case "old":
+		return v.oldRow(), true
+	case "changed":
+		return types.NewStringList(types.DefaultTypeAdapter, v.changed()), true
+	}
+	return nil, false
+}
+
+func (v *vars) newRow() *row {
+	if v.nu == nil {
+		raw, _ := v.ev.Member("new")
+		v.nu = newRow(raw)
+	}
+	return v.nu
+}
+
+func (v *vars) oldRow() *row {
+	if v.old == nil {
+		raw, _ := v.ev.Member("old")
+		v.old = newRow(raw)
+	}
+	return v.old
+}
+
+// changed lists the columns of an update whose old value is known (in
+// old: the key columns, every column with REPLICA IDENTITY FULL) and
+// differs from the new one. An unchanged TOASTed column is not in new and
+// not changed. Other events change nothing this way.
+func (v *vars) changed() []string {
+	if v.ev.Op != cdc.OpUpdate {
+		return []string{}
+	}
+	nu, old := v.newRow(), v.oldRow()
+	if old.raw == nil || nu.raw == nil {
+		return []string{}
+	}
+	out := []string{}
+	_ = cdc.EachMember(old.raw, func(name, before []byte) error {
+		after, found := cdc.Member(nu.raw, string(name))
+		if found && !bytes.Equal(before, after) {
+			out = append(out, jsonString(name))
+		}
+		return nil
+	})
+	return out
+}
+
+func commitTime(ev *cdc.Event) ref.Val {
+	raw, ok := ev.Member("commit_time")
+	if !ok || len(raw) < 2 || raw[0] != '"' {
+		return types.NullValue
+	}
+	t, err := time.Parse(time.RFC3339Nano, string(raw[1:len(raw)-1]))
+	if err != nil {
+		return types.NewErr("commit_time %s: %v", raw, err)
+	}
+	return types.Timestamp{Time: t}
+}
