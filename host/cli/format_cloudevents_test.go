@@ -168,10 +168,10 @@ func checkCloudEvents(t *testing.T, db *pgx.Conn, pipeline string, want []change
 // TestCloudEventsWebhook: a webhook sink with format = "cloudevents" in
 // each cloudevents_mode; the SDK accepts every request and every event.
 func TestCloudEventsWebhook(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	for _, mode := range []string{"structured", "binary", "batch"} {
 		t.Run(mode, func(t *testing.T) {
-			t.Parallel()
+			parallel(t)
 			dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 			hook := &ceHook{mode: mode}
 			url := serveLoopback(t, hook) + "/hooks"
@@ -193,12 +193,12 @@ func TestCloudEventsWebhook(t *testing.T) {
 // cloudevents_mode; what kcat reads back (read_committed) is turned into
 // events by the SDK's binding, every record one CloudEvent.
 func TestCloudEventsKafka(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	needKcat(t)
 	addr := startKafka(t)
 	for _, mode := range []string{"structured", "binary"} {
 		t.Run(mode, func(t *testing.T) {
-			t.Parallel()
+			parallel(t)
 			dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 			name := "cekafka" + mode
 			prefix := "ce" + mode

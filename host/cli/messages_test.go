@@ -228,7 +228,7 @@ func checkIDOrder(t testing.TB, what string, firsts []received) {
 // arrive and take no index; a sink's ops filter can leave messages out and
 // its tables filter does not.
 func TestMessagesThroughTheWAL(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := context.Background()
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`,
 		`CREATE TABLE orders (id int PRIMARY KEY, status text)`, `INSERT INTO orders VALUES (42, 'new')`)
@@ -344,7 +344,7 @@ func messageWorkload(ctx context.Context, db *pgx.Conn, r *rand.Rand, n int) err
 // included: it comes from its place in the WAL), and first arrivals came
 // in id order (the sink is strictly ordered).
 func TestMessagesSurviveSIGKILL(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := context.Background()
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	truthSlot(t, dsn, db, "truth_msgkill")

@@ -105,7 +105,7 @@ func opCounts(evs []received) string {
 // Without the partition watch and triggers the attached rows never reach
 // the copy and the detached, dropped and truncated ones stay in it.
 func TestPartitionsMirror(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	n := 2000 * pgtest.Chaos(t, 1)
 	dsn, db := newSource(t, partitionedItems(n)...)
 	rcv := newReceiver(t)

@@ -257,7 +257,7 @@ func TestPlanShowsTheRefusalOfALostSlot(t *testing.T) {
 // transform that names a column none of the sink's tables has, at the
 // place in the file where the expression names it.
 func TestPlanRuleColumns(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	dsn, _ := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, body text)`)
 	top := "  filter = \"op != 'delete' && new.bdy == 'x'\"\n  transform {\n    mask = { secret = \"redact\" }\n  }\n"
 	file := writePipeline(t, "plan_rule_columns", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: "http://127.0.0.1:1/hook", Top: top})

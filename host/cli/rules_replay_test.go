@@ -14,7 +14,7 @@ import (
 // fixed, `walcast replay` (which reads the file) delivers them,
 // transformed like every other event.
 func TestExpressionErrorParksAndReplays(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := context.Background()
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, d int NOT NULL, email text NOT NULL)`)
 	rcv := newReceiver(t)
