@@ -85,7 +85,7 @@ const rulesSinks = `
 // a mirror per destination, built from what it received, equals the
 // source rows of its tenant, transformed the same way in Go.
 func TestFilterTransformRoute(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	dsn, db := newSource(t, `CREATE TABLE orders (id int PRIMARY KEY, tenant text NOT NULL, status text NOT NULL, qty int NOT NULL, email text NOT NULL, secret text NOT NULL)`,
 		`ALTER TABLE orders REPLICA IDENTITY FULL`)
 	all := newReceiver(t)
