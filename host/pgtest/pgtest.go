@@ -105,8 +105,11 @@ func (c *Cluster) init(ctx context.Context, opts Options) error {
 		fmt.Sprintf("port = %d", port),
 		fmt.Sprintf("unix_socket_directories = '%s'", c.Dir),
 		"wal_level = logical",
-		"max_wal_senders = 40",
-		"max_replication_slots = 40",
+		// One cluster serves a whole test package: its tests' slots (a
+		// library stream's, a truth slot, catch-up slots) add up, and
+		// host/cli runs tests side by side.
+		"max_wal_senders = 60",
+		"max_replication_slots = 100",
 		"max_connections = 200",
 		// Short, so that tests prove walcast answers keepalives even while
 		// a sink is stuck: a client that does not would be cut off.
