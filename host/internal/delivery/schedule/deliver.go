@@ -28,7 +28,7 @@ type result struct {
 
 // deliver runs one attempt in its own goroutine.
 func (s *Scheduler) deliver(ctx context.Context, batch []*entry, size int, gen uint64) {
-	b := attempt.Batch{Events: make([]cdc.Event, len(batch)), Replay: batch[0].replay}
+	b := attempt.Batch{Events: make([]cdc.Event, len(batch)), Replay: batch[0].replay, Epoch: s.cfg.Epoch}
 	for i, e := range batch {
 		b.Events[i] = e.ev
 		b.GapBefore = b.GapBefore || e.gapBefore
