@@ -153,7 +153,7 @@ func (l legacySink) Configure(ctx context.Context, setup Setup) error {
 func (l legacySink) Open(ctx context.Context) (OpenResult, error) { return l.sink.Open(ctx) }
 
 func (l legacySink) Deliver(ctx context.Context, b Batch) (DeliverResult, error) {
-	return l.sink.Deliver(sinkctx.ForDeliver(ctx, b.Replay, b.GapBefore), b.Events)
+	return l.sink.Deliver(sinkctx.ForDeliver(ctx, b.Replay, b.GapBefore, b.Epoch), b.Events)
 }
 
 func (l legacySink) Close(ctx context.Context) error { return l.sink.Close(ctx) }
