@@ -2,7 +2,9 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +17,9 @@ import (
 // past changes, or dropped and created again by hand). Rows are deleted, updated and inserted in
 // the gap; the start records the gap (walcast status names its kind),
 // resyncs the table, and a consumer keeping the marker contract ends
-// equal to the table, the gap's deleted rows swept.
+// equal to the table, the gap's deleted rows swept. Beforehand walcast
+// status --json (checked against its schema) says the next run heals
+// (refusal.heals_on_next_run) and exits 0.
 func TestOnGapResyncHealsEachGap(t *testing.T) {
 	t.Parallel()
 	// before runs before the gap's changes, after once they committed.
@@ -42,6 +46,20 @@ func TestOnGapResyncHealsEachGap(t *testing.T) {
 			exec1(t, db, `UPDATE items SET v = 5 WHERE id % 4 = 1`)
 			exec1(t, db, `INSERT INTO items SELECT g, 0, 'gap' FROM generate_series(201, 250) g`)
 			exec1(t, db, fmt.Sprintf(c.after, c.name))
+
+			// walcast status --json says the next run heals, and exits 0.
+			out, code := statusJSONOf(t, p)
+			var doc map[string]any
+			if err := json.Unmarshal([]byte(out), &doc); err != nil {
+				t.Fatalf("walcast status --json: %v\n%s", err, out)
+			}
+			if exec.Command("/usr/bin/python3", "-c", "import jsonschema").Run() == nil {
+				validateStatusJSON(t, "/usr/bin/python3", out) // where the validator is installed (make tools)
+			}
+			refusal, _ := doc["refusal"].(map[string]any)
+			if code != 0 || refusal == nil || refusal["heals_on_next_run"] != true || refusal["kind"] != "slot moved" {
+				t.Fatalf("walcast status --json before the healing run: exit %d, refusal %v; want 0 and a slot moved that heals_on_next_run:\n%s", code, refusal, out)
+			}
 
 			proc = startWalcast(t, p)
 			var id int64
