@@ -76,6 +76,20 @@ type Batch struct {
 	// full. A durable sink never sees it; a sink that promises its own
 	// clients continuity (sse) tells them.
 	GapBefore bool
+	// Epoch names the series the events' ids belong to. Ids of one epoch
+	// are ordered as the ids of one replication slot are; an id of
+	// another epoch says nothing about them: after a primary failover or
+	// a restored database the new slot's ids can be lower than ids
+	// delivered before. The host starts a new epoch whenever it streams
+	// from a new slot incarnation (an accepted gap). A sink that skips
+	// events at or below a checkpoint of its own stores Epoch next to it,
+	// in the same write, reports it in OpenResult.Epoch, and skips only
+	// while a batch's Epoch is the stored one: the first batch of a new
+	// epoch is written whole and its last id becomes the checkpoint,
+	// lower or not. An empty Epoch (an older host), or none stored (a
+	// checkpoint written before epochs), compares equal to any. It is
+	// opaque: compare it, never parse it.
+	Epoch string
 }
 
 // BatchError is a BatchSink's answer when some events of a batch failed
@@ -139,7 +153,7 @@ func (l legacySink) Configure(ctx context.Context, setup Setup) error {
 func (l legacySink) Open(ctx context.Context) (OpenResult, error) { return l.sink.Open(ctx) }
 
 func (l legacySink) Deliver(ctx context.Context, b Batch) (DeliverResult, error) {
-	return l.sink.Deliver(sinkctx.ForDeliver(ctx, b.Replay, b.GapBefore), b.Events)
+	return l.sink.Deliver(sinkctx.ForDeliver(ctx, b.Replay, b.GapBefore, b.Epoch), b.Events)
 }
 
 func (l legacySink) Close(ctx context.Context) error { return l.sink.Close(ctx) }

@@ -20,6 +20,7 @@ type recordingSink struct {
 	tables      []string
 	config      json.RawMessage
 	replay, gap bool
+	epoch       string
 	err         error
 }
 
@@ -33,7 +34,7 @@ func (r *recordingSink) Configure(ctx context.Context, config json.RawMessage) e
 func (r *recordingSink) Open(context.Context) (OpenResult, error) { return OpenResult{}, nil }
 
 func (r *recordingSink) Deliver(ctx context.Context, _ []Event) (DeliverResult, error) {
-	r.replay, r.gap = IsReplay(ctx), GapBefore(ctx)
+	r.replay, r.gap, r.epoch = IsReplay(ctx), GapBefore(ctx), EpochOf(ctx)
 	return DeliverResult{Duplicates: 1}, r.err
 }
 

@@ -39,6 +39,11 @@ func TablesFrom(ctx context.Context) []string { return sinkctx.TablesOf(ctx) }
 // this sink just before this batch (Batch.GapBefore for a BatchSink).
 func GapBefore(ctx context.Context) bool { return sinkctx.GapBefore(ctx) }
 
+// EpochOf returns, inside a Sink's Deliver, the epoch of the batch's ids
+// (Batch.Epoch for a BatchSink, which says what a sink keeping a
+// checkpoint of its own must do with it); empty from an older host.
+func EpochOf(ctx context.Context) string { return sinkctx.Epoch(ctx) }
+
 // IsReplay reports, inside a Sink's Deliver, that the batch holds parked
 // events an operator replayed (Batch.Replay for a BatchSink, which says
 // what a sink must do with them).

@@ -10,7 +10,7 @@ import (
 // of the same call, and nothing else does.
 func TestLegacySinkReadsTheContext(t *testing.T) {
 	bare := context.Background()
-	if IdentityFrom(bare) != (Identity{}) || TablesFrom(bare) != nil || IsReplay(bare) || GapBefore(bare) {
+	if IdentityFrom(bare) != (Identity{}) || TablesFrom(bare) != nil || IsReplay(bare) || GapBefore(bare) || EpochOf(bare) != "" {
 		t.Fatal("a bare context carries something")
 	}
 	rec := &recordingSink{}
@@ -22,12 +22,12 @@ func TestLegacySinkReadsTheContext(t *testing.T) {
 	if rec.identity != setup.Sink || !reflect.DeepEqual(rec.tables, setup.Tables) || string(rec.config) != `{"a":1}` {
 		t.Errorf("Configure saw %+v %v %s, want %+v", rec.identity, rec.tables, rec.config, setup)
 	}
-	for _, b := range []Batch{{Replay: true}, {GapBefore: true}, {}} {
+	for _, b := range []Batch{{Replay: true}, {GapBefore: true}, {Epoch: "e2"}, {}} {
 		if _, err := s.Deliver(bare, b); err != nil {
 			t.Fatal(err)
 		}
-		if rec.replay != b.Replay || rec.gap != b.GapBefore {
-			t.Errorf("Deliver of %+v saw replay %v, gap %v", b, rec.replay, rec.gap)
+		if rec.replay != b.Replay || rec.gap != b.GapBefore || rec.epoch != b.Epoch {
+			t.Errorf("Deliver of %+v saw replay %v, gap %v, epoch %q", b, rec.replay, rec.gap, rec.epoch)
 		}
 	}
 }

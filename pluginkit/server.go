@@ -78,6 +78,7 @@ func (s *server) open(ctx context.Context, _ *sinkv1.OpenRequest) (*sinkv1.OpenR
 	resp := &sinkv1.OpenResponse{}
 	if !res.Checkpoint.IsZero() {
 		resp.Checkpoint = res.Checkpoint.String()
+		resp.CheckpointEpoch = res.Epoch
 	}
 	return resp, nil
 }
@@ -85,7 +86,7 @@ func (s *server) open(ctx context.Context, _ *sinkv1.OpenRequest) (*sinkv1.OpenR
 // deliver hands a decoded Deliver request to the sink. The caller encodes
 // the answer for its protocol version.
 func (s *server) deliver(ctx context.Context, req *wire.DeliverRequest) (DeliverResult, error) {
-	return s.sink.Deliver(ctx, Batch{Events: req.Events, Replay: req.Replay, GapBefore: req.GapBefore})
+	return s.sink.Deliver(ctx, Batch{Events: req.Events, Replay: req.Replay, GapBefore: req.GapBefore, Epoch: req.Epoch})
 }
 
 func (s *server) close(ctx context.Context, _ *sinkv1.CloseRequest) (*sinkv1.CloseResponse, error) {

@@ -74,6 +74,11 @@ type OpenResult struct {
 	// Checkpoint, when non-zero, is the last event id the destination has
 	// durably recorded on its own.
 	Checkpoint EventID
+	// Epoch is the Batch.Epoch Checkpoint was recorded in (empty when
+	// unknown). The host skips by Checkpoint only when Epoch is empty or
+	// the epoch it streams in: a checkpoint of an earlier epoch (before a
+	// failover, say) says nothing about the ids it delivers now.
+	Epoch string
 }
 
 // DeliverResult is what a successful Deliver reports.

@@ -239,7 +239,7 @@ func (s *remoteSink) Deliver(ctx context.Context, b pluginkit.Batch) (pluginkit.
 	if s.err != nil {
 		return pluginkit.DeliverResult{}, s.err
 	}
-	res, err := s.p.Deliver(ctx, attempt.Batch{Events: b.Events, Replay: b.Replay, GapBefore: b.GapBefore})
+	res, err := s.p.Deliver(ctx, attempt.Batch{Events: b.Events, Replay: b.Replay, GapBefore: b.GapBefore, Epoch: b.Epoch})
 	if err != nil {
 		return pluginkit.DeliverResult{}, sdkError(err)
 	}

@@ -38,7 +38,7 @@ func statusJSON(st report.State, now time.Time) statusReport {
 		rep.Streams = append(rep.Streams, ss)
 	}
 	if g := st.Refusal; g != nil {
-		rep.Refusal = &statusRefusal{Kind: g.Kind, Message: g.Error()}
+		rep.Refusal = &statusRefusal{Kind: g.Kind, Message: g.Error(), HealsOnNextRun: st.ResyncOnGap}
 	}
 	for _, g := range st.Gaps {
 		rep.Gaps = append(rep.Gaps, statusGap{Sink: g.Sink, From: g.From, To: pluginkit.FormatLSN(g.To), Reason: g.Reason, AcceptedAt: g.AcceptedAt.UTC()})
@@ -55,7 +55,7 @@ func statusJSON(st report.State, now time.Time) statusReport {
 			}
 		}
 		if c.Lost && rep.Refusal == nil {
-			rep.Refusal = &statusRefusal{Kind: "catch-up slot lost", Message: lostCatchup(c)}
+			rep.Refusal = &statusRefusal{Kind: "catch-up slot lost", Message: lostCatchup(c), HealsOnNextRun: st.ResyncOnGap}
 		}
 	}
 	for _, b := range st.Backfills {
@@ -191,6 +191,9 @@ type statusRefusal struct {
 	// "catch-up slot lost".
 	Kind    string `json:"kind"`
 	Message string `json:"message"`
+	// HealsOnNextRun: on_gap = "resync", so walcast run does not refuse
+	// but records the gap, creates a new slot and resyncs (exit 0).
+	HealsOnNextRun bool `json:"heals_on_next_run"`
 }
 
 type statusGap struct {

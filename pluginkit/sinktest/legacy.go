@@ -23,7 +23,7 @@ func (l legacy) Configure(ctx context.Context, setup pluginkit.Setup) error {
 func (l legacy) Open(ctx context.Context) (pluginkit.OpenResult, error) { return l.sink.Open(ctx) }
 
 func (l legacy) Deliver(ctx context.Context, b pluginkit.Batch) (pluginkit.DeliverResult, error) {
-	return l.sink.Deliver(sinkctx.ForDeliver(ctx, b.Replay, b.GapBefore), b.Events)
+	return l.sink.Deliver(sinkctx.ForDeliver(ctx, b.Replay, b.GapBefore, b.Epoch), b.Events)
 }
 
 func (l legacy) Close(ctx context.Context) error { return l.sink.Close(ctx) }

@@ -13,15 +13,35 @@ import (
 	"github.com/walcast/walcast/pluginkit"
 )
 
+// epochHeader is the header of a checkpoint record that holds the epoch
+// (pluginkit.Batch.Epoch) of the batch that wrote it. A header, so that
+// the record's value stays the event id an older sink reads.
+const epochHeader = "walcast-epoch"
+
+// checkpoint is the last event id committed under the transactional id,
+// and the epoch of the batch that committed it (empty when written by a
+// host or a sink that predates epochs).
+type checkpoint struct {
+	id    pluginkit.EventID
+	epoch string
+}
+
+// filters reports whether the checkpoint says anything about the ids of a
+// batch of epoch: an id of another epoch does not (after a failover the
+// new primary's ids can be lower than the ones committed before), so such
+// a batch is written whole. An empty epoch on either side compares equal.
+func (c checkpoint) filters(epoch string) bool {
+	return epoch == "" || c.epoch == "" || epoch == c.epoch
+}
+
 // readCheckpoint reads the checkpoint topic to its end as a read_committed
-// reader and returns the last event id committed under st.txnID (zero when
-// there is none).
+// reader and returns the last checkpoint committed under st.txnID (zero
+// when there is none).
 //
 // Per partition the later record wins; across partitions (only if someone
-// repartitioned the topic) the highest id, since a sink's checkpoint only
-// ever grows.
-func readCheckpoint(ctx context.Context, st settings, adm *kadm.Client) (pluginkit.EventID, error) {
-	latest := map[int32]pluginkit.EventID{}
+// repartitioned the topic) the highest id.
+func readCheckpoint(ctx context.Context, st settings, adm *kadm.Client) (checkpoint, error) {
+	latest := map[int32]checkpoint{}
 	var bad error
 	err := readToEnd(ctx, adm, st.clientOpts(), st.checkpointTopic, kgo.ReadCommitted(), func(r *kgo.Record) {
 		if string(r.Key) != st.txnID || bad != nil {
@@ -32,18 +52,18 @@ func readCheckpoint(ctx context.Context, st settings, adm *kadm.Client) (plugink
 			bad = pluginkit.Permanent(fmt.Errorf("record at partition %d offset %d under key %q: %w", r.Partition, r.Offset, st.txnID, err))
 			return
 		}
-		latest[r.Partition] = id
+		latest[r.Partition] = checkpoint{id: id, epoch: header(r, epochHeader)}
 	})
 	if err != nil {
-		return pluginkit.EventID{}, err
+		return checkpoint{}, err
 	}
 	if bad != nil {
-		return pluginkit.EventID{}, bad
+		return checkpoint{}, bad
 	}
-	var cp pluginkit.EventID
-	for _, id := range latest {
-		if id.Compare(cp) > 0 {
-			cp = id
+	var cp checkpoint
+	for _, c := range latest {
+		if c.id.Compare(cp.id) > 0 {
+			cp = c
 		}
 	}
 	return cp, nil

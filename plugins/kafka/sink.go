@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -36,8 +37,9 @@ type Sink struct {
 	// reconnects, which also settles a commit whose outcome was unknown.
 	conn *conn
 	// checkpoint is the last event id known to be committed under the
-	// transactional id (eos only). Events at or below it are duplicates.
-	checkpoint pluginkit.EventID
+	// transactional id, with its epoch (eos only). Events at or below it
+	// are duplicates, in a batch of its epoch.
+	checkpoint checkpoint
 	// fenced is set once another producer took the transactional id over;
 	// from then on nothing is produced or committed, ever.
 	fenced error
@@ -130,7 +132,7 @@ func (s *Sink) Open(ctx context.Context) (pluginkit.OpenResult, error) {
 		return pluginkit.OpenResult{}, err
 	}
 	s.opened = true
-	return pluginkit.OpenResult{Checkpoint: s.checkpoint}, nil
+	return pluginkit.OpenResult{Checkpoint: s.checkpoint.id, Epoch: s.checkpoint.epoch}, nil
 }
 
 // connect replaces s.conn with a fresh connection. With eos it is the
@@ -174,14 +176,14 @@ func (s *Sink) connect(ctx context.Context) error {
 		cl.Close()
 		return s.classify(fmt.Sprintf("read checkpoint of %q from topic %s", st.txnID, st.checkpointTopic), err)
 	}
-	if cp.Compare(s.checkpoint) < 0 && !s.checkpoint.IsZero() {
+	if cp.epoch == s.checkpoint.epoch && cp.id.Compare(s.checkpoint.id) < 0 && !s.checkpoint.id.IsZero() {
 		// Only a checkpoint topic emptied behind our back gets here.
-		s.log.Warn("checkpoint topic is behind what this process committed", "read", cp.String(), "committed", s.checkpoint.String())
+		s.log.Warn("checkpoint topic is behind what this process committed", "read", cp.id.String(), "committed", s.checkpoint.id.String())
 		cp = s.checkpoint
 	}
 	s.checkpoint = cp
 	s.conn = c
-	s.log.Info("kafka connected", "transactional_id", st.txnID, "checkpoint", cp.String())
+	s.log.Info("kafka connected", "transactional_id", st.txnID, "checkpoint", cp.id.String(), "epoch", cp.epoch)
 	return nil
 }
 
@@ -221,9 +223,14 @@ func (s *Sink) Deliver(ctx context.Context, b pluginkit.Batch) (pluginkit.Delive
 			return pluginkit.DeliverResult{}, err
 		}
 	}
+	filter := s.cfg.eos && !b.Replay && s.checkpoint.filters(b.Epoch)
+	if s.cfg.eos && !b.Replay && !filter {
+		s.log.Info("first batch of a new epoch (a failover, a restore or a lost slot since the checkpoint): written whole, whatever its ids",
+			"first", events[0].ID.String(), "checkpoint", s.checkpoint.id.String(), "checkpoint_epoch", s.checkpoint.epoch, "epoch", b.Epoch)
+	}
 	fresh := make([]int, 0, len(events)) // indexes of the events to write
 	for i, e := range events {
-		if b.Replay || !s.cfg.eos || e.ID.Compare(s.checkpoint) > 0 {
+		if !filter || e.ID.Compare(s.checkpoint.id) > 0 {
 			fresh = append(fresh, i)
 		}
 	}
@@ -231,24 +238,28 @@ func (s *Sink) Deliver(ctx context.Context, b pluginkit.Batch) (pluginkit.Delive
 	if res.Duplicates > 0 {
 		// Only after a crash or a lost answer; worth a line.
 		s.log.Info("skipped events already committed to Kafka", "duplicates", res.Duplicates,
-			"first", events[0].ID.String(), "checkpoint", s.checkpoint.String())
+			"first", events[0].ID.String(), "checkpoint", s.checkpoint.id.String())
 	}
 	if len(fresh) == 0 {
 		return res, nil
 	}
-	return res, s.write(ctx, events, fresh)
+	epoch := b.Epoch
+	if b.Replay {
+		epoch = "" // parked events move neither the checkpoint nor its epoch
+	}
+	return res, s.write(ctx, events, fresh, epoch)
 }
 
 // write writes the events at the indexes fresh, with a transaction for
 // eos, and returns nil, a BatchError naming the events the cluster
 // refused on their own, or the error of the batch as a whole.
-func (s *Sink) write(ctx context.Context, events []pluginkit.Event, fresh []int) error {
+func (s *Sink) write(ctx context.Context, events []pluginkit.Event, fresh []int, epoch string) error {
 	var (
 		refused map[int]error // by index in fresh
 		err     error
 	)
 	if s.cfg.eos {
-		refused, err = s.commitAround(ctx, pick(events, fresh))
+		refused, err = s.commitAround(ctx, pick(events, fresh), epoch)
 	} else {
 		refused, err = s.produce(ctx, pick(events, fresh))
 	}
@@ -299,14 +310,14 @@ func (s *Sink) produce(ctx context.Context, events []pluginkit.Event) (map[int]e
 // events the cluster refuses on their own: a transaction with a refused
 // record cannot commit, so it is aborted and run again without them. It
 // returns the refused events by index.
-func (s *Sink) commitAround(ctx context.Context, events []pluginkit.Event) (map[int]error, error) {
+func (s *Sink) commitAround(ctx context.Context, events []pluginkit.Event, epoch string) (map[int]error, error) {
 	refused := map[int]error{}
 	keep := make([]int, len(events))
 	for i := range keep {
 		keep[i] = i
 	}
 	for len(keep) > 0 {
-		err := s.transact(ctx, pick(events, keep))
+		err := s.transact(ctx, pick(events, keep), epoch)
 		var re *refusedEvents
 		if !errors.As(err, &re) {
 			return refused, err
@@ -338,19 +349,25 @@ func (e *refusedEvents) Error() string {
 }
 
 // transact runs one transaction: the events, the checkpoint record, commit.
-// The checkpoint record never moves back: a replayed batch, which lies
-// below the checkpoint, writes the checkpoint it already had.
+// Within an epoch the checkpoint record never moves back: a replayed
+// batch, which lies below the checkpoint, writes the checkpoint it
+// already had. The first batch of a new epoch moves it to its last id,
+// lower or not, and records the epoch (an empty epoch keeps the stored
+// one).
 // On any failure it aborts and drops the connection; the next Deliver
 // reconnects and reads the checkpoint back, so even a commit whose outcome
 // never reached us is settled before anything is produced again. Events
 // the cluster refuses on their own come back as a *refusedEvents, and
 // nothing is committed.
-func (s *Sink) transact(ctx context.Context, events []pluginkit.Event) error {
+func (s *Sink) transact(ctx context.Context, events []pluginkit.Event, epoch string) error {
 	c := s.conn
 	last := events[len(events)-1].ID
-	cp := last
-	if s.checkpoint.Compare(cp) > 0 {
-		cp = s.checkpoint
+	cp := checkpoint{id: last, epoch: epoch}
+	if s.checkpoint.filters(epoch) {
+		cp.epoch = cmp.Or(epoch, s.checkpoint.epoch)
+		if s.checkpoint.id.Compare(last) > 0 {
+			cp.id = s.checkpoint.id
+		}
 	}
 	// Give up well before the broker would abort the transaction itself:
 	// a broker-side timeout bumps the epoch, which would look like fencing.
@@ -364,11 +381,15 @@ func (s *Sink) transact(ctx context.Context, events []pluginkit.Event) error {
 	if len(refused) > 0 {
 		return &refusedEvents{byIndex: refused}
 	}
-	recs = append(recs, &kgo.Record{
+	cpRec := &kgo.Record{
 		Topic: s.cfg.checkpointTopic,
 		Key:   []byte(s.cfg.txnID),
-		Value: []byte(cp.String()),
-	})
+		Value: []byte(cp.id.String()),
+	}
+	if cp.epoch != "" {
+		cpRec.Headers = []kgo.RecordHeader{{Key: epochHeader, Value: []byte(cp.epoch)}}
+	}
+	recs = append(recs, cpRec)
 	if err := c.cl.BeginTransaction(); err != nil {
 		return s.failed(ctx, c, false, s.classify("begin transaction", err))
 	}

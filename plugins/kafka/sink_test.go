@@ -301,7 +301,7 @@ func TestZombieIsFenced(t *testing.T) {
 	}
 
 	// The successor took over at the zombie's last commit and goes on.
-	if got := successor.checkpoint; got != (pluginkit.EventID{CommitLSN: 0x100, Index: 4}) {
+	if got := successor.checkpoint.id; got != (pluginkit.EventID{CommitLSN: 0x100, Index: 4}) {
 		t.Errorf("successor checkpoint = %s, want 0/100:4", got)
 	}
 	if r := deliver(t, successor, events(0x200, 5)); r.Duplicates != 0 {
@@ -461,4 +461,57 @@ func TestReplayBelowCheckpointIsWritten(t *testing.T) {
 	if want := later[len(later)-1].ID; open.Checkpoint != want {
 		t.Fatalf("checkpoint after the replay = %s, want %s (it must never move back)", open.Checkpoint, want)
 	}
+}
+
+// deliverIn delivers evs as a batch of epoch.
+func deliverIn(t *testing.T, s *Sink, epoch string, evs []pluginkit.Event) pluginkit.DeliverResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	res, err := s.Deliver(ctx, pluginkit.Batch{Events: evs, Epoch: epoch})
+	if err != nil {
+		t.Fatalf("Deliver %s..%s (epoch %q): %v", evs[0].ID, evs[len(evs)-1].ID, epoch, err)
+	}
+	return res
+}
+
+// TestNewEpochIsWrittenBelowCheckpoint: after a failover the new
+// primary's ids can be lower than the checkpoint (pluginkit.Batch.Epoch).
+// A batch of a new epoch is written whole and moves the checkpoint down,
+// with its epoch, durably: a reopened sink reports both, skips a
+// redelivery of that batch, and a checkpoint record without an epoch (an
+// older sink's) filters as before, adopting the first epoch it meets.
+func TestNewEpochIsWrittenBelowCheckpoint(t *testing.T) {
+	_, addr := broker(t)
+	s, _ := openSink(t, addr, nil)
+	deliver(t, s, events(0x300, 5)) // a checkpoint of no epoch, as an older sink wrote it
+	if r := deliverIn(t, s, "A", events(0x200, 5)); r.Duplicates != 5 {
+		t.Fatalf("epoch A after a checkpoint without one: %d duplicates, want 5 (it is adopted, not distrusted)", r.Duplicates)
+	}
+	deliverIn(t, s, "A", events(0x400, 5))
+	s.Close(t.Context())
+
+	// The failover: epoch B's ids are lower than A's checkpoint.
+	s, res := openSink(t, addr, nil)
+	if res.Epoch != "A" || res.Checkpoint != (pluginkit.EventID{CommitLSN: 0x400, Index: 4}) {
+		t.Fatalf("Open reported %s of epoch %q, want 0/400:4 of epoch A", res.Checkpoint, res.Epoch)
+	}
+	if r := deliverIn(t, s, "B", events(0x100, 5)); r.Duplicates != 0 {
+		t.Fatalf("the first batch of epoch B, below A's checkpoint: %d duplicates, want none", r.Duplicates)
+	}
+	s.Close(t.Context())
+
+	s, res = openSink(t, addr, nil)
+	if res.Epoch != "B" || res.Checkpoint != (pluginkit.EventID{CommitLSN: 0x100, Index: 4}) {
+		t.Fatalf("Open after epoch B's first batch reported %s of epoch %q, want 0/100:4 of epoch B", res.Checkpoint, res.Epoch)
+	}
+	if r := deliverIn(t, s, "B", events(0x100, 5)); r.Duplicates != 5 {
+		t.Fatalf("epoch B's first batch again: %d duplicates, want 5", r.Duplicates)
+	}
+	if r := deliver(t, s, events(0x100, 5)); r.Duplicates != 5 {
+		t.Fatalf("the same batch from a host without epochs: %d duplicates, want 5", r.Duplicates)
+	}
+	deliverIn(t, s, "B", events(0x180, 5))
+	want := append(append(append(events(0x300, 5), events(0x400, 5)...), events(0x100, 5)...), events(0x180, 5)...)
+	assertOnce(t, read(t, addr, "walcast.public.items", kgo.ReadCommitted()), want)
 }

@@ -11,31 +11,53 @@ import (
 	"github.com/walcast/walcast/pluginkit"
 )
 
+// checkpoint is the last event id applied to the target and the epoch of
+// the batch that applied it (pluginkit.Batch.Epoch; empty when written by
+// a host or a sink that predates epochs).
+type checkpoint struct {
+	id    pluginkit.EventID
+	epoch string
+}
+
+// filters reports whether the checkpoint says anything about the ids of a
+// batch of epoch: an id of another epoch does not (after a failover the
+// new primary's ids can be lower than the ones applied before), so such a
+// batch is applied whole. An empty epoch on either side compares equal.
+func (c checkpoint) filters(epoch string) bool {
+	return epoch == "" || c.epoch == "" || epoch == c.epoch
+}
+
 // prepareMirror creates the checkpoint table and this sink's row in it,
 // checks the target tables of the sink's known tables, and returns the
 // checkpoint.
-func (s *Sink) prepareMirror(ctx context.Context) (pluginkit.EventID, error) {
+func (s *Sink) prepareMirror(ctx context.Context) (checkpoint, error) {
 	ct := s.cfg.checkpointTable
 	if err := ensureSchema(ctx, s.pool, ct.schema); err != nil {
-		return pluginkit.EventID{}, fmt.Errorf("create checkpoint table %s: %w", ct, err)
+		return checkpoint{}, fmt.Errorf("create checkpoint table %s: %w", ct, err)
 	}
-	if _, err := s.pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
+	// The epoch column is added to a table an older sink created.
+	if _, err := s.pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %[1]s (
 			key text PRIMARY KEY,
 			event_id text NOT NULL,
-			updated_at timestamptz NOT NULL DEFAULT now())`, ct.sql())); err != nil {
-		return pluginkit.EventID{}, fmt.Errorf("create checkpoint table %s: %w", ct, err)
+			epoch text NOT NULL DEFAULT '',
+			updated_at timestamptz NOT NULL DEFAULT now());
+		ALTER TABLE %[1]s ADD COLUMN IF NOT EXISTS epoch text NOT NULL DEFAULT ''`, ct.sql())); err != nil {
+		return checkpoint{}, fmt.Errorf("create checkpoint table %s: %w", ct, err)
 	}
 	if err := s.createResyncsTable(ctx, s.pool); err != nil {
-		return pluginkit.EventID{}, err
+		return checkpoint{}, err
 	}
 	if _, err := s.pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, event_id) VALUES ($1, '') ON CONFLICT (key) DO NOTHING`, ct.sql()), s.cfg.checkpointKey); err != nil {
-		return pluginkit.EventID{}, fmt.Errorf("create checkpoint row %q in %s: %w", s.cfg.checkpointKey, ct, err)
+		return checkpoint{}, fmt.Errorf("create checkpoint row %q in %s: %w", s.cfg.checkpointKey, ct, err)
 	}
 	var raw string
-	if err := s.pool.QueryRow(ctx, fmt.Sprintf(`SELECT event_id FROM %s WHERE key = $1`, ct.sql()), s.cfg.checkpointKey).Scan(&raw); err != nil {
-		return pluginkit.EventID{}, fmt.Errorf("read checkpoint %q from %s: %w", s.cfg.checkpointKey, ct, err)
+	var cp checkpoint
+	if err := s.pool.QueryRow(ctx, fmt.Sprintf(`SELECT event_id, epoch FROM %s WHERE key = $1`, ct.sql()), s.cfg.checkpointKey).Scan(&raw, &cp.epoch); err != nil {
+		return checkpoint{}, fmt.Errorf("read checkpoint %q from %s: %w", s.cfg.checkpointKey, ct, err)
 	}
-	return parseCheckpoint(raw, ct, s.cfg.checkpointKey)
+	var err error
+	cp.id, err = parseCheckpoint(raw, ct, s.cfg.checkpointKey)
+	return cp, err
 }
 
 func parseCheckpoint(raw string, ct qname, key string) (pluginkit.EventID, error) {
@@ -53,27 +75,31 @@ func parseCheckpoint(raw string, ct qname, key string) (pluginkit.EventID, error
 // ends: a second writer with the same key (a zombie plugin, a second
 // walcast) waits, then sees what this one committed and skips it. The
 // sink's open resyncs are read in the same round trip.
-func (s *Sink) lockCheckpoint(ctx context.Context, tx pgx.Tx) (pluginkit.EventID, resyncs, error) {
+func (s *Sink) lockCheckpoint(ctx context.Context, tx pgx.Tx) (checkpoint, resyncs, error) {
 	ct := s.cfg.checkpointTable
 	var raw, openRaw string
-	err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT event_id, %s FROM %s WHERE key = $1 FOR UPDATE`, s.openResyncsSQL(), ct.sql()), s.cfg.checkpointKey).Scan(&raw, &openRaw)
+	var cp checkpoint
+	err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT event_id, epoch, %s FROM %s WHERE key = $1 FOR UPDATE`, s.openResyncsSQL(), ct.sql()), s.cfg.checkpointKey).Scan(&raw, &cp.epoch, &openRaw)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return pluginkit.EventID{}, nil, fmt.Errorf("checkpoint row %q is missing from %s (deleted while walcast ran?): restart walcast to create it again", s.cfg.checkpointKey, ct)
+		return checkpoint{}, nil, fmt.Errorf("checkpoint row %q is missing from %s (deleted while walcast ran?): restart walcast to create it again", s.cfg.checkpointKey, ct)
 	}
 	if err != nil {
-		return pluginkit.EventID{}, nil, fmt.Errorf("lock checkpoint %q in %s: %w", s.cfg.checkpointKey, ct, err)
+		return checkpoint{}, nil, fmt.Errorf("lock checkpoint %q in %s: %w", s.cfg.checkpointKey, ct, err)
 	}
 	open, err := parseResyncs(openRaw)
 	if err != nil {
-		return pluginkit.EventID{}, nil, err
+		return checkpoint{}, nil, err
 	}
-	cp, err := parseCheckpoint(raw, ct, s.cfg.checkpointKey)
+	cp.id, err = parseCheckpoint(raw, ct, s.cfg.checkpointKey)
 	return cp, open, err
 }
 
-func (s *Sink) storeCheckpoint(ctx context.Context, tx pgx.Tx, id pluginkit.EventID) error {
+// storeCheckpoint records id, and epoch unless it is empty (a host that
+// predates epochs leaves the stored one).
+func (s *Sink) storeCheckpoint(ctx context.Context, tx pgx.Tx, id pluginkit.EventID, epoch string) error {
 	ct := s.cfg.checkpointTable
-	_, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET event_id = $2, updated_at = now() WHERE key = $1`, ct.sql()), s.cfg.checkpointKey, id.String())
+	_, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET event_id = $2, epoch = CASE WHEN $3 = '' THEN epoch ELSE $3 END, updated_at = now() WHERE key = $1`, ct.sql()),
+		s.cfg.checkpointKey, id.String(), epoch)
 	if err != nil {
 		return fmt.Errorf("store checkpoint %s in %s: %w", id, ct, err)
 	}
@@ -121,24 +147,30 @@ func (s *Sink) deliverMirror(ctx context.Context, pool *pgxpool.Pool, b pluginki
 }
 
 // fresh returns the ops of events above the checkpoint (all of them in a
-// replay batch), counting the others as duplicates in out.
-func (s *Sink) fresh(b pluginkit.Batch, res resolution, cp pluginkit.EventID, out *pluginkit.DeliverResult) []rowOp {
+// replay batch, or in a batch of another epoch), counting the others as
+// duplicates in out.
+func (s *Sink) fresh(b pluginkit.Batch, res resolution, cp checkpoint, out *pluginkit.DeliverResult) []rowOp {
 	if b.Replay {
+		return res.ops
+	}
+	if !cp.filters(b.Epoch) {
+		s.log.Info("first batch of a new epoch (a failover, a restore or a lost slot since the checkpoint): applied whole, whatever its ids",
+			"first", b.Events[0].ID.String(), "checkpoint", cp.id.String(), "checkpoint_epoch", cp.epoch, "epoch", b.Epoch)
 		return res.ops
 	}
 	skipped := 0
 	for _, e := range b.Events[:res.cut] {
-		if e.ID.Compare(cp) <= 0 {
+		if e.ID.Compare(cp.id) <= 0 {
 			skipped++
 		}
 	}
 	out.Duplicates = skipped
 	if skipped > 0 {
-		s.log.Info("skipped events already applied to the target", "duplicates", skipped, "first", b.Events[0].ID.String(), "checkpoint", cp.String())
+		s.log.Info("skipped events already applied to the target", "duplicates", skipped, "first", b.Events[0].ID.String(), "checkpoint", cp.id.String())
 	}
 	fresh := res.ops[:0:0]
 	for _, op := range res.ops {
-		if b.Events[op.index].ID.Compare(cp) > 0 {
+		if b.Events[op.index].ID.Compare(cp.id) > 0 {
 			fresh = append(fresh, op)
 		}
 	}
@@ -146,17 +178,19 @@ func (s *Sink) fresh(b pluginkit.Batch, res resolution, cp pluginkit.EventID, ou
 }
 
 // advance stores the checkpoint at the last of the batch's first upTo
-// events, all of which are applied (or had nothing to do); it never moves
-// back, and a replay batch leaves it alone.
-func (s *Sink) advance(ctx context.Context, tx pgx.Tx, b pluginkit.Batch, cp pluginkit.EventID, upTo int) error {
+// events, all of which are applied (or had nothing to do), with the
+// batch's epoch. Within an epoch it never moves back; the first batch of
+// a new epoch moves it wherever its ids are. A replay batch leaves it
+// alone.
+func (s *Sink) advance(ctx context.Context, tx pgx.Tx, b pluginkit.Batch, cp checkpoint, upTo int) error {
 	if b.Replay || upTo == 0 {
 		return nil
 	}
 	last := b.Events[upTo-1].ID
-	if last.Compare(cp) <= 0 {
+	if cp.filters(b.Epoch) && last.Compare(cp.id) <= 0 {
 		return nil
 	}
-	return s.storeCheckpoint(ctx, tx, last)
+	return s.storeCheckpoint(ctx, tx, last, b.Epoch)
 }
 
 // isolate applies the batch's fresh ops one at a time, each under a

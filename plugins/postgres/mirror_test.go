@@ -290,3 +290,74 @@ func TestSchemaEventChangesNoRow(t *testing.T) {
 		t.Fatalf("after insert, schema event, insert: %d rows, w = %v; want 2 rows and w = 3", n, w)
 	}
 }
+
+// TestNewEpochAppliesBelowCheckpoint: after a failover the new primary's
+// ids can be lower than the checkpoint (pluginkit.Batch.Epoch). A batch of
+// a new epoch is applied whole and moves the checkpoint down with its
+// epoch, in its transaction: a reopened sink reports both and skips that
+// batch's redelivery. A checkpoint table an older sink created (no epoch
+// column) is upgraded, and its checkpoint, of no epoch, filters as before.
+func TestNewEpochAppliesBelowCheckpoint(t *testing.T) {
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	ctx := context.Background()
+	for _, sql := range []string{
+		`CREATE TABLE epochs (id int PRIMARY KEY, v int)`,
+		// As an older sink left it.
+		`CREATE TABLE walcast_checkpoints (key text PRIMARY KEY, event_id text NOT NULL, updated_at timestamptz NOT NULL DEFAULT now())`,
+		`INSERT INTO walcast_checkpoints (key, event_id) VALUES ('p/mirror', '0/3000000:4')`,
+	} {
+		if _, err := db.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	batch := func(lsn uint64, v int) []pluginkit.Event {
+		evs := make([]pluginkit.Event, 5)
+		for i := range evs {
+			evs[i] = rowEvent(t, "epochs", lsn, i, i+1, v)
+		}
+		return evs
+	}
+	deliverIn := func(s *Sink, epoch string, evs []pluginkit.Event) int {
+		t.Helper()
+		dctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		res, err := s.Deliver(dctx, pluginkit.Batch{Events: evs, Epoch: epoch})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Duplicates
+	}
+	sum := func() (n int) {
+		t.Helper()
+		if err := db.QueryRow(ctx, `SELECT coalesce(sum(v), 0) FROM epochs`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	cfg := map[string]any{"dsn": dsn, "create_tables": false}
+	s := openSink(t, cfg)
+	if d := deliverIn(s, "A", batch(0x2000000, 1)); d != 5 || sum() != 0 {
+		t.Fatalf("epoch A below a checkpoint of no epoch: %d duplicates, sum %d; want 5 and nothing applied", d, sum())
+	}
+	deliverIn(s, "A", batch(0x4000000, 2))
+	s.Close(ctx)
+
+	s = openSink(t, cfg)
+	if d := deliverIn(s, "B", batch(0x1000000, 3)); d != 0 || sum() != 15 {
+		t.Fatalf("the first batch of epoch B, below A's checkpoint: %d duplicates, sum %d; want none and every row applied (15)", d, sum())
+	}
+	res, err := s.Open(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Epoch != "B" || res.Checkpoint != (pluginkit.EventID{CommitLSN: 0x1000000, Index: 4}) {
+		t.Fatalf("Open after epoch B's first batch reported %s of epoch %q, want 0/1000000:4 of epoch B", res.Checkpoint, res.Epoch)
+	}
+	if d := deliverIn(s, "B", batch(0x1000000, 4)); d != 5 || sum() != 15 {
+		t.Fatalf("epoch B's first batch again: %d duplicates, sum %d; want 5 and nothing applied", d, sum())
+	}
+	if d := deliverIn(s, "", batch(0x1000000, 4)); d != 5 {
+		t.Fatalf("the same batch from a host without epochs: %d duplicates, want 5", d)
+	}
+}

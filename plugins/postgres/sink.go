@@ -94,7 +94,7 @@ func (s *Sink) Open(ctx context.Context) (pluginkit.OpenResult, error) {
 	defer cancel()
 	cp, err := s.prepare(actx)
 	if err == nil {
-		return pluginkit.OpenResult{Checkpoint: cp}, nil
+		return pluginkit.OpenResult{Checkpoint: cp.id, Epoch: cp.epoch}, nil
 	}
 	if unreachable(err) || errors.Is(err, context.DeadlineExceeded) {
 		s.log.Warn("target database unreachable at start; deliveries retry until it answers", "target", s.cfg.target, "err", err)
@@ -105,8 +105,8 @@ func (s *Sink) Open(ctx context.Context) (pluginkit.OpenResult, error) {
 
 // prepare creates the sink's own tables and reads the checkpoint (mirror
 // mode); callers hold s.mu.
-func (s *Sink) prepare(ctx context.Context) (pluginkit.EventID, error) {
-	var cp pluginkit.EventID
+func (s *Sink) prepare(ctx context.Context) (checkpoint, error) {
+	var cp checkpoint
 	var err error
 	if s.cfg.mode == modeHistory {
 		err = createHistoryTable(ctx, s.pool, s.cfg.historyTable)
@@ -117,7 +117,7 @@ func (s *Sink) prepare(ctx context.Context) (pluginkit.EventID, error) {
 		return cp, err
 	}
 	s.prepared = true
-	s.log.Info("postgres connected", "target", s.cfg.target, "mode", s.cfg.mode, "checkpoint", cp.String())
+	s.log.Info("postgres connected", "target", s.cfg.target, "mode", s.cfg.mode, "checkpoint", cp.id.String(), "epoch", cp.epoch)
 	return cp, nil
 }
 

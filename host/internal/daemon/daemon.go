@@ -131,12 +131,12 @@ func clearRecovered(ctx context.Context, reportStore *reports.Store, runs []*sin
 	}
 }
 
-func startSink(ctx context.Context, launch Launcher, s *config.Sink) (Plugin, pluginkit.EventID, error) {
+func startSink(ctx context.Context, launch Launcher, s *config.Sink) (Plugin, pluginkit.OpenResult, error) {
 	plugin, res, err := launch(ctx, s)
 	if err != nil {
-		return nil, pluginkit.EventID{}, fmt.Errorf("sink %s: %w", s.ID, err)
+		return nil, pluginkit.OpenResult{}, fmt.Errorf("sink %s: %w", s.ID, err)
 	}
-	return plugin, res.Checkpoint, nil
+	return plugin, res, nil
 }
 
 // saveLoop writes checkpoints every interval, usage and backlogs every

@@ -61,6 +61,10 @@ type term struct {
 	parked      *parking.Store     // on db
 	reports     *reports.Store     // on db
 	captureCfg  capture.Config
+	// epoch names the slot incarnation the term streams from
+	// (lineage.Pipeline.Epoch): every batch carries it, so that a sink
+	// skipping by a checkpoint of its own does so only within it.
+	epoch string
 	// formatOf is each sink's queue format (fanout.Queue.Format), in the
 	// order of t.runs.
 	formatOf []int
@@ -198,13 +202,13 @@ func (t *term) newCaptureConfig() capture.Config {
 
 // startSinks launches, configures and opens every sink's plugin, in the
 // pipeline's order (t.runs). It returns the position each destination
-// keeps itself (pluginkit.OpenResult.Checkpoint; zero when it keeps none).
-func (t *term) startSinks(ctx context.Context) (own []pluginkit.EventID, err error) {
+// keeps itself (pluginkit.OpenResult; a zero Checkpoint when it keeps none).
+func (t *term) startSinks(ctx context.Context) (own []pluginkit.OpenResult, err error) {
 	sinks := t.opts.Pipeline.Sinks
-	own = make([]pluginkit.EventID, 0, len(sinks))
+	own = make([]pluginkit.OpenResult, 0, len(sinks))
 	for i := range sinks {
 		s := &sinks[i]
-		plugin, position, err := startSink(ctx, t.opts.Launch, s)
+		plugin, opened, err := startSink(ctx, t.opts.Launch, s)
 		if plugin != nil {
 			if t.lease != nil {
 				plugin = fencedPlugin{Plugin: plugin, lease: t.lease, halt: t.haltDeliveries}
@@ -214,7 +218,7 @@ func (t *term) startSinks(ctx context.Context) (own []pluginkit.EventID, err err
 		if err != nil {
 			return nil, err
 		}
-		own = append(own, position)
+		own = append(own, opened)
 	}
 	return own, nil
 }
@@ -233,21 +237,35 @@ func (t *term) prepareSource(ctx context.Context) (capture.Prepared, error) {
 			return prep, err
 		}
 	}
+	rec, _, err := t.lineage.LoadPipeline(ctx)
+	if err != nil {
+		return prep, fmt.Errorf("prepare source: %w", err)
+	}
+	t.epoch = rec.Epoch()
 	t.captureCfg.KeylessPublication = prep.KeylessPublication
 	t.captureCfg.StatusInterval = min(10*time.Second, prep.WalSenderTimeout/4)
 	return prep, nil
 }
 
 // loadPositions returns each sink's position, indexed like t.runs: its
-// stored checkpoint, or the destination's own (own) when that is ahead.
-func (t *term) loadPositions(ctx context.Context, own []pluginkit.EventID) ([]pluginkit.EventID, error) {
+// stored checkpoint, or the destination's own (own) when that is ahead
+// and of the term's epoch. A destination's checkpoint of another epoch
+// (recorded before a failover or a restore: the ids streamed now may be
+// lower) is not a position at all; the stored checkpoints of an earlier
+// slot were cleared when its gap was accepted.
+func (t *term) loadPositions(ctx context.Context, own []pluginkit.OpenResult) ([]pluginkit.EventID, error) {
 	stored, err := t.checkpoints.Load(ctx)
 	if err != nil {
 		return nil, err
 	}
 	positions := make([]pluginkit.EventID, len(t.runs))
 	for i, r := range t.runs {
-		positions[i] = own[i]
+		if o := own[i]; o.Epoch == "" || t.epoch == "" || o.Epoch == t.epoch {
+			positions[i] = o.Checkpoint
+		} else {
+			t.log.Warn("the destination's own checkpoint belongs to an earlier slot (a failover, a restore or a lost slot since): walcast does not skip by it, and the sink writes the new slot's events whatever their ids",
+				"sink", r.cfg.ID, "checkpoint", o.Checkpoint.String(), "checkpoint_epoch", o.Epoch, "epoch", t.epoch)
+		}
 		if cp := stored[r.cfg.ID]; cp.Compare(positions[i]) > 0 {
 			positions[i] = cp
 		}
@@ -351,6 +369,7 @@ func (t *term) newScheduler(r *sinkRun, q *fanout.Queue, tr *ack.Tracker, index 
 	cfg := ScheduleConfig(r.cfg, r.plugin.Info())
 	cfg.Index = index
 	cfg.Position = position
+	cfg.Epoch = t.epoch
 	cfg.Parked = t.parked
 	cfg.Meter = r.meter
 	cfg.Logger = t.log

@@ -20,6 +20,7 @@ type (
 	tablesKey   struct{}
 	replayKey   struct{}
 	gapKey      struct{}
+	epochKey    struct{}
 )
 
 // ForConfigure returns ctx carrying what Configure is told: the sink's
@@ -32,9 +33,13 @@ func ForConfigure(ctx context.Context, id Identity, tables []string) context.Con
 	return ctx
 }
 
-// ForDeliver returns ctx carrying the flags of a batch: a replay of
-// parked events, and events dropped just before it.
-func ForDeliver(ctx context.Context, replay, gapBefore bool) context.Context {
+// ForDeliver returns ctx carrying what a batch says besides its events: a
+// replay of parked events, events dropped just before it, and the epoch
+// of its ids (when not empty).
+func ForDeliver(ctx context.Context, replay, gapBefore bool, epoch string) context.Context {
+	if epoch != "" {
+		ctx = context.WithValue(ctx, epochKey{}, epoch)
+	}
 	if replay {
 		ctx = context.WithValue(ctx, replayKey{}, true)
 	}
@@ -59,6 +64,12 @@ func TablesOf(ctx context.Context) []string {
 // Replay reports whether ForDeliver marked ctx as a replay.
 func Replay(ctx context.Context) bool {
 	v, _ := ctx.Value(replayKey{}).(bool)
+	return v
+}
+
+// Epoch returns the epoch ForDeliver put in ctx, empty if none.
+func Epoch(ctx context.Context) string {
+	v, _ := ctx.Value(epochKey{}).(string)
 	return v
 }
 

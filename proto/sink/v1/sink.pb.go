@@ -383,9 +383,15 @@ type OpenResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// checkpoint is the last event id the destination has durably recorded
 	// on its own, or empty when it keeps no such record.
-	Checkpoint    string `protobuf:"bytes,1,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Checkpoint string `protobuf:"bytes,1,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	// checkpoint_epoch is the epoch (DeliverRequest.epoch) of the batch
+	// that recorded checkpoint. The host skips by checkpoint only when it
+	// is empty or the epoch of the events it is about to deliver: an id of
+	// another epoch says nothing about them. Empty from a plugin that
+	// predates it.
+	CheckpointEpoch string `protobuf:"bytes,2,opt,name=checkpoint_epoch,json=checkpointEpoch,proto3" json:"checkpoint_epoch,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *OpenResponse) Reset() {
@@ -421,6 +427,13 @@ func (*OpenResponse) Descriptor() ([]byte, []int) {
 func (x *OpenResponse) GetCheckpoint() string {
 	if x != nil {
 		return x.Checkpoint
+	}
+	return ""
+}
+
+func (x *OpenResponse) GetCheckpointEpoch() string {
+	if x != nil {
+		return x.CheckpointEpoch
 	}
 	return ""
 }
@@ -536,7 +549,18 @@ type DeliverRequest struct {
 	// again (`walcast replay`). They are older than the sink's checkpoint, by
 	// definition, and must be written anyway: a sink that drops events at or
 	// below its checkpoint as duplicates must not drop these.
-	Replay        bool `protobuf:"varint,3,opt,name=replay,proto3" json:"replay,omitempty"`
+	Replay bool `protobuf:"varint,3,opt,name=replay,proto3" json:"replay,omitempty"`
+	// epoch names the series the events' ids belong to. Ids of one epoch
+	// are ordered as the ids of one slot are; an id of another epoch says
+	// nothing about them: after a failover or a restore the new primary's
+	// ids can be lower than ids delivered before. A sink that skips events
+	// at or below a checkpoint of its own stores the epoch with it and
+	// skips only when the batch's epoch is the stored one (or either is
+	// empty); a batch of a new epoch is written whole and its last id
+	// becomes the checkpoint, lower or not. The host starts a new epoch
+	// whenever it starts streaming from a new slot incarnation. Empty from
+	// an older host.
+	Epoch         string `protobuf:"bytes,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -590,6 +614,13 @@ func (x *DeliverRequest) GetReplay() bool {
 		return x.Replay
 	}
 	return false
+}
+
+func (x *DeliverRequest) GetEpoch() string {
+	if x != nil {
+		return x.Epoch
+	}
+	return ""
 }
 
 type DeliverResponse struct {
@@ -735,11 +766,12 @@ const file_sink_v1_sink_proto_rawDesc = "" +
 	"\asink_id\x18\x03 \x01(\tR\x06sinkId\x12\x16\n" +
 	"\x06tables\x18\x04 \x03(\tR\x06tables\"\x13\n" +
 	"\x11ConfigureResponse\"\r\n" +
-	"\vOpenRequest\".\n" +
+	"\vOpenRequest\"Y\n" +
 	"\fOpenResponse\x12\x1e\n" +
 	"\n" +
 	"checkpoint\x18\x01 \x01(\tR\n" +
-	"checkpoint\"\x97\x01\n" +
+	"checkpoint\x12)\n" +
+	"\x10checkpoint_epoch\x18\x02 \x01(\tR\x0fcheckpointEpoch\"\x97\x01\n" +
 	"\x05Event\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06schema\x18\x02 \x01(\tR\x06schema\x12\x14\n" +
@@ -747,12 +779,13 @@ const file_sink_v1_sink_proto_rawDesc = "" +
 	"\x02op\x18\x04 \x01(\tR\x02op\x12\x10\n" +
 	"\x03key\x18\x05 \x01(\fR\x03key\x12\x18\n" +
 	"\apayload\x18\x06 \x01(\fR\apayload\x12\x14\n" +
-	"\x05route\x18\a \x01(\tR\x05route\"w\n" +
+	"\x05route\x18\a \x01(\tR\x05route\"\x8d\x01\n" +
 	"\x0eDeliverRequest\x12.\n" +
 	"\x06events\x18\x01 \x03(\v2\x16.walcast.sink.v1.EventR\x06events\x12\x1d\n" +
 	"\n" +
 	"gap_before\x18\x02 \x01(\bR\tgapBefore\x12\x16\n" +
-	"\x06replay\x18\x03 \x01(\bR\x06replay\"1\n" +
+	"\x06replay\x18\x03 \x01(\bR\x06replay\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\tR\x05epoch\"1\n" +
 	"\x0fDeliverResponse\x12\x1e\n" +
 	"\n" +
 	"duplicates\x18\x01 \x01(\x03R\n" +

@@ -27,6 +27,7 @@ const (
 	fieldEvents    protowire.Number = 1 // DeliverRequest.Events
 	fieldGapBefore protowire.Number = 2 // DeliverRequest.gap_before
 	fieldReplay    protowire.Number = 3 // DeliverRequest.replay
+	fieldEpoch     protowire.Number = 4 // DeliverRequest.epoch
 	fieldID        protowire.Number = 1
 	fieldSchema    protowire.Number = 2
 	fieldTable     protowire.Number = 3
@@ -44,8 +45,9 @@ const (
 // generated messages.
 type DeliverBatch struct {
 	Events    []cdc.Event
-	GapBefore bool // see GapBefore
-	Replay    bool // see IsReplay
+	GapBefore bool   // see GapBefore
+	Replay    bool   // see IsReplay
+	Epoch     string // the epoch of the events' ids (sink.v1.DeliverRequest.epoch)
 }
 
 // Size is the encoded size in bytes.
@@ -61,7 +63,7 @@ func (b DeliverBatch) Size() int {
 	if b.Replay {
 		n += 2
 	}
-	return n
+	return n + fieldSize(len(b.Epoch))
 }
 
 // AppendWire appends the encoded request to buf.
@@ -102,7 +104,7 @@ func (b DeliverBatch) appendTail(buf []byte) []byte {
 		buf = protowire.AppendTag(buf, fieldReplay, protowire.VarintType)
 		buf = protowire.AppendVarint(buf, 1)
 	}
-	return buf
+	return appendStringField(buf, fieldEpoch, b.Epoch)
 }
 
 // bigPayload is the payload size from which the codec sends an event's
@@ -202,6 +204,7 @@ type DeliverRequest struct {
 	Events    []cdc.Event
 	GapBefore bool
 	Replay    bool
+	Epoch     string
 }
 
 // decodeDeliverRequest decodes a sink.v1.DeliverRequest. Keys and
@@ -247,6 +250,10 @@ func decodeDeliverRequest(data []byte) (DeliverRequest, error) {
 			v, m := protowire.ConsumeVarint(data)
 			data = data[m:]
 			req.Replay = v != 0
+		case num == fieldEpoch && typ == protowire.BytesType:
+			v, m := protowire.ConsumeBytes(data)
+			data = data[m:]
+			req.Epoch = string(v)
 		default:
 			data = data[protowire.ConsumeFieldValue(num, typ, data):]
 		}

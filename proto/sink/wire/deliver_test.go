@@ -13,8 +13,8 @@ import (
 	sinkv1 "github.com/walcast/walcast/proto/sink/v1"
 )
 
-func toProto(events []cdc.Event, gap, replay bool) *sinkv1.DeliverRequest {
-	req := &sinkv1.DeliverRequest{GapBefore: gap, Replay: replay}
+func toProto(events []cdc.Event, gap, replay bool, epoch string) *sinkv1.DeliverRequest {
+	req := &sinkv1.DeliverRequest{GapBefore: gap, Replay: replay, Epoch: epoch}
 	for _, e := range events {
 		req.Events = append(req.Events, &sinkv1.Event{Id: e.ID.String(), Schema: e.Schema, Table: e.Table, Op: string(e.Op), Key: e.Key, Payload: e.Payload, Route: e.Route})
 	}
@@ -34,13 +34,16 @@ func sampleBatch() []cdc.Event {
 // and the plugin's decoding reads what the generated code writes.
 func TestDeliverWireMatchesGeneratedCode(t *testing.T) {
 	events := sampleBatch()
-	for i := range 4 {
-		gap, replay := i&1 != 0, i&2 != 0
-		want, err := proto.MarshalOptions{Deterministic: true}.Marshal(toProto(events, gap, replay))
+	for i := range 8 {
+		gap, replay, epoch := i&1 != 0, i&2 != 0, ""
+		if i&4 != 0 {
+			epoch = "7449999999999999999:0/1A2B3C8@1764675000123456"
+		}
+		want, err := proto.MarshalOptions{Deterministic: true}.Marshal(toProto(events, gap, replay, epoch))
 		if err != nil {
 			t.Fatal(err)
 		}
-		b := DeliverBatch{Events: events, GapBefore: gap, Replay: replay}
+		b := DeliverBatch{Events: events, GapBefore: gap, Replay: replay, Epoch: epoch}
 		got := b.AppendWire(nil)
 		if !bytes.Equal(got, want) {
 			t.Fatalf("gap %v, replay %v: encoding differs from the generated code:\n got %x\nwant %x", gap, replay, got, want)
@@ -52,8 +55,8 @@ func TestDeliverWireMatchesGeneratedCode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !reflect.DeepEqual(req.Events, events) || req.GapBefore != gap || req.Replay != replay {
-			t.Fatalf("decoded %+v (gap %v, replay %v)\nwant %+v (gap %v, replay %v)", req.Events, req.GapBefore, req.Replay, events, gap, replay)
+		if !reflect.DeepEqual(req.Events, events) || req.GapBefore != gap || req.Replay != replay || req.Epoch != epoch {
+			t.Fatalf("decoded %+v (gap %v, replay %v, epoch %q)\nwant %+v (gap %v, replay %v, epoch %q)", req.Events, req.GapBefore, req.Replay, req.Epoch, events, gap, replay, epoch)
 		}
 	}
 	back, _ := decodeDeliverRequest(DeliverBatch{Events: events}.AppendWire(nil))
@@ -67,12 +70,12 @@ func TestDeliverWireMatchesGeneratedCode(t *testing.T) {
 // Through the codec, as gRPC calls it on each side.
 func TestDeliverCodec(t *testing.T) {
 	events := sampleBatch()
-	bs, err := codec{}.Marshal(DeliverBatch{Events: events, GapBefore: true, Replay: true})
+	bs, err := codec{}.Marshal(DeliverBatch{Events: events, GapBefore: true, Replay: true, Epoch: "e1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var generated sinkv1.DeliverRequest
-	if err := proto.Unmarshal(bs.Materialize(), &generated); err != nil || !proto.Equal(&generated, toProto(events, true, true)) {
+	if err := proto.Unmarshal(bs.Materialize(), &generated); err != nil || !proto.Equal(&generated, toProto(events, true, true, "e1")) {
 		t.Fatalf("generated code reads back %v (%v)", &generated, err)
 	}
 	var req DeliverRequest
@@ -80,7 +83,7 @@ func TestDeliverCodec(t *testing.T) {
 		t.Fatal(err)
 	}
 	bs.Free()
-	if len(req.Events) != len(events) || !req.GapBefore || !req.Replay || req.Events[1].ID != events[1].ID || string(req.Events[1].Payload) != string(events[1].Payload) {
+	if len(req.Events) != len(events) || !req.GapBefore || !req.Replay || req.Epoch != "e1" || req.Events[1].ID != events[1].ID || string(req.Events[1].Payload) != string(events[1].Payload) {
 		t.Fatalf("codec round trip: %+v", req.Events)
 	}
 	bad := mem.BufferSlice{mem.SliceBuffer([]byte{0x0a, 0x05, 0x0a, 0x03, 'x', 'y', 'z'})}
@@ -105,6 +108,9 @@ func FuzzDeliverWire(f *testing.F) {
 			}
 		}
 		b := DeliverBatch{Events: events, GapBefore: n%2 == 0, Replay: idx%3 == 0}
+		if utf8.ValidString(schema) {
+			b.Epoch = schema
+		}
 		wire := b.AppendWire(nil)
 		if len(wire) != b.Size() {
 			t.Fatalf("Size %d, encoded %d", b.Size(), len(wire))
@@ -112,14 +118,14 @@ func FuzzDeliverWire(f *testing.F) {
 		// proto3 strings must be UTF-8 for the generated code (PostgreSQL
 		// names always are in a UTF-8 database).
 		if utf8.ValidString(schema) && utf8.ValidString(table) && utf8.ValidString(op) &&
-			!proto.Equal(mustUnmarshal(t, wire), toProto(events, b.GapBefore, b.Replay)) {
+			!proto.Equal(mustUnmarshal(t, wire), toProto(events, b.GapBefore, b.Replay, b.Epoch)) {
 			t.Fatal("generated code reads something else")
 		}
 		back, err := decodeDeliverRequest(wire)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !reflect.DeepEqual(back.Events, events) || back.GapBefore != b.GapBefore || back.Replay != b.Replay {
+		if !reflect.DeepEqual(back.Events, events) || back.GapBefore != b.GapBefore || back.Replay != b.Replay || back.Epoch != b.Epoch {
 			t.Fatalf("decoded %+v, want %+v", back, events)
 		}
 	})
@@ -136,7 +142,7 @@ func FuzzDecodeDeliverRequest(f *testing.F) {
 		}
 		var generated sinkv1.DeliverRequest
 		if proto.Unmarshal(data, &generated) == nil && (len(generated.GetEvents()) != len(req.Events) ||
-			generated.GetGapBefore() != req.GapBefore || generated.GetReplay() != req.Replay) {
+			generated.GetGapBefore() != req.GapBefore || generated.GetReplay() != req.Replay || generated.GetEpoch() != req.Epoch) {
 			t.Fatalf("decoded %d events (gap %v, replay %v), generated code %d (gap %v, replay %v)", len(req.Events), req.GapBefore, req.Replay,
 				len(generated.GetEvents()), generated.GetGapBefore(), generated.GetReplay())
 		}

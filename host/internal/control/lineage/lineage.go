@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -33,6 +34,25 @@ type Pipeline struct {
 	// ConfirmLimit is the furthest position walcast may have confirmed to
 	// the slot (see SetConfirmLimit); 0 when unknown.
 	ConfirmLimit uint64
+	// SlotRecordedAt is when Identity was last recorded (SetIdentity):
+	// when walcast created, adopted or replaced the slot.
+	SlotRecordedAt time.Time
+}
+
+// Epoch names the series the ids streamed from the pipeline's slot
+// belong to (pluginkit.Batch.Epoch), empty when no identity is recorded.
+// It changes with every slot incarnation walcast records (a gap accepted,
+// a failover, a restored database), and only then: ids of one epoch are
+// ordered as the slot's WAL is, while the ids of a new slot after a
+// failover or a restore can be lower than ids of the old one. The cluster
+// and the slot's start alone could repeat (a standby promoted at the very
+// position the old slot was created at, a restored copy), so the time
+// the incarnation was recorded, to the microsecond, is part of it.
+func (p Pipeline) Epoch() string {
+	if p.Identity.SystemIdentifier == "" || p.SlotRecordedAt.IsZero() {
+		return ""
+	}
+	return fmt.Sprintf("%s:%s@%d", p.Identity.SystemIdentifier, cdc.FormatLSN(p.Identity.SlotCreatedLSN), p.SlotRecordedAt.UnixMicro())
 }
 
 // RecordPipeline stores the slot and publication names, and whether
@@ -57,11 +77,12 @@ SET slot = excluded.slot, publication = excluded.publication,
 func (s *Store) LoadPipeline(ctx context.Context) (p Pipeline, ok bool, err error) {
 	var oid int64
 	var created, limit string
+	var recorded *time.Time
 	err = s.db.QueryRow(ctx, `
 SELECT slot, publication, created_publication, coalesce(system_identifier, ''), coalesce(database_oid, 0),
-       coalesce(slot_created_lsn::text, '0/0'), coalesce(confirm_limit::text, '0/0')
+       coalesce(slot_created_lsn::text, '0/0'), coalesce(confirm_limit::text, '0/0'), slot_created_at
 FROM walcast.pipelines WHERE pipeline = $1`,
-		s.pipeline).Scan(&p.Slot, &p.Publication, &p.CreatedPublication, &p.Identity.SystemIdentifier, &oid, &created, &limit)
+		s.pipeline).Scan(&p.Slot, &p.Publication, &p.CreatedPublication, &p.Identity.SystemIdentifier, &oid, &created, &limit, &recorded)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return Pipeline{}, false, nil
@@ -71,6 +92,9 @@ FROM walcast.pipelines WHERE pipeline = $1`,
 		return Pipeline{}, false, fmt.Errorf("load pipeline %s: %w", s.pipeline, err)
 	}
 	p.Identity.DatabaseOID = uint32(oid)
+	if recorded != nil {
+		p.SlotRecordedAt = *recorded
+	}
 	if p.Identity.SlotCreatedLSN, err = cdc.ParseLSN(created); err != nil {
 		return Pipeline{}, false, fmt.Errorf("load pipeline %s: slot position: %w", s.pipeline, err)
 	}

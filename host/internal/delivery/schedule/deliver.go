@@ -29,7 +29,7 @@ type result struct {
 
 // deliver runs one attempt in its own goroutine.
 func (s *Scheduler) deliver(ctx context.Context, batch []*entry, size int, gen uint64) {
-	b := attempt.Batch{Events: make([]cdc.Event, 0, len(batch)), Replay: batch[0].replay}
+	b := attempt.Batch{Events: make([]cdc.Event, 0, len(batch)), Replay: batch[0].replay, Epoch: s.cfg.Epoch}
 	// sent[i] is the batch index of b.Events[i]: a replayed event the
 	// sink's rules now filter out or fail on is not sent (replayRules).
 	sent := make([]int, 0, len(batch))

@@ -66,6 +66,9 @@ type Config struct {
 	// delivered before (the sink's checkpoint); they are resolved without
 	// being delivered again.
 	Position cdc.EventID
+	// Epoch names the series the ids of the events delivered belong to
+	// (attempt.Batch.Epoch); empty when unknown.
+	Epoch string
 	// Tables ("schema.table") and Ops, when non-empty, select the events
 	// the sink receives; the others are resolved without delivery.
 	Tables map[string]bool

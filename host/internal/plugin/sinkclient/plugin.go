@@ -342,7 +342,7 @@ func (p *Plugin) Open(ctx context.Context) (pluginkit.OpenResult, error) {
 		if err != nil {
 			return pluginkit.OpenResult{}, attempt.Permanent(fmt.Errorf("open: sink reported an invalid checkpoint: %w", err))
 		}
-		res.Checkpoint = id
+		res.Checkpoint, res.Epoch = id, resp.GetCheckpointEpoch()
 	}
 	return res, nil
 }
@@ -354,7 +354,7 @@ func (p *Plugin) Open(ctx context.Context) (pluginkit.OpenResult, error) {
 func (p *Plugin) Deliver(ctx context.Context, b attempt.Batch) (attempt.Result, error) {
 	// Sent as a wire.DeliverBatch, which the codec encodes straight into
 	// the DeliverRequest wire format both versions share.
-	req := wire.DeliverBatch{Events: b.Events, GapBefore: b.GapBefore, Replay: b.Replay}
+	req := wire.DeliverBatch{Events: b.Events, GapBefore: b.GapBefore, Replay: b.Replay, Epoch: b.Epoch}
 	if p.version == wire.ProtocolV1 {
 		var resp sinkv1.DeliverResponse
 		if err := p.conn.Invoke(ctx, p.deliverMethod, req, &resp); err != nil {

@@ -19,6 +19,10 @@ type Batch struct {
 	// GapBefore: events were dropped for this (non-durable) sink just
 	// before this batch.
 	GapBefore bool
+	// Epoch names the series the events' ids belong to (the slot
+	// incarnation they were read from; pluginkit.Batch.Epoch): a sink
+	// skips by a checkpoint of its own only within one epoch.
+	Epoch string
 }
 
 // Result is how the sink answered a batch it took.
