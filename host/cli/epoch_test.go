@@ -3,14 +3,12 @@ package cli
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/walcast/walcast/host/pgtest"
 	"github.com/walcast/walcast/pluginkit"
 )
 
@@ -29,27 +27,11 @@ import (
 // old checkpoints (the resync's markers and rows, the new changes): the
 // mirror kept the old primary's rows.
 func TestFailoverBelowSinkCheckpoints(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := context.Background()
 	start := time.Now()
-	primary := pgtest.New(t, pgtest.Options{})
-	pdsn := primary.Database(t)
-	pdb := connect(t, pdsn)
-	exec1(t, pdb, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
-	standby, err := primary.Standby(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { standby.Close() })
-	u, err := url.Parse(pdsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Host = fmt.Sprintf("%s:%d,%s:%d", primary.Host, primary.Port, standby.Host, standby.Port)
-	q := u.Query()
-	q.Set("target_session_attrs", "read-write")
-	u.RawQuery = q.Encode()
-	dsn := u.String()
+	fo := newFailoverPair(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	primary, standby, pdsn, pdb, dsn := fo.primary, fo.standby, fo.pdsn, fo.pdb, fo.dsn
 
 	// The target is a database of the package's shared cluster: one
 	// initdb less.
@@ -74,7 +56,7 @@ func TestFailoverBelowSinkCheckpoints(t *testing.T) {
 	if err := pdb.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&here); err != nil {
 		t.Fatal(err)
 	}
-	sdbReplica := connect(t, standby.DSN(u.Path[1:]))
+	sdbReplica := connect(t, standby.DSN(fo.dbname))
 	waitFor(t, "the standby to replay "+here, time.Minute, func() bool {
 		var ok bool
 		return sdbReplica.QueryRow(ctx, `SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn`, here).Scan(&ok) == nil && ok
@@ -111,7 +93,7 @@ func TestFailoverBelowSinkCheckpoints(t *testing.T) {
 	}
 	promoted := time.Now()
 	t.Logf("standby promoted after %s", time.Since(start).Round(100*time.Millisecond))
-	sdsn := standby.DSN(u.Path[1:])
+	sdsn := standby.DSN(fo.dbname)
 	sdb := connect(t, sdsn)
 	var id int64
 	waitFor(t, "a resync queued on the new primary", 2*time.Minute, func() bool {

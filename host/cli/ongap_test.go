@@ -21,14 +21,14 @@ import (
 // status --json (checked against its schema) says the next run heals
 // (refusal.heals_on_next_run) and exits 0.
 func TestOnGapResyncHealsEachGap(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	// before runs before the gap's changes, after once they committed.
 	for _, c := range []struct{ name, before, after, kind string }{
 		{"gapadvanced", "", `SELECT pg_replication_slot_advance('walcast_%[1]s', pg_current_wal_lsn())`, "(slot moved)"},
 		{"gaprecreated", "", `SELECT pg_drop_replication_slot('walcast_%[1]s'), pg_create_logical_replication_slot('walcast_%[1]s', 'pgoutput')`, "(slot moved)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
+			parallel(t)
 			dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 			rcv := newReceiver(t)
 			p := writePipeline(t, c.name, dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})

@@ -613,25 +613,9 @@ func TestOnGapResyncFailover(t *testing.T) {
 		rows = v
 	}
 	start := time.Now()
-	primary := pgtest.New(t, pgtest.Options{})
-	pdsn := primary.Database(t)
-	pdb := connect(t, pdsn)
-	exec1(t, pdb, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
-	exec1(t, pdb, fmt.Sprintf(`INSERT INTO items SELECT g, 0, repeat('p', 40) FROM generate_series(1, %d) g`, rows))
-	standby, err := primary.Standby(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { standby.Close() })
-	u, err := url.Parse(pdsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Host = fmt.Sprintf("%s:%d,%s:%d", primary.Host, primary.Port, standby.Host, standby.Port)
-	q := u.Query()
-	q.Set("target_session_attrs", "read-write")
-	u.RawQuery = q.Encode()
-	dsn := u.String()
+	fo := newFailoverPair(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`,
+		fmt.Sprintf(`INSERT INTO items SELECT g, 0, repeat('p', 40) FROM generate_series(1, %d) g`, rows))
+	primary, standby, pdb, dsn := fo.primary, fo.standby, fo.pdb, fo.dsn
 
 	t.Logf("clusters ready after %s", time.Since(start).Round(100*time.Millisecond))
 	rcv := newReceiver(t)
@@ -652,7 +636,7 @@ func TestOnGapResyncFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	promoted := time.Now()
-	sdb := connect(t, standby.DSN(u.Path[1:]))
+	sdb := connect(t, standby.DSN(fo.dbname))
 	var id int64
 	waitFor(t, "a resync queued on the new primary", 2*time.Minute, func() bool {
 		return sdb.QueryRow(ctx, `SELECT id FROM walcast.backfills WHERE pipeline = 'failover' AND resync AND id <> $1 ORDER BY id DESC LIMIT 1`, first).Scan(&id) == nil
@@ -679,4 +663,40 @@ func TestOnGapResyncFailover(t *testing.T) {
 	}
 	t.Logf("%d rows, %d writer statements; %d rows swept at resync_end; from promotion to every change on the new primary confirmed: %s",
 		rows, writes, m.swept, converged.Round(100*time.Millisecond))
+}
+
+// failoverPair is a primary started for one test, a streaming standby of
+// it (pg_basebackup -R), and the libpq multi-host DSN that follows
+// whichever of the two accepts writes.
+type failoverPair struct {
+	primary, standby *pgtest.Cluster
+	pdsn, dsn        string
+	dbname           string
+	pdb              *pgx.Conn // on the primary
+}
+
+// newFailoverPair starts the pair, running setup on the primary before the
+// standby is copied from it.
+func newFailoverPair(t *testing.T, setup ...string) failoverPair {
+	t.Helper()
+	primary := pgtest.New(t, pgtest.Options{})
+	pdsn := primary.Database(t)
+	pdb := connect(t, pdsn)
+	for _, sql := range setup {
+		exec1(t, pdb, sql)
+	}
+	standby, err := primary.Standby(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { standby.Close() })
+	u, err := url.Parse(pdsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = fmt.Sprintf("%s:%d,%s:%d", primary.Host, primary.Port, standby.Host, standby.Port)
+	q := u.Query()
+	q.Set("target_session_attrs", "read-write")
+	u.RawQuery = q.Encode()
+	return failoverPair{primary: primary, standby: standby, pdsn: pdsn, dsn: u.String(), dbname: u.Path[1:], pdb: pdb}
 }

@@ -127,7 +127,7 @@ func TestFilterTransformRoute(t *testing.T) {
 			}
 		}
 		last := map[string]pluginkit.EventID{}
-		for _, r := range firstArrivals(evs) {
+		for _, r := range firstCopies(evs) {
 			if p, ok := last[r.Key]; ok && r.ID.Compare(p) <= 0 {
 				t.Fatalf("%s: row %s got %s after %s", path, r.Key, r.ID, p)
 			}
@@ -184,25 +184,13 @@ func rulesWriter(t *testing.T, dsn string, w, n int) {
 	}
 }
 
-// firstArrivals keeps the first arrival of each id.
-func firstArrivals(evs []received) []received {
-	seen := map[pluginkit.EventID]bool{}
-	var out []received
-	for _, r := range evs {
-		if !seen[r.ID] {
-			seen[r.ID] = true
-			out = append(out, r)
-		}
-	}
-	return out
-}
 
 // rulesMirror applies the events a destination received, in arrival
 // order, skipping redeliveries; an update that changed the key moves the
 // row (old is the whole row: REPLICA IDENTITY FULL).
 func rulesMirror(t testing.TB, evs []received) map[string]map[string]any {
 	rows := map[string]map[string]any{}
-	for _, r := range firstArrivals(evs) {
+	for _, r := range firstCopies(evs) {
 		e := parseFull(t, r)
 		if e.Old != nil {
 			delete(rows, rowKey(e.Old, []string{"id"}))

@@ -98,6 +98,17 @@ func tupleBytes(t []*pglogrepl.TupleDataColumn) int {
 	return n
 }
 
+// appendNoRows appends `,"new":null,"old":null` for an event that
+// concerns no single row (a truncate, a schema event, a resync marker, a
+// message) and records where both nulls are in lay.
+func appendNoRows(b []byte, lay *change.Layout) []byte {
+	b = append(b, `,"new":`...)
+	lay.New = [2]int{len(b), len(b) + 4}
+	b = append(b, `null,"old":`...)
+	lay.Old = [2]int{len(b), len(b) + 4}
+	return append(b, "null"...)
+}
+
 // truncateEvent encodes and emits the event for one truncated relation.
 func (d *Decoder) truncateEvent(rel *relation, cascade, restartIdentity bool, emit func(change.Event) error) error {
 	b := d.appendHead(d.buf[:0], rel, cdc.OpTruncate)
@@ -106,11 +117,8 @@ func (d *Decoder) truncateEvent(rel *relation, cascade, restartIdentity bool, em
 	b = append(b, "null"...)
 	keyEnd := len(b)
 	lay := change.Layout{Cascade: cascade, RestartIdentity: restartIdentity}
-	b = append(b, `,"new":`...)
-	lay.New = [2]int{len(b), len(b) + 4}
-	b = append(b, `null,"old":`...)
-	lay.Old = [2]int{len(b), len(b) + 4}
-	b = append(b, `null,"cascade":`...)
+	b = appendNoRows(b, &lay)
+	b = append(b, `,"cascade":`...)
 	b = strconv.AppendBool(b, cascade)
 	b = append(b, `,"restart_identity":`...)
 	b = strconv.AppendBool(b, restartIdentity)

@@ -66,11 +66,8 @@ func (d *Decoder) message(m *pglogrepl.LogicalDecodingMessage, emit func(change.
 	b = append(b, '}')
 	keyEnd := len(b)
 	var lay change.Layout
-	b = append(b, `,"new":`...)
-	lay.New = [2]int{len(b), len(b) + 4}
-	b = append(b, `null,"old":`...)
-	lay.Old = [2]int{len(b), len(b) + 4}
-	b = append(b, `null,"prefix":`...)
+	b = appendNoRows(b, &lay)
+	b = append(b, `,"prefix":`...)
 	b = appendJSONString(b, []byte(m.Prefix))
 	b = append(b, `,"transactional":`...)
 	b = appendBool(b, m.Transactional)

@@ -76,11 +76,8 @@ func (d *Decoder) resync(m *pglogrepl.LogicalDecodingMessage, emit func(change.E
 	b = append(b, "null"...)
 	keyEnd := len(b)
 	var lay change.Layout
-	b = append(b, `,"new":`...)
-	lay.New = [2]int{len(b), len(b) + 4}
-	b = append(b, `null,"old":`...)
-	lay.Old = [2]int{len(b), len(b) + 4}
-	b = append(b, `null,"resync":`...)
+	b = appendNoRows(b, &lay)
+	b = append(b, `,"resync":`...)
 	b = strconv.AppendInt(b, r.Resync, 10)
 	d.buf = append(b, '}')
 	d.sinks = r.Sinks

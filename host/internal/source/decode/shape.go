@@ -198,11 +198,8 @@ func (d *Decoder) schemaEventWith(rel *relation, after tableShape, beforeJSON []
 	b = append(b, "null"...)
 	keyEnd := len(b)
 	var lay change.Layout
-	b = append(b, `,"new":`...)
-	lay.New = [2]int{len(b), len(b) + 4}
-	b = append(b, `null,"old":`...)
-	lay.Old = [2]int{len(b), len(b) + 4}
-	b = append(b, `null,"columns":`...)
+	b = appendNoRows(b, &lay)
+	b = append(b, `,"columns":`...)
 	b = append(b, cols...)
 	b = append(b, `,"replica_identity":`...)
 	b = strconv.AppendQuote(b, after.ReplicaIdentity)
