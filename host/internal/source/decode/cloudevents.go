@@ -49,6 +49,7 @@ const (
 	ceTypeResyncBegin = ceTypePrefix + "resync.begin"
 	ceTypeResyncEnd   = ceTypePrefix + "resync.end"
 	ceTypeChange      = ceTypePrefix + "change."
+	ceTypeMessage     = ceTypePrefix + "message"
 )
 
 // ceType is the type attribute of an event of op.
@@ -60,6 +61,8 @@ func ceType(b []byte, op cdc.Op) []byte {
 		return append(b, ceTypeResyncBegin...)
 	case cdc.OpResyncEnd:
 		return append(b, ceTypeResyncEnd...)
+	case cdc.OpMessage:
+		return append(b, ceTypeMessage...)
 	}
 	b = append(b, ceTypeChange...)
 	return append(b, op...)
@@ -103,22 +106,32 @@ func (d *Decoder) cloudEvent(o *CloudEventsOptions, ev *cdc.Event) []byte {
 		b = append(b, `,"subject":`...)
 		b = appendJSONString(b, ev.Key)
 	}
-	b = append(b, `,"time":"`...)
-	b = d.commitTime.AppendFormat(b, "2006-01-02T15:04:05.000000Z07:00")
-	b = append(b, `","datacontenttype":"application/json","commitlsn":"`...)
-	b = cdc.AppendLSN(b, ev.ID.CommitLSN)
-	b = append(b, `","xid":"`...)
-	b = strconv.AppendUint(b, uint64(d.xid), 10)
-	b = append(b, `","data":`...)
+	if d.commitTime.IsZero() {
+		// A non-transactional message: no commit, so no time, commit
+		// LSN or xid (its envelope has them null).
+		b = append(b, `,"datacontenttype":"application/json","data":`...)
+	} else {
+		b = append(b, `,"time":"`...)
+		b = d.commitTime.AppendFormat(b, "2006-01-02T15:04:05.000000Z07:00")
+		b = append(b, `","datacontenttype":"application/json","commitlsn":"`...)
+		b = cdc.AppendLSN(b, ev.ID.CommitLSN)
+		b = append(b, `","xid":"`...)
+		b = strconv.AppendUint(b, uint64(d.xid), 10)
+		b = append(b, `","data":`...)
+	}
 	b = append(b, ev.Payload...)
 	b = append(b, '}')
 	d.fbuf = b
 	return append([]byte(nil), b...)
 }
 
-// ceSource appends the source attribute of an event of schema.table.
+// ceSource appends the source attribute of an event of schema.table; an
+// application message (no table) has base + "/messages".
 func ceSource(b []byte, base, schema, table string) []byte {
 	b = append(b, base...)
+	if schema == "" && table == "" {
+		return append(b, "/messages"...)
+	}
 	b = append(b, '/')
 	b = append(b, url.PathEscape(schema)...)
 	b = append(b, '/')

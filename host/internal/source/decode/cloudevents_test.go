@@ -84,3 +84,37 @@ func TestCloudEventsFormat(t *testing.T) {
 		}
 	}
 }
+
+// TestCloudEventsMessages: an application message is a CloudEvent of its
+// own type with source <base>/messages; a non-transactional one has no
+// commit, so it carries no time, commitlsn or xid (its envelope has them
+// null) instead of a zero time and xid 0.
+func TestCloudEventsMessages(t *testing.T) {
+	ce := Format{Name: FormatCloudEvents, CloudEvents: CloudEventsOptions{Source: "/walcast/p/shop"}}
+	c := newCollector(t, Options{Pipeline: "p", Formats: []Format{ce}, MessagePrefixes: []string{"app."}})
+	c.feed(
+		appMessage(0x1A2B000, false, "app.audit", `{"n":1}`),
+		pgt.Begin(0x1A2B3C8, 7412),
+		appMessage(0x1A2B100, true, "app.orders", `{"order":42}`),
+		&pglogrepl.CommitMessage{CommitLSN: 0x1A2B3C8, TransactionEndLSN: 0x1A2B3F0},
+	)
+	if len(c.events) != 2 {
+		t.Fatalf("got %d events, want 2", len(c.events))
+	}
+	for i, ev := range c.events {
+		var e cloudevents.Event
+		if err := json.Unmarshal(ev.Formats[0].Payload, &e); err != nil {
+			t.Fatalf("event %s: the SDK cannot read %s: %v", ev.ID, ev.Formats[0].Payload, err)
+		}
+		if err := e.Validate(); err != nil {
+			t.Errorf("event %s: invalid CloudEvent: %v", ev.ID, err)
+		}
+		if e.Type() != "com.walcast.message" || e.Source() != "/walcast/p/shop/messages" || e.ID() != ev.ID.String() {
+			t.Errorf("event %s: type %q source %q id %q", ev.ID, e.Type(), e.Source(), e.ID())
+		}
+		_, hasXID := e.Extensions()["xid"]
+		if transactional := i == 1; transactional != hasXID || transactional == e.Time().IsZero() {
+			t.Errorf("event %s (transactional %v): time %v, extensions %v", ev.ID, transactional, e.Time(), e.Extensions())
+		}
+	}
+}
