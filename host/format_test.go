@@ -84,7 +84,7 @@ func TestCloudEventsFormat(t *testing.T) {
 	if err := db.QueryRow(context.Background(), `SELECT current_database()`).Scan(&database); err != nil {
 		t.Fatal(err)
 	}
-	if e.SpecVersion != "1.0" || e.ID != ev.ID.String() || e.Type != "com.walcast.change.insert" || e.Subject != `{"id":1}` ||
+	if e.SpecVersion != "1.0" || e.ID != ev.ID.String() || e.Type != "com.walcast.public.notes.insert" || e.Subject != `{"id":1}` ||
 		e.Source != "/walcast/"+slot+"/"+database+"/public/notes" || e.Data.New["body"] != "a" {
 		t.Errorf("cloudevent %s", ev.JSON())
 	}

@@ -73,6 +73,10 @@ type StreamConfig struct {
 	Format string
 	// Debezium holds the settings of Format "debezium".
 	Debezium Debezium
+	// CloudEventsTypePrefix starts the type attribute of every event of
+	// Format "cloudevents": <prefix>.<schema>.<table>.<op>. Default
+	// "com.walcast".
+	CloudEventsTypePrefix string
 	// MessagePrefixes select application messages: a logical decoding
 	// message (pg_logical_emit_message) whose prefix starts with one of
 	// them becomes an event with Op "message" (Event.Message;
@@ -193,7 +197,8 @@ func (cfg *StreamConfig) formats() ([]decode.Format, error) {
 		}}}, nil
 	case decode.FormatCloudEvents:
 		return []decode.Format{{Name: decode.FormatCloudEvents, CloudEvents: decode.CloudEventsOptions{
-			Source: decode.CloudEventsSource(cfg.Slot, pc.Database),
+			Source:     decode.CloudEventsSource(cfg.Slot, pc.Database),
+			TypePrefix: cfg.CloudEventsTypePrefix,
 		}}}, nil
 	}
 	return []decode.Format{{Name: decode.FormatDebezium, Debezium: decode.DebeziumOptions{

@@ -122,8 +122,9 @@ func runCloudEvents(t *testing.T, name string, sink sinkSpec, db *pgx.Conn, dsn 
 }
 
 // checkCloudEvents checks each event's attributes against its data (the
-// envelope) and the pipeline, then the events against the truth.
-func checkCloudEvents(t *testing.T, db *pgx.Conn, pipeline string, want []change, evs []cloudevents.Event) {
+// envelope), the pipeline and the type prefix, then the events against
+// the truth.
+func checkCloudEvents(t *testing.T, db *pgx.Conn, pipeline, typePrefix string, want []change, evs []cloudevents.Event) {
 	t.Helper()
 	var database string
 	if err := db.QueryRow(t.Context(), `SELECT current_database()`).Scan(&database); err != nil {
@@ -150,7 +151,7 @@ func checkCloudEvents(t *testing.T, db *pgx.Conn, pipeline string, want []change
 			subject = key.String()
 		}
 		ext := e.Extensions()
-		if e.ID() != env.ID || e.Source() != source || e.Type() != "com.walcast.change."+env.Op || e.Subject() != subject ||
+		if e.ID() != env.ID || e.Source() != source || e.Type() != typePrefix+".public.items."+env.Op || e.Subject() != subject ||
 			!e.Time().Equal(env.CommitTime) || e.DataContentType() != "application/json" ||
 			fmt.Sprint(ext["commitlsn"]) != env.CommitLSN || fmt.Sprint(ext["xid"]) != fmt.Sprint(env.Xid) {
 			t.Fatalf("event %s: attributes do not match the change:\n%s\ndata %s", e.ID(), e.String(), e.Data())
@@ -176,15 +177,20 @@ func TestCloudEventsWebhook(t *testing.T) {
 			hook := &ceHook{mode: mode}
 			url := serveLoopback(t, hook) + "/hooks"
 			name := "cehook" + mode
+			// The batch mode also sets the type prefix.
+			top, typePrefix := "  format = \"cloudevents\"\n", "com.walcast"
+			if mode == "batch" {
+				top, typePrefix = top+"  cloudevents {\n    type_prefix = \"com.example.shop\"\n  }\n", "com.example.shop"
+			}
 			want := runCloudEvents(t, name, sinkSpec{
-				ID: "hook", Top: "  format = \"cloudevents\"\n",
+				ID: "hook", Top: top,
 				Config: fmt.Sprintf("    url = %q\n    cloudevents_mode = %q\n", url, mode),
 			}, db, dsn)
 			evs, bad := hook.snapshot()
 			if len(bad) > 0 {
 				t.Fatalf("%d requests the SDK refused, the first: %s", len(bad), bad[0])
 			}
-			checkCloudEvents(t, db, name, want, evs)
+			checkCloudEvents(t, db, name, typePrefix, want, evs)
 		})
 	}
 }
@@ -219,7 +225,7 @@ func TestCloudEventsKafka(t *testing.T) {
 				}
 				evs = append(evs, *e)
 			}
-			checkCloudEvents(t, db, name, want, evs)
+			checkCloudEvents(t, db, name, "com.walcast", want, evs)
 		})
 	}
 }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/hashicorp/hcl/v2"
 )
@@ -38,6 +39,48 @@ type Debezium struct {
 	Schemas bool
 	// DecimalHandling is precise (default), double or string.
 	DecimalHandling string
+}
+
+// CloudEvents is a sink's `cloudevents` block: the settings of format
+// "cloudevents".
+type CloudEvents struct {
+	// TypePrefix starts every event's type attribute,
+	// <type_prefix>.<schema>.<table>.<op>; empty for the default,
+	// "com.walcast".
+	TypePrefix string
+}
+
+var cloudEventsSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{{Name: "type_prefix"}},
+}
+
+// decodeCloudEvents decodes a sink's cloudevents block, which only a sink
+// with format = "cloudevents" may have.
+func (d *decoder) decodeCloudEvents(s *Sink, block *hcl.Block) {
+	if block == nil {
+		return
+	}
+	if s.Format != FormatCloudEvents {
+		d.errorf(block.DefRange, "CloudEvents block without the cloudevents format",
+			`A cloudevents block sets up format = "cloudevents"; add that attribute to the sink or remove the block.`)
+		return
+	}
+	content, diags := block.Body.Content(cloudEventsSchema)
+	d.add(diags...)
+	attr, ok := content.Attributes["type_prefix"]
+	if !ok {
+		return
+	}
+	var v string
+	if !d.decodeAttr(attr, &v) {
+		return
+	}
+	if v == "" || strings.HasSuffix(v, ".") || strings.ContainsAny(v, " \t\n") {
+		d.errorf(attr.Expr.Range(), "Invalid type_prefix",
+			`type_prefix starts every CloudEvent's type, <type_prefix>.<schema>.<table>.<op>: write a reverse-DNS name without spaces or a trailing dot ("com.example.shop"), or remove it for "com.walcast"; got %q.`, v)
+		return
+	}
+	s.CloudEvents.TypePrefix = v
 }
 
 // envelopeReaders are the built-in sinks whose plugins read the

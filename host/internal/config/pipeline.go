@@ -107,6 +107,8 @@ type Sink struct {
 	// Debezium holds the settings of FormatDebezium.
 	Format   string
 	Debezium Debezium
+	// CloudEvents holds the settings of FormatCloudEvents.
+	CloudEvents CloudEvents
 	// Rules are the sink's filter, route and transform (docs/filters.md),
 	// already compiled once to check them; each scheduler compiles its own.
 	Rules Rules

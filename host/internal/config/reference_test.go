@@ -31,6 +31,7 @@ func TestSettingsReference(t *testing.T) {
 		{`sink "<type>" "<id>"`, sinkSchema},
 		{"delivery", deliverySchema},
 		{"debezium", debeziumSchema},
+		{"cloudevents", cloudEventsSchema},
 		{"messages", messagesSchema},
 		{"transform", transformSchema},
 	} {

@@ -29,6 +29,7 @@ var sinkSchema = &hcl.BodySchema{
 		{Type: "delivery"},
 		{Type: "config"},
 		{Type: "debezium"},
+		{Type: "cloudevents"},
 		{Type: "transform"},
 	},
 }
@@ -119,6 +120,7 @@ func (d *decoder) decodeSink(block *hcl.Block, src Source, pipeline string) (s S
 		s.ConfigRange = b.DefRange
 	}
 	d.decodeFormat(&s, attrs["format"], blocks["debezium"], pipeline)
+	d.decodeCloudEvents(&s, blocks["cloudevents"])
 	d.decodeRules(&s, attrs["filter"], attrs["route"], blocks["transform"])
 	return s, ok
 }

@@ -45,7 +45,8 @@ func sinkFormats(p *config.Pipeline) (formats []decode.Format, index []int, err 
 			}}
 		case config.FormatCloudEvents:
 			f = decode.Format{Name: decode.FormatCloudEvents, CloudEvents: decode.CloudEventsOptions{
-				Source: decode.CloudEventsSource(p.Name, src.Database),
+				Source:     decode.CloudEventsSource(p.Name, src.Database),
+				TypePrefix: s.CloudEvents.TypePrefix,
 			}}
 		}
 		at := slices.Index(formats, f)

@@ -12,7 +12,7 @@ import (
 // format (structured mode), with walcast's envelope as its data:
 //
 //	{"specversion":"1.0","id":"0/1A2B3C8:0","source":"/walcast/shop/shop/public/orders",
-//	 "type":"com.walcast.change.update","subject":"{\"id\":42}",
+//	 "type":"com.walcast.public.orders.update","subject":"{\"id\":42}",
 //	 "time":"2026-11-30T10:00:00.123456Z","datacontenttype":"application/json",
 //	 "commitlsn":"0/1A2B3C8","xid":"7412","data":{…the envelope…}}
 //
@@ -32,7 +32,15 @@ type CloudEventsOptions struct {
 	// database, so that source and id together are unique as the
 	// specification requires (ids are unique within one pipeline).
 	Source string
+	// TypePrefix starts every event's type attribute:
+	// <TypePrefix>.<schema>.<table>.<op> (CloudEventsTypePrefix when
+	// empty).
+	TypePrefix string
 }
+
+// CloudEventsTypePrefix is the type prefix of a cloudevents format that
+// sets none.
+const CloudEventsTypePrefix = "com.walcast"
 
 // CloudEventsSource is the CloudEventsOptions.Source of a stream:
 // "/walcast/<name>/<database>", each part percent-encoded, where name is
@@ -42,30 +50,23 @@ func CloudEventsSource(name, database string) string {
 	return "/walcast/" + url.PathEscape(name) + "/" + url.PathEscape(database)
 }
 
-// CloudEvents types of walcast's events (docs/formats.md).
-const (
-	ceTypePrefix      = "com.walcast."
-	ceTypeSchema      = ceTypePrefix + "schema"
-	ceTypeResyncBegin = ceTypePrefix + "resync.begin"
-	ceTypeResyncEnd   = ceTypePrefix + "resync.end"
-	ceTypeChange      = ceTypePrefix + "change."
-	ceTypeMessage     = ceTypePrefix + "message"
-)
-
-// ceType is the type attribute of an event of op.
-func ceType(b []byte, op cdc.Op) []byte {
-	switch op {
-	case cdc.OpSchema:
-		return append(b, ceTypeSchema...)
-	case cdc.OpResyncBegin:
-		return append(b, ceTypeResyncBegin...)
-	case cdc.OpResyncEnd:
-		return append(b, ceTypeResyncEnd...)
-	case cdc.OpMessage:
-		return append(b, ceTypeMessage...)
+// ceType appends the type attribute of ev (docs/formats.md):
+// <prefix>.<schema>.<table>.<op> for every event of a table, a schema
+// event and a resync marker included (their op says which), and
+// <prefix>.message for an application message, which has no table.
+func ceType(b []byte, prefix string, ev *cdc.Event) []byte {
+	if prefix == "" {
+		prefix = CloudEventsTypePrefix
 	}
-	b = append(b, ceTypeChange...)
-	return append(b, op...)
+	b = append(b, prefix...)
+	if ev.Schema != "" || ev.Table != "" {
+		b = append(b, '.')
+		b = append(b, ev.Schema...)
+		b = append(b, '.')
+		b = append(b, ev.Table...)
+	}
+	b = append(b, '.')
+	return append(b, ev.Op...)
 }
 
 // cloudEvents writes ev in every cloudevents format of the decoder's
@@ -99,9 +100,9 @@ func (d *Decoder) cloudEvent(o *CloudEventsOptions, ev *cdc.Event) []byte {
 	b = append(b, `","source":`...)
 	d.scratch = ceSource(d.scratch[:0], o.Source, ev.Schema, ev.Table)
 	b = appendJSONString(b, d.scratch)
-	b = append(b, `,"type":"`...)
-	b = ceType(b, ev.Op)
-	b = append(b, '"')
+	b = append(b, `,"type":`...)
+	d.scratch = ceType(d.scratch[:0], o.TypePrefix, ev)
+	b = appendJSONString(b, d.scratch)
 	if len(ev.Key) > 0 && string(ev.Key) != "null" {
 		b = append(b, `,"subject":`...)
 		b = appendJSONString(b, ev.Key)

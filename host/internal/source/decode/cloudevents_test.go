@@ -36,11 +36,11 @@ func TestCloudEventsFormat(t *testing.T) {
 	want := []struct {
 		typ, subject string
 	}{
-		{"com.walcast.change.insert", `{"id":42}`},
-		{"com.walcast.change.update", `{"id":43}`},
-		{"com.walcast.change.delete", `{"id":43}`},
-		{"com.walcast.change.truncate", ""},
-		{"com.walcast.resync.begin", ""},
+		{"com.walcast.public.Order Lines.insert", `{"id":42}`},
+		{"com.walcast.public.Order Lines.update", `{"id":43}`},
+		{"com.walcast.public.Order Lines.delete", `{"id":43}`},
+		{"com.walcast.public.Order Lines.truncate", ""},
+		{"com.walcast.public.Order Lines.resync_begin", ""},
 	}
 	if len(c.events) != len(want) {
 		t.Fatalf("got %d events, want %d", len(c.events), len(want))
@@ -90,7 +90,7 @@ func TestCloudEventsFormat(t *testing.T) {
 // commit, so it carries no time, commitlsn or xid (its envelope has them
 // null) instead of a zero time and xid 0.
 func TestCloudEventsMessages(t *testing.T) {
-	ce := Format{Name: FormatCloudEvents, CloudEvents: CloudEventsOptions{Source: "/walcast/p/shop"}}
+	ce := Format{Name: FormatCloudEvents, CloudEvents: CloudEventsOptions{Source: "/walcast/p/shop", TypePrefix: "com.example.shop"}}
 	c := newCollector(t, Options{Pipeline: "p", Formats: []Format{ce}, MessagePrefixes: []string{"app."}})
 	c.feed(
 		appMessage(0x1A2B000, false, "app.audit", `{"n":1}`),
@@ -109,7 +109,7 @@ func TestCloudEventsMessages(t *testing.T) {
 		if err := e.Validate(); err != nil {
 			t.Errorf("event %s: invalid CloudEvent: %v", ev.ID, err)
 		}
-		if e.Type() != "com.walcast.message" || e.Source() != "/walcast/p/shop/messages" || e.ID() != ev.ID.String() {
+		if e.Type() != "com.example.shop.message" || e.Source() != "/walcast/p/shop/messages" || e.ID() != ev.ID.String() {
 			t.Errorf("event %s: type %q source %q id %q", ev.ID, e.Type(), e.Source(), e.ID())
 		}
 		_, hasXID := e.Extensions()["xid"]
