@@ -184,7 +184,6 @@ func rulesWriter(t *testing.T, dsn string, w, n int) {
 	}
 }
 
-
 // rulesMirror applies the events a destination received, in arrival
 // order, skipping redeliveries; an update that changed the key moves the
 // row (old is the whole row: REPLICA IDENTITY FULL).
