@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -104,7 +105,7 @@ func readNATS(t testing.TB, srv *serverProc, stream string) []received {
 			}
 			return ""
 		}
-		if m.MsgID != env.ID || h("walcast-op") != env.Op || h("walcast-table") != env.Schema+"."+env.Table || m.Subject != "walcast."+env.Schema+"."+env.Table {
+		if (m.MsgID != env.ID && !strings.HasSuffix(m.MsgID, "/"+env.ID)) || h("walcast-id") != env.ID || h("walcast-op") != env.Op || h("walcast-table") != env.Schema+"."+env.Table || m.Subject != "walcast."+env.Schema+"."+env.Table {
 			t.Fatalf("message %d: subject %s, headers %v disagree with the envelope", m.Seq, m.Subject, m.Headers)
 		}
 		got = append(got, r)

@@ -37,7 +37,7 @@ func (s *Sink) Deliver(ctx context.Context, b pluginkit.Batch) (pluginkit.Delive
 	failed := map[int]error{}
 	for i := range events {
 		e := &events[i]
-		f, err := js.PublishMsgAsync(message(e, st), jetstream.WithStallWait(st.ackTimeout))
+		f, err := js.PublishMsgAsync(message(e, st, b.Epoch), jetstream.WithStallWait(st.ackTimeout))
 		if err != nil {
 			failed[i] = s.publishError(e, err)
 			continue
@@ -75,13 +75,27 @@ func (s *Sink) Deliver(ctx context.Context, b pluginkit.Batch) (pluginkit.Delive
 }
 
 // message is the NATS message of one event.
-func message(e *pluginkit.Event, st settings) *nats.Msg {
+func message(e *pluginkit.Event, st settings, epoch string) *nats.Msg {
 	h := nats.Header{}
-	h.Set(jetstream.MsgIDHeader, e.ID.String())
+	h.Set(jetstream.MsgIDHeader, msgID(e.ID, epoch))
+	h.Set("walcast-id", e.ID.String())
 	h.Set(jetstream.ExpectedStreamHeader, st.stream)
 	h.Set("walcast-op", string(e.Op))
 	h.Set("walcast-table", e.Schema+"."+e.Table)
 	return &nats.Msg{Subject: st.subjectFor(e.Schema, e.Table), Data: e.Payload, Header: h}
+}
+
+// msgID is an event's Nats-Msg-Id: its id, prefixed with the epoch of
+// its ids when the host names one (pluginkit.Batch.Epoch). After a
+// failover or a healed gap a new slot's ids start again below the old
+// ones, and one may equal an id the stream saw within its duplicate
+// window: without the epoch JetStream would drop that new event as a
+// duplicate. Within one epoch a redelivery has the same message id.
+func msgID(id pluginkit.EventID, epoch string) string {
+	if epoch == "" {
+		return id.String()
+	}
+	return epoch + "/" + id.String()
 }
 
 // readyJS returns the JetStream context once the stream was checked on a
