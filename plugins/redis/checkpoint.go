@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,10 +13,13 @@ import (
 	"github.com/walcast/walcast/pluginkit"
 )
 
-// The checkpoint key is a hash with two fields:
+// The checkpoint key is a hash with three fields:
 //
-//	epoch  incremented by every Open and reconnect of the sink (the claim)
-//	id     the last event id written, set in every batch's MULTI/EXEC
+//	epoch     the fencing epoch: incremented by every Open and reconnect
+//	          of the sink (the claim)
+//	id        the last event id written, set in every batch's MULTI/EXEC
+//	id_epoch  the epoch of id's series (pluginkit.Batch.Epoch), set with
+//	          it; absent when an older sink or host wrote id
 //
 // Every Deliver WATCHes the key, checks that epoch is still the one it
 // claimed, then runs MULTI/EXEC. A claim modifies the key, so a
@@ -24,11 +28,47 @@ import (
 // (and its id is what the claim reads) or fails at EXEC. That is what
 // makes "skip what the checkpoint covers" sound after any failure.
 
-// errFenced is what a Deliver finds when the epoch is no longer its own.
+// checkpoint is the last event id written and the epoch of the series it
+// belongs to (empty when written by a host or a sink that predates
+// epochs).
+type checkpoint struct {
+	id    pluginkit.EventID
+	epoch string
+}
+
+// filters reports whether the checkpoint says anything about the ids of a
+// batch of epoch: an id of another epoch does not (after a failover the
+// new primary's ids can be lower than the ones written before), so such a
+// batch is written whole. An empty epoch on either side compares equal.
+func (c checkpoint) filters(epoch string) bool {
+	return epoch == "" || c.epoch == "" || epoch == c.epoch
+}
+
+// after is the checkpoint once a batch of epoch whose last written event
+// is last has been written. Within an epoch it never moves back; the first
+// batch of a new epoch moves it to last, lower or not, with its epoch; an
+// empty epoch keeps the stored one. A replay batch (parked events, of
+// whatever epoch) moves neither.
+func (c checkpoint) after(last pluginkit.EventID, epoch string, replay bool) checkpoint {
+	switch {
+	case replay:
+		return c
+	case !c.filters(epoch):
+		return checkpoint{id: last, epoch: epoch}
+	}
+	next := checkpoint{id: c.id, epoch: cmp.Or(epoch, c.epoch)}
+	if last.Compare(c.id) > 0 {
+		next.id = last
+	}
+	return next
+}
+
+// errFenced is what a Deliver finds when the fencing epoch is no longer
+// its own.
 var errFenced = errors.New("another sink claimed the checkpoint key")
 
-// claim checks the server, increments the epoch and reads the checkpoint
-// in one transaction, and remembers both.
+// claim checks the server, increments the fencing epoch and reads the
+// checkpoint in one transaction, and remembers both.
 func (s *Sink) claim(ctx context.Context) error {
 	s.claimed = false
 	if err := s.checkServer(ctx); err != nil {
@@ -36,44 +76,52 @@ func (s *Sink) claim(ctx context.Context) error {
 	}
 	key := s.cfg.checkpointKey
 	var incr *redis.IntCmd
-	var get *redis.StringCmd
+	var getID, getEpoch *redis.StringCmd
 	_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		incr = p.HIncrBy(ctx, key, "epoch", 1)
-		get = p.HGet(ctx, key, "id")
+		// Two HGETs rather than an HMGET: the ACL grant the sink asks
+		// for (errors.go) names HGET.
+		getID = p.HGet(ctx, key, "id")
+		getEpoch = p.HGet(ctx, key, "id_epoch")
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return s.classify(fmt.Sprintf("claim checkpoint key %q", key), err)
 	}
-	cp, err := parseCheckpoint(key, get)
+	cp, err := parseCheckpoint(key, getID, getEpoch)
 	if err != nil {
 		return err
 	}
-	if cp.Compare(s.checkpoint) < 0 && !s.checkpoint.IsZero() {
+	if cp.epoch == s.checkpoint.epoch && cp.id.Compare(s.checkpoint.id) < 0 && !s.checkpoint.id.IsZero() {
 		// Only a checkpoint key changed behind our back gets here.
-		s.log.Warn("checkpoint key is behind what this process wrote", "read", cp.String(), "written", s.checkpoint.String())
+		s.log.Warn("checkpoint key is behind what this process wrote", "read", cp.id.String(), "written", s.checkpoint.id.String())
 		cp = s.checkpoint
 	}
-	s.epoch, s.checkpoint, s.claimed = incr.Val(), cp, true
-	s.log.Info("redis connected", "address", s.cfg.address, "checkpoint_key", key, "epoch", s.epoch,
-		"checkpoint", cp.String(), "max_entry_bytes", s.maxEntry)
+	s.claimEpoch, s.checkpoint, s.claimed = incr.Val(), cp, true
+	s.log.Info("redis connected", "address", s.cfg.address, "checkpoint_key", key, "claim_epoch", s.claimEpoch,
+		"checkpoint", cp.id.String(), "checkpoint_epoch", cp.epoch, "max_entry_bytes", s.maxEntry)
 	return nil
 }
 
-// parseCheckpoint reads the id field; none yet is the zero id.
-func parseCheckpoint(key string, get *redis.StringCmd) (pluginkit.EventID, error) {
-	v, err := get.Result()
-	if errors.Is(err, redis.Nil) || (err == nil && v == "") {
-		return pluginkit.EventID{}, nil
+// parseCheckpoint reads the id and id_epoch fields; none yet is the zero
+// checkpoint, no id_epoch (an older sink's) the empty epoch.
+func parseCheckpoint(key string, getID, getEpoch *redis.StringCmd) (checkpoint, error) {
+	for _, c := range []*redis.StringCmd{getID, getEpoch} {
+		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return checkpoint{}, pluginkit.Retryable(fmt.Errorf("read checkpoint %q: %w", key, err))
+		}
 	}
+	cp := checkpoint{epoch: getEpoch.Val()} // "" when the field is not set
+	raw := getID.Val()
+	if raw == "" {
+		return cp, nil
+	}
+	id, err := pluginkit.ParseEventID(raw)
 	if err != nil {
-		return pluginkit.EventID{}, pluginkit.Retryable(fmt.Errorf("read checkpoint %q: %w", key, err))
+		return checkpoint{}, pluginkit.Permanent(fmt.Errorf("checkpoint key %q holds id %q, which is not an event id (delete the key only if its streams are empty or new): %w", key, raw, err))
 	}
-	id, err := pluginkit.ParseEventID(v)
-	if err != nil {
-		return pluginkit.EventID{}, pluginkit.Permanent(fmt.Errorf("checkpoint key %q holds id %q, which is not an event id (delete the key only if its streams are empty or new): %w", key, v, err))
-	}
-	return id, nil
+	cp.id = id
+	return cp, nil
 }
 
 // checkServer refuses what the sink cannot work with, warns about what

@@ -35,7 +35,7 @@ var configFields = []pluginkit.ConfigField{
 	{Name: "streams", Type: pluginkit.TypeStringMap, Doc: `Per-table stream keys, "schema.table" = "key", instead of the derived name.`},
 	{Name: "maxlen", Type: pluginkit.TypeNumber, Doc: `Trim each stream to about this many entries on every XADD (MAXLEN ~); 0 (default): never trim.`},
 	{Name: "maxlen_exact", Type: pluginkit.TypeBool, Doc: `true: trim to exactly maxlen (MAXLEN =, slower); false (default): Redis trims whole nodes, keeping at least maxlen.`},
-	{Name: "checkpoint_key", Type: pluginkit.TypeString, Doc: `Hash holding this sink's checkpoint (field "id") and fencing epoch, written in every batch's MULTI/EXEC. Must be unique per sink and stable. Default "walcast:checkpoint:<pipeline>:<sink id>".`},
+	{Name: "checkpoint_key", Type: pluginkit.TypeString, Doc: `Hash holding this sink's checkpoint (fields "id" and "id_epoch") and fencing epoch, written in every batch's MULTI/EXEC. Must be unique per sink and stable. Default "walcast:checkpoint:<pipeline>:<sink id>".`},
 	{Name: "timeout", Type: pluginkit.TypeDuration, Doc: `Dial, read and write timeout of one command. Default "10s".`},
 	{Name: "max_entry_bytes", Type: pluginkit.TypeNumber, Doc: `An event larger than this is refused (parked) without being sent. Default: the server's proto-max-bulk-len when readable, else 536870912.`},
 	{Name: "tls", Type: pluginkit.TypeStringMap, Doc: `TLS: enabled ("true" when the map is set), ca_file, cert_file, key_file, server_name, insecure_skip_verify.`},

@@ -14,7 +14,9 @@ import (
 // checkpoint; nil means EXEC succeeded. Events at or below the checkpoint
 // are skipped as duplicates, except in a replay batch (Batch.Replay):
 // parked events lie below the checkpoint by definition and were never
-// written. An event the server refuses on its own (larger than the
+// written; and except in a batch of another epoch than the checkpoint's
+// (Batch.Epoch): after a failover the new slot's ids can be lower than
+// the checkpoint, so the first batch of a new epoch is written whole. An event the server refuses on its own (larger than the
 // largest value it takes, a stream key holding another type) is named in
 // a *pluginkit.BatchError while the others are written; a batch whose
 // every event is refused fails as a whole. ctx ends at the sink's
@@ -45,12 +47,17 @@ func (s *Sink) Deliver(ctx context.Context, b pluginkit.Batch) (pluginkit.Delive
 			return pluginkit.DeliverResult{}, err
 		}
 	}
+	filter := !b.Replay && s.checkpoint.filters(b.Epoch)
+	if !b.Replay && !filter {
+		s.log.Info("first batch of a new epoch (a failover, a restore or a lost slot since the checkpoint): written whole, whatever its ids",
+			"first", events[0].ID.String(), "checkpoint", s.checkpoint.id.String(), "checkpoint_epoch", s.checkpoint.epoch, "epoch", b.Epoch)
+	}
 	var res pluginkit.DeliverResult
 	refused := map[int]error{}
 	fresh := make([]int, 0, len(events)) // indexes of the events to write
 	for i, e := range events {
 		switch {
-		case !b.Replay && e.ID.Compare(s.checkpoint) <= 0:
+		case filter && e.ID.Compare(s.checkpoint.id) <= 0:
 			res.Duplicates++
 		case int64(len(e.Payload)) > s.maxEntry:
 			refused[i] = pluginkit.Permanent(fmt.Errorf("event %s (%s.%s) is %d bytes, more than the %d bytes Redis takes in one value (proto-max-bulk-len, or max_entry_bytes); raise both to deliver it",
@@ -62,10 +69,11 @@ func (s *Sink) Deliver(ctx context.Context, b pluginkit.Batch) (pluginkit.Delive
 	if res.Duplicates > 0 {
 		// Only after a crash or a lost answer; worth a line.
 		s.log.Info("skipped events already written to Redis", "duplicates", res.Duplicates,
-			"first", events[0].ID.String(), "checkpoint", s.checkpoint.String())
+			"first", events[0].ID.String(), "checkpoint", s.checkpoint.id.String())
 	}
 	if len(fresh) > 0 {
-		failed, err := s.write(ctx, events, fresh)
+		cp := s.checkpoint.after(events[fresh[len(fresh)-1]].ID, b.Epoch, b.Replay)
+		failed, err := s.write(ctx, events, fresh, cp)
 		if err != nil {
 			return res, err
 		}
@@ -90,21 +98,16 @@ func batchResult(refused map[int]error, tried int) error {
 	return &pluginkit.BatchError{Failed: refused}
 }
 
-// write runs the transaction for the events at the indexes fresh and
-// returns the events whose XADD failed (by index in events), or the error
-// of the batch as a whole.
-func (s *Sink) write(ctx context.Context, events []pluginkit.Event, fresh []int) (map[int]error, error) {
-	last := events[fresh[len(fresh)-1]].ID
-	cp := last
-	if s.checkpoint.Compare(cp) > 0 {
-		cp = s.checkpoint // a replay never moves the checkpoint back
-	}
-	what := fmt.Sprintf("write %d events %s..%s", len(fresh), events[fresh[0]].ID, last)
+// write runs the transaction for the events at the indexes fresh, which
+// sets the checkpoint to cp, and returns the events whose XADD failed (by
+// index in events), or the error of the batch as a whole.
+func (s *Sink) write(ctx context.Context, events []pluginkit.Event, fresh []int, cp checkpoint) (map[int]error, error) {
+	what := fmt.Sprintf("write %d events %s..%s", len(fresh), events[fresh[0]].ID, events[fresh[len(fresh)-1]].ID)
 	var cmds []redis.Cmder
 	key := s.cfg.checkpointKey
 	err := s.client.Watch(ctx, func(tx *redis.Tx) error {
 		epoch, err := tx.HGet(ctx, key, "epoch").Int64()
-		if errors.Is(err, redis.Nil) || (err == nil && epoch != s.epoch) {
+		if errors.Is(err, redis.Nil) || (err == nil && epoch != s.claimEpoch) {
 			return errFenced
 		}
 		if err != nil {
@@ -119,7 +122,7 @@ func (s *Sink) write(ctx context.Context, events []pluginkit.Event, fresh []int)
 			for _, i := range fresh {
 				p.XAdd(ctx, s.xaddArgs(&events[i]))
 			}
-			p.HSet(ctx, key, "id", cp.String())
+			p.HSet(ctx, key, "id", cp.id.String(), "id_epoch", cp.epoch)
 			return nil
 		})
 		return err
@@ -128,7 +131,7 @@ func (s *Sink) write(ctx context.Context, events []pluginkit.Event, fresh []int)
 }
 
 // written reads the outcome of write's transaction.
-func (s *Sink) written(what string, events []pluginkit.Event, fresh []int, cmds []redis.Cmder, cp pluginkit.EventID, err error) (map[int]error, error) {
+func (s *Sink) written(what string, events []pluginkit.Event, fresh []int, cmds []redis.Cmder, cp checkpoint, err error) (map[int]error, error) {
 	switch {
 	case errors.Is(err, errFenced), errors.Is(err, redis.TxFailedErr):
 		return nil, s.fence(what)
@@ -205,7 +208,7 @@ func (s *Sink) xaddArgs(e *pluginkit.Event) *redis.XAddArgs {
 func (s *Sink) fence(what string) error {
 	s.fenced = fmt.Errorf("%s: fenced: another sink claimed checkpoint key %q since this one did (a restarted sink, or a second walcast writing with this key); this one will never write again",
 		what, s.cfg.checkpointKey)
-	s.log.Error("sink fenced", "checkpoint_key", s.cfg.checkpointKey, "epoch", s.epoch)
+	s.log.Error("sink fenced", "checkpoint_key", s.cfg.checkpointKey, "claim_epoch", s.claimEpoch)
 	s.claimed = false
 	return pluginkit.Fatal(s.fenced)
 }

@@ -169,3 +169,72 @@ func TestMaxLen(t *testing.T) {
 	deliver(t, s, pluginkit.Batch{Events: all[25:]})
 	assertOnce(t, entries(t, srv.client(t, ""), itemsStream), all[40:])
 }
+
+// deliverIn delivers evs as a batch of epoch (a replay batch if replay).
+func deliverIn(t *testing.T, s *Sink, epoch string, replay bool, evs []pluginkit.Event) int {
+	t.Helper()
+	return deliver(t, s, pluginkit.Batch{Events: evs, Epoch: epoch, Replay: replay}).Duplicates
+}
+
+// TestNewEpochIsWrittenBelowCheckpoint: after a failover the new
+// primary's ids can be lower than the checkpoint (pluginkit.Batch.Epoch).
+// A checkpoint an older sink left (no id_epoch field) filters as before
+// and adopts the first epoch it meets; a batch of a new epoch is written
+// whole and moves the checkpoint down, with its epoch, in its MULTI/EXEC:
+// a reopened sink reports both and skips that batch's redelivery, also
+// from a host without epochs. A replay of parked events of the old epoch,
+// above the new checkpoint, moves neither, so the new epoch's next batch
+// is not taken for a duplicate.
+func TestNewEpochIsWrittenBelowCheckpoint(t *testing.T) {
+	srv := startRedis(t)
+	c := srv.client(t, "")
+	// As an older sink left it: a fencing epoch and an id, no id_epoch.
+	if err := c.HSet(t.Context(), "walcast:checkpoint:p:r", "epoch", 7, "id", "0/300:4").Err(); err != nil {
+		t.Fatal(err)
+	}
+	s, res := openSink(t, srv.Addr, nil)
+	if res.Epoch != "" || res.Checkpoint != (pluginkit.EventID{CommitLSN: 0x300, Index: 4}) {
+		t.Fatalf("Open on an older sink's checkpoint reported %s of epoch %q, want 0/300:4 of no epoch", res.Checkpoint, res.Epoch)
+	}
+	if d := deliverIn(t, s, "A", false, events(0x200, 5)); d != 5 {
+		t.Fatalf("epoch A below a checkpoint of no epoch: %d duplicates, want 5 (it is adopted, not distrusted)", d)
+	}
+	deliverIn(t, s, "A", false, events(0x400, 5))
+	s.Close(t.Context())
+
+	// The failover: epoch B's ids are lower than A's checkpoint.
+	s, res = openSink(t, srv.Addr, nil)
+	if res.Epoch != "A" || res.Checkpoint != (pluginkit.EventID{CommitLSN: 0x400, Index: 4}) {
+		t.Fatalf("Open reported %s of epoch %q, want 0/400:4 of epoch A", res.Checkpoint, res.Epoch)
+	}
+	if d := deliverIn(t, s, "B", false, events(0x100, 5)); d != 0 {
+		t.Fatalf("the first batch of epoch B, below A's checkpoint: %d duplicates, want none", d)
+	}
+	s.Close(t.Context())
+
+	s, res = openSink(t, srv.Addr, nil)
+	if res.Epoch != "B" || res.Checkpoint != (pluginkit.EventID{CommitLSN: 0x100, Index: 4}) {
+		t.Fatalf("Open after epoch B's first batch reported %s of epoch %q, want 0/100:4 of epoch B", res.Checkpoint, res.Epoch)
+	}
+	if d := deliverIn(t, s, "B", false, events(0x100, 5)); d != 5 {
+		t.Fatalf("epoch B's first batch again: %d duplicates, want 5", d)
+	}
+	if d := deliverIn(t, s, "", false, events(0x100, 5)); d != 5 {
+		t.Fatalf("the same batch from a host without epochs: %d duplicates, want 5", d)
+	}
+	parked := events(0x380, 2) // parked in epoch A, replayed in B
+	if d := deliverIn(t, s, "B", true, parked); d != 0 {
+		t.Fatalf("replay: %d duplicates, want 0", d)
+	}
+	if d := deliverIn(t, s, "B", false, events(0x180, 5)); d != 0 {
+		t.Fatalf("epoch B's next batch after a replay of higher ids: %d duplicates, want none (a replay must not move the checkpoint)", d)
+	}
+	got, err := c.HMGet(t.Context(), "walcast:checkpoint:p:r", "id", "id_epoch").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0] != "0/180:4" || got[1] != "B" {
+		t.Errorf("checkpoint key holds id %v, id_epoch %v; want 0/180:4 and B", got[0], got[1])
+	}
+	assertOnce(t, entries(t, c, itemsStream), events(0x400, 5), events(0x100, 5), parked, events(0x180, 5))
+}

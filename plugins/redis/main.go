@@ -4,7 +4,8 @@
 // (the envelope).
 //
 // Each Deliver is one MULTI/EXEC transaction: the batch's XADDs, then
-// HSET <checkpoint_key> id <last event id>. The invariants:
+// HSET <checkpoint_key> id <last event id> id_epoch <the batch's epoch>.
+// The invariants:
 //
 //   - Deliver returns nil only after EXEC succeeded, so the host records an
 //     ack only for entries every reader of the stream can see.
@@ -16,7 +17,10 @@
 //     predecessor still has in flight fail (each Deliver WATCHes the
 //     checkpoint key and checks the epoch it claimed), then reads the
 //     checkpoint back; events at or below it are never written again,
-//     except the parked events an operator replays (Batch.Replay).
+//     except the parked events an operator replays (Batch.Replay) and a
+//     batch of another epoch than the checkpoint's (Batch.Epoch: after a
+//     failover the new slot's ids can be lower), which is written whole
+//     and moves the checkpoint, with its epoch, to its last id.
 //   - A sink whose epoch was taken over never writes again: Deliver fails
 //     with a fatal error.
 //

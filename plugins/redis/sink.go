@@ -34,11 +34,13 @@ type Sink struct {
 	// current connections. It is cleared whenever a transaction's outcome
 	// is unknown; the next Deliver claims again, which settles it.
 	claimed bool
-	// epoch is the fencing epoch this sink claimed.
-	epoch int64
-	// checkpoint is the last event id known to be written. Events at or
-	// below it are duplicates.
-	checkpoint pluginkit.EventID
+	// claimEpoch is the fencing epoch (the key's epoch field) this sink
+	// claimed; not to be confused with the epoch of the ids (Batch.Epoch).
+	claimEpoch int64
+	// checkpoint is the last event id known to be written, with its
+	// epoch. Events at or below it are duplicates, in a batch of its
+	// epoch.
+	checkpoint checkpoint
 	// maxEntry is the largest event sent; larger ones are refused.
 	maxEntry int64
 	// fenced is set once another sink took the checkpoint key over; from
@@ -121,7 +123,7 @@ func (s *Sink) Open(ctx context.Context) (pluginkit.OpenResult, error) {
 	err := s.claim(ctx)
 	switch {
 	case err == nil:
-		return pluginkit.OpenResult{Checkpoint: s.checkpoint}, nil
+		return pluginkit.OpenResult{Checkpoint: s.checkpoint.id, Epoch: s.checkpoint.epoch}, nil
 	case isUnreachable(err) || errors.Is(err, context.DeadlineExceeded):
 		s.log.Warn("redis unreachable at start; deliveries retry until it answers", "address", s.cfg.address, "err", err)
 		return pluginkit.OpenResult{}, nil

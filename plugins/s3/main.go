@@ -13,18 +13,25 @@
 //     the same object with the same bytes.
 //   - Deliver returns nil only after every object of the batch and then
 //     the checkpoint object are written; the checkpoint is the batch's
-//     last event id. Batches come one at a time in id order (Info.Ordered),
-//     so every event at or below the checkpoint is stored (parked events
-//     aside, which a replay writes later without moving the checkpoint).
-//   - Open reads the checkpoint back and reports it, so walcast skips what
-//     is stored even when walcast.checkpoints is behind; the sink itself
-//     skips any event at or below it that still arrives (replays aside).
+//     last event id and its epoch (Batch.Epoch, which names the series of
+//     ids). Batches come one at a time in id order (Info.Ordered), so every
+//     event of that epoch at or below the checkpoint is stored (parked
+//     events aside, which a replay writes later without moving the
+//     checkpoint).
+//   - Open reads the checkpoint back and reports it with its epoch, so
+//     walcast skips what is stored even when walcast.checkpoints is
+//     behind; the sink itself skips any event at or below it that still
+//     arrives in a batch of its epoch (replays aside). A batch of another
+//     epoch (a failover: the new slot's ids can be lower) is written whole
+//     and moves the checkpoint, with its epoch, to its last id.
 //   - An acknowledged event is never taken out of the bucket: it is in the
 //     object the batch that acknowledged it wrote, and that object is
 //     overwritten only by a batch holding the same first and last events,
 //     which were acknowledged with it, lie at or below the checkpoint and
 //     are skipped (a replay carries parked events only, never acknowledged
-//     ones).
+//     ones). This holds within an epoch: a later epoch's events whose
+//     table, commit date, first and last ids all equal an earlier object's
+//     would land on its key.
 //
 // What remains: the events of a batch interrupted after some of its
 // objects were written and before its checkpoint (a crash, a failed or

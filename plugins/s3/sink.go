@@ -45,9 +45,9 @@ type Sink struct {
 	enc        encoder
 	extension  string
 	// checkpoint is the last event id such that every event at or below
-	// it that reached this sink is in the bucket (parked ones aside): the
-	// checkpoint object's content once written.
-	checkpoint pluginkit.EventID
+	// it, of its epoch, that reached this sink is in the bucket (parked
+	// ones aside): the checkpoint object's content once written.
+	checkpoint checkpoint
 
 	// beforeCheckpoint, when set (tests only), runs after a batch's
 	// objects are written and before its checkpoint; an error fails the
@@ -138,12 +138,14 @@ func (s *Sink) Open(ctx context.Context) (pluginkit.OpenResult, error) {
 	if err != nil {
 		return pluginkit.OpenResult{}, err
 	}
-	if cp.Compare(s.checkpoint) > 0 {
+	// Within an epoch the higher of what is read and what this process
+	// wrote; a checkpoint of another epoch is taken as read.
+	if cp.epoch != s.checkpoint.epoch || cp.id.Compare(s.checkpoint.id) > 0 {
 		s.checkpoint = cp
 	}
 	s.opened = true
-	s.log.Info("s3 opened", "bucket", s.cfg.bucket, "checkpoint", s.checkpoint.String())
-	return pluginkit.OpenResult{Checkpoint: s.checkpoint}, nil
+	s.log.Info("s3 opened", "bucket", s.cfg.bucket, "checkpoint", s.checkpoint.id.String(), "epoch", s.checkpoint.epoch)
+	return pluginkit.OpenResult{Checkpoint: s.checkpoint.id, Epoch: s.checkpoint.epoch}, nil
 }
 
 // Deliver writes the batch: its events cut into objects (one per table and
@@ -152,6 +154,10 @@ func (s *Sink) Open(ctx context.Context) (pluginkit.OpenResult, error) {
 // stored. Events at or below the checkpoint are skipped as duplicates
 // unless the batch is a replay (Batch.Replay), whose parked events lie
 // below it and were never written; a replay never moves the checkpoint.
+// Nor are they in a batch of another epoch than the checkpoint's
+// (Batch.Epoch): after a failover the new slot's ids can be lower than
+// the checkpoint, so the first batch of a new epoch is written whole and
+// moves the checkpoint, with its epoch, to its last id.
 // ctx ends at the sink's deliver_timeout.
 func (s *Sink) Deliver(ctx context.Context, b pluginkit.Batch) (pluginkit.DeliverResult, error) {
 	if len(b.Events) == 0 {
@@ -164,18 +170,7 @@ func (s *Sink) Deliver(ctx context.Context, b pluginkit.Batch) (pluginkit.Delive
 	if !s.opened {
 		return pluginkit.DeliverResult{}, pluginkit.Permanent(errors.New("deliver before open"))
 	}
-	fresh := make([]int, 0, len(b.Events)) // indexes of the events to write
-	for i, e := range b.Events {
-		if b.Replay || e.ID.Compare(s.checkpoint) > 0 {
-			fresh = append(fresh, i)
-		}
-	}
-	res := pluginkit.DeliverResult{Duplicates: len(b.Events) - len(fresh)}
-	if res.Duplicates > 0 {
-		// Only after a crash or a lost answer; worth a line.
-		s.log.Info("skipped events already stored", "duplicates", res.Duplicates,
-			"first", b.Events[0].ID.String(), "checkpoint", s.checkpoint.String())
-	}
+	fresh, res := s.fresh(b)
 	if len(fresh) == 0 {
 		return res, nil
 	}
@@ -183,21 +178,45 @@ func (s *Sink) Deliver(ctx context.Context, b pluginkit.Batch) (pluginkit.Delive
 	if err := s.writeObjects(ctx, objs, refused); err != nil {
 		return res, err
 	}
-	if last := b.Events[fresh[len(fresh)-1]].ID; !b.Replay && last.Compare(s.checkpoint) > 0 {
+	if next := s.checkpoint.after(b.Events[fresh[len(fresh)-1]].ID, b.Epoch, b.Replay); next != s.checkpoint {
 		if s.beforeCheckpoint != nil {
 			if err := s.beforeCheckpoint(ctx); err != nil {
 				return res, err
 			}
 		}
-		if err := s.writeCheckpoint(ctx, last); err != nil {
+		if err := s.writeCheckpoint(ctx, next); err != nil {
 			return res, err
 		}
-		s.checkpoint = last
+		s.checkpoint = next
 	}
 	if len(refused) > 0 {
 		return res, &pluginkit.BatchError{Failed: refused}
 	}
 	return res, nil
+}
+
+// fresh returns the indexes of the batch's events to write: those above
+// the checkpoint, or all of them in a replay batch or a batch of another
+// epoch than the checkpoint's. The others are counted as duplicates.
+func (s *Sink) fresh(b pluginkit.Batch) ([]int, pluginkit.DeliverResult) {
+	filter := !b.Replay && s.checkpoint.filters(b.Epoch)
+	if !b.Replay && !filter {
+		s.log.Info("first batch of a new epoch (a failover, a restore or a lost slot since the checkpoint): written whole, whatever its ids",
+			"first", b.Events[0].ID.String(), "checkpoint", s.checkpoint.id.String(), "checkpoint_epoch", s.checkpoint.epoch, "epoch", b.Epoch)
+	}
+	fresh := make([]int, 0, len(b.Events)) // indexes of the events to write
+	for i, e := range b.Events {
+		if !filter || e.ID.Compare(s.checkpoint.id) > 0 {
+			fresh = append(fresh, i)
+		}
+	}
+	res := pluginkit.DeliverResult{Duplicates: len(b.Events) - len(fresh)}
+	if res.Duplicates > 0 {
+		// Only after a crash or a lost answer; worth a line.
+		s.log.Info("skipped events already stored", "duplicates", res.Duplicates,
+			"first", b.Events[0].ID.String(), "checkpoint", s.checkpoint.id.String())
+	}
+	return fresh, res
 }
 
 // writeObjects encodes and uploads objs, objectConcurrency at a time. An

@@ -246,3 +246,76 @@ func TestRecutBatchDuplicates(t *testing.T) {
 		t.Fatalf("the copies differ:\n%s\n%s", a, b)
 	}
 }
+
+// TestNewEpochIsWrittenBelowCheckpoint: after a failover the new
+// primary's ids can be lower than the checkpoint (pluginkit.Batch.Epoch).
+// A checkpoint object without an epoch (as an older sink or host wrote
+// it) filters as before and adopts the first epoch it meets; a batch of a
+// new epoch is written whole, then the checkpoint object moves down to its
+// last id with its epoch: a reopened sink reports both and skips that
+// batch's redelivery, also from a host without epochs. A replay of parked
+// events of the old epoch, above the new checkpoint, moves neither, so the
+// new epoch's next batch is not taken for a duplicate.
+func TestNewEpochIsWrittenBelowCheckpoint(t *testing.T) {
+	f := startFakeS3(t)
+	batch := func(lsn uint64, n int) []pluginkit.Event {
+		out := make([]pluginkit.Event, n)
+		for i := range out {
+			out[i] = ev(t, lsn, uint64(i), "orders", "insert", day1, fmt.Sprintf(`{"id":%d}`, i), fmt.Sprintf(`{"id":%d,"v":%d}`, i, lsn))
+		}
+		return out
+	}
+	deliverIn := func(s *Sink, epoch string, replay bool, evs []pluginkit.Event) (dups, puts int) {
+		t.Helper()
+		before := f.count(http.MethodPut)
+		d := deliver(t, s, pluginkit.Batch{Events: evs, Epoch: epoch, Replay: replay}).Duplicates
+		return d, f.count(http.MethodPut) - before
+	}
+	reopen := func(s *Sink, wantID, wantEpoch string) *Sink {
+		t.Helper()
+		s.Close(context.Background())
+		s, res := openSink(t, f, nil)
+		if res.Checkpoint.String() != wantID || res.Epoch != wantEpoch {
+			t.Fatalf("Open reported %s of epoch %q, want %s of epoch %q", res.Checkpoint, res.Epoch, wantID, wantEpoch)
+		}
+		return s
+	}
+
+	s, _ := openSink(t, f, nil)
+	deliverIn(s, "", false, batch(0x300, 5)) // a checkpoint of no epoch, as an older host wrote it
+	if cp := f.object("cdc/_walcast/shop.lake.checkpoint.json"); bytes.Contains(cp, []byte(`"epoch"`)) {
+		t.Fatalf("a checkpoint written without an epoch holds one: %s", cp)
+	}
+	s = reopen(s, "0/300:4", "")
+	if d, p := deliverIn(s, "A", false, batch(0x200, 5)); d != 5 || p != 0 {
+		t.Fatalf("epoch A below a checkpoint of no epoch: %d duplicates, %d PUTs; want 5 and none (it is adopted, not distrusted)", d, p)
+	}
+	deliverIn(s, "A", false, batch(0x400, 5))
+	s = reopen(s, "0/400:4", "A")
+
+	// The failover: epoch B's ids are lower than A's checkpoint.
+	if d, p := deliverIn(s, "B", false, batch(0x100, 5)); d != 0 || p != 2 {
+		t.Fatalf("the first batch of epoch B, below A's checkpoint: %d duplicates, %d PUTs; want none, and its object and the checkpoint written", d, p)
+	}
+	s = reopen(s, "0/100:4", "B")
+	if d, p := deliverIn(s, "B", false, batch(0x100, 5)); d != 5 || p != 0 {
+		t.Fatalf("epoch B's first batch again: %d duplicates, %d PUTs; want 5 and none", d, p)
+	}
+	if d, _ := deliverIn(s, "", false, batch(0x100, 5)); d != 5 {
+		t.Fatalf("the same batch from a host without epochs: %d duplicates, want 5", d)
+	}
+	if d, p := deliverIn(s, "B", true, batch(0x380, 2)); d != 0 || p != 1 { // parked in epoch A
+		t.Fatalf("replay: %d duplicates, %d PUTs; want none, and its object only", d, p)
+	}
+	if d, _ := deliverIn(s, "B", false, batch(0x180, 5)); d != 0 {
+		t.Fatalf("epoch B's next batch after a replay of higher ids: %d duplicates, want none (a replay must not move the checkpoint)", d)
+	}
+	reopen(s, "0/180:4", "B")
+	var doc checkpointDoc
+	if err := json.Unmarshal(f.object("cdc/_walcast/shop.lake.checkpoint.json"), &doc); err != nil || doc.Checkpoint != "0/180:4" || doc.Epoch != "B" {
+		t.Fatalf("checkpoint object %+v (%v), want 0/180:4 of epoch B", doc, err)
+	}
+	if keys := f.keys("cdc/public.orders/"); len(keys) != 5 {
+		t.Fatalf("objects %v, want one for each batch written (0x300, 0x400, 0x100, the replayed 0x380, 0x180)", keys)
+	}
+}
