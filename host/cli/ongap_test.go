@@ -14,7 +14,8 @@ import (
 // arises while walcast is stopped, besides the dropped slot
 // (TestOnGapResyncLostSlot) and the failover (TestOnGapResyncFailover),
 // ends in the same healing with no flag: the slot moved by hand (advanced
-// past changes, or dropped and created again by hand). Rows are deleted, updated and inserted in
+// past changes, or dropped and created again by hand), and the
+// publication dropped and created again by hand (the slot is replaced). Rows are deleted, updated and inserted in
 // the gap; the start records the gap (walcast status names its kind),
 // resyncs the table, and a consumer keeping the marker contract ends
 // equal to the table, the gap's deleted rows swept. Beforehand walcast
@@ -24,8 +25,11 @@ func TestOnGapResyncHealsEachGap(t *testing.T) {
 	parallel(t)
 	// before runs before the gap's changes, after once they committed.
 	for _, c := range []struct{ name, before, after, kind string }{
-		{"gapadvanced", "", `SELECT pg_replication_slot_advance('walcast_%[1]s', pg_current_wal_lsn())`, "(slot moved)"},
-		{"gaprecreated", "", `SELECT pg_drop_replication_slot('walcast_%[1]s'), pg_create_logical_replication_slot('walcast_%[1]s', 'pgoutput')`, "(slot moved)"},
+		{"gapadvanced", "", `SELECT pg_replication_slot_advance('walcast_%[1]s', pg_current_wal_lsn())`, "slot moved"},
+		{"gaprecreated", "", `SELECT pg_drop_replication_slot('walcast_%[1]s'), pg_create_logical_replication_slot('walcast_%[1]s', 'pgoutput')`, "slot moved"},
+		// The slot cannot decode with a publication created after its
+		// position: it must be replaced, not kept.
+		{"gappub", "DROP PUBLICATION walcast_%[1]s", "CREATE PUBLICATION walcast_%[1]s FOR TABLE items", "publication recreated"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			parallel(t)
@@ -57,8 +61,8 @@ func TestOnGapResyncHealsEachGap(t *testing.T) {
 				validateStatusJSON(t, "/usr/bin/python3", out) // where the validator is installed (make tools)
 			}
 			refusal, _ := doc["refusal"].(map[string]any)
-			if code != 0 || refusal == nil || refusal["heals_on_next_run"] != true || refusal["kind"] != "slot moved" {
-				t.Fatalf("walcast status --json before the healing run: exit %d, refusal %v; want 0 and a slot moved that heals_on_next_run:\n%s", code, refusal, out)
+			if code != 0 || refusal == nil || refusal["heals_on_next_run"] != true || refusal["kind"] != c.kind {
+				t.Fatalf("walcast status --json before the healing run: exit %d, refusal %v; want 0 and a %s that heals_on_next_run:\n%s", code, refusal, c.kind, out)
 			}
 
 			proc = startWalcast(t, p)
@@ -74,7 +78,7 @@ func TestOnGapResyncHealsEachGap(t *testing.T) {
 			waitConfirmed(t, db, c.name, time.Minute)
 			status, _ := walcastOut(t, "status", p)
 			proc.stop()
-			wantAll(t, status, "gap accepted", c.kind, "resync done")
+			wantAll(t, status, "gap accepted", "("+c.kind+")", "resync done")
 
 			m := newResyncMirror([]string{"id"}, true).applyAll(t, rcv.events())
 			if d := m.diff(t, db, "items"); len(d) > 0 {

@@ -187,8 +187,8 @@ type statusLeader struct {
 
 type statusRefusal struct {
 	// Kind is "slot lost", "slot invalidated", "slot moved", "foreign
-	// checkpoints", "publication dropped", "publication changed" or
-	// "catch-up slot lost".
+	// checkpoints", "publication dropped", "publication recreated",
+	// "publication changed" or "catch-up slot lost".
 	Kind    string `json:"kind"`
 	Message string `json:"message"`
 	// HealsOnNextRun: on_gap = "resync", so walcast run does not refuse

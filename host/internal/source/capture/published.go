@@ -302,3 +302,47 @@ func stillExists(ctx context.Context, db Querier, schema, table string) bool {
 
 // watchEvery is how often a streaming capture runs Config.Watch.
 const watchEvery = 10 * time.Second
+
+// checkRecreated returns the gap a publication dropped and created again
+// under the same name left, or nil. The slot cannot stream on: pgoutput
+// looks each publication up by name in the catalog as it was at each
+// change, where the new publication does not exist before its creation,
+// so every change before it fails with "publication … does not exist".
+// The new publication has a new oid; the oid each publication had when
+// walcast last recorded the membership (recorded, see membership) tells
+// it apart from one merely altered, which keeps its oid.
+func checkRecreated(ctx context.Context, db Querier, cfg Config, recorded map[string]string, cps string) (*GapError, error) {
+	was := map[string]int64{}
+	for _, token := range recorded {
+		for pub, p := range parseParts(token) {
+			was[pub] = p.pubOID
+		}
+	}
+	var recreated []string
+	for _, pub := range []string{cfg.Publication, KeylessPublication(cfg.Publication)} {
+		oid, ok := was[pub]
+		if !ok || oid == 0 {
+			continue
+		}
+		var now int64
+		err := db.QueryRow(ctx, `SELECT coalesce((SELECT oid::bigint FROM pg_publication WHERE pubname = $1), 0)`, pub).Scan(&now)
+		if err != nil {
+			return nil, fmt.Errorf("look up publication %s: %w", pub, err)
+		}
+		if now != oid {
+			recreated = append(recreated, pub)
+		}
+	}
+	if len(recreated) == 0 {
+		return nil, nil
+	}
+	names := strings.Join(recreated, ", ")
+	return &GapError{
+		Slot: cfg.Slot, Publication: cfg.Publication, Checkpoints: cps,
+		Kind: "publication recreated",
+		What: fmt.Sprintf("publication %s is not the one replication slot %s streams with: it was dropped (DROP PUBLICATION) and created again, or is about to be, while walcast was not streaming. PostgreSQL reads a publication as it was at each change's position in the slot, where the new one does not exist yet, so every change still in the slot would fail with \"publication %s does not exist\": the slot cannot stream on, and the changes of every table of pipeline %s committed since the checkpoints below cannot be delivered",
+			names, cfg.Slot, recreated[0], cfg.Pipeline),
+		Restore: "restore the database from a backup taken before the publication was dropped",
+		Replace: "drops the slot, creates a new one",
+	}, nil
+}

@@ -389,6 +389,9 @@ func inspect(ctx context.Context, db Querier, records Records, cfg Config) (stat
 		if err != nil {
 			return st, err
 		}
+		if st.gap, err = checkRecreated(ctx, db, cfg, recorded, checkpointList(checkpoints)); err != nil || st.gap != nil {
+			return st, err
+		}
 		if len(recorded) > 0 {
 			now, names, err := membership(ctx, db, cfg)
 			if err != nil {
@@ -414,7 +417,10 @@ func Diagnose(ctx context.Context, db Querier, records Records, cfg Config) (*Ga
 type GapError struct {
 	Slot, Publication string
 	// Kind is "slot lost", "foreign checkpoints", "slot invalidated",
-	// "slot moved", "publication dropped" or "publication changed".
+	// "slot moved", "publication dropped", "publication recreated" or
+	// "publication changed". Every kind but "publication changed" needs
+	// a new slot, so every table's changes since the checkpoints are
+	// lost.
 	Kind string
 	// Tables are the tables whose changes were lost, for "publication
 	// changed" (the slot is fine: accepting the gap keeps it).
@@ -431,7 +437,7 @@ type GapError struct {
 }
 
 func (e *GapError) Error() string {
-	return fmt.Sprintf("%s; last checkpoints: %s. walcast does not continue silently over lost changes. Either %s, or accept the gap: run walcast run PIPELINE.hcl --accept-gap once (library: StreamConfig.AcceptGap), which %s and records the gap from each sink's checkpoint to where streaming resumes in walcast.gaps (shown by walcast status)",
+	return fmt.Sprintf("%s; last checkpoints: %s. walcast does not continue silently over lost changes. Either %s, or accept the gap: run walcast run PIPELINE.hcl --accept-gap once (library: StreamConfig.AcceptGap), which %s and records the gap from each sink's checkpoint to where streaming resumes in walcast.gaps (shown by walcast status); then walcast resync PIPELINE.hcl re-reads the tables. on_gap = \"resync\" in the source block does both at every start",
 		e.What, e.Checkpoints, e.Restore, e.Replace)
 }
 
