@@ -243,23 +243,45 @@ func (s *Sink) Deliver(ctx context.Context, b pluginkit.Batch) (pluginkit.Delive
 	if len(fresh) == 0 {
 		return res, nil
 	}
-	epoch := b.Epoch
+	next := s.checkpointAfter(b.Epoch)
 	if b.Replay {
-		epoch = "" // parked events move neither the checkpoint nor its epoch
+		// Parked events move neither the checkpoint nor its epoch: they
+		// may be of an earlier epoch, with ids above the current one's.
+		cur := s.checkpoint
+		next = func(pluginkit.EventID) checkpoint { return cur }
 	}
-	return res, s.write(ctx, events, fresh, epoch)
+	return res, s.write(ctx, events, fresh, next)
+}
+
+// checkpointAfter returns the checkpoint a transaction of a batch of
+// epoch writes after its last event. Within an epoch the checkpoint
+// record never moves back. The first batch of a new epoch moves it to its
+// last id, lower or not, and records the epoch (an empty epoch, from an
+// older host, keeps the stored one).
+func (s *Sink) checkpointAfter(epoch string) func(last pluginkit.EventID) checkpoint {
+	cur := s.checkpoint
+	return func(last pluginkit.EventID) checkpoint {
+		cp := checkpoint{id: last, epoch: epoch}
+		if cur.filters(epoch) {
+			cp.epoch = cmp.Or(epoch, cur.epoch)
+			if cur.id.Compare(last) > 0 {
+				cp.id = cur.id
+			}
+		}
+		return cp
+	}
 }
 
 // write writes the events at the indexes fresh, with a transaction for
 // eos, and returns nil, a BatchError naming the events the cluster
 // refused on their own, or the error of the batch as a whole.
-func (s *Sink) write(ctx context.Context, events []pluginkit.Event, fresh []int, epoch string) error {
+func (s *Sink) write(ctx context.Context, events []pluginkit.Event, fresh []int, next func(pluginkit.EventID) checkpoint) error {
 	var (
 		refused map[int]error // by index in fresh
 		err     error
 	)
 	if s.cfg.eos {
-		refused, err = s.commitAround(ctx, pick(events, fresh), epoch)
+		refused, err = s.commitAround(ctx, pick(events, fresh), next)
 	} else {
 		refused, err = s.produce(ctx, pick(events, fresh))
 	}
@@ -310,14 +332,14 @@ func (s *Sink) produce(ctx context.Context, events []pluginkit.Event) (map[int]e
 // events the cluster refuses on their own: a transaction with a refused
 // record cannot commit, so it is aborted and run again without them. It
 // returns the refused events by index.
-func (s *Sink) commitAround(ctx context.Context, events []pluginkit.Event, epoch string) (map[int]error, error) {
+func (s *Sink) commitAround(ctx context.Context, events []pluginkit.Event, next func(pluginkit.EventID) checkpoint) (map[int]error, error) {
 	refused := map[int]error{}
 	keep := make([]int, len(events))
 	for i := range keep {
 		keep[i] = i
 	}
 	for len(keep) > 0 {
-		err := s.transact(ctx, pick(events, keep), epoch)
+		err := s.transact(ctx, pick(events, keep), next)
 		var re *refusedEvents
 		if !errors.As(err, &re) {
 			return refused, err
@@ -348,27 +370,18 @@ func (e *refusedEvents) Error() string {
 	return "no event refused"
 }
 
-// transact runs one transaction: the events, the checkpoint record, commit.
-// Within an epoch the checkpoint record never moves back: a replayed
-// batch, which lies below the checkpoint, writes the checkpoint it
-// already had. The first batch of a new epoch moves it to its last id,
-// lower or not, and records the epoch (an empty epoch keeps the stored
-// one).
+// transact runs one transaction: the events, the checkpoint record next
+// gives for the last of them (checkpointAfter; a replay writes the one
+// it had), commit.
 // On any failure it aborts and drops the connection; the next Deliver
 // reconnects and reads the checkpoint back, so even a commit whose outcome
 // never reached us is settled before anything is produced again. Events
 // the cluster refuses on their own come back as a *refusedEvents, and
 // nothing is committed.
-func (s *Sink) transact(ctx context.Context, events []pluginkit.Event, epoch string) error {
+func (s *Sink) transact(ctx context.Context, events []pluginkit.Event, next func(pluginkit.EventID) checkpoint) error {
 	c := s.conn
 	last := events[len(events)-1].ID
-	cp := checkpoint{id: last, epoch: epoch}
-	if s.checkpoint.filters(epoch) {
-		cp.epoch = cmp.Or(epoch, s.checkpoint.epoch)
-		if s.checkpoint.id.Compare(last) > 0 {
-			cp.id = s.checkpoint.id
-		}
-	}
+	cp := next(last)
 	// Give up well before the broker would abort the transaction itself:
 	// a broker-side timeout bumps the epoch, which would look like fencing.
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.txnTimeout*8/10)

@@ -511,7 +511,16 @@ func TestNewEpochIsWrittenBelowCheckpoint(t *testing.T) {
 	if r := deliver(t, s, events(0x100, 5)); r.Duplicates != 5 {
 		t.Fatalf("the same batch from a host without epochs: %d duplicates, want 5", r.Duplicates)
 	}
-	deliverIn(t, s, "B", events(0x180, 5))
-	want := append(append(append(events(0x300, 5), events(0x400, 5)...), events(0x100, 5)...), events(0x180, 5)...)
+	// A parked event of epoch A, replayed now: its id is above B's
+	// checkpoint, which must not move (B's next events would be skipped).
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if _, err := s.Deliver(ctx, pluginkit.Batch{Events: events(0x380, 1), Replay: true}); err != nil {
+		t.Fatalf("replay: %v", err)
+	}
+	if r := deliverIn(t, s, "B", events(0x180, 5)); r.Duplicates != 0 {
+		t.Fatalf("epoch B's next batch after a replay of a higher id: %d duplicates, want none", r.Duplicates)
+	}
+	want := append(append(append(append(events(0x300, 5), events(0x400, 5)...), events(0x100, 5)...), events(0x380, 1)...), events(0x180, 5)...)
 	assertOnce(t, read(t, addr, "walcast.public.items", kgo.ReadCommitted()), want)
 }
