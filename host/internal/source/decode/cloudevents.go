@@ -48,6 +48,7 @@ const (
 	ceTypeSchema      = ceTypePrefix + "schema"
 	ceTypeResyncBegin = ceTypePrefix + "resync.begin"
 	ceTypeResyncEnd   = ceTypePrefix + "resync.end"
+	ceTypeDetach      = ceTypePrefix + "partition.detach"
 	ceTypeChange      = ceTypePrefix + "change."
 )
 
@@ -60,6 +61,8 @@ func ceType(b []byte, op cdc.Op) []byte {
 		return append(b, ceTypeResyncBegin...)
 	case cdc.OpResyncEnd:
 		return append(b, ceTypeResyncEnd...)
+	case cdc.OpDetach:
+		return append(b, ceTypeDetach...)
 	}
 	b = append(b, ceTypeChange...)
 	return append(b, op...)
