@@ -29,6 +29,8 @@ const (
 	OpResyncEnd   = cdc.OpResyncEnd
 	// OpMessage is an application message through the WAL (see cdc).
 	OpMessage = cdc.OpMessage
+	// OpDetach is a partition detached from a captured table (see cdc).
+	OpDetach = cdc.OpDetach
 )
 
 // ParseEventID parses the "<commit_lsn>:<index>" form, for example

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -189,4 +190,127 @@ func TestPartitionsMirror(t *testing.T) {
 	if err := db.QueryRow(context.Background(), `SELECT count(*) FROM items_p1`).Scan(&left); err != nil || left < n-200 {
 		t.Fatalf("the detached partition has %d rows (%v): the test proves nothing", left, err)
 	}
+}
+
+// TestPartitionDetachEvent: with ddl_events = true and on_detach =
+// "event", a DETACH of a partition of a captured table, made while writers
+// change rows of every partition, reaches the sink as ONE detach event of
+// the table, of the DETACH's own transaction (its xid), naming the
+// partition and counting the rows it took along, delivered after every
+// change of the table committed before it and before every change
+// committed after it, with no delete of the partition's rows and no
+// resync (a later check of the watch loop finds nothing to heal).
+func TestPartitionDetachEvent(t *testing.T) {
+	parallel(t)
+	const n = 300
+	dsn, db := newSource(t, partitionedItems(n)...)
+	rcv := newReceiver(t)
+	pipeline := writePipeline(t, "detach_event", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 50})
+	setSourceAttr(t, pipeline, `ddl_events = true`)
+	setSourceAttr(t, pipeline, `on_detach = "event"`)
+	watch := "--slot-check-interval=200ms"
+	proc := startCapturing(t, db, pipeline, watch)
+	defer proc.stop()
+	ctx := context.Background()
+	waitFor(t, "the first check of the partitions (recorded, triggers on them)", time.Minute, func() bool {
+		var recorded, triggers int
+		db.QueryRow(ctx, `SELECT (SELECT count(*) FROM walcast.partitions), (SELECT count(*) FROM pg_trigger WHERE tgname = 'walcast_partition_truncate_before')`).Scan(&recorded, &triggers)
+		return recorded == 5 && triggers == 5 // the table and its four partitions
+	})
+	for p := 0; p < 4; p++ {
+		exec1(t, db, fmt.Sprintf(`INSERT INTO items SELECT g, 0, 'old' FROM generate_series(%d, %d) g`, p*100000+1, p*100000+n))
+	}
+	next := n + 1
+	count, stop := startPartitionWriters(t, dsn, n, &next)
+	waitFor(t, "writes before the DETACH", time.Minute, func() bool { return count() >= 30 })
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var xid uint32
+	if err := tx.QueryRow(ctx, `SELECT (txid_current() % 4294967296)::bigint`).Scan(&xid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `ALTER TABLE items DETACH PARTITION items_p1`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	at := count()
+	waitFor(t, "writes after the DETACH", time.Minute, func() bool { return count() >= at+30 })
+	stop()
+	var held int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM items_p1`).Scan(&held); err != nil || held < n-100 {
+		t.Fatalf("the detached partition holds %d rows (%v): the test proves nothing", held, err)
+	}
+	// A partition created after the DETACH, and a row in it: once that
+	// row has arrived, the watch loop has checked the tree after the
+	// DETACH (it records the new partition), so a resync it would start
+	// has had its chance.
+	exec1(t, db, `CREATE TABLE items_p9 PARTITION OF items FOR VALUES FROM (900000) TO (1000000)`)
+	waitFor(t, "the watch loop to record the partition made after the DETACH", time.Minute, func() bool {
+		var seen bool
+		db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM walcast.partitions WHERE partition = 'public.items_p9')`).Scan(&seen)
+		return seen
+	})
+	exec1(t, db, `INSERT INTO items VALUES (900001, 9, 'last')`)
+	var evs []received
+	waitFor(t, "the row written after the watch's check", time.Minute, func() bool {
+		evs = rcv.events()
+		for _, e := range evs {
+			if e.Key == `{"id":900001}` {
+				return true
+			}
+		}
+		return false
+	})
+	sameContent(t, evs)
+
+	var detach []int
+	for i, e := range evs {
+		if e.Op == "detach" {
+			detach = append(detach, i)
+		}
+	}
+	if len(detach) != 1 {
+		t.Fatalf("%d detach events, want exactly one; events: %s", len(detach), opCounts(evs))
+	}
+	d := evs[detach[0]]
+	var env struct {
+		Schema, Table, Partition string
+		Key, New, Old            json.RawMessage
+		Rows                     int
+	}
+	if err := json.Unmarshal(d.Raw, &env); err != nil {
+		t.Fatal(err)
+	}
+	if d.Xid != xid || env.Schema != "public" || env.Table != "items" || env.Partition != "public.items_p1" || env.Rows != held ||
+		string(env.Key) != "null" || string(env.New) != "null" || string(env.Old) != "null" {
+		t.Fatalf("detach event %s (xid %d): want one of the DETACH's transaction (xid %d) on public.items naming public.items_p1 with %d rows and no key or row",
+			d.Raw, d.Xid, xid, held)
+	}
+	before, after := 0, 0
+	for i, e := range evs {
+		switch c := e.ID.Compare(d.ID); {
+		case c < 0 && i > detach[0]:
+			t.Errorf("event %s (%s) committed before the DETACH (%s) arrived after its detach event", e.ID, e.Op, d.ID)
+		case c > 0 && i < detach[0]:
+			t.Errorf("event %s (%s) committed after the DETACH (%s) arrived before its detach event", e.ID, e.Op, d.ID)
+		case c < 0:
+			before++
+		case c > 0:
+			after++
+		}
+		if e.ID.CommitLSN == d.ID.CommitLSN && e.Op == "delete" {
+			t.Errorf("a delete %s in the DETACH's transaction: on_detach = \"event\" gives the detach event instead", e.Key)
+		}
+		if e.Op == "resync_begin" {
+			t.Errorf("a resync (%s) of the table: the DETACH was given its event at its position, nothing is left to heal", e.ID)
+		}
+	}
+	if before < 4*n || after < 5 { // writes after it: updates and deletes of rows that are gone give no event
+		t.Fatalf("%d events before the detach and %d after: the test proves nothing", before, after)
+	}
+	t.Logf("detach event %s: %s; %d events before it, %d after (%s)", d.ID, d.Raw, before, after, opCounts(evs))
 }

@@ -34,15 +34,22 @@ const (
 	// non-transactional one has a commit of its own (docs/events.md).
 	// It is not TableWide: it concerns no table.
 	OpMessage Op = "message"
+	// OpDetach says a partition was DETACHed from a captured partitioned
+	// table and its rows left the table without a delete each (source
+	// on_detach = "event"): key, new and old are null, "partition" names
+	// the partition ("schema.table"), "rows" is how many rows it held. It
+	// is a barrier for its table, like a truncate.
+	OpDetach Op = "detach"
 )
 
 // TableWide reports whether an event of op concerns its whole table
-// rather than one row (a truncate, a schema event, a resync marker):
+// rather than one row (a truncate, a schema event, a resync marker, a
+// partition's detach):
 // such an event is
 // ordered after every earlier event of its table and before every later
 // one.
 func (o Op) TableWide() bool {
-	return o == OpTruncate || o == OpSchema || o == OpResyncBegin || o == OpResyncEnd
+	return o == OpTruncate || o == OpSchema || o == OpResyncBegin || o == OpResyncEnd || o == OpDetach
 }
 
 // Event is one change as a sink receives it: the envelope, already encoded
@@ -56,10 +63,11 @@ type Event struct {
 	Schema string
 	Table  string
 	// Op is insert, update, delete, truncate, read, schema, resync_begin,
-	// resync_end or message.
+	// resync_end, message or detach.
 	Op Op
 	// Key is the JSON object of the row's replica-identity columns, or
-	// "null" for a truncate, a schema event or a table without a key.
+	// "null" for a truncate, a schema event, a detach or a table without
+	// a key.
 	Key []byte
 	// Payload is the JSON envelope (docs/events.md).
 	Payload []byte

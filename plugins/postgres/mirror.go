@@ -89,6 +89,12 @@ func (s *Sink) resolveOne(ctx context.Context, e *pluginkit.Event) (*rowOp, erro
 		// to apply.
 		return nil, nil
 	}
+	if e.Op == pluginkit.OpDetach {
+		// on_detach = "event" asks for the partition's rows to stay in
+		// every copy: the event says they left the source table, and a
+		// mirror that must follow asks for on_detach = "delete".
+		return nil, nil
+	}
 	if e.Op == pluginkit.OpSchema {
 		// Mirror mode takes a table's columns from its rows (adding
 		// what is missing with create_tables); a change of shape alone

@@ -291,6 +291,32 @@ func TestSchemaEventChangesNoRow(t *testing.T) {
 	}
 }
 
+// TestDetachEventChangesNoRow: a partition's detach event (on_detach =
+// "event") is resolved in mirror mode without a write and without
+// refusing it (docs/sinks.md): the rows stay, and the next row applies.
+func TestDetachEventChangesNoRow(t *testing.T) {
+	dsn := cluster.Database(t)
+	db := connect(t, dsn)
+	ctx := context.Background()
+	s := openSink(t, map[string]any{"dsn": dsn, "create_tables": true})
+	for _, e := range []pluginkit.Event{
+		event(t, "parted", 0x5000000, pluginkit.OpInsert, `{"id":1}`, map[string]any{"new": map[string]any{"id": 1}}),
+		event(t, "parted", 0x5000001, pluginkit.OpDetach, `null`, map[string]any{"partition": "public.parted_p1", "rows": 1}),
+		event(t, "parted", 0x5000002, pluginkit.OpInsert, `{"id":2}`, map[string]any{"new": map[string]any{"id": 2}}),
+	} {
+		if _, err := s.Deliver(ctx, pluginkit.Batch{Events: []pluginkit.Event{e}}); err != nil {
+			t.Fatalf("deliver %s %s: %v", e.Op, e.ID, err)
+		}
+	}
+	var n int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM public.parted`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Fatalf("after insert, detach, insert: %d rows, want 2", n)
+	}
+}
+
 // TestNewEpochAppliesBelowCheckpoint: after a failover the new primary's
 // ids can be lower than the checkpoint (pluginkit.Batch.Epoch). A batch of
 // a new epoch is applied whole and moves the checkpoint down with its

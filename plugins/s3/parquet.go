@@ -181,6 +181,8 @@ func parquetSchema(cols [len(rowGroups)]map[string]kind) *parquet.Schema {
 		"replica_identity": parquet.Optional(parquet.String()),
 		"before":           parquet.Optional(parquet.JSON()),
 		"changes":          parquet.Optional(parquet.JSON()),
+		"partition":        parquet.Optional(parquet.String()),
+		"rows":             parquet.Optional(parquet.Int(64)),
 	}
 	for g, name := range rowGroups {
 		if len(cols[g]) == 0 {
@@ -271,7 +273,8 @@ func buildRow(pe *parsedEvent, micros int64, cols [len(rowGroups)]map[string]kin
 		return nil
 	}
 	if err := errors.Join(optional("unchanged", kindJSON), optional("cascade", kindBool), optional("restart_identity", kindBool),
-		optional("columns", kindJSON), optional("replica_identity", kindString), optional("before", kindJSON), optional("changes", kindJSON)); err != nil {
+		optional("columns", kindJSON), optional("replica_identity", kindString), optional("before", kindJSON), optional("changes", kindJSON),
+		optional("partition", kindString), optional("rows", kindInt)); err != nil {
 		return nil, err
 	}
 	for g, name := range rowGroups {

@@ -319,3 +319,49 @@ func TestNewEpochIsWrittenBelowCheckpoint(t *testing.T) {
 		t.Fatalf("objects %v, want one for each batch written (0x300, 0x400, 0x100, the replayed 0x380, 0x180)", keys)
 	}
 }
+
+// TestParquetDetach: a partition's detach event (on_detach = "event")
+// keeps the partition's name and its number of rows in Parquet, in the
+// partition and rows columns; the other events have them null.
+func TestParquetDetach(t *testing.T) {
+	f := startFakeS3(t)
+	s, _ := openSink(t, f, map[string]any{"format": "parquet"})
+	detach := ev(t, 0xD1, 1, "t", "detach", day1, "null", "null")
+	detach.Payload = append(bytes.TrimSuffix(detach.Payload, []byte("}")), `,"partition":"public.t_p1","rows":5000}`...)
+	deliver(t, s, pluginkit.Batch{Events: []pluginkit.Event{ev(t, 0xD1, 0, "t", "insert", day1, `{"id":1}`, `{"id":1}`), detach}})
+	keys := f.keys("cdc/public.t/")
+	if len(keys) != 1 {
+		t.Fatalf("keys %v", keys)
+	}
+	body := f.object(keys[0])
+	pf, err := parquet.OpenFile(bytes.NewReader(body), int64(len(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	part, ok1 := pf.Schema().Lookup("partition")
+	count, ok2 := pf.Schema().Lookup("rows")
+	if !ok1 || !ok2 {
+		t.Fatalf("schema lacks partition or rows:\n%s", pf.Schema())
+	}
+	got := make([]parquet.Row, 3)
+	if n, _ := parquet.NewReader(pf).ReadRows(got); n != 2 {
+		t.Fatalf("read %d rows, want 2", n)
+	}
+	value := func(r parquet.Row, col int) parquet.Value {
+		for _, v := range r {
+			if v.Column() == col {
+				return v
+			}
+		}
+		return parquet.Value{}
+	}
+	if v := value(got[0], part.ColumnIndex); !v.IsNull() {
+		t.Errorf("insert's partition = %v, want null", v)
+	}
+	if v := value(got[1], part.ColumnIndex); v.String() != "public.t_p1" {
+		t.Errorf("detach's partition = %v, want public.t_p1", v)
+	}
+	if v := value(got[1], count.ColumnIndex); v.IsNull() || v.Int64() != 5000 {
+		t.Errorf("detach's rows = %v, want 5000", v)
+	}
+}

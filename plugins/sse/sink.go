@@ -458,10 +458,10 @@ func parseFilter(req *http.Request) (filter, error) {
 		for _, o := range strings.Split(v, ",") {
 			switch op := pluginkit.Op(o); op {
 			case pluginkit.OpInsert, pluginkit.OpUpdate, pluginkit.OpDelete, pluginkit.OpTruncate, pluginkit.OpRead,
-				pluginkit.OpSchema, pluginkit.OpResyncBegin, pluginkit.OpResyncEnd, pluginkit.OpMessage:
+				pluginkit.OpSchema, pluginkit.OpResyncBegin, pluginkit.OpResyncEnd, pluginkit.OpMessage, pluginkit.OpDetach:
 				f.ops[op] = true
 			default:
-				return f, fmt.Errorf("ops: %q is not insert, update, delete, truncate, read, schema, resync_begin, resync_end or message", o)
+				return f, fmt.Errorf("ops: %q is not insert, update, delete, truncate, read, schema, resync_begin, resync_end, message or detach", o)
 			}
 		}
 	}

@@ -165,6 +165,32 @@ source "postgres" {
 	}
 }
 
+// TestOnDetachValues: each value of on_detach is taken as written, and
+// leaving it out is "delete".
+func TestOnDetachValues(t *testing.T) {
+	for _, tc := range []struct{ line, want string }{
+		{"", OnDetachDelete},
+		{`on_detach = "delete"`, OnDetachDelete},
+		{`on_detach = "event"`, OnDetachEvent},
+		{`on_detach = "ignore"`, OnDetachIgnore},
+	} {
+		p, diags := parse([]byte(`
+pipeline = "shop"
+source "postgres" {
+  dsn    = "postgres://localhost/shop"
+  tables = ["public.orders"]
+  `+tc.line+`
+}
+`), "x.hcl", testEnv)
+		if diags.HasErrors() {
+			t.Fatalf("%s: %s", tc.line, FormatDiagnostics(diags))
+		}
+		if p.Source.OnDetach != tc.want {
+			t.Errorf("%q: on_detach %q, want %q", tc.line, p.Source.OnDetach, tc.want)
+		}
+	}
+}
+
 func TestEnv(t *testing.T) {
 	const file = `
 pipeline = "shop"

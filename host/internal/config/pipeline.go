@@ -64,7 +64,9 @@ type Source struct {
 	// OnDetach is what a partition DETACHed or dropped, or one partition
 	// truncated, gives: OnDetachDelete a delete of each of its rows (at
 	// the command's position where walcast's triggers see it, else
-	// through a resync of the table), OnDetachIgnore nothing.
+	// through a resync of the table), OnDetachEvent the same except that a
+	// DETACH walcast's ddl_events trigger sees gives one detach event
+	// instead of deletes, OnDetachIgnore nothing.
 	OnDetach string
 
 	DeclRange hcl.Range

@@ -51,7 +51,7 @@ var deliverySchema = &hcl.BodySchema{
 
 // knownOps are the values of a sink's ops filter, in envelope order.
 var knownOps = []pluginkit.Op{pluginkit.OpInsert, pluginkit.OpUpdate, pluginkit.OpDelete, pluginkit.OpTruncate, pluginkit.OpRead,
-	pluginkit.OpSchema, pluginkit.OpResyncBegin, pluginkit.OpResyncEnd, pluginkit.OpMessage}
+	pluginkit.OpSchema, pluginkit.OpResyncBegin, pluginkit.OpResyncEnd, pluginkit.OpMessage, pluginkit.OpDetach}
 
 // decodeSink decodes a sink block. ok is false when the header is unusable
 // (bad type or id): such a sink is left out of the pipeline, so that Check
@@ -188,7 +188,7 @@ func (d *decoder) decodeOps(attr *hcl.Attribute) []pluginkit.Op {
 		switch {
 		case !slices.Contains(knownOps, op):
 			d.errorf(ranges[i], "Invalid operation",
-				"Operation %q is not one of insert, update, delete, truncate, read, schema, resync_begin, resync_end, message.", v)
+				"Operation %q is not one of insert, update, delete, truncate, read, schema, resync_begin, resync_end, message, detach.", v)
 		case slices.Contains(ops, op):
 			d.errorf(ranges[i], "Duplicate operation", "Operation %q is listed twice.", v)
 		default:

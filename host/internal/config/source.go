@@ -111,10 +111,11 @@ func (d *decoder) decodeSource(block *hcl.Block, p *Pipeline) Source {
 			"on_attach must be %q (read the rows a partition ATTACHed to a captured table brings to every sink; the default) or %q, got %q.",
 			OnAttachBackfill, OnAttachIgnore, src.OnAttach)
 	}
-	if attr, ok := attrs["on_detach"]; ok && d.decodeAttr(attr, &src.OnDetach) && src.OnDetach != OnDetachDelete && src.OnDetach != OnDetachIgnore {
+	if attr, ok := attrs["on_detach"]; ok && d.decodeAttr(attr, &src.OnDetach) &&
+		src.OnDetach != OnDetachDelete && src.OnDetach != OnDetachEvent && src.OnDetach != OnDetachIgnore {
 		d.errorf(attr.Expr.Range(), "Invalid on_detach",
-			"on_detach must be %q (the rows of a partition DETACHed, dropped or truncated leave every sink's copy; the default) or %q, got %q.",
-			OnDetachDelete, OnDetachIgnore, src.OnDetach)
+			"on_detach must be %q (the rows of a partition DETACHed, dropped or truncated leave every sink's copy; the default), %q (a partition DETACHed gives one detach event instead of its rows' deletes) or %q, got %q.",
+			OnDetachDelete, OnDetachEvent, OnDetachIgnore, src.OnDetach)
 	}
 	return src
 }
@@ -157,6 +158,7 @@ const (
 	OnAttachBackfill = "backfill"
 	OnAttachIgnore   = "ignore"
 	OnDetachDelete   = "delete"
+	OnDetachEvent    = "event"
 	OnDetachIgnore   = "ignore"
 )
 

@@ -27,8 +27,9 @@ import (
 //     the table restricted to that partition (read events through the
 //     backfill path, each read row never older than a change of it before
 //     it in the stream);
-//   - a leaf gone, or with a new relfilenode, with on_detach = "delete":
-//     a resync of the table, whose resync_end lets a copy that keeps the
+//   - a leaf gone, or with a new relfilenode, with on_detach = "delete"
+//     or "event" (which cannot give a detach event at the command's
+//     position once the command is past): a resync of the table, whose resync_end lets a copy that keeps the
 //     marker contract drop the rows it did not see again. walcast's
 //     triggers write the deletes at the command's own position where they
 //     can (see capture's partition triggers); they record the tree as
@@ -111,7 +112,7 @@ func (w *partitionWatch) checkOnce(ctx context.Context) error {
 				return err
 			}
 		}
-		if w.p.Source.OnDetach == config.OnDetachDelete {
+		if w.p.Source.OnDetach != config.OnDetachIgnore {
 			if err := w.installTriggers(ctx, tx, root, tree); err != nil {
 				return err
 			}
@@ -145,7 +146,7 @@ func (w *partitionWatch) act(ctx context.Context, tx pgx.Tx, root string, seen, 
 			gone = append(gone, "truncated or rewritten "+n.name)
 		}
 	}
-	if len(gone) > 0 && w.p.Source.OnDetach == config.OnDetachDelete {
+	if len(gone) > 0 && w.p.Source.OnDetach != config.OnDetachIgnore {
 		return w.resync(ctx, tx, root, gone)
 	}
 	if w.p.Source.OnAttach != config.OnAttachBackfill {
@@ -181,7 +182,7 @@ func (w *partitionWatch) resync(ctx context.Context, tx pgx.Tx, root string, why
 	if err != nil {
 		return err
 	}
-	w.log.Warn("partition watch: rows left the table without deletes in the stream; resyncing it (on_detach = delete)", "table", root, "partitions", why, "resync", ids[0])
+	w.log.Warn("partition watch: rows left the table without deletes in the stream; resyncing it", "on_detach", w.p.Source.OnDetach, "table", root, "partitions", why, "resync", ids[0])
 	return nil
 }
 

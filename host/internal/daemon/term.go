@@ -173,21 +173,22 @@ func (t *term) checkSource(ctx context.Context) error {
 func (t *term) newCaptureConfig() capture.Config {
 	p := t.opts.Pipeline
 	cfg := capture.Config{
-		DSN:              p.Source.DSN,
-		Slot:             p.Source.Slot,
-		Publication:      p.Source.Publication,
-		Tables:           p.Source.Tables,
-		AllowKeyless:     p.Source.AllowKeyless,
-		ApplicationName:  "walcast-" + p.Name,
-		PrimaryKey:       capture.PrimaryKeyLookup(t.pool),
-		Shapes:           ledger.New(t.db, p.Name),
-		Pipeline:         p.Name,
-		Logger:           t.log,
-		AcceptGap:        t.opts.AcceptGap || resyncOnGap(p),
-		ReceiveTimeout:   p.Source.ReceiveTimeout,
-		DDLEvents:        p.Source.DDLEvents,
-		PartitionDeletes: p.Source.OnDetach == config.OnDetachDelete,
-		MessagePrefixes:  p.Source.Messages.Prefixes,
+		DSN:                   p.Source.DSN,
+		Slot:                  p.Source.Slot,
+		Publication:           p.Source.Publication,
+		Tables:                p.Source.Tables,
+		AllowKeyless:          p.Source.AllowKeyless,
+		ApplicationName:       "walcast-" + p.Name,
+		PrimaryKey:            capture.PrimaryKeyLookup(t.pool),
+		Shapes:                ledger.New(t.db, p.Name),
+		Pipeline:              p.Name,
+		Logger:                t.log,
+		AcceptGap:             t.opts.AcceptGap || resyncOnGap(p),
+		ReceiveTimeout:        p.Source.ReceiveTimeout,
+		DDLEvents:             p.Source.DDLEvents,
+		PartitionDeletes:      p.Source.OnDetach == config.OnDetachDelete || p.Source.OnDetach == config.OnDetachEvent,
+		PartitionDetachEvents: p.Source.OnDetach == config.OnDetachEvent,
+		MessagePrefixes:       p.Source.Messages.Prefixes,
 	}
 	if t.lease != nil {
 		// A process that was frozen past its lease confirms nothing until

@@ -345,6 +345,8 @@ func opOf(v []byte) cdc.Op {
 		return cdc.OpRead
 	case string(cdc.OpSchema):
 		return cdc.OpSchema
+	case string(cdc.OpDetach):
+		return cdc.OpDetach
 	}
 	return cdc.Op(v)
 }

@@ -26,7 +26,8 @@
 // Invariants: two events of the same row (schema.table + key) are never in
 // flight at once and never delivered out of commit order (an update that
 // changes the key belongs to both rows); a truncate of a table, a schema
-// event and a resync marker of a table (cdc.Op.TableWide) are barriers
+// event, a resync marker and a partition's detach event of a table
+// (cdc.Op.TableWide) are barriers
 // for that table: each goes only once every earlier event of the table is
 // resolved, and no later event of the table goes before it is resolved;
 // nothing is resolved before it is delivered, filtered, skipped as already

@@ -103,6 +103,9 @@ type Config struct {
 	// as walcast's partition triggers write them, become deletes of the
 	// table (source on_detach = "delete"; decode.PartitionPrefix).
 	PartitionDeletes bool
+	// PartitionDetachEvents: a partition detached gives one detach event
+	// instead of its rows' deletes (source on_detach = "event").
+	PartitionDetachEvents bool
 	// Timeouts, when set, counts the streams ended by ReceiveTimeout;
 	// captures that follow one another (a sink's catch-up streams) share
 	// one. New makes one when it is nil.
@@ -215,7 +218,8 @@ func New(cfg Config, consumer Consumer) *Capture {
 		}
 	}
 	opts := decode.Options{PrimaryKey: pk, Tables: listed(cfg.Tables), Pipeline: cfg.Pipeline, Formats: cfg.Formats,
-		MessagePrefixes: cfg.MessagePrefixes, PartitionDeletes: cfg.PartitionDeletes}
+		MessagePrefixes: cfg.MessagePrefixes, PartitionDeletes: cfg.PartitionDeletes,
+		PartitionDetachEvents: cfg.PartitionDetachEvents}
 	if cfg.Shapes != nil {
 		opts.Shapes = streamShapes{c: c, store: cfg.Shapes}
 	}

@@ -37,6 +37,11 @@ type Options struct {
 	// truncated (PartitionPrefix messages) into delete events of the
 	// table (source on_detach = "delete").
 	PartitionDeletes bool
+	// PartitionDetachEvents, with PartitionDeletes, turns a partition
+	// detached into one detach event of the table instead of its rows'
+	// deletes; a partition truncated still gives deletes (source
+	// on_detach = "event").
+	PartitionDetachEvents bool
 	// Formats are the output formats written next to the envelope, into
 	// each event's change.Event.Formats in this order.
 	Formats []Format

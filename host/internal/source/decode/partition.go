@@ -3,6 +3,7 @@ package decode
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	"github.com/jackc/pglogrepl"
 
@@ -33,10 +34,18 @@ type PartitionRows struct {
 	Command   string `json:"command"`
 }
 
+// The values of PartitionRows.Command.
+const (
+	PartitionDetach   = "detach"
+	PartitionTruncate = "truncate"
+)
+
 // partitionRows turns a PartitionPrefix message of this pipeline into a
 // delete event of the listed table per row, in the message's order, at
 // the message's place in the transaction, when the pipeline asks for them
-// (Options.PartitionDeletes; on_detach = "delete").
+// (Options.PartitionDeletes; on_detach = "delete"), or, for a DETACH under
+// Options.PartitionDetachEvents (on_detach = "event"), into one detach
+// event of the table at that place.
 func (d *Decoder) partitionRows(m *pglogrepl.LogicalDecodingMessage, emit func(change.Event) error) error {
 	if !m.Transactional || !d.opts.PartitionDeletes {
 		return nil
@@ -50,6 +59,9 @@ func (d *Decoder) partitionRows(m *pglogrepl.LogicalDecodingMessage, emit func(c
 	}
 	if p.Pipeline != d.opts.Pipeline || (len(d.opts.Tables) > 0 && !d.opts.Tables[p.Schema+"."+p.Table]) {
 		return nil
+	}
+	if p.Command == PartitionDetach && d.opts.PartitionDetachEvents {
+		return d.detachEvent(&p, emit)
 	}
 	rel, err := chunkRelation(&p.BackfillChunk)
 	if err != nil {
@@ -78,4 +90,39 @@ func (d *Decoder) partitionRows(m *pglogrepl.LogicalDecodingMessage, emit func(c
 		}
 	}
 	return nil
+}
+
+// detachEvent encodes and emits the one detach event of a partition
+// DETACHed from the table. Its envelope is a truncate's without the
+// truncate's options, with the partition's name and the number of rows it
+// took out of the table (the message lists their keys anyway):
+//
+//	{"id":…,"commit_lsn":…,"xid":…,"commit_time":…,"schema":…,"table":…,
+//	 "op":"detach","key":null,"new":null,"old":null,
+//	 "partition":"public.items_2026","rows":5000}
+//
+// Like a truncate it is a barrier for its table (cdc.Op.TableWide). No
+// format has a shape for it: every sink gets walcast's envelope
+// (docs/formats.md).
+func (d *Decoder) detachEvent(p *PartitionRows, emit func(change.Event) error) error {
+	rel := &relation{schema: p.Schema, table: p.Table}
+	rel.head = append(rel.head, `"schema":`...)
+	rel.head = appendJSONString(rel.head, []byte(p.Schema))
+	rel.head = append(rel.head, `,"table":`...)
+	rel.head = appendJSONString(rel.head, []byte(p.Table))
+	rel.head = append(rel.head, ',')
+
+	b := d.appendHead(d.buf[:0], rel, cdc.OpDetach)
+	b = append(b, `"key":`...)
+	keyStart := len(b)
+	b = append(b, "null"...)
+	keyEnd := len(b)
+	var lay change.Layout
+	b = appendNoRows(b, &lay)
+	b = append(b, `,"partition":`...)
+	b = appendJSONString(b, []byte(p.Partition))
+	b = append(b, `,"rows":`...)
+	b = strconv.AppendInt(b, int64(len(p.Rows)), 10)
+	d.buf = append(b, '}')
+	return d.emit(rel, cdc.OpDetach, keyStart, keyEnd, nil, lay, nil, emit)
 }

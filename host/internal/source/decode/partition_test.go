@@ -54,3 +54,55 @@ func TestPartitionRows(t *testing.T) {
 		t.Fatalf("on_detach = ignore: %d events, want none: %v", len(off.events), off.payloads())
 	}
 }
+
+// TestPartitionDetachEvent: under on_detach = "event" a DETACH's message
+// becomes ONE detach event of the table at the message's place (the
+// partition named, the rows counted, key null, a barrier for its table),
+// between the changes around it; a TRUNCATE's message still gives a delete
+// per row.
+func TestPartitionDetachEvent(t *testing.T) {
+	msg := func(p PartitionRows) *pglogrepl.LogicalDecodingMessage {
+		b, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &pglogrepl.LogicalDecodingMessage{Transactional: true, Prefix: PartitionPrefix, Content: b}
+	}
+	detach := PartitionRows{
+		BackfillChunk: BackfillChunk{Pipeline: "p", Schema: "public", Table: "items",
+			Columns: []BackfillColumn{{Name: "region", Type: 25}, {Name: "id", Type: 23}}, Key: []int{0, 1},
+			Rows: [][]*string{{strp("eu"), strp("1")}, {strp("eu"), strp("2")}, {strp("eu"), strp("3")}}},
+		Partition: "public.items_eu", Command: PartitionDetach,
+	}
+	truncate := detach
+	truncate.Command, truncate.Partition = PartitionTruncate, "public.items_us"
+	truncate.Rows = [][]*string{{strp("us"), strp("4")}}
+
+	c := newCollector(t, Options{Pipeline: "p", PartitionDeletes: true, PartitionDetachEvents: true})
+	c.feed(pgt.Begin(0x1A2B3C8, 9), msg(detach), msg(truncate))
+	want := []string{
+		`{"id":"0/1A2B3C8:0","commit_lsn":"0/1A2B3C8","xid":9,"commit_time":"2026-11-30T10:00:00.123456Z","schema":"public","table":"items","op":"detach","key":null,"new":null,"old":null,"partition":"public.items_eu","rows":3}`,
+		`{"id":"0/1A2B3C8:1","commit_lsn":"0/1A2B3C8","xid":9,"commit_time":"2026-11-30T10:00:00.123456Z","schema":"public","table":"items","op":"delete","key":{"region":"us","id":4},"new":null,"old":{"region":"us","id":4}}`,
+	}
+	got := c.payloads()
+	if len(got) != len(want) {
+		t.Fatalf("got %d events, want %d: %v", len(got), len(want), got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("event %d\n got %s\nwant %s", i, got[i], want[i])
+		}
+	}
+	ev := c.events[0]
+	if ev.Op != cdc.OpDetach || !ev.Op.TableWide() || string(ev.Key) != "null" || ev.Schema != "public" || ev.Table != "items" {
+		t.Errorf("detach event: op %q (table-wide %v), key %s, table %s.%s; want a table-wide detach of public.items keyed null",
+			ev.Op, ev.Op.TableWide(), ev.Key, ev.Schema, ev.Table)
+	}
+
+	// The same message under on_detach = "delete" gives the deletes.
+	del := newCollector(t, Options{Pipeline: "p", PartitionDeletes: true})
+	del.feed(pgt.Begin(0x1A2B3C8, 9), msg(detach))
+	if len(del.events) != 3 || del.events[0].Op != cdc.OpDelete {
+		t.Fatalf("on_detach = delete: %v, want 3 deletes", del.payloads())
+	}
+}
