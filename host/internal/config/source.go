@@ -105,19 +105,26 @@ func (d *decoder) decodeSource(block *hcl.Block, p *Pipeline) Source {
 		}
 		src.Messages = d.decodeMessages(b)
 	}
-	src.OnAttach, src.OnDetach = OnAttachBackfill, OnDetachDelete
-	if attr, ok := attrs["on_attach"]; ok && d.decodeAttr(attr, &src.OnAttach) && src.OnAttach != OnAttachBackfill && src.OnAttach != OnAttachIgnore {
+	src.OnAttach, src.OnDetach = d.decodePartitionSettings(attrs)
+	return src
+}
+
+// decodePartitionSettings decodes a source's on_attach and on_detach,
+// returning the defaults for what is not set.
+func (d *decoder) decodePartitionSettings(attrs hcl.Attributes) (onAttach, onDetach string) {
+	onAttach, onDetach = OnAttachBackfill, OnDetachDelete
+	if attr, ok := attrs["on_attach"]; ok && d.decodeAttr(attr, &onAttach) && onAttach != OnAttachBackfill && onAttach != OnAttachIgnore {
 		d.errorf(attr.Expr.Range(), "Invalid on_attach",
 			"on_attach must be %q (read the rows a partition ATTACHed to a captured table brings to every sink; the default) or %q, got %q.",
-			OnAttachBackfill, OnAttachIgnore, src.OnAttach)
+			OnAttachBackfill, OnAttachIgnore, onAttach)
 	}
-	if attr, ok := attrs["on_detach"]; ok && d.decodeAttr(attr, &src.OnDetach) &&
-		src.OnDetach != OnDetachDelete && src.OnDetach != OnDetachEvent && src.OnDetach != OnDetachIgnore {
+	if attr, ok := attrs["on_detach"]; ok && d.decodeAttr(attr, &onDetach) &&
+		onDetach != OnDetachDelete && onDetach != OnDetachEvent && onDetach != OnDetachIgnore {
 		d.errorf(attr.Expr.Range(), "Invalid on_detach",
 			"on_detach must be %q (the rows of a partition DETACHed, dropped or truncated leave every sink's copy; the default), %q (a partition DETACHed gives one detach event instead of its rows' deletes) or %q, got %q.",
-			OnDetachDelete, OnDetachEvent, OnDetachIgnore, src.OnDetach)
+			OnDetachDelete, OnDetachEvent, OnDetachIgnore, onDetach)
 	}
-	return src
+	return onAttach, onDetach
 }
 
 // decodeMessages decodes a source's messages block: the prefixes of the
