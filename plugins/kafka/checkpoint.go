@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/plugins/internal/epochs"
 )
 
 // epochHeader is the header of a checkpoint record that holds the epoch
@@ -18,21 +19,9 @@ import (
 // the record's value stays the event id an older sink reads.
 const epochHeader = "walcast-epoch"
 
-// checkpoint is the last event id committed under the transactional id,
-// and the epoch of the batch that committed it (empty when written by a
-// host or a sink that predates epochs).
-type checkpoint struct {
-	id    pluginkit.EventID
-	epoch string
-}
-
-// filters reports whether the checkpoint says anything about the ids of a
-// batch of epoch: an id of another epoch does not (after a failover the
-// new primary's ids can be lower than the ones committed before), so such
-// a batch is written whole. An empty epoch on either side compares equal.
-func (c checkpoint) filters(epoch string) bool {
-	return epoch == "" || c.epoch == "" || epoch == c.epoch
-}
+// checkpoint is the last event id this sink wrote and the epoch of the
+// batch that wrote it; epochs.Checkpoint says what it covers.
+type checkpoint = epochs.Checkpoint
 
 // readCheckpoint reads the checkpoint topic to its end as a read_committed
 // reader and returns the last checkpoint committed under st.txnID (zero
@@ -52,7 +41,7 @@ func readCheckpoint(ctx context.Context, st settings, adm *kadm.Client) (checkpo
 			bad = pluginkit.Permanent(fmt.Errorf("record at partition %d offset %d under key %q: %w", r.Partition, r.Offset, st.txnID, err))
 			return
 		}
-		latest[r.Partition] = checkpoint{id: id, epoch: header(r, epochHeader)}
+		latest[r.Partition] = checkpoint{ID: id, Epoch: header(r, epochHeader)}
 	})
 	if err != nil {
 		return checkpoint{}, err
@@ -62,7 +51,7 @@ func readCheckpoint(ctx context.Context, st settings, adm *kadm.Client) (checkpo
 	}
 	var cp checkpoint
 	for _, c := range latest {
-		if c.id.Compare(cp.id) > 0 {
+		if c.ID.Compare(cp.ID) > 0 {
 			cp = c
 		}
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -132,7 +131,7 @@ func (s *Sink) Open(ctx context.Context) (pluginkit.OpenResult, error) {
 		return pluginkit.OpenResult{}, err
 	}
 	s.opened = true
-	return pluginkit.OpenResult{Checkpoint: s.checkpoint.id, Epoch: s.checkpoint.epoch}, nil
+	return pluginkit.OpenResult{Checkpoint: s.checkpoint.ID, Epoch: s.checkpoint.Epoch}, nil
 }
 
 // connect replaces s.conn with a fresh connection. With eos it is the
@@ -176,14 +175,14 @@ func (s *Sink) connect(ctx context.Context) error {
 		cl.Close()
 		return s.classify(fmt.Sprintf("read checkpoint of %q from topic %s", st.txnID, st.checkpointTopic), err)
 	}
-	if cp.epoch == s.checkpoint.epoch && cp.id.Compare(s.checkpoint.id) < 0 && !s.checkpoint.id.IsZero() {
+	if cp.Epoch == s.checkpoint.Epoch && cp.ID.Compare(s.checkpoint.ID) < 0 && !s.checkpoint.ID.IsZero() {
 		// Only a checkpoint topic emptied behind our back gets here.
-		s.log.Warn("checkpoint topic is behind what this process committed", "read", cp.id.String(), "committed", s.checkpoint.id.String())
+		s.log.Warn("checkpoint topic is behind what this process committed", "read", cp.ID.String(), "committed", s.checkpoint.ID.String())
 		cp = s.checkpoint
 	}
 	s.checkpoint = cp
 	s.conn = c
-	s.log.Info("kafka connected", "transactional_id", st.txnID, "checkpoint", cp.id.String(), "epoch", cp.epoch)
+	s.log.Info("kafka connected", "transactional_id", st.txnID, "checkpoint", cp.ID.String(), "epoch", cp.Epoch)
 	return nil
 }
 
@@ -223,14 +222,14 @@ func (s *Sink) Deliver(ctx context.Context, b pluginkit.Batch) (pluginkit.Delive
 			return pluginkit.DeliverResult{}, err
 		}
 	}
-	filter := s.cfg.eos && !b.Replay && s.checkpoint.filters(b.Epoch)
+	filter := s.cfg.eos && !b.Replay && s.checkpoint.Filters(b.Epoch)
 	if s.cfg.eos && !b.Replay && !filter {
 		s.log.Info("first batch of a new epoch (a failover, a restore or a lost slot since the checkpoint): written whole, whatever its ids",
-			"first", events[0].ID.String(), "checkpoint", s.checkpoint.id.String(), "checkpoint_epoch", s.checkpoint.epoch, "epoch", b.Epoch)
+			"first", events[0].ID.String(), "checkpoint", s.checkpoint.ID.String(), "checkpoint_epoch", s.checkpoint.Epoch, "epoch", b.Epoch)
 	}
 	fresh := make([]int, 0, len(events)) // indexes of the events to write
 	for i, e := range events {
-		if !filter || e.ID.Compare(s.checkpoint.id) > 0 {
+		if !filter || e.ID.Compare(s.checkpoint.ID) > 0 {
 			fresh = append(fresh, i)
 		}
 	}
@@ -238,38 +237,17 @@ func (s *Sink) Deliver(ctx context.Context, b pluginkit.Batch) (pluginkit.Delive
 	if res.Duplicates > 0 {
 		// Only after a crash or a lost answer; worth a line.
 		s.log.Info("skipped events already committed to Kafka", "duplicates", res.Duplicates,
-			"first", events[0].ID.String(), "checkpoint", s.checkpoint.id.String())
+			"first", events[0].ID.String(), "checkpoint", s.checkpoint.ID.String())
 	}
 	if len(fresh) == 0 {
 		return res, nil
 	}
-	next := s.checkpointAfter(b.Epoch)
-	if b.Replay {
-		// Parked events move neither the checkpoint nor its epoch: they
-		// may be of an earlier epoch, with ids above the current one's.
-		cur := s.checkpoint
-		next = func(pluginkit.EventID) checkpoint { return cur }
-	}
+	// The checkpoint record the transaction writes (epochs.Checkpoint.After;
+	// a replay, of parked events perhaps of an earlier epoch, writes the
+	// one it had).
+	cur, epoch, replay := s.checkpoint, b.Epoch, b.Replay
+	next := func(last pluginkit.EventID) checkpoint { return cur.After(last, epoch, replay) }
 	return res, s.write(ctx, events, fresh, next)
-}
-
-// checkpointAfter returns the checkpoint a transaction of a batch of
-// epoch writes after its last event. Within an epoch the checkpoint
-// record never moves back. The first batch of a new epoch moves it to its
-// last id, lower or not, and records the epoch (an empty epoch, from an
-// older host, keeps the stored one).
-func (s *Sink) checkpointAfter(epoch string) func(last pluginkit.EventID) checkpoint {
-	cur := s.checkpoint
-	return func(last pluginkit.EventID) checkpoint {
-		cp := checkpoint{id: last, epoch: epoch}
-		if cur.filters(epoch) {
-			cp.epoch = cmp.Or(epoch, cur.epoch)
-			if cur.id.Compare(last) > 0 {
-				cp.id = cur.id
-			}
-		}
-		return cp
-	}
 }
 
 // write writes the events at the indexes fresh, with a transaction for
@@ -397,10 +375,10 @@ func (s *Sink) transact(ctx context.Context, events []pluginkit.Event, next func
 	cpRec := &kgo.Record{
 		Topic: s.cfg.checkpointTopic,
 		Key:   []byte(s.cfg.txnID),
-		Value: []byte(cp.id.String()),
+		Value: []byte(cp.ID.String()),
 	}
-	if cp.epoch != "" {
-		cpRec.Headers = []kgo.RecordHeader{{Key: epochHeader, Value: []byte(cp.epoch)}}
+	if cp.Epoch != "" {
+		cpRec.Headers = []kgo.RecordHeader{{Key: epochHeader, Value: []byte(cp.Epoch)}}
 	}
 	recs = append(recs, cpRec)
 	if err := c.cl.BeginTransaction(); err != nil {

@@ -301,7 +301,7 @@ func TestZombieIsFenced(t *testing.T) {
 	}
 
 	// The successor took over at the zombie's last commit and goes on.
-	if got := successor.checkpoint.id; got != (pluginkit.EventID{CommitLSN: 0x100, Index: 4}) {
+	if got := successor.checkpoint.ID; got != (pluginkit.EventID{CommitLSN: 0x100, Index: 4}) {
 		t.Errorf("successor checkpoint = %s, want 0/100:4", got)
 	}
 	if r := deliver(t, successor, events(0x200, 5)); r.Duplicates != 0 {

@@ -9,23 +9,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/plugins/internal/epochs"
 )
 
-// checkpoint is the last event id applied to the target and the epoch of
-// the batch that applied it (pluginkit.Batch.Epoch; empty when written by
-// a host or a sink that predates epochs).
-type checkpoint struct {
-	id    pluginkit.EventID
-	epoch string
-}
-
-// filters reports whether the checkpoint says anything about the ids of a
-// batch of epoch: an id of another epoch does not (after a failover the
-// new primary's ids can be lower than the ones applied before), so such a
-// batch is applied whole. An empty epoch on either side compares equal.
-func (c checkpoint) filters(epoch string) bool {
-	return epoch == "" || c.epoch == "" || epoch == c.epoch
-}
+// checkpoint is the last event id this sink wrote and the epoch of the
+// batch that wrote it; epochs.Checkpoint says what it covers.
+type checkpoint = epochs.Checkpoint
 
 // prepareMirror creates the checkpoint table and this sink's row in it,
 // checks the target tables of the sink's known tables, and returns the
@@ -52,11 +41,11 @@ func (s *Sink) prepareMirror(ctx context.Context) (checkpoint, error) {
 	}
 	var raw string
 	var cp checkpoint
-	if err := s.pool.QueryRow(ctx, fmt.Sprintf(`SELECT event_id, epoch FROM %s WHERE key = $1`, ct.sql()), s.cfg.checkpointKey).Scan(&raw, &cp.epoch); err != nil {
+	if err := s.pool.QueryRow(ctx, fmt.Sprintf(`SELECT event_id, epoch FROM %s WHERE key = $1`, ct.sql()), s.cfg.checkpointKey).Scan(&raw, &cp.Epoch); err != nil {
 		return checkpoint{}, fmt.Errorf("read checkpoint %q from %s: %w", s.cfg.checkpointKey, ct, err)
 	}
 	var err error
-	cp.id, err = parseCheckpoint(raw, ct, s.cfg.checkpointKey)
+	cp.ID, err = parseCheckpoint(raw, ct, s.cfg.checkpointKey)
 	return cp, err
 }
 
@@ -79,7 +68,7 @@ func (s *Sink) lockCheckpoint(ctx context.Context, tx pgx.Tx) (checkpoint, resyn
 	ct := s.cfg.checkpointTable
 	var raw, openRaw string
 	var cp checkpoint
-	err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT event_id, epoch, %s FROM %s WHERE key = $1 FOR UPDATE`, s.openResyncsSQL(), ct.sql()), s.cfg.checkpointKey).Scan(&raw, &cp.epoch, &openRaw)
+	err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT event_id, epoch, %s FROM %s WHERE key = $1 FOR UPDATE`, s.openResyncsSQL(), ct.sql()), s.cfg.checkpointKey).Scan(&raw, &cp.Epoch, &openRaw)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return checkpoint{}, nil, fmt.Errorf("checkpoint row %q is missing from %s (deleted while walcast ran?): restart walcast to create it again", s.cfg.checkpointKey, ct)
 	}
@@ -90,7 +79,7 @@ func (s *Sink) lockCheckpoint(ctx context.Context, tx pgx.Tx) (checkpoint, resyn
 	if err != nil {
 		return checkpoint{}, nil, err
 	}
-	cp.id, err = parseCheckpoint(raw, ct, s.cfg.checkpointKey)
+	cp.ID, err = parseCheckpoint(raw, ct, s.cfg.checkpointKey)
 	return cp, open, err
 }
 
@@ -153,24 +142,24 @@ func (s *Sink) fresh(b pluginkit.Batch, res resolution, cp checkpoint, out *plug
 	if b.Replay {
 		return res.ops
 	}
-	if !cp.filters(b.Epoch) {
+	if !cp.Filters(b.Epoch) {
 		s.log.Info("first batch of a new epoch (a failover, a restore or a lost slot since the checkpoint): applied whole, whatever its ids",
-			"first", b.Events[0].ID.String(), "checkpoint", cp.id.String(), "checkpoint_epoch", cp.epoch, "epoch", b.Epoch)
+			"first", b.Events[0].ID.String(), "checkpoint", cp.ID.String(), "checkpoint_epoch", cp.Epoch, "epoch", b.Epoch)
 		return res.ops
 	}
 	skipped := 0
 	for _, e := range b.Events[:res.cut] {
-		if e.ID.Compare(cp.id) <= 0 {
+		if e.ID.Compare(cp.ID) <= 0 {
 			skipped++
 		}
 	}
 	out.Duplicates = skipped
 	if skipped > 0 {
-		s.log.Info("skipped events already applied to the target", "duplicates", skipped, "first", b.Events[0].ID.String(), "checkpoint", cp.id.String())
+		s.log.Info("skipped events already applied to the target", "duplicates", skipped, "first", b.Events[0].ID.String(), "checkpoint", cp.ID.String())
 	}
 	fresh := res.ops[:0:0]
 	for _, op := range res.ops {
-		if b.Events[op.index].ID.Compare(cp.id) > 0 {
+		if b.Events[op.index].ID.Compare(cp.ID) > 0 {
 			fresh = append(fresh, op)
 		}
 	}
@@ -186,11 +175,11 @@ func (s *Sink) advance(ctx context.Context, tx pgx.Tx, b pluginkit.Batch, cp che
 	if b.Replay || upTo == 0 {
 		return nil
 	}
-	last := b.Events[upTo-1].ID
-	if cp.filters(b.Epoch) && last.Compare(cp.id) <= 0 {
+	next := cp.After(b.Events[upTo-1].ID, b.Epoch, b.Replay)
+	if next == cp {
 		return nil
 	}
-	return s.storeCheckpoint(ctx, tx, last, b.Epoch)
+	return s.storeCheckpoint(ctx, tx, next.ID, next.Epoch)
 }
 
 // isolate applies the batch's fresh ops one at a time, each under a

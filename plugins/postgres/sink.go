@@ -94,7 +94,7 @@ func (s *Sink) Open(ctx context.Context) (pluginkit.OpenResult, error) {
 	defer cancel()
 	cp, err := s.prepare(actx)
 	if err == nil {
-		return pluginkit.OpenResult{Checkpoint: cp.id, Epoch: cp.epoch}, nil
+		return pluginkit.OpenResult{Checkpoint: cp.ID, Epoch: cp.Epoch}, nil
 	}
 	if unreachable(err) || errors.Is(err, context.DeadlineExceeded) {
 		s.log.Warn("target database unreachable at start; deliveries retry until it answers", "target", s.cfg.target, "err", err)
@@ -117,7 +117,7 @@ func (s *Sink) prepare(ctx context.Context) (checkpoint, error) {
 		return cp, err
 	}
 	s.prepared = true
-	s.log.Info("postgres connected", "target", s.cfg.target, "mode", s.cfg.mode, "checkpoint", cp.id.String(), "epoch", cp.epoch)
+	s.log.Info("postgres connected", "target", s.cfg.target, "mode", s.cfg.mode, "checkpoint", cp.ID.String(), "epoch", cp.Epoch)
 	return cp, nil
 }
 

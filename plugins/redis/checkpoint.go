@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/plugins/internal/epochs"
 )
 
 // The checkpoint key is a hash with three fields:
@@ -28,40 +28,9 @@ import (
 // (and its id is what the claim reads) or fails at EXEC. That is what
 // makes "skip what the checkpoint covers" sound after any failure.
 
-// checkpoint is the last event id written and the epoch of the series it
-// belongs to (empty when written by a host or a sink that predates
-// epochs).
-type checkpoint struct {
-	id    pluginkit.EventID
-	epoch string
-}
-
-// filters reports whether the checkpoint says anything about the ids of a
-// batch of epoch: an id of another epoch does not (after a failover the
-// new primary's ids can be lower than the ones written before), so such a
-// batch is written whole. An empty epoch on either side compares equal.
-func (c checkpoint) filters(epoch string) bool {
-	return epoch == "" || c.epoch == "" || epoch == c.epoch
-}
-
-// after is the checkpoint once a batch of epoch whose last written event
-// is last has been written. Within an epoch it never moves back; the first
-// batch of a new epoch moves it to last, lower or not, with its epoch; an
-// empty epoch keeps the stored one. A replay batch (parked events, of
-// whatever epoch) moves neither.
-func (c checkpoint) after(last pluginkit.EventID, epoch string, replay bool) checkpoint {
-	switch {
-	case replay:
-		return c
-	case !c.filters(epoch):
-		return checkpoint{id: last, epoch: epoch}
-	}
-	next := checkpoint{id: c.id, epoch: cmp.Or(epoch, c.epoch)}
-	if last.Compare(c.id) > 0 {
-		next.id = last
-	}
-	return next
-}
+// checkpoint is the last event id this sink wrote and the epoch of the
+// batch that wrote it; epochs.Checkpoint says what it covers.
+type checkpoint = epochs.Checkpoint
 
 // errFenced is what a Deliver finds when the fencing epoch is no longer
 // its own.
@@ -92,14 +61,14 @@ func (s *Sink) claim(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if cp.epoch == s.checkpoint.epoch && cp.id.Compare(s.checkpoint.id) < 0 && !s.checkpoint.id.IsZero() {
+	if cp.Epoch == s.checkpoint.Epoch && cp.ID.Compare(s.checkpoint.ID) < 0 && !s.checkpoint.ID.IsZero() {
 		// Only a checkpoint key changed behind our back gets here.
-		s.log.Warn("checkpoint key is behind what this process wrote", "read", cp.id.String(), "written", s.checkpoint.id.String())
+		s.log.Warn("checkpoint key is behind what this process wrote", "read", cp.ID.String(), "written", s.checkpoint.ID.String())
 		cp = s.checkpoint
 	}
 	s.claimEpoch, s.checkpoint, s.claimed = incr.Val(), cp, true
 	s.log.Info("redis connected", "address", s.cfg.address, "checkpoint_key", key, "claim_epoch", s.claimEpoch,
-		"checkpoint", cp.id.String(), "checkpoint_epoch", cp.epoch, "max_entry_bytes", s.maxEntry)
+		"checkpoint", cp.ID.String(), "checkpoint_epoch", cp.Epoch, "max_entry_bytes", s.maxEntry)
 	return nil
 }
 
@@ -111,7 +80,7 @@ func parseCheckpoint(key string, getID, getEpoch *redis.StringCmd) (checkpoint, 
 			return checkpoint{}, pluginkit.Retryable(fmt.Errorf("read checkpoint %q: %w", key, err))
 		}
 	}
-	cp := checkpoint{epoch: getEpoch.Val()} // "" when the field is not set
+	cp := checkpoint{Epoch: getEpoch.Val()} // "" when the field is not set
 	raw := getID.Val()
 	if raw == "" {
 		return cp, nil
@@ -120,7 +89,7 @@ func parseCheckpoint(key string, getID, getEpoch *redis.StringCmd) (checkpoint, 
 	if err != nil {
 		return checkpoint{}, pluginkit.Permanent(fmt.Errorf("checkpoint key %q holds id %q, which is not an event id (delete the key only if its streams are empty or new): %w", key, raw, err))
 	}
-	cp.id = id
+	cp.ID = id
 	return cp, nil
 }
 

@@ -47,17 +47,17 @@ func (s *Sink) Deliver(ctx context.Context, b pluginkit.Batch) (pluginkit.Delive
 			return pluginkit.DeliverResult{}, err
 		}
 	}
-	filter := !b.Replay && s.checkpoint.filters(b.Epoch)
+	filter := !b.Replay && s.checkpoint.Filters(b.Epoch)
 	if !b.Replay && !filter {
 		s.log.Info("first batch of a new epoch (a failover, a restore or a lost slot since the checkpoint): written whole, whatever its ids",
-			"first", events[0].ID.String(), "checkpoint", s.checkpoint.id.String(), "checkpoint_epoch", s.checkpoint.epoch, "epoch", b.Epoch)
+			"first", events[0].ID.String(), "checkpoint", s.checkpoint.ID.String(), "checkpoint_epoch", s.checkpoint.Epoch, "epoch", b.Epoch)
 	}
 	var res pluginkit.DeliverResult
 	refused := map[int]error{}
 	fresh := make([]int, 0, len(events)) // indexes of the events to write
 	for i, e := range events {
 		switch {
-		case filter && e.ID.Compare(s.checkpoint.id) <= 0:
+		case filter && e.ID.Compare(s.checkpoint.ID) <= 0:
 			res.Duplicates++
 		case int64(len(e.Payload)) > s.maxEntry:
 			refused[i] = pluginkit.Permanent(fmt.Errorf("event %s (%s.%s) is %d bytes, more than the %d bytes Redis takes in one value (proto-max-bulk-len, or max_entry_bytes); raise both to deliver it",
@@ -69,10 +69,10 @@ func (s *Sink) Deliver(ctx context.Context, b pluginkit.Batch) (pluginkit.Delive
 	if res.Duplicates > 0 {
 		// Only after a crash or a lost answer; worth a line.
 		s.log.Info("skipped events already written to Redis", "duplicates", res.Duplicates,
-			"first", events[0].ID.String(), "checkpoint", s.checkpoint.id.String())
+			"first", events[0].ID.String(), "checkpoint", s.checkpoint.ID.String())
 	}
 	if len(fresh) > 0 {
-		cp := s.checkpoint.after(events[fresh[len(fresh)-1]].ID, b.Epoch, b.Replay)
+		cp := s.checkpoint.After(events[fresh[len(fresh)-1]].ID, b.Epoch, b.Replay)
 		failed, err := s.write(ctx, events, fresh, cp)
 		if err != nil {
 			return res, err
@@ -122,7 +122,7 @@ func (s *Sink) write(ctx context.Context, events []pluginkit.Event, fresh []int,
 			for _, i := range fresh {
 				p.XAdd(ctx, s.xaddArgs(&events[i]))
 			}
-			p.HSet(ctx, key, "id", cp.id.String(), "id_epoch", cp.epoch)
+			p.HSet(ctx, key, "id", cp.ID.String(), "id_epoch", cp.Epoch)
 			return nil
 		})
 		return err

@@ -123,7 +123,7 @@ func (s *Sink) Open(ctx context.Context) (pluginkit.OpenResult, error) {
 	err := s.claim(ctx)
 	switch {
 	case err == nil:
-		return pluginkit.OpenResult{Checkpoint: s.checkpoint.id, Epoch: s.checkpoint.epoch}, nil
+		return pluginkit.OpenResult{Checkpoint: s.checkpoint.ID, Epoch: s.checkpoint.Epoch}, nil
 	case isUnreachable(err) || errors.Is(err, context.DeadlineExceeded):
 		s.log.Warn("redis unreachable at start; deliveries retry until it answers", "address", s.cfg.address, "err", err)
 		return pluginkit.OpenResult{}, nil

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/walcast/walcast/pluginkit"
+	"github.com/walcast/walcast/plugins/internal/epochs"
 )
 
 // checkpointDoc is the checkpoint object: the last event id such that this
@@ -30,38 +30,9 @@ type checkpointDoc struct {
 	UpdatedAt string `json:"updated_at"`
 }
 
-// checkpoint is the checkpoint object's id and epoch.
-type checkpoint struct {
-	id    pluginkit.EventID
-	epoch string
-}
-
-// filters reports whether the checkpoint says anything about the ids of a
-// batch of epoch: an id of another epoch does not (after a failover the
-// new primary's ids can be lower than the ones written before), so such a
-// batch is written whole. An empty epoch on either side compares equal.
-func (c checkpoint) filters(epoch string) bool {
-	return epoch == "" || c.epoch == "" || epoch == c.epoch
-}
-
-// after is the checkpoint once a batch of epoch whose last written event
-// is last has been written. Within an epoch it never moves back; the first
-// batch of a new epoch moves it to last, lower or not, with its epoch; an
-// empty epoch keeps the stored one. A replay batch (parked events, of
-// whatever epoch) moves neither.
-func (c checkpoint) after(last pluginkit.EventID, epoch string, replay bool) checkpoint {
-	switch {
-	case replay:
-		return c
-	case !c.filters(epoch):
-		return checkpoint{id: last, epoch: epoch}
-	}
-	next := checkpoint{id: c.id, epoch: cmp.Or(epoch, c.epoch)}
-	if last.Compare(c.id) > 0 {
-		next.id = last
-	}
-	return next
-}
+// checkpoint is the last event id this sink wrote and the epoch of the
+// batch that wrote it; epochs.Checkpoint says what it covers.
+type checkpoint = epochs.Checkpoint
 
 // readCheckpoint reads the checkpoint object; zero when there is none yet.
 func (s *Sink) readCheckpoint(ctx context.Context) (checkpoint, error) {
@@ -89,14 +60,14 @@ func (s *Sink) readCheckpoint(ctx context.Context) (checkpoint, error) {
 	if err != nil {
 		return checkpoint{}, pluginkit.Fatal(fmt.Errorf("%s: %w", what, err))
 	}
-	return checkpoint{id: id, epoch: doc.Epoch}, nil
+	return checkpoint{ID: id, Epoch: doc.Epoch}, nil
 }
 
 // writeCheckpoint stores cp as the checkpoint.
 func (s *Sink) writeCheckpoint(ctx context.Context, cp checkpoint) error {
 	body, err := json.Marshal(checkpointDoc{
-		Checkpoint: cp.id.String(),
-		Epoch:      cp.epoch,
+		Checkpoint: cp.ID.String(),
+		Epoch:      cp.Epoch,
 		Pipeline:   s.identity.Pipeline,
 		Sink:       s.identity.SinkID,
 		UpdatedAt:  time.Now().UTC().Format(time.RFC3339Nano),
@@ -112,7 +83,7 @@ func (s *Sink) writeCheckpoint(ctx context.Context, cp checkpoint) error {
 		ContentType:   aws.String("application/json"),
 	})
 	if err != nil {
-		return s.classify(fmt.Sprintf("write checkpoint %s to %s in bucket %s", cp.id, s.cfg.checkpointKey, s.cfg.bucket), err)
+		return s.classify(fmt.Sprintf("write checkpoint %s to %s in bucket %s", cp.ID, s.cfg.checkpointKey, s.cfg.bucket), err)
 	}
 	return nil
 }

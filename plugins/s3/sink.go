@@ -140,12 +140,12 @@ func (s *Sink) Open(ctx context.Context) (pluginkit.OpenResult, error) {
 	}
 	// Within an epoch the higher of what is read and what this process
 	// wrote; a checkpoint of another epoch is taken as read.
-	if cp.epoch != s.checkpoint.epoch || cp.id.Compare(s.checkpoint.id) > 0 {
+	if cp.Epoch != s.checkpoint.Epoch || cp.ID.Compare(s.checkpoint.ID) > 0 {
 		s.checkpoint = cp
 	}
 	s.opened = true
-	s.log.Info("s3 opened", "bucket", s.cfg.bucket, "checkpoint", s.checkpoint.id.String(), "epoch", s.checkpoint.epoch)
-	return pluginkit.OpenResult{Checkpoint: s.checkpoint.id, Epoch: s.checkpoint.epoch}, nil
+	s.log.Info("s3 opened", "bucket", s.cfg.bucket, "checkpoint", s.checkpoint.ID.String(), "epoch", s.checkpoint.Epoch)
+	return pluginkit.OpenResult{Checkpoint: s.checkpoint.ID, Epoch: s.checkpoint.Epoch}, nil
 }
 
 // Deliver writes the batch: its events cut into objects (one per table and
@@ -178,7 +178,7 @@ func (s *Sink) Deliver(ctx context.Context, b pluginkit.Batch) (pluginkit.Delive
 	if err := s.writeObjects(ctx, objs, refused); err != nil {
 		return res, err
 	}
-	if next := s.checkpoint.after(b.Events[fresh[len(fresh)-1]].ID, b.Epoch, b.Replay); next != s.checkpoint {
+	if next := s.checkpoint.After(b.Events[fresh[len(fresh)-1]].ID, b.Epoch, b.Replay); next != s.checkpoint {
 		if s.beforeCheckpoint != nil {
 			if err := s.beforeCheckpoint(ctx); err != nil {
 				return res, err
@@ -199,14 +199,14 @@ func (s *Sink) Deliver(ctx context.Context, b pluginkit.Batch) (pluginkit.Delive
 // the checkpoint, or all of them in a replay batch or a batch of another
 // epoch than the checkpoint's. The others are counted as duplicates.
 func (s *Sink) fresh(b pluginkit.Batch) ([]int, pluginkit.DeliverResult) {
-	filter := !b.Replay && s.checkpoint.filters(b.Epoch)
+	filter := !b.Replay && s.checkpoint.Filters(b.Epoch)
 	if !b.Replay && !filter {
 		s.log.Info("first batch of a new epoch (a failover, a restore or a lost slot since the checkpoint): written whole, whatever its ids",
-			"first", b.Events[0].ID.String(), "checkpoint", s.checkpoint.id.String(), "checkpoint_epoch", s.checkpoint.epoch, "epoch", b.Epoch)
+			"first", b.Events[0].ID.String(), "checkpoint", s.checkpoint.ID.String(), "checkpoint_epoch", s.checkpoint.Epoch, "epoch", b.Epoch)
 	}
 	fresh := make([]int, 0, len(b.Events)) // indexes of the events to write
 	for i, e := range b.Events {
-		if !filter || e.ID.Compare(s.checkpoint.id) > 0 {
+		if !filter || e.ID.Compare(s.checkpoint.ID) > 0 {
 			fresh = append(fresh, i)
 		}
 	}
@@ -214,7 +214,7 @@ func (s *Sink) fresh(b pluginkit.Batch) ([]int, pluginkit.DeliverResult) {
 	if res.Duplicates > 0 {
 		// Only after a crash or a lost answer; worth a line.
 		s.log.Info("skipped events already stored", "duplicates", res.Duplicates,
-			"first", b.Events[0].ID.String(), "checkpoint", s.checkpoint.id.String())
+			"first", b.Events[0].ID.String(), "checkpoint", s.checkpoint.ID.String())
 	}
 	return fresh, res
 }
