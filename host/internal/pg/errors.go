@@ -206,7 +206,7 @@ var controlTables = []string{
 	"schema_version", "pipelines", "checkpoints", "parked", "replay_requests", "usage", "pauses",
 	"gaps", "sink_failures", "backfills", "backfill_tables", "catchup_slots", "sink_backlog",
 	"published_tables", "leaderships", "streams",
-	"table_shapes",
+	"table_shapes", "partitions",
 }
 
 func isControlTable(name string) bool {
