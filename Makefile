@@ -50,8 +50,8 @@ LONG_TESTS := ./host/cli ./bench ./cmd/walcast-demo
 test: tools build vet fmt-check
 	@for m in $(MODULES); do \
 		pkgs=./...; [ "$$m" = . ] && pkgs="$(LONG_TESTS) ./..."; \
-		echo "(cd $$m && $(GO) test -race -timeout 25m -count=1 $$pkgs)"; \
-		(cd $$m && $(GO) test -race -timeout 25m -count=1 $$pkgs) || exit 1; \
+		echo "(cd $$m && $(GO) test -race -timeout 45m -count=1 $$pkgs)"; \
+		(cd $$m && $(GO) test -race -timeout 45m -count=1 $$pkgs) || exit 1; \
 	done
 
 # chaos runs the fault-injection tests (kill loops, crash loops, proxies
