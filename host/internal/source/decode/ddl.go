@@ -85,12 +85,7 @@ func (d *Decoder) ddl(m *pglogrepl.LogicalDecodingMessage, emit func(change.Even
 		}
 		beforeJSON, diff = prev.Shape, diffShapes(before, shape)
 	}
-	rel := &relation{schema: c.Schema, table: c.Table}
-	rel.head = append(rel.head, `"schema":`...)
-	rel.head = appendJSONString(rel.head, []byte(c.Schema))
-	rel.head = append(rel.head, `,"table":`...)
-	rel.head = appendJSONString(rel.head, []byte(c.Table))
-	rel.head = append(rel.head, ',')
+	rel := tableRelation(c.Schema, c.Table)
 	d.ddlTail = appendDDLMember(d.ddlTail[:0], c)
 	defer func() { d.ddlTail = d.ddlTail[:0] }()
 	return d.schemaEventWith(rel, shape, beforeJSON, diff, emit)

@@ -100,7 +100,7 @@ func tupleBytes(t []*pglogrepl.TupleDataColumn) int {
 
 // appendNoRows appends `,"new":null,"old":null` for an event that
 // concerns no single row (a truncate, a schema event, a resync marker, a
-// message) and records where both nulls are in lay.
+// detach, a message) and records where both nulls are in lay.
 func appendNoRows(b []byte, lay *change.Layout) []byte {
 	b = append(b, `,"new":`...)
 	lay.New = [2]int{len(b), len(b) + 4}
@@ -109,15 +109,21 @@ func appendNoRows(b []byte, lay *change.Layout) []byte {
 	return append(b, "null"...)
 }
 
+// appendNoRow appends `"key":null,"new":null,"old":null` for a table-wide
+// event and returns where its key is.
+func appendNoRow(b []byte, lay *change.Layout) (out []byte, keyStart, keyEnd int) {
+	b = append(b, `"key":`...)
+	keyStart = len(b)
+	b = append(b, "null"...)
+	keyEnd = len(b)
+	return appendNoRows(b, lay), keyStart, keyEnd
+}
+
 // truncateEvent encodes and emits the event for one truncated relation.
 func (d *Decoder) truncateEvent(rel *relation, cascade, restartIdentity bool, emit func(change.Event) error) error {
 	b := d.appendHead(d.buf[:0], rel, cdc.OpTruncate)
-	b = append(b, `"key":`...)
-	keyStart := len(b)
-	b = append(b, "null"...)
-	keyEnd := len(b)
 	lay := change.Layout{Cascade: cascade, RestartIdentity: restartIdentity}
-	b = appendNoRows(b, &lay)
+	b, keyStart, keyEnd := appendNoRow(b, &lay)
 	b = append(b, `,"cascade":`...)
 	b = strconv.AppendBool(b, cascade)
 	b = append(b, `,"restart_identity":`...)

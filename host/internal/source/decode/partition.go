@@ -105,20 +105,11 @@ func (d *Decoder) partitionRows(m *pglogrepl.LogicalDecodingMessage, emit func(c
 // format has a shape for it: every sink gets walcast's envelope
 // (docs/formats.md).
 func (d *Decoder) detachEvent(p *PartitionRows, emit func(change.Event) error) error {
-	rel := &relation{schema: p.Schema, table: p.Table}
-	rel.head = append(rel.head, `"schema":`...)
-	rel.head = appendJSONString(rel.head, []byte(p.Schema))
-	rel.head = append(rel.head, `,"table":`...)
-	rel.head = appendJSONString(rel.head, []byte(p.Table))
-	rel.head = append(rel.head, ',')
+	rel := tableRelation(p.Schema, p.Table)
 
 	b := d.appendHead(d.buf[:0], rel, cdc.OpDetach)
-	b = append(b, `"key":`...)
-	keyStart := len(b)
-	b = append(b, "null"...)
-	keyEnd := len(b)
 	var lay change.Layout
-	b = appendNoRows(b, &lay)
+	b, keyStart, keyEnd := appendNoRow(b, &lay)
 	b = append(b, `,"partition":`...)
 	b = appendJSONString(b, []byte(p.Partition))
 	b = append(b, `,"rows":`...)

@@ -50,6 +50,22 @@ type column struct {
 	identity bool
 }
 
+// tableRelation is the relation of an event walcast writes itself about
+// schema.table (a schema event, a resync marker, a detach): its name and
+// envelope head, no columns.
+func tableRelation(schema, table string) *relation {
+	return &relation{schema: schema, table: table, head: appendTableHead(nil, schema, table)}
+}
+
+// appendTableHead appends the envelope's `"schema":…,"table":…,` members.
+func appendTableHead(b []byte, schema, table string) []byte {
+	b = append(b, `"schema":`...)
+	b = appendJSONString(b, []byte(schema))
+	b = append(b, `,"table":`...)
+	b = appendJSONString(b, []byte(table))
+	return append(b, ',')
+}
+
 // newRelation builds a cache entry from a Relation message. For REPLICA
 // IDENTITY FULL, pgoutput flags every column as part of the key; the key a
 // consumer routes on is then the primary key, looked up through
@@ -60,11 +76,7 @@ func newRelation(m *pglogrepl.RelationMessage, primaryKey func(schema, table str
 		rel.skip = true
 		return rel, nil
 	}
-	rel.head = append(rel.head, `"schema":`...)
-	rel.head = appendJSONString(rel.head, []byte(m.Namespace))
-	rel.head = append(rel.head, `,"table":`...)
-	rel.head = appendJSONString(rel.head, []byte(m.RelationName))
-	rel.head = append(rel.head, ',')
+	rel.head = appendTableHead(rel.head, m.Namespace, m.RelationName)
 
 	rel.cols = make([]column, len(m.Columns))
 	for i, mc := range m.Columns {

@@ -63,20 +63,11 @@ func (d *Decoder) resync(m *pglogrepl.LogicalDecodingMessage, emit func(change.E
 	default:
 		return fmt.Errorf("decode resync marker at %s: unknown phase %q", m.LSN, r.Phase)
 	}
-	rel := &relation{schema: r.Schema, table: r.Table}
-	rel.head = append(rel.head, `"schema":`...)
-	rel.head = appendJSONString(rel.head, []byte(r.Schema))
-	rel.head = append(rel.head, `,"table":`...)
-	rel.head = appendJSONString(rel.head, []byte(r.Table))
-	rel.head = append(rel.head, ',')
+	rel := tableRelation(r.Schema, r.Table)
 
 	b := d.appendHead(d.buf[:0], rel, op)
-	b = append(b, `"key":`...)
-	keyStart := len(b)
-	b = append(b, "null"...)
-	keyEnd := len(b)
 	var lay change.Layout
-	b = appendNoRows(b, &lay)
+	b, keyStart, keyEnd := appendNoRow(b, &lay)
 	b = append(b, `,"resync":`...)
 	b = strconv.AppendInt(b, r.Resync, 10)
 	d.buf = append(b, '}')

@@ -193,12 +193,8 @@ func (d *Decoder) schemaEventWith(rel *relation, after tableShape, beforeJSON []
 		return fmt.Errorf("encode the changes of %s.%s: %w", rel.schema, rel.table, err)
 	}
 	b := d.appendHead(d.buf[:0], rel, cdc.OpSchema)
-	b = append(b, `"key":`...)
-	keyStart := len(b)
-	b = append(b, "null"...)
-	keyEnd := len(b)
 	var lay change.Layout
-	b = appendNoRows(b, &lay)
+	b, keyStart, keyEnd := appendNoRow(b, &lay)
 	b = append(b, `,"columns":`...)
 	b = append(b, cols...)
 	b = append(b, `,"replica_identity":`...)

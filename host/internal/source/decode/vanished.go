@@ -63,12 +63,7 @@ func (d *Decoder) vanished(m *pglogrepl.LogicalDecodingMessage, emit func(change
 		after.Columns = before.Columns
 		changes = []shapeChange{{Change: "rename_table", From: v.Schema + "." + v.Table, To: v.RenamedTo}}
 	}
-	rel := &relation{schema: v.Schema, table: v.Table}
-	rel.head = append(rel.head, `"schema":`...)
-	rel.head = appendJSONString(rel.head, []byte(v.Schema))
-	rel.head = append(rel.head, `,"table":`...)
-	rel.head = appendJSONString(rel.head, []byte(v.Table))
-	rel.head = append(rel.head, ',')
+	rel := tableRelation(v.Schema, v.Table)
 	return d.schemaEventWith(rel, after, beforeJSON, changes, emit)
 }
 
