@@ -349,7 +349,7 @@ func (e *refusedEvents) Error() string {
 }
 
 // transact runs one transaction: the events, the checkpoint record next
-// gives for the last of them (checkpointAfter; a replay writes the one
+// gives for the last of them (epochs.Checkpoint.After; a replay writes the one
 // it had), commit.
 // On any failure it aborts and drops the connection; the next Deliver
 // reconnects and reads the checkpoint back, so even a commit whose outcome
