@@ -216,3 +216,32 @@ func TestReceiveTimeoutDefault(t *testing.T) {
 		t.Errorf("Open with ReceiveTimeout 500ms: %v", err)
 	}
 }
+
+// TestSlowLargeMessageIsNotSilence: a change larger than what the link
+// carries within the receive timeout is still being heard from while its
+// bytes flow. The proxy passes one 32 KiB chunk every 40 ms, so a 3 MB
+// row takes about 4 s to arrive whole, twice the 2 s receive timeout
+// (and the server, with wal_sender_timeout = 0, sends nothing unasked).
+// Counting only whole messages, the stream was ended mid-row every 2 s
+// and the row started again from the beginning on the next stream: it
+// never arrived.
+func TestSlowLargeMessageIsNotSilence(t *testing.T) {
+	direct, db := setup(t)
+	proxy := cluster.Proxy(t)
+	var log logBuffer
+	s := openConfig(t, host.StreamConfig{DSN: withSessionOptions(t, proxy.DSN(direct), "-c wal_sender_timeout=0"),
+		Tables: []string{"public.items"}, Slot: slotName("slow_large"), Logger: log.logger(), ReceiveTimeout: 2 * time.Second})
+	ids := consume(t, s)
+	execT(t, db, `INSERT INTO items VALUES (1, 'small')`)
+	waitFor(t, "the first change", time.Minute, func() bool { return len(ids()) == 1 })
+	// md5 text does not compress: the row is sent as 3 MB.
+	execT(t, db, `ALTER TABLE items ALTER COLUMN v SET STORAGE EXTERNAL`)
+	proxy.Delay(40 * time.Millisecond)
+	started := time.Now()
+	execT(t, db, `INSERT INTO items SELECT 2, string_agg(md5(g::text), '') FROM generate_series(1, 100000) g`)
+	waitFor(t, "the 3 MB row through the slow link", 2*time.Minute, func() bool { return len(ids()) == 2 })
+	t.Logf("the 3 MB row arrived %s after its commit", time.Since(started).Round(time.Millisecond))
+	if n := s.ReceiveTimeouts(); n != 0 {
+		t.Fatalf("the stream was ended %d times while the row's bytes flowed:\n%s", n, log.String())
+	}
+}

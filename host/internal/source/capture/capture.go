@@ -182,6 +182,14 @@ type Capture struct {
 	// goroutines (Silence).
 	timeout, heardAt, pingedAt atomic.Int64
 	timeouts                   *ReceiveTimeouts
+	// bytesIn counts the bytes read from the replication socket: a
+	// message larger than what arrives within the receive timeout is
+	// still being heard from while its bytes flow (silence.go).
+	bytesIn atomic.Uint64
+	// silentStreak counts the streams in a row that went silent midway;
+	// each doubles the next stream's receive
+	// timeout (silence.go, stretchedTimeout).
+	silentStreak int
 	// Warnings about the setting, given once per capture.
 	warnedShort, warnedUnread bool
 }
@@ -288,6 +296,7 @@ func (c *Capture) Run(ctx context.Context) error {
 			return err
 		}
 		var silent receiveTimeoutError
+		c.noteStreamEnd(err)
 		if time.Since(started) > 30*time.Second || errors.As(err, &silent) {
 			// A stream that went silent had been working: reconnect
 			// promptly.
@@ -451,7 +460,7 @@ func (c *Capture) connect(ctx context.Context) error {
 	if pcfg.ConnectTimeout == 0 {
 		pcfg.ConnectTimeout = 10 * time.Second
 	}
-	pcfg.DialFunc = dialBatched(pcfg.DialFunc)
+	pcfg.DialFunc = dialCounted(dialBatched(pcfg.DialFunc), &c.bytesIn)
 	conn, err := pgconn.ConnectConfig(ctx, pcfg)
 	if err != nil {
 		err = pg.ConnectFailed("connect to", pcfg, err)
@@ -473,7 +482,7 @@ func (c *Capture) stream(ctx context.Context) error {
 		return err
 	}
 	c.dec.Reset()
-	timeout := c.receiveTimeout(ctx)
+	timeout := c.stretchedTimeout(c.receiveTimeout(ctx))
 	if err := c.startReplication(ctx); err != nil {
 		return err
 	}
@@ -486,7 +495,7 @@ func (c *Capture) stream(ctx context.Context) error {
 		"receive_timeout", timeout)
 	c.sentAt = time.Time{}
 	c.sentPos = 0
-	return c.receive(ctx, &silenceWatch{timeout: timeout, last: time.Now()})
+	return c.receive(ctx, &silenceWatch{timeout: timeout, last: time.Now(), bytes: c.bytesIn.Load()})
 }
 
 // startReplication starts streaming the slot on the new connection.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -25,6 +26,23 @@ import (
 // for a keepalive (a status update with the reply flag), which any server
 // that still reads the connection answers at once: only a stream that is
 // really dead stays silent for the whole timeout.
+//
+// Two things look like silence and are not. A message is handed over only
+// once it has arrived whole, and a 200 MB row on a slow link (or from a
+// loaded server) takes longer than the timeout to arrive: every byte read
+// from the socket therefore counts as hearing from the server. And a
+// server busy building one huge message (detoasting and printing a large
+// value, reading a spilled transaction back) answers no keepalive until
+// it is done; ending its stream restarts that work from the beginning, so
+// the next stream would go silent the same way, for ever. A stream that
+// goes silent soon after it started therefore doubles the next stream's
+// timeout (up to maxStretch times the setting), and any other end of a
+// stream resets it: a dead connection is still found, later each time it
+// happens in a row, and a busy server is given the time it needs.
+
+// maxStretch bounds how far successive silences stretch the receive
+// timeout.
+const maxStretch = 8
 
 // fallbackReceiveTimeout is the receive timeout when the server's
 // wal_sender_timeout is off (0) or cannot be read: twice PostgreSQL's
@@ -61,6 +79,10 @@ func (r *ReceiveTimeouts) add(at time.Time) {
 type receiveTimeoutError struct {
 	Slot            string
 	Silent, Timeout time.Duration
+	// Midway: the stream went silent in the middle of a transaction, or
+	// before anything arrived on it: where a server busy building one
+	// large message falls silent.
+	Midway bool
 }
 
 func (e receiveTimeoutError) Error() string {
@@ -72,18 +94,23 @@ func (e receiveTimeoutError) Error() string {
 // loop alone uses it; what other goroutines read is in Capture's atomics.
 type silenceWatch struct {
 	timeout time.Duration
+	// bytes is Capture.bytesIn as of the last check: a change means the
+	// server is heard from, even in the middle of a message.
+	bytes uint64
 	// last is when the loop last saw something arrive, as of its last
 	// check; heard says something arrived since that check.
 	last  time.Time
 	heard bool
 	// pinged: a keepalive was asked for and nothing arrived since.
 	pinged bool
+	// any: a whole message arrived on this stream.
+	any bool
 }
 
 // arrived notes that a message arrived. It runs once per message, so it
 // only sets a flag; the clock is read at the loop's next check.
 func (c *Capture) arrived(w *silenceWatch) {
-	w.heard = true
+	w.heard, w.any = true, true
 	if w.pinged {
 		w.pinged = false
 		c.pingedAt.Store(0)
@@ -97,6 +124,9 @@ func (c *Capture) arrived(w *silenceWatch) {
 // spends handing a message to a blocked consumer is never silence: that
 // message set heard.
 func (c *Capture) checkSilence(now time.Time, w *silenceWatch) error {
+	if n := c.bytesIn.Load(); n != w.bytes {
+		w.bytes, w.heard = n, true
+	}
 	if w.heard {
 		w.heard, w.last = false, now
 		c.heardAt.Store(now.UnixNano())
@@ -105,7 +135,7 @@ func (c *Capture) checkSilence(now time.Time, w *silenceWatch) error {
 	silent := now.Sub(w.last)
 	switch {
 	case silent >= w.timeout:
-		return receiveTimeoutError{Slot: c.cfg.Slot, Silent: silent, Timeout: w.timeout}
+		return receiveTimeoutError{Slot: c.cfg.Slot, Silent: silent, Timeout: w.timeout, Midway: !w.any || c.dec.InTransaction()}
 	case silent >= w.timeout/2 && !w.pinged:
 		if err := c.ping(); err != nil {
 			return err
@@ -133,6 +163,62 @@ func (c *Capture) ping() error {
 		return fmt.Errorf("ask the server for a keepalive: %w", err)
 	}
 	return nil
+}
+
+// stretchedTimeout is the receive timeout for the next stream: base,
+// doubled for each stream in a row that went silent midway, at most
+// maxStretch times base.
+func (c *Capture) stretchedTimeout(base time.Duration) time.Duration {
+	t := base
+	for i := 0; i < c.silentStreak && t < maxStretch*base; i++ {
+		t *= 2
+	}
+	if t != base {
+		c.log.Warn("the last streams went silent midway through a transaction or before anything arrived: the server may be busy building one large message (a huge row, a spilled transaction), so this stream waits longer before it gives up",
+			"slot", c.cfg.Slot, "silent_streams", c.silentStreak, "receive_timeout", t)
+	}
+	return t
+}
+
+// noteStreamEnd updates the silent streak when a stream has ended with
+// err: a silence midway lengthens it, anything else ends it.
+func (c *Capture) noteStreamEnd(err error) {
+	var silent receiveTimeoutError
+	if errors.As(err, &silent) && silent.Midway {
+		c.silentStreak++
+		return
+	}
+	c.silentStreak = 0
+}
+
+// dialCounted wraps dial so that every byte read from the connection is
+// added to n.
+func dialCounted(dial func(ctx context.Context, network, addr string) (net.Conn, error), n *atomic.Uint64) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	if dial == nil {
+		dial = (&net.Dialer{KeepAlive: 5 * time.Minute}).DialContext
+	}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &countedConn{Conn: conn, n: n}, nil
+	}
+}
+
+// countedConn counts the bytes read from its connection. Deadlines and
+// everything else go to the connection it wraps.
+type countedConn struct {
+	net.Conn
+	n *atomic.Uint64
+}
+
+func (c *countedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.n.Add(uint64(n))
+	}
+	return n, err
 }
 
 // receiveTimeout is the receive timeout of the stream about to start on

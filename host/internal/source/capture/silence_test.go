@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -20,5 +21,30 @@ func TestParseGUCDuration(t *testing.T) {
 		if got, err := parseGUCDuration(in); err == nil {
 			t.Errorf("parseGUCDuration(%q) = %s, want an error", in, got)
 		}
+	}
+}
+
+// TestSilentStreakStretchesTimeout: each stream in a row that went
+// silent midway doubles the next one's receive timeout, up to maxStretch
+// times the setting; any other end of a stream (a silence after a whole
+// transaction, an error) starts again from the setting.
+func TestSilentStreakStretchesTimeout(t *testing.T) {
+	c := New(Config{Slot: "s"}, nil)
+	base := 10 * time.Second
+	midway := receiveTimeoutError{Slot: "s", Timeout: base, Midway: true}
+	for i, want := range []time.Duration{base, 2 * base, 4 * base, 8 * base, 8 * base} {
+		if got := c.stretchedTimeout(base); got != want {
+			t.Fatalf("after %d midway silences: timeout %s, want %s", i, got, want)
+		}
+		c.noteStreamEnd(midway)
+	}
+	c.noteStreamEnd(receiveTimeoutError{Slot: "s", Timeout: base})
+	if got := c.stretchedTimeout(base); got != base {
+		t.Fatalf("after a silence between transactions: timeout %s, want %s", got, base)
+	}
+	c.noteStreamEnd(midway)
+	c.noteStreamEnd(errors.New("connection reset"))
+	if got := c.stretchedTimeout(base); got != base {
+		t.Fatalf("after a stream that failed otherwise: timeout %s, want %s", got, base)
 	}
 }
