@@ -31,6 +31,7 @@ func (s *server) describe(context.Context, *sinkv1.DescribeRequest) (*sinkv1.Des
 		Name:    info.Name,
 		Version: info.Version,
 		Ordered: info.Ordered,
+		Routes:  info.Routes,
 		Config:  make([]*sinkv1.ConfigField, 0, len(info.Config)),
 	}
 	if info.BatchSize > 0 {

@@ -67,6 +67,17 @@ type Info struct {
 	// fixed cost, such as a Kafka transaction. Hosts older than this field
 	// ignore it. At most 10000.
 	BatchSize int
+	// Routes declares that the sink delivers each event to the destination
+	// its Event.Route names: a topic, a URL path, a channel, a subject, a
+	// stream key. Set it only when Deliver honours Event.Route (an event
+	// with an empty Route goes where it would without routes). The host
+	// refuses a sink block with a route expression whose plugin does not
+	// set Routes, at the route's place in the pipeline file, instead of
+	// letting every event quietly go to one destination. Route only ever
+	// chooses a destination: events of one row still arrive in commit
+	// order, and a Route the destination cannot take (a name it refuses)
+	// is a Permanent error that names the route, so the event parks.
+	Routes bool
 }
 
 // OpenResult is what a sink reports after connecting.

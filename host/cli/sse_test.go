@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -142,4 +143,103 @@ func TestSSE(t *testing.T) {
 	waitFor(t, "the webhook sink", time.Minute, func() bool { return rcv.distinct() == total })
 	waitFor(t, "the slot to pass the workload", time.Minute, func() bool { return confirmedFlush(t, db, "walcast_sse") >= end })
 	proc.stop()
+}
+
+// readFrames reads n frames from a stream, failing after a minute.
+func readFrames(t *testing.T, what string, frames <-chan sseFrame, n int) []sseFrame {
+	t.Helper()
+	var got []sseFrame
+	deadline := time.After(time.Minute)
+	for len(got) < n {
+		select {
+		case f, ok := <-frames:
+			if !ok {
+				t.Fatalf("%s: stream ended after %d of %d frames", what, len(got), n)
+			}
+			got = append(got, f)
+		case <-deadline:
+			t.Fatalf("%s: %d of %d frames after a minute", what, len(got), n)
+		}
+	}
+	return got
+}
+
+// TestSSEChannels: walcast run with an sse sink whose route is a function
+// of the row's key (two channels, one with a '/') beside an unrouted
+// webhook sink. A client of each channel receives exactly the events of
+// its rows, every one the webhook sink received and no other, in commit
+// order; the bare path streams both channels; and resuming a channel
+// with Last-Event-ID gives the rest of that channel.
+func TestSSEChannels(t *testing.T) {
+	parallel(t)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
+	rcv := newReceiver(t)
+	addr := freeAddr(t)
+	url := "http://" + addr + "/events"
+	pipeline := writePipeline(t, "ssechannels", dsn, []string{"public.items"},
+		sinkSpec{ID: "browser", SinkType: "sse", Top: "  route = \"key.id % 2 == 0 ? 'even' : 'odd/rows'\"\n",
+			Config: fmt.Sprintf("    listen = %q\n    retention_events = 100000\n", addr)},
+		sinkSpec{ID: "hook", URL: rcv.URL})
+	proc := startCapturing(t, db, pipeline)
+	defer proc.stop()
+	waitFor(t, "the sse server", time.Minute, func() bool {
+		resp, err := http.Get(url + "?tables=none.none")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == http.StatusOK
+	})
+	even, odd, all := sseSubscribe(t, url+"/even", ""), sseSubscribe(t, url+"?channel=odd/rows", ""), sseSubscribe(t, url, "")
+
+	for i := range 10 {
+		exec1(t, db, fmt.Sprintf(`INSERT INTO items SELECT g, 0 FROM generate_series(%d, %d) g`, i*10+1, i*10+10))
+		exec1(t, db, fmt.Sprintf(`UPDATE items SET v = v + 1 WHERE id %% 3 = %d`, i%3))
+	}
+	exec1(t, db, `DELETE FROM items WHERE id > 80`)
+	end := lsnQuery(t, db, `SELECT pg_current_wal_lsn()::text`)
+	// The webhook sink is durable: once the slot passed the workload it
+	// has every event, and its events are the truth.
+	waitFor(t, "the slot to pass the workload", time.Minute, func() bool { return confirmedFlush(t, db, "walcast_ssechannels") >= end })
+	truth := firstCopies(rcv.events())
+	slices.SortFunc(truth, func(a, b received) int { return a.ID.Compare(b.ID) })
+	want := map[string][]string{}
+	for _, r := range truth {
+		var key struct{ ID int }
+		if err := json.Unmarshal([]byte(r.Key), &key); err != nil {
+			t.Fatalf("key %q: %v", r.Key, err)
+		}
+		ch := map[bool]string{true: "even", false: "odd/rows"}[key.ID%2 == 0]
+		want[ch] = append(want[ch], r.ID.String())
+	}
+	ids := func(fs []sseFrame) []string {
+		out := make([]string, len(fs))
+		for i, f := range fs {
+			out[i] = f.ID
+		}
+		return out
+	}
+	gotEven := readFrames(t, "even", even, len(want["even"]))
+	gotOdd := readFrames(t, "odd/rows", odd, len(want["odd/rows"]))
+	gotAll := readFrames(t, "all", all, len(want["even"])+len(want["odd/rows"]))
+	for ch, got := range map[string][]sseFrame{"even": gotEven, "odd/rows": gotOdd} {
+		if fmt.Sprint(ids(got)) != fmt.Sprint(want[ch]) {
+			t.Fatalf("channel %s got %v,\nwant (the webhook sink's events of its rows, in commit order) %v", ch, ids(got), want[ch])
+		}
+	}
+	var prev pluginkit.EventID
+	for i, f := range gotAll {
+		id := pluginkit.MustParseEventID(f.ID)
+		if i > 0 && id.Compare(prev) <= 0 {
+			t.Fatalf("the bare path's frame %d (%s) is not after %s", i, id, prev)
+		}
+		prev = id
+	}
+
+	// Resume the odd channel halfway: exactly the rest of it.
+	half := len(gotOdd) / 2
+	resumed := readFrames(t, "odd resumed", sseSubscribe(t, url+"/odd/rows", gotOdd[half-1].ID), len(gotOdd)-half)
+	if fmt.Sprint(ids(resumed)) != fmt.Sprint(ids(gotOdd[half:])) {
+		t.Fatalf("resumed odd/rows got %v, want %v", ids(resumed), ids(gotOdd[half:]))
+	}
+	t.Logf("even: %d events, odd/rows: %d, all: %d", len(gotEven), len(gotOdd), len(gotAll))
 }

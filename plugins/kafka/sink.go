@@ -86,6 +86,7 @@ func (s *Sink) Info() pluginkit.Info {
 		Version: pluginkit.BuildVersion(),
 		Config:  configFields,
 		Ordered: true,
+		Routes:  true, // the route is the topic
 		// One transaction per batch, one batch at a time: its fixed cost
 		// (begin, add partitions, the checkpoint record, commit) is paid
 		// per Deliver, so this sink asks for larger batches than the

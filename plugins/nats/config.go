@@ -32,7 +32,7 @@ const (
 // configFields declares the config block.
 var configFields = []pluginkit.ConfigField{
 	{Name: "servers", Type: pluginkit.TypeStringList, Required: true, Doc: `NATS server URLs, "nats://host:4222" (tls:// for TLS).`},
-	{Name: "subject_prefix", Type: pluginkit.TypeString, Doc: `Events of schema.table are published to "<subject_prefix>.<schema>.<table>", each '.', '*', '>' or space in a name replaced by "_". Default "walcast".`},
+	{Name: "subject_prefix", Type: pluginkit.TypeString, Doc: `Events of schema.table are published to "<subject_prefix>.<schema>.<table>", each '.', '*', '>' or space in a name replaced by "_"; with a route, to "<subject_prefix>.<route>". Default "walcast".`},
 	{Name: "subjects", Type: pluginkit.TypeStringMap, Doc: `Per-table subjects, "schema.table" = "subject", instead of the derived one.`},
 	{Name: "stream", Type: pluginkit.TypeString, Doc: `The JetStream stream that must store the events (Nats-Expected-Stream on every message). Default "WALCAST".`},
 	{Name: "create_stream", Type: pluginkit.TypeBool, Doc: `true (default): create the stream when missing, on "<subject_prefix>.>" and the subjects, file storage, duplicate_window.`},
@@ -230,6 +230,21 @@ func parseAuth(st settings) error {
 		return &pluginkit.ConfigError{Field: chosen[1], Msg: fmt.Sprintf("choose one way to authenticate: %s", strings.Join(chosen, ", "))}
 	}
 	return nil
+}
+
+// subject is the subject e is published to: "<subject_prefix>.<route>"
+// when the sink's route expression chose one, else its table's. A route
+// that does not make a subject to publish to (an empty token, a wildcard,
+// white space) is an error naming it: the event can never be published
+// as routed, so it parks with the reason.
+func (st settings) subject(e *pluginkit.Event) (string, error) {
+	if e.Route == "" {
+		return st.subjectFor(e.Schema, e.Table), nil
+	}
+	if !validSubject(e.Route) {
+		return "", fmt.Errorf("event %s: route %q is not a subject suffix (tokens separated by '.', none empty, without '*', '>' or white space): fix the sink's route expression", e.ID, e.Route)
+	}
+	return st.subjectPrefix + "." + e.Route, nil
 }
 
 // subjectFor is the subject of schema.table's events.

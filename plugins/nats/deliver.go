@@ -37,7 +37,12 @@ func (s *Sink) Deliver(ctx context.Context, b pluginkit.Batch) (pluginkit.Delive
 	failed := map[int]error{}
 	for i := range events {
 		e := &events[i]
-		f, err := js.PublishMsgAsync(message(e, st, b.Epoch), jetstream.WithStallWait(st.ackTimeout))
+		subj, err := st.subject(e)
+		if err != nil {
+			failed[i] = pluginkit.Permanent(err)
+			continue
+		}
+		f, err := js.PublishMsgAsync(message(e, subj, st, b.Epoch), jetstream.WithStallWait(st.ackTimeout))
 		if err != nil {
 			failed[i] = s.publishError(e, err)
 			continue
@@ -74,15 +79,15 @@ func (s *Sink) Deliver(ctx context.Context, b pluginkit.Batch) (pluginkit.Delive
 	return res, batchResult(failed, len(events))
 }
 
-// message is the NATS message of one event.
-func message(e *pluginkit.Event, st settings, epoch string) *nats.Msg {
+// message is the NATS message of one event, published to subj.
+func message(e *pluginkit.Event, subj string, st settings, epoch string) *nats.Msg {
 	h := nats.Header{}
 	h.Set(jetstream.MsgIDHeader, msgID(e.ID, epoch))
 	h.Set("walcast-id", e.ID.String())
 	h.Set(jetstream.ExpectedStreamHeader, st.stream)
 	h.Set("walcast-op", string(e.Op))
 	h.Set("walcast-table", e.Schema+"."+e.Table)
-	return &nats.Msg{Subject: st.subjectFor(e.Schema, e.Table), Data: e.Payload, Header: h}
+	return &nats.Msg{Subject: subj, Data: e.Payload, Header: h}
 }
 
 // msgID is an event's Nats-Msg-Id: its id, prefixed with the epoch of

@@ -32,7 +32,7 @@ const (
 //     a full stream): retryable, naming the cause.
 func (s *Sink) publishError(e *pluginkit.Event, err error) error {
 	st := s.cfg
-	subj := st.subjectFor(e.Schema, e.Table)
+	subj, _ := st.subject(e) // Deliver published it: the subject is valid
 	what := fmt.Sprintf("publish event %s (%d bytes) to %s", e.ID, len(e.Payload), subj)
 	var api *jetstream.APIError
 	switch {
@@ -45,6 +45,8 @@ func (s *Sink) publishError(e *pluginkit.Event, err error) error {
 		return pluginkit.Fatal(fmt.Errorf("%s: the subject is stored by another stream than %s; set stream, or change the streams' subjects: %w", what, st.stream, err))
 	case errors.As(err, &api) && api.ErrorCode == codeStoreFailed:
 		return pluginkit.Retryable(fmt.Errorf("%s: stream %s refused to store it (a limit of the stream; with discard new, a full stream): %w", what, st.stream, err))
+	case errors.Is(err, jetstream.ErrNoStreamResponse) && e.Route != "":
+		return pluginkit.Retryable(fmt.Errorf("%s: no stream answered: is JetStream up, and does stream %s store %s.> (routed events go to <subject_prefix>.<route>)?: %w", what, st.stream, st.subjectPrefix, err))
 	case errors.Is(err, jetstream.ErrNoStreamResponse):
 		return pluginkit.Retryable(fmt.Errorf("%s: no stream answered: is JetStream up, and stream %s on that subject?: %w", what, st.stream, err))
 	case errors.Is(err, jetstream.ErrAsyncPublishTimeout):

@@ -55,9 +55,9 @@ func newSink(log *slog.Logger) *Sink { return &Sink{log: log} }
 // Info describes the sink. Not ordered: the duplicate window recognises a
 // redelivery whatever order batches come in, and the host never has two
 // changes of one row in flight at once, so a row's changes are stored in
-// commit order.
+// commit order. Routes: the route is the subject under subject_prefix.
 func (s *Sink) Info() pluginkit.Info {
-	return pluginkit.Info{Name: "nats", Version: pluginkit.BuildVersion(), Config: configFields}
+	return pluginkit.Info{Name: "nats", Version: pluginkit.BuildVersion(), Config: configFields, Routes: true}
 }
 
 // Configure validates the config and every table's subject; it contacts

@@ -196,3 +196,53 @@ func assertStored(t *testing.T, got []stored, want ...[]pluginkit.Event) {
 		}
 	}
 }
+
+// With a route, each event is published to "<subject_prefix>.<route>":
+// events routed to two subjects arrive on each, every row's changes in
+// commit order and none lost, and an event whose route is no subject
+// parks alone, as permanent, naming the route.
+func TestRoutes(t *testing.T) {
+	srv := startNATS(t, "")
+	s := openSink(t, srv, map[string]any{"subject_prefix": "cdc"}, "public.items")
+	if !s.Info().Routes {
+		t.Fatal("Info.Routes is false: the host would refuse a route on the nats sink")
+	}
+	// Keys 0..6 (events' i%7): even keys to tenant.eu, odd to tenant_us.
+	route := func(evs []pluginkit.Event) []pluginkit.Event {
+		for i := range evs {
+			var k struct{ ID int }
+			_ = json.Unmarshal(evs[i].Key, &k)
+			evs[i].Route = []string{"tenant.eu", "tenant_us"}[k.ID%2]
+		}
+		return evs
+	}
+	first, second := route(events(0x10, 30)), route(events(0x20, 30))
+	deliver(t, s, pluginkit.Batch{Events: first})
+	bad := second[3]
+	second[3].Route = "tenant.*"
+	_, err := s.Deliver(t.Context(), pluginkit.Batch{Events: second})
+	var be *pluginkit.BatchError
+	if !errors.As(err, &be) || len(be.Failed) != 1 || be.Failed[3] == nil {
+		t.Fatalf("Deliver with one bad route = %v, want a BatchError naming event 3 only", err)
+	}
+	if kind, _ := pluginkit.KindOf(be.Failed[3]); kind != pluginkit.KindPermanent || !strings.Contains(be.Failed[3].Error(), `"tenant.*"`) {
+		t.Fatalf("the bad route's error = %v, want permanent, naming the route", be.Failed[3])
+	}
+
+	got := srv.readOnce(t, "WALCAST")
+	bySubject := map[string][]string{}
+	for _, m := range got {
+		bySubject[m.Subject] = append(bySubject[m.Subject], m.ID)
+	}
+	want := map[string][]string{}
+	for _, e := range append(first, second...) {
+		if e.ID == bad.ID {
+			continue
+		}
+		subj := "cdc." + e.Route
+		want[subj] = append(want[subj], e.ID.String())
+	}
+	if len(want) != 2 || fmt.Sprint(bySubject) != fmt.Sprint(want) {
+		t.Fatalf("the stream holds, by subject:\n%v\nwant:\n%v", bySubject, want)
+	}
+}

@@ -35,7 +35,7 @@ var configFields = []pluginkit.ConfigField{
 	{Name: "exchange", Type: pluginkit.TypeString, Doc: `The exchange messages are published to. Default "walcast"; "" is the default exchange (routing key = queue name).`},
 	{Name: "exchange_type", Type: pluginkit.TypeString, Doc: `The type the exchange is declared with: topic (default), direct, fanout or headers.`},
 	{Name: "declare_exchange", Type: pluginkit.TypeBool, Doc: "true (default): declare the exchange (durable) when the sink connects; false: it must exist."},
-	{Name: "routing_key", Type: pluginkit.TypeString, Doc: `The routing key of each message: {schema}, {table} and {op} are replaced by the event's. Default "{schema}.{table}".`},
+	{Name: "routing_key", Type: pluginkit.TypeString, Doc: `The routing key of each message: {schema}, {table} and {op} are replaced by the event's. Default "{schema}.{table}". With a route, the route is the routing key.`},
 	{Name: "mandatory", Type: pluginkit.TypeBool, Doc: "true (default): a message no queue is bound for is returned by the broker and retried, never dropped; false: the broker drops it."},
 	{Name: "max_message_bytes", Type: pluginkit.TypeNumber, Doc: "Events larger than this are refused (parked) without being sent; keep it at or below the broker's max_message_size. Default 134217728."},
 	{Name: "tls", Type: pluginkit.TypeStringMap, Doc: "TLS for amqps:// URLs: ca_file, cert_file, key_file (client certificate), server_name, insecure_skip_verify."},
@@ -156,8 +156,12 @@ func checkPattern(p string) error {
 	}
 }
 
-// routingKey is the pattern filled in for e.
+// routingKeyOf is e's routing key: the route the sink's route expression
+// chose, else the pattern filled in for e.
 func (st settings) routingKeyOf(e *pluginkit.Event) string {
+	if e.Route != "" {
+		return e.Route
+	}
 	r := strings.NewReplacer("{schema}", e.Schema, "{table}", e.Table, "{op}", string(e.Op))
 	return r.Replace(st.routingKey)
 }

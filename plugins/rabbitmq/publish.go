@@ -70,6 +70,9 @@ func (s *Sink) publish(ctx context.Context, events []pluginkit.Event) (failed ma
 			failed[i] = pluginkit.Permanent(fmt.Errorf("event %s is %d bytes, more than the %d a message may have (max_message_bytes, or the broker's max_message_size): raise both to deliver it",
 				e.ID, len(e.Payload), limit))
 			continue
+		case len(key) > maxRoutingKey && e.Route != "":
+			failed[i] = pluginkit.Permanent(fmt.Errorf("event %s: route %q is longer than the %d bytes of an AMQP routing key: fix the sink's route expression", e.ID, key, maxRoutingKey))
+			continue
 		case len(key) > maxRoutingKey:
 			failed[i] = pluginkit.Permanent(fmt.Errorf("event %s: routing key %q is longer than AMQP's %d bytes: shorten routing_key", e.ID, key, maxRoutingKey))
 			continue

@@ -54,8 +54,9 @@ func newSink(log *slog.Logger) *Sink { return &Sink{log: log} }
 // Info describes the sink. Batches of different rows are published in
 // parallel, each on its own channel; a row's changes are never in two
 // batches at once (the host's lanes), and one channel keeps publish order.
+// Routes: the route is the routing key.
 func (s *Sink) Info() pluginkit.Info {
-	return pluginkit.Info{Name: "rabbitmq", Version: pluginkit.BuildVersion(), Config: configFields}
+	return pluginkit.Info{Name: "rabbitmq", Version: pluginkit.BuildVersion(), Config: configFields, Routes: true}
 }
 
 // Configure validates the config; it contacts no broker.

@@ -334,3 +334,90 @@ func TestNackedRetried(t *testing.T) {
 		t.Fatalf("queue holds %d messages (%v), want the 2 it took", q.Messages, err)
 	}
 }
+
+// TestRoutes: with a route, the route is the routing key: a queue bound
+// to each of two keys gets exactly the events routed there, every row's
+// changes in commit order, and a route too long for a routing key fails
+// alone, as permanent, naming the route.
+func TestRoutes(t *testing.T) {
+	s := open(t, map[string]any{"url": rabbit.url(), "exchange": "routes", "mandatory": true})
+	if !s.Info().Routes {
+		t.Fatal("Info.Routes is false: the host would refuse a route on the rabbitmq sink")
+	}
+	keys := []string{"tenant.eu", "tenant.us"}
+	queues := map[string]*consumer{}
+	for _, k := range keys {
+		queues[k] = consumeKey(t, "routes", k)
+	}
+	var evs []pluginkit.Event
+	want := map[string][]string{}
+	for i := range 60 {
+		row := i % 7
+		e := event(fmt.Sprintf("0/100:%d", i), "public", "items", fmt.Sprintf(`{"row":%d,"i":%d}`, row, i))
+		e.Key = fmt.Appendf(nil, `{"id":%d}`, row)
+		e.Route = keys[row%2]
+		if i == 10 {
+			e.Route = strings.Repeat("x", maxRoutingKey+1)
+		} else {
+			want[e.Route] = append(want[e.Route], string(e.Payload))
+		}
+		evs = append(evs, e)
+	}
+	_, err := s.Deliver(ctx(t), pluginkit.Batch{Events: evs})
+	var be *pluginkit.BatchError
+	if !errors.As(err, &be) || len(be.Failed) != 1 || be.Failed[10] == nil || !strings.Contains(be.Failed[10].Error(), "route \"xxx") {
+		t.Fatalf("Deliver with one overlong route = %v, want a BatchError naming event 10 and its route", err)
+	}
+	if kind, _ := pluginkit.KindOf(be.Failed[10]); kind != pluginkit.KindPermanent {
+		t.Fatalf("the overlong route's error is %v, want permanent", kind)
+	}
+	for _, k := range keys {
+		got := waitDeliveries(t, queues[k], len(want[k]))
+		var bodies []string
+		for _, d := range got {
+			if d.RoutingKey != k {
+				t.Fatalf("queue bound to %s got a message with routing key %q", k, d.RoutingKey)
+			}
+			bodies = append(bodies, string(d.Body))
+		}
+		if strings.Join(bodies, "\n") != strings.Join(want[k], "\n") {
+			t.Errorf("queue bound to %s got\n%s\nwant\n%s", k, strings.Join(bodies, "\n"), strings.Join(want[k], "\n"))
+		}
+	}
+}
+
+// consumeKey is consume with a queue of its own bound to one routing key.
+func consumeKey(t testing.TB, exchange, key string) *consumer {
+	t.Helper()
+	conn, err := amqp.Dial(rabbit.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &consumer{ch: ch, queue: "q-" + strings.NewReplacer("/", "-").Replace(t.Name()) + "-" + key}
+	if err := ch.ExchangeDeclare(exchange, "topic", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(c.queue, false, true, true, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(c.queue, key, exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	deliveries, err := ch.Consume(c.queue, "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for d := range deliveries {
+			c.mu.Lock()
+			c.msgs = append(c.msgs, d)
+			c.mu.Unlock()
+		}
+	}()
+	return c
+}

@@ -31,7 +31,7 @@ var configFields = []pluginkit.ConfigField{
 	{Name: "username", Type: pluginkit.TypeString, Doc: `ACL user (Redis 6+); empty: the default user.`},
 	{Name: "password", Type: pluginkit.TypeString, Doc: `Password of username, or the requirepass of a server without ACL users.`},
 	{Name: "db", Type: pluginkit.TypeNumber, Doc: `Database number (SELECT). Default 0.`},
-	{Name: "stream_prefix", Type: pluginkit.TypeString, Doc: `Events of schema.table go to the stream "<stream_prefix>:<schema>.<table>". Default "walcast".`},
+	{Name: "stream_prefix", Type: pluginkit.TypeString, Doc: `Events of schema.table go to the stream "<stream_prefix>:<schema>.<table>"; with a route, to "<stream_prefix>:<route>". Default "walcast".`},
 	{Name: "streams", Type: pluginkit.TypeStringMap, Doc: `Per-table stream keys, "schema.table" = "key", instead of the derived name.`},
 	{Name: "maxlen", Type: pluginkit.TypeNumber, Doc: `Trim each stream to about this many entries on every XADD (MAXLEN ~); 0 (default): never trim.`},
 	{Name: "maxlen_exact", Type: pluginkit.TypeBool, Doc: `true: trim to exactly maxlen (MAXLEN =, slower); false (default): Redis trims whole nodes, keeping at least maxlen.`},
@@ -176,6 +176,15 @@ func parseTimeout(st *settings, s string) error {
 	}
 	st.timeout = d
 	return nil
+}
+
+// streamOf is the stream key e is written to: "<stream_prefix>:<route>"
+// when the sink's route expression chose one, else its table's.
+func (st settings) streamOf(e *pluginkit.Event) string {
+	if e.Route != "" {
+		return st.streamPrefix + ":" + e.Route
+	}
+	return st.streamFor(e.Schema, e.Table)
 }
 
 // streamFor is the stream key of schema.table's events.

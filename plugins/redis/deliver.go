@@ -59,6 +59,9 @@ func (s *Sink) Deliver(ctx context.Context, b pluginkit.Batch) (pluginkit.Delive
 		switch {
 		case filter && e.ID.Compare(s.checkpoint.ID) <= 0:
 			res.Duplicates++
+		case e.Route != "" && s.cfg.streamOf(&e) == s.cfg.checkpointKey:
+			refused[i] = pluginkit.Permanent(fmt.Errorf("event %s: route %q makes stream key %q, the sink's checkpoint key: fix the sink's route expression (or set checkpoint_key)",
+				e.ID, e.Route, s.cfg.checkpointKey))
 		case int64(len(e.Payload)) > s.maxEntry:
 			refused[i] = pluginkit.Permanent(fmt.Errorf("event %s (%s.%s) is %d bytes, more than the %d bytes Redis takes in one value (proto-max-bulk-len, or max_entry_bytes); raise both to deliver it",
 				e.ID, e.Schema, e.Table, len(e.Payload), s.maxEntry))
@@ -159,7 +162,7 @@ func (s *Sink) written(what string, events []pluginkit.Event, fresh []int, cmds 
 				failed = map[int]error{}
 			}
 			e := &events[i]
-			failed[i] = pluginkit.Permanent(fmt.Errorf("XADD event %s to %s: %w", e.ID, s.cfg.streamFor(e.Schema, e.Table), err))
+			failed[i] = pluginkit.Permanent(fmt.Errorf("XADD event %s to %s: %w", e.ID, s.cfg.streamOf(e), err))
 		}
 	}
 	return failed, nil
@@ -194,7 +197,7 @@ func (s *Sink) xaddArgs(e *pluginkit.Event) *redis.XAddArgs {
 		key = []byte("null")
 	}
 	a := &redis.XAddArgs{
-		Stream: s.cfg.streamFor(e.Schema, e.Table),
+		Stream: s.cfg.streamOf(e),
 		Values: []any{"id", e.ID.String(), "op", string(e.Op), "table", e.Schema + "." + e.Table, "key", key, "event", e.Payload},
 	}
 	if s.cfg.maxLen > 0 {

@@ -238,3 +238,58 @@ func TestNewEpochIsWrittenBelowCheckpoint(t *testing.T) {
 	}
 	assertOnce(t, entries(t, c, itemsStream), events(0x400, 5), events(0x100, 5), parked, events(0x180, 5))
 }
+
+// With a route each event goes to the stream "<stream_prefix>:<route>":
+// events routed to two streams arrive in each, every row's entries in
+// commit order, and the one checkpoint written in the same MULTI/EXEC
+// keeps a redelivery after a reopen out of both streams. A route naming
+// the checkpoint key parks its event alone.
+func TestRoutesExactlyOnce(t *testing.T) {
+	srv := startRedis(t)
+	extra := map[string]any{"stream_prefix": "cdc", "checkpoint_key": "cdc:cp"}
+	s, _ := openSink(t, srv.Addr, extra)
+	if !s.Info().Routes {
+		t.Fatal("Info.Routes is false: the host would refuse a route on the redis sink")
+	}
+	route := func(evs []pluginkit.Event) []pluginkit.Event {
+		for i := range evs {
+			// events' keys are {"id":i%7}: odd keys to one stream, even to the other.
+			evs[i].Route = map[bool]string{true: "tenant:us", false: "tenant:eu"}[strings.Contains("135", string(evs[i].Key[6]))]
+		}
+		return evs
+	}
+	a, b := route(events(0x100, 40)), route(events(0x200, 40))
+	deliver(t, s, pluginkit.Batch{Events: a})
+	s.Close(t.Context())
+
+	s2, res := openSink(t, srv.Addr, extra)
+	if want := a[len(a)-1].ID; res.Checkpoint != want {
+		t.Fatalf("reopened checkpoint = %s, want %s", res.Checkpoint, want)
+	}
+	// The host redelivers a (its ack was lost) together with b.
+	if r := deliver(t, s2, pluginkit.Batch{Events: a}); r.Duplicates != len(a) {
+		t.Errorf("redelivered batch: %d duplicates, want %d", r.Duplicates, len(a))
+	}
+	b[5].Route = "cp" // the stream key would be the checkpoint key
+	_, err := s2.Deliver(t.Context(), pluginkit.Batch{Events: b})
+	var be *pluginkit.BatchError
+	if !errors.As(err, &be) || len(be.Failed) != 1 || be.Failed[5] == nil || !strings.Contains(be.Failed[5].Error(), `route "cp"`) {
+		t.Fatalf("Deliver with a route on the checkpoint key = %v, want a BatchError naming event 5 and its route", err)
+	}
+
+	c := srv.client(t, "")
+	want := map[string][]string{}
+	for _, e := range append(a, b...) {
+		if e.Route != "cp" {
+			want["cdc:"+e.Route] = append(want["cdc:"+e.Route], e.ID.String())
+		}
+	}
+	for stream, w := range want {
+		if got := ids(entries(t, c, stream)); strings.Join(got, " ") != strings.Join(w, " ") {
+			t.Errorf("stream %s holds %v, want %v", stream, got, w)
+		}
+	}
+	if len(want) != 2 {
+		t.Fatalf("routed to %d streams, want 2", len(want))
+	}
+}

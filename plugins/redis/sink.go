@@ -74,7 +74,10 @@ func (s *Sink) acquire(ctx context.Context) error {
 func (s *Sink) release() { <-s.lock }
 
 // Info describes the sink. Ordered: filtering at or below the checkpoint
-// is only sound when batches commit in id order.
+// is only sound when batches commit in id order. Routes: the route names
+// the stream under stream_prefix; one checkpoint covers every stream,
+// since a batch's entries, whatever their streams, and the checkpoint are
+// written in one MULTI/EXEC.
 func (s *Sink) Info() pluginkit.Info {
 	return pluginkit.Info{
 		Name:      "redis",
@@ -82,6 +85,7 @@ func (s *Sink) Info() pluginkit.Info {
 		Config:    configFields,
 		Ordered:   true,
 		BatchSize: defaultBatchSize,
+		Routes:    true,
 	}
 }
 

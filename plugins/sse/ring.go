@@ -40,6 +40,7 @@ type stored struct {
 	gap   bool   // a marker: walcast dropped events for this sink here
 	table string // schema.table, for per-client filters
 	op    pluginkit.Op
+	route string // the channel the sink's route expression chose; empty without one
 	at    time.Time
 	frame []byte
 }
@@ -74,7 +75,7 @@ func (r *ring) append(events []pluginkit.Event, gapBefore bool) (skipped int) {
 			gapBefore = false
 		}
 		f := changeFrame(e)
-		r.buf = append(r.buf, stored{seq: r.next, id: e.ID, table: e.Schema + "." + e.Table, op: e.Op, at: now, frame: f})
+		r.buf = append(r.buf, stored{seq: r.next, id: e.ID, table: e.Schema + "." + e.Table, op: e.Op, route: e.Route, at: now, frame: f})
 		r.bytes += len(f)
 		r.next++
 		added = true

@@ -70,12 +70,14 @@ func New() *Sink { return newSink(pluginkit.NewLogger()) }
 func newSink(log *slog.Logger) *Sink { return &Sink{log: log, now: time.Now} }
 
 // Info describes the sink. Ordered: the window must hold events in id
-// order for Last-Event-ID to mean "everything after this".
+// order for Last-Event-ID to mean "everything after this". Routes: the
+// route is the channel, <path>/<channel>.
 func (s *Sink) Info() pluginkit.Info {
 	return pluginkit.Info{
 		Name:    "sse",
 		Version: pluginkit.BuildVersion(),
 		Ordered: true,
+		Routes:  true,
 		Config: []pluginkit.ConfigField{
 			{Name: "listen", Type: pluginkit.TypeString, Required: true, Doc: `Address the HTTP server listens on, for example "127.0.0.1:8090".`},
 			{Name: "path", Type: pluginkit.TypeString, Doc: `URL path of the stream. Default "/events".`},
@@ -211,6 +213,10 @@ func (s *Sink) open() (pluginkit.OpenResult, string, error) {
 	s.done = make(chan struct{})
 	mux := http.NewServeMux()
 	mux.HandleFunc(s.cfg.path, s.serveStream)
+	if !strings.HasSuffix(s.cfg.path, "/") {
+		// <path>/<channel>: the channels of a sink with a route.
+		mux.HandleFunc(s.cfg.path+"/", s.serveStream)
+	}
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	s.addr = ln.Addr()
 	go func(srv *http.Server) {
@@ -266,10 +272,15 @@ func (s *Sink) Addr() net.Addr {
 
 // serveStream streams events to one client:
 //
-//	GET /events[?tables=public.orders,...][&ops=insert,update][&token=...]
+//	GET /events[/<channel>][?tables=public.orders,...][&ops=insert,update][&token=...]
 //	Last-Event-ID: <id>   (or ?last_event_id=), to resume after that event
 //
-// Without Last-Event-ID the client gets events from now on.
+// Without Last-Event-ID the client gets events from now on. With a
+// channel (or ?channel=) it gets only the events the sink's route sent
+// there; /events itself streams every channel. Channels share one
+// retention window, so resuming one is resuming the window filtered: an
+// id the window moved past is a gap for that channel too, since events of
+// it may have been among those that left.
 func (s *Sink) serveStream(w http.ResponseWriter, req *http.Request) {
 	s.mu.Lock()
 	cfg, r, done := s.cfg, s.ring, s.done
@@ -325,7 +336,7 @@ func admit(w http.ResponseWriter, req *http.Request, cfg settings) (f filter, ok
 		http.Error(w, "missing or wrong token", http.StatusUnauthorized)
 		return f, false
 	}
-	f, err := parseFilter(req)
+	f, err := parseFilter(req, cfg.path)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return f, false
@@ -439,11 +450,28 @@ func authorized(req *http.Request, token string) bool {
 type filter struct {
 	tables map[string]bool
 	ops    map[pluginkit.Op]bool
+	// channel, when set, is the one route the client follows.
+	channel *string
 }
 
-func parseFilter(req *http.Request) (filter, error) {
+// parseFilter reads a client's filter: its channel from the path under
+// base (or ?channel=), its tables and ops from the query.
+func parseFilter(req *http.Request, base string) (filter, error) {
 	var f filter
 	q := req.URL.Query()
+	channel, _ := strings.CutPrefix(req.URL.Path, strings.TrimSuffix(base, "/")+"/")
+	if req.URL.Path == base {
+		channel = ""
+	}
+	if v := q.Get("channel"); v != "" {
+		if channel != "" && channel != v {
+			return f, fmt.Errorf("channel: the path names %q and the query %q", channel, v)
+		}
+		channel = v
+	}
+	if channel != "" {
+		f.channel = &channel
+	}
 	if v := q.Get("tables"); v != "" {
 		f.tables = map[string]bool{}
 		for _, t := range strings.Split(v, ",") {
@@ -469,5 +497,6 @@ func parseFilter(req *http.Request) (filter, error) {
 }
 
 func (f filter) wants(e stored) bool {
-	return (f.tables == nil || f.tables[e.table]) && (f.ops == nil || f.ops[e.op])
+	return (f.tables == nil || f.tables[e.table]) && (f.ops == nil || f.ops[e.op]) &&
+		(f.channel == nil || *f.channel == e.route)
 }

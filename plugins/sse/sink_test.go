@@ -458,3 +458,79 @@ func dialQuiet(url string) <-chan frame {
 	go c.readLoop()
 	return c.frames
 }
+
+// routed returns events like events, each sent to the channel route(i).
+func routed(lsn uint64, n int, route func(i int) string) []pluginkit.Event {
+	evs := events(lsn, n, "t")
+	for i := range evs {
+		evs[i].Route = route(i)
+	}
+	return evs
+}
+
+// With a route, <path>/<channel> (or ?channel=) streams one channel, the
+// bare path every channel, and resuming a channel by Last-Event-ID gives
+// that channel's retained events after it, with a gap when the shared
+// window moved past it.
+func TestChannels(t *testing.T) {
+	s, url := open(t, map[string]any{"retention_events": 6})
+	if !s.Info().Routes {
+		t.Fatal("Info.Routes is false: the host would refuse a route on the sse sink")
+	}
+	byParity := func(i int) string { return []string{"even", "odd/x"}[i%2] }
+	even, odd, all := dial(t, url+"/even", nil), dial(t, url+"?channel=odd/x", nil), dial(t, url, nil)
+	oddPath := dial(t, url+"/odd/x", nil)
+	deliver(t, s, routed(0x10, 4, byParity))
+	for _, c := range []struct {
+		name string
+		cl   *client
+		want []string
+	}{
+		{"even", even, []string{"0/10:0", "0/10:2"}},
+		{"odd by query", odd, []string{"0/10:1", "0/10:3"}},
+		{"odd by path", oddPath, []string{"0/10:1", "0/10:3"}},
+		{"all", all, []string{"0/10:0", "0/10:1", "0/10:2", "0/10:3"}},
+	} {
+		for _, want := range c.want {
+			if f := c.cl.next(); f.ID != want || f.Event != "change" {
+				t.Fatalf("%s: got %+v, want %s", c.name, f, want)
+			}
+		}
+		c.cl.none()
+	}
+
+	// Resume within the window: only the channel's later events.
+	deliver(t, s, routed(0x20, 2, byParity)) // window: 0/10:0 .. 0/20:1
+	resumed := dial(t, url+"/even", http.Header{"Last-Event-ID": {"0/10:0"}})
+	for _, want := range []string{"0/10:2", "0/20:0"} {
+		if f := resumed.next(); f.ID != want {
+			t.Fatalf("resumed even: got %+v, want %s", f, want)
+		}
+	}
+	resumed.none()
+
+	// The window (6 events, every channel) moves past 0/10:0 and 0/10:1:
+	// an even client resuming at 0/10:0 gets a gap, then its events.
+	deliver(t, s, routed(0x30, 2, byParity))
+	late := dial(t, url+"/even", http.Header{"Last-Event-ID": {"0/10:0"}})
+	f := late.next()
+	var g gapInfo
+	if f.Event != "gap" || json.Unmarshal([]byte(f.Data), &g) != nil || g.Requested != "0/10:0" || g.Oldest == nil || *g.Oldest != "0/10:2" {
+		t.Fatalf("want a gap from 0/10:0 to 0/10:2, got %+v", f)
+	}
+	for _, want := range []string{"0/10:2", "0/20:0", "0/30:0"} {
+		if f := late.next(); f.ID != want {
+			t.Fatalf("after the gap: got %+v, want %s", f, want)
+		}
+	}
+	late.none()
+
+	bad, err := http.Get(url + "/even?channel=odd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad.Body.Close()
+	if bad.StatusCode != http.StatusBadRequest {
+		t.Fatalf("two different channels: %s, want 400", bad.Status)
+	}
+}

@@ -67,6 +67,7 @@ func (s *Sink) Info() pluginkit.Info {
 	return pluginkit.Info{
 		Name:    "webhook",
 		Version: pluginkit.BuildVersion(),
+		Routes:  true, // the route is a path under url
 		Config: []pluginkit.ConfigField{
 			{Name: "url", Type: pluginkit.TypeString, Required: true, Doc: "The http or https URL each batch is POSTed to."},
 			{Name: "timeout", Type: pluginkit.TypeDuration, Doc: `How long one POST may take, response included. Default "30s".`},

@@ -57,6 +57,9 @@ func checkSink(ctx context.Context, src *Source, s *Sink, plugins PluginChecker)
 	if d := orderedWarning(s, info); d != nil {
 		diags = append(diags, d)
 	}
+	if d := RouteRefused(s, info); d != nil {
+		diags = append(diags, d)
+	}
 
 	raw, cfgDiags := DecodeSinkConfig(s.Config, info.Config)
 	diags = append(diags, cfgDiags...)
@@ -77,6 +80,26 @@ func checkSink(ctx context.Context, src *Source, s *Sink, plugins PluginChecker)
 		}
 	}
 	return diags
+}
+
+// RouteRefused is the error for a sink with a route expression whose
+// plugin does not declare that it delivers by route (Info.Routes; a
+// plugin that predates the field declares nothing): without it every
+// event would quietly go to the sink's one destination. It points at the
+// route attribute. nil when the sink has no route or the plugin routes.
+// `walcast validate` reports it through Check, `walcast run` before it
+// starts the plugin.
+func RouteRefused(s *Sink, info pluginkit.Info) *hcl.Diagnostic {
+	if s.Rules.Route == "" || info.Routes {
+		return nil
+	}
+	return &hcl.Diagnostic{
+		Severity: hcl.DiagError,
+		Summary:  "Route not supported",
+		Detail: fmt.Sprintf(`Sink %q: the %s plugin delivers every event to one destination and does not declare routes (pluginkit.Info.Routes), so the route would be ignored; remove route, or use a sink whose destination has a name per event (kafka, webhook, sse, nats, redis, rabbitmq).`,
+			s.ID, s.Type),
+		Subject: s.Rules.Place("route", s.DeclRange).Range.Ptr(),
+	}
 }
 
 // orderedWarning: a plugin that declares Ordered gets one batch at a time

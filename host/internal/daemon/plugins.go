@@ -12,6 +12,7 @@ import (
 	"slices"
 
 	"github.com/hashicorp/go-plugin"
+	"github.com/hashicorp/hcl/v2"
 
 	"github.com/walcast/walcast/host/internal/config"
 	"github.com/walcast/walcast/host/internal/plugin/pluginlock"
@@ -91,6 +92,9 @@ func (ps *PluginSet) Launch(ctx context.Context, s *config.Sink) (Plugin, plugin
 	info, err := sinkclient.Describe(ctx, cfg, nil)
 	if err != nil {
 		return nil, pluginkit.OpenResult{}, fmt.Errorf("describe plugin %s: %w", cfg.Path, explainChecksum(cfg, err))
+	}
+	if d := config.RouteRefused(s, info); d != nil {
+		return nil, pluginkit.OpenResult{}, errors.New(config.FormatDiagnostics(hcl.Diagnostics{d}))
 	}
 	raw, diags := config.DecodeSinkConfig(s.Config, info.Config)
 	if diags.HasErrors() {

@@ -90,7 +90,13 @@ type DescribeResponse struct {
 	// batch_size is the batch size the host uses when the pipeline's
 	// delivery block sets none; 0 leaves the host's default (100). Hosts
 	// that predate it ignore it, and plugins that predate it send 0.
-	BatchSize     uint32 `protobuf:"varint,5,opt,name=batch_size,json=batchSize,proto3" json:"batch_size,omitempty"`
+	BatchSize uint32 `protobuf:"varint,5,opt,name=batch_size,json=batchSize,proto3" json:"batch_size,omitempty"`
+	// routes says the sink delivers each event to the destination its
+	// Event.route names (a topic, a path, a channel, a subject, a stream).
+	// The host refuses a sink with a route expression whose plugin does not
+	// declare it, rather than let the route be ignored; plugins that predate
+	// it send false.
+	Routes        bool `protobuf:"varint,6,opt,name=routes,proto3" json:"routes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -158,6 +164,13 @@ func (x *DescribeResponse) GetBatchSize() uint32 {
 		return x.BatchSize
 	}
 	return 0
+}
+
+func (x *DescribeResponse) GetRoutes() bool {
+	if x != nil {
+		return x.Routes
+	}
+	return false
 }
 
 // ConfigField declares one attribute of a sink's `config` block.
@@ -747,14 +760,15 @@ var File_sink_v1_sink_proto protoreflect.FileDescriptor
 const file_sink_v1_sink_proto_rawDesc = "" +
 	"\n" +
 	"\x12sink/v1/sink.proto\x12\x0fwalcast.sink.v1\"\x11\n" +
-	"\x0fDescribeRequest\"\xaf\x01\n" +
+	"\x0fDescribeRequest\"\xc7\x01\n" +
 	"\x10DescribeResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x18\n" +
 	"\aordered\x18\x03 \x01(\bR\aordered\x124\n" +
 	"\x06config\x18\x04 \x03(\v2\x1c.walcast.sink.v1.ConfigFieldR\x06config\x12\x1d\n" +
 	"\n" +
-	"batch_size\x18\x05 \x01(\rR\tbatchSize\"c\n" +
+	"batch_size\x18\x05 \x01(\rR\tbatchSize\x12\x16\n" +
+	"\x06routes\x18\x06 \x01(\bR\x06routes\"c\n" +
 	"\vConfigField\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1a\n" +

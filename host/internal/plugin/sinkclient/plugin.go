@@ -308,6 +308,7 @@ func (p *Plugin) Info(ctx context.Context) (pluginkit.Info, error) {
 		Version:   resp.GetVersion(),
 		Ordered:   resp.GetOrdered(),
 		BatchSize: int(resp.GetBatchSize()),
+		Routes:    resp.GetRoutes(), // false from a plugin that predates it: no routes
 		Config:    make([]pluginkit.ConfigField, 0, len(resp.GetConfig())),
 	}
 	for _, f := range resp.GetConfig() {

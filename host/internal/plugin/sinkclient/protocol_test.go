@@ -101,7 +101,9 @@ func TestFrozenV1Plugin(t *testing.T) {
 	if v := s.p.Version(); v != wire.ProtocolV1 {
 		t.Fatalf("negotiated protocol version %d, want 1", v)
 	}
-	if info := s.Info(); info.Name != "frozen" || info.Version != "v1-frozen" {
+	// It predates Info.Routes: its description says no routes, so the
+	// host refuses a route on it (config.RouteRefused).
+	if info := s.Info(); info.Name != "frozen" || info.Version != "v1-frozen" || info.Routes {
 		t.Fatalf("Info = %+v", info)
 	}
 	evs := keyed(3)
