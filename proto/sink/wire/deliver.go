@@ -3,9 +3,8 @@ package wire
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"math/bits"
-	"slices"
+	"sort"
 	"unsafe"
 
 	"google.golang.org/grpc/mem"
@@ -173,7 +172,12 @@ func appendEventTail(buf []byte, e *cdc.Event) []byte {
 	if len(e.Headers) == 0 {
 		return buf
 	}
-	for _, k := range slices.Sorted(maps.Keys(e.Headers)) {
+	keys := make([]string, 0, len(e.Headers))
+	for k := range e.Headers {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
 		v := e.Headers[k]
 		buf = protowire.AppendTag(buf, fieldHeaders, protowire.BytesType)
 		buf = protowire.AppendVarint(buf, uint64(headerEntrySize(k, v)))
