@@ -287,6 +287,7 @@ var runElsewhere = map[string]string{
 	"sql getting-started.md":       "TestGettingStarted",
 	"sql roles-and-grants.md":      "TestDocumentedGrantsLetASecondRoleRun (docSQL)",
 	"sql events.md":                "TestMessagesThroughTheWAL (the application message example)",
+	"sql outbox.md":                "TestOutboxWebhook (the outbox table and the service transaction, run as they are)",
 	"yaml monitoring.md":           "TestAlertRules (host/internal/daemon): the rules file, verbatim, under promtool",
 	"go main.go writing-a-sink.md": "TestSinkOutsideRepository",
 	"sh replace writing-a-sink.md": "TestSinkOutsideRepository",

@@ -157,7 +157,24 @@ func importDebezium(p map[string]string) (string, []string, error) {
 	if s := p["publication.name"]; s != "" {
 		fmt.Fprintf(&b, "  publication = %q\n", s)
 	}
-	b.WriteString("}\n\nsink \"kafka\" \"kafka\" {\n  format = \"debezium\"\n  debezium {\n")
+	b.WriteString("}\n")
+	outbox, outboxTable, outboxCarried, outboxSkipped := debeziumOutbox(p, tables)
+	skipped = append(skipped, outboxSkipped...)
+	carried := append(slices.Clone(debeziumCarried), outboxCarried...)
+	if outboxTable != "" {
+		// The router's events go to a sink of their own, in walcast's
+		// format (the outbox's body is the payload, not a change event).
+		fmt.Fprintf(&b, "\nsink \"kafka\" \"outbox\" {\n  tables = [%q]\n%s  config {\n    brokers = [env(\"KAFKA_BROKERS\")]\n  }\n}\n", outboxTable, outbox)
+		tables = slices.DeleteFunc(slices.Clone(tables), func(t string) bool { return t == outboxTable })
+	}
+	if len(tables) == 0 {
+		return b.String(), notCarried(skipped, p, carried), nil
+	}
+	if outboxTable != "" {
+		fmt.Fprintf(&b, "\nsink \"kafka\" \"kafka\" {\n  tables = [%s]\n  format = \"debezium\"\n  debezium {\n", quoteList(tables))
+	} else {
+		b.WriteString("\nsink \"kafka\" \"kafka\" {\n  format = \"debezium\"\n  debezium {\n")
+	}
 	fmt.Fprintf(&b, "    name                  = %q\n", prefix)
 	// Kafka Connect's JSON converter writes schemas unless told not to.
 	fmt.Fprintf(&b, "    schemas               = %v\n", p["value.converter.schemas.enable"] != "false")
@@ -174,17 +191,23 @@ func importDebezium(p map[string]string) (string, []string, error) {
 		b.WriteString("    tombstones   = false\n")
 	}
 	b.WriteString("  }\n}\n")
+	return b.String(), notCarried(skipped, p, carried), nil
+}
+
+// notCarried lists, after skipped, every setting of p not carried over,
+// with why.
+func notCarried(skipped []string, p map[string]string, carried []string) []string {
 	var keys []string
 	for k := range p {
-		if !slices.Contains(debeziumCarried, k) {
+		if !slices.Contains(carried, k) {
 			keys = append(keys, k)
 		}
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		skip(k, debeziumWhy(k))
+		skipped = append(skipped, fmt.Sprintf("%s = %s: %s", k, p[k], debeziumWhy(k)))
 	}
-	return b.String(), skipped, nil
+	return skipped
 }
 
 // debeziumWhy says why a setting is not carried over.

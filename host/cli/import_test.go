@@ -43,6 +43,30 @@ func TestImportDebezium(t *testing.T) {
 		t.Fatalf("walcast validate refused the imported pipeline (exit %d):\n%s%s\n%s", code, vout, verr, out)
 	}
 
+	// A connector with Debezium's Outbox Event Router: a kafka sink with
+	// the outbox block the router's settings map to, which validate takes.
+	out, errOut, code = walcastCmd(t, "import", "debezium", filepath.Join("testdata", "import", "outbox-connector.properties"))
+	if code != 0 {
+		t.Fatalf("walcast import debezium of the outbox connector exited %d:\n%s", code, errOut)
+	}
+	for _, want := range []string{`sink "kafka" "outbox" {`, `table          = "public.outbox"`, `key_column     = "aggregate_id"`,
+		`route_column   = "aggregate_type"`, `route_prefix   = "events."`, `type_column    = "type"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("pipeline lacks %s:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, `format = "debezium"`) || strings.Contains(errOut, "transforms.outbox.type") || !strings.Contains(errOut, "not eventType") {
+		t.Errorf("the router's events are not in walcast's format, or its settings were not carried over:\n%s\n%s", out, errOut)
+	}
+	if err := os.WriteFile(file, []byte(out), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	vout, verr, code = walcastEnvCmd(t, []string{"WALCAST_SOURCE_DSN=postgres://debezium@postgres.internal:5432/orders", "KAFKA_BROKERS=127.0.0.1:9092"},
+		"validate", file, "--plugin-dir", binDir)
+	if code != 0 {
+		t.Fatalf("walcast validate refused the imported outbox pipeline (exit %d):\n%s%s\n%s", code, vout, verr, out)
+	}
+
 	// A configuration that is not a PostgreSQL connector is refused.
 	other := filepath.Join(t.TempDir(), "mysql.properties")
 	os.WriteFile(other, []byte("connector.class=io.debezium.connector.mysql.MySqlConnector\n"), 0o644)

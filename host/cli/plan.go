@@ -152,6 +152,9 @@ func planSource(ctx context.Context, pl *plan, p *config.Pipeline) (created []st
 	if err := planColumns(ctx, pl, p, pool); err != nil {
 		return created, err
 	}
+	if err := planOutbox(ctx, pl, p, pool); err != nil {
+		return created, err
+	}
 	return created, nil
 }
 

@@ -269,3 +269,20 @@ func TestPlanRuleColumns(t *testing.T) {
 		t.Fatalf("a column the table has was refused:\n%s", out)
 	}
 }
+
+// TestPlanOutboxColumns: validate --source refuses an outbox block naming
+// a column its table lacks (by hand or by default) and a payload column
+// the outbox cannot send as it is, each at its place in the file.
+func TestPlanOutboxColumns(t *testing.T) {
+	parallel(t)
+	dsn, _ := newSource(t, `CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, payload bytea)`)
+	top := "  outbox {\n    table = \"public.outbox\"\n    key_column = \"agg\"\n  }\n"
+	file := writePipeline(t, "plan_outbox_columns", dsn, []string{"public.outbox"}, sinkSpec{ID: "hook", URL: "http://127.0.0.1:1/hook", Top: top})
+	stdout, stderr, code := runPlan(t, file)
+	out := stdout + stderr
+	wantRefused(t, out, code, file+":11:18: sink \"hook\"", `the outbox table public.outbox has no column "agg" (key_column)`)
+	wantRefused(t, out, code, file+":9:3: sink \"hook\"", `payload column public.outbox.payload is of type bytea`)
+	if strings.Contains(out, `"aggregatetype"`) || strings.Contains(out, `"type"`) {
+		t.Fatalf("a column the table has was refused:\n%s", out)
+	}
+}

@@ -77,6 +77,11 @@ type Event struct {
 	// Events of one row may change route when the expression reads a
 	// column that changed (docs/filters.md, "Routes and order").
 	Route string
+	// Headers are named strings the event carries besides its payload,
+	// for a sink that has headers (Kafka record headers, HTTP headers):
+	// an outbox event's "id" and "type" (docs/outbox.md). Nil for a
+	// change event, whose payload is the envelope.
+	Headers map[string]string
 }
 
 // Member returns the raw JSON of one top-level member of the envelope

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -24,6 +26,9 @@ import (
 //     update's envelope with op "delete", key = the old key, new = null),
 //     a tombstone for the old key, then the update's record under the new
 //     key;
+//   - an outbox event (one with headers, docs/outbox.md): one record,
+//     key = the aggregate id, value = the payload, the event's headers
+//     after walcast's own; never a tombstone;
 //   - truncate, and every event of a table without a key: key
 //     {"walcast_id":"<event id>"}, never followed by a tombstone. A shared
 //     key ("null") would let compaction keep only the last of these
@@ -57,6 +62,9 @@ func (s *Sink) eventRecords(recs []*kgo.Record, topic string, e *pluginkit.Event
 			h = append(h, kgo.RecordHeader{Key: derivedHeader, Value: []byte(derived)})
 		}
 		return h
+	}
+	if len(e.Headers) > 0 {
+		return append(recs, outboxRecord(topic, e, headers(e.Op, "")))
 	}
 	key := e.Key
 	keyless := len(bytes.TrimSpace(key)) == 0 || bytes.Equal(bytes.TrimSpace(key), nullKey)
@@ -235,4 +243,14 @@ func jsonEqual(a, b []byte) bool {
 		return bytes.Equal(a, b)
 	}
 	return bytes.Equal(ca.Bytes(), cb.Bytes())
+}
+
+// outboxRecord is the record of an outbox event: the headers the event
+// carries ("id", "type") follow walcast's, in name order so that a
+// redelivered event is the same record.
+func outboxRecord(topic string, e *pluginkit.Event, h []kgo.RecordHeader) *kgo.Record {
+	for _, k := range slices.Sorted(maps.Keys(e.Headers)) {
+		h = append(h, kgo.RecordHeader{Key: k, Value: []byte(e.Headers[k])})
+	}
+	return &kgo.Record{Topic: topic, Key: e.Key, Value: e.Payload, Headers: h}
 }

@@ -214,17 +214,25 @@ func (s *Sink) Deliver(ctx context.Context, b pluginkit.Batch) (pluginkit.Delive
 		}
 		return pluginkit.DeliverResult{}, s.post(ctx, cfg, client, request{target: cfg.url, body: encodeBatch(events), id: batchID(events), contentType: ceBatchType})
 	}
+	if slices.ContainsFunc(events, func(e pluginkit.Event) bool { return len(e.Headers) > 0 }) {
+		return pluginkit.DeliverResult{}, s.deliverOutbox(ctx, cfg, client, events)
+	}
+	return pluginkit.DeliverResult{}, s.deliverGroups(ctx, cfg, client, events)
+}
+
+// deliverGroups POSTs events as one request per route.
+func (s *Sink) deliverGroups(ctx context.Context, cfg settings, client *http.Client, events []pluginkit.Event) error {
 	groups, err := byRoute(cfg.url, events)
 	if err != nil {
-		return pluginkit.DeliverResult{}, err
+		return err
 	}
 	for _, g := range groups {
 		r := request{target: g.target, body: encodeBody(g.events), id: batchID(g.events), contentType: "application/json"}
 		if err := s.post(ctx, cfg, client, r); err != nil {
-			return pluginkit.DeliverResult{}, err
+			return err
 		}
 	}
-	return pluginkit.DeliverResult{}, nil
+	return nil
 }
 
 // routeGroup is the events of a batch that go to one URL.

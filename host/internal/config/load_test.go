@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 
+	"github.com/walcast/walcast/host/internal/delivery/outbox"
 	"github.com/walcast/walcast/pluginkit"
 )
 
@@ -327,5 +328,47 @@ sink "kafka" "dbz2" {
 		if s := p.Sinks[i]; s.Format != w.format || s.Debezium != w.dz {
 			t.Errorf("sink %s: format %q %+v, want %q %+v", s.ID, s.Format, s.Debezium, w.format, w.dz)
 		}
+	}
+}
+
+// An outbox block decodes into the spec with Debezium's defaults for what
+// it leaves out, and a router the scheduler applies.
+func TestSinkOutbox(t *testing.T) {
+	src := `pipeline = "shop"
+source "postgres" {
+  dsn    = "postgres://localhost/shop"
+  tables = ["public.orders", "app.outbox"]
+}
+sink "kafka" "defaults" {
+  outbox { table = "app.outbox" }
+}
+sink "webhook" "named" {
+  outbox {
+    table          = "app.outbox"
+    id_column      = "event_id"
+    key_column     = "agg_id"
+    route_column   = "agg_type"
+    payload_column = "body"
+    type_column    = "kind"
+    route_prefix   = ""
+  }
+}
+sink "kafka" "none" {}
+`
+	p, diags := parse([]byte(src), "outbox.hcl", testEnv)
+	if diags.HasErrors() {
+		t.Fatal(FormatDiagnostics(diags))
+	}
+	d := p.Sinks[0].Outbox
+	if d == nil || d.Router == nil || d.Spec != outbox.Defaults("app.outbox") || d.RoutePrefix != "outbox.event." {
+		t.Fatalf("defaults: %+v", d)
+	}
+	want := outbox.Spec{Table: "app.outbox", IDColumn: "event_id", KeyColumn: "agg_id", RouteColumn: "agg_type",
+		PayloadColumn: "body", TypeColumn: "kind", RoutePrefix: ""}
+	if n := p.Sinks[1].Outbox; n == nil || n.Spec != want || n.Router == nil || n.Places["key_column"].Start.Line != 13 {
+		t.Fatalf("named: %+v", n)
+	}
+	if p.Sinks[2].Outbox != nil || p.Sinks[2].OutboxRouter() != nil {
+		t.Fatal("a sink without an outbox block has one")
 	}
 }

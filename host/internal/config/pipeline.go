@@ -114,6 +114,10 @@ type Sink struct {
 	// Rules are the sink's filter, route and transform (docs/filters.md),
 	// already compiled once to check them; each scheduler compiles its own.
 	Rules Rules
+	// Outbox is the sink's outbox block (docs/outbox.md), nil without
+	// one: inserts into the outbox table become the events the
+	// application wrote there.
+	Outbox *Outbox
 
 	// Config is the sink's `config` block, left undecoded: only the plugin
 	// knows its schema. Decode it with DecodeSinkConfig. It is an empty body

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
+
+	"github.com/walcast/walcast/host/internal/delivery/outbox"
 )
 
 // settingsPage is the reference every setting of a pipeline file must be
@@ -34,6 +36,7 @@ func TestSettingsReference(t *testing.T) {
 		{"cloudevents", cloudEventsSchema},
 		{"messages", messagesSchema},
 		{"transform", transformSchema},
+		{"outbox", outboxSchema},
 	} {
 		rows, ok := sections[s.section]
 		if !ok {
@@ -92,6 +95,11 @@ func checkDefaults(t *testing.T, sections map[string]map[string]string) {
 			"throttle_min":    duration(d.ThrottleMin),
 			"throttle_max":    duration(d.ThrottleMax),
 		},
+	}
+	o := outbox.Defaults("")
+	want["outbox"] = map[string]string{
+		"id_column": `"` + o.IDColumn + `"`, "key_column": `"` + o.KeyColumn + `"`, "route_column": `"` + o.RouteColumn + `"`,
+		"payload_column": `"` + o.PayloadColumn + `"`, "type_column": `"` + o.TypeColumn + `"`, "route_prefix": `"` + o.RoutePrefix + `"`,
 	}
 	for _, a := range deliverySchema.Attributes {
 		if _, ok := want["delivery"][a.Name]; !ok {

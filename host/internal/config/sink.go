@@ -31,6 +31,7 @@ var sinkSchema = &hcl.BodySchema{
 		{Type: "debezium"},
 		{Type: "cloudevents"},
 		{Type: "transform"},
+		{Type: "outbox"},
 	},
 }
 
@@ -122,6 +123,7 @@ func (d *decoder) decodeSink(block *hcl.Block, src Source, pipeline string) (s S
 	d.decodeFormat(&s, attrs["format"], blocks["debezium"], pipeline)
 	d.decodeCloudEvents(&s, blocks["cloudevents"])
 	d.decodeRules(&s, attrs["filter"], attrs["route"], blocks["transform"])
+	d.decodeOutbox(&s, blocks["outbox"], src)
 	return s, ok
 }
 

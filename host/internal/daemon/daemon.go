@@ -259,6 +259,7 @@ func ScheduleConfig(s *config.Sink, info pluginkit.Info) schedule.Config {
 		Tables:         set(s.Tables),
 		Ops:            set(s.Ops),
 		Rules:          s.Rules.Compiled,
+		Outbox:         s.OutboxRouter(),
 	}
 }
 

@@ -17,6 +17,8 @@
 //     the stream back, a full non-durable one drops for that sink only;
 //   - schedule runs one sink's policy: filter, batching, per-row lanes,
 //     the truncate barrier, rate limit, retries, parking and replay;
+//   - outbox turns inserts into a sink's outbox table into the events the
+//     application wrote there; schedule applies it where it applies rules;
 //   - ack turns resolutions into each sink's position and the flush LSN:
 //     neither ever passes an event a durable sink has not resolved;
 //   - isolate detaches a sink that falls behind onto a catch-up slot of

@@ -468,7 +468,12 @@ type Event struct {
 	// route is the destination the sink's route expression chose for this
 	// event (a topic, a path, a channel); empty when the sink has none.
 	// Hosts that predate it never send it.
-	Route         string `protobuf:"bytes,7,opt,name=route,proto3" json:"route,omitempty"`
+	Route string `protobuf:"bytes,7,opt,name=route,proto3" json:"route,omitempty"`
+	// headers are named strings the event carries besides its payload
+	// (an outbox event's id and type): a sink that has headers (Kafka,
+	// HTTP) sends them as such. Empty for ordinary change events. Hosts
+	// that predate it never send it.
+	Headers       map[string]string `protobuf:"bytes,8,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -550,6 +555,13 @@ func (x *Event) GetRoute() string {
 		return x.Route
 	}
 	return ""
+}
+
+func (x *Event) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
 }
 
 type DeliverRequest struct {
@@ -785,7 +797,7 @@ const file_sink_v1_sink_proto_rawDesc = "" +
 	"\n" +
 	"checkpoint\x18\x01 \x01(\tR\n" +
 	"checkpoint\x12)\n" +
-	"\x10checkpoint_epoch\x18\x02 \x01(\tR\x0fcheckpointEpoch\"\x97\x01\n" +
+	"\x10checkpoint_epoch\x18\x02 \x01(\tR\x0fcheckpointEpoch\"\x92\x02\n" +
 	"\x05Event\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06schema\x18\x02 \x01(\tR\x06schema\x12\x14\n" +
@@ -793,7 +805,11 @@ const file_sink_v1_sink_proto_rawDesc = "" +
 	"\x02op\x18\x04 \x01(\tR\x02op\x12\x10\n" +
 	"\x03key\x18\x05 \x01(\fR\x03key\x12\x18\n" +
 	"\apayload\x18\x06 \x01(\fR\apayload\x12\x14\n" +
-	"\x05route\x18\a \x01(\tR\x05route\"\x8d\x01\n" +
+	"\x05route\x18\a \x01(\tR\x05route\x12=\n" +
+	"\aheaders\x18\b \x03(\v2#.walcast.sink.v1.Event.HeadersEntryR\aheaders\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8d\x01\n" +
 	"\x0eDeliverRequest\x12.\n" +
 	"\x06events\x18\x01 \x03(\v2\x16.walcast.sink.v1.EventR\x06events\x12\x1d\n" +
 	"\n" +
@@ -825,7 +841,7 @@ func file_sink_v1_sink_proto_rawDescGZIP() []byte {
 	return file_sink_v1_sink_proto_rawDescData
 }
 
-var file_sink_v1_sink_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_sink_v1_sink_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_sink_v1_sink_proto_goTypes = []any{
 	(*DescribeRequest)(nil),   // 0: walcast.sink.v1.DescribeRequest
 	(*DescribeResponse)(nil),  // 1: walcast.sink.v1.DescribeResponse
@@ -839,25 +855,27 @@ var file_sink_v1_sink_proto_goTypes = []any{
 	(*DeliverResponse)(nil),   // 9: walcast.sink.v1.DeliverResponse
 	(*CloseRequest)(nil),      // 10: walcast.sink.v1.CloseRequest
 	(*CloseResponse)(nil),     // 11: walcast.sink.v1.CloseResponse
+	nil,                       // 12: walcast.sink.v1.Event.HeadersEntry
 }
 var file_sink_v1_sink_proto_depIdxs = []int32{
 	2,  // 0: walcast.sink.v1.DescribeResponse.config:type_name -> walcast.sink.v1.ConfigField
-	7,  // 1: walcast.sink.v1.DeliverRequest.events:type_name -> walcast.sink.v1.Event
-	0,  // 2: walcast.sink.v1.Sink.Describe:input_type -> walcast.sink.v1.DescribeRequest
-	3,  // 3: walcast.sink.v1.Sink.Configure:input_type -> walcast.sink.v1.ConfigureRequest
-	5,  // 4: walcast.sink.v1.Sink.Open:input_type -> walcast.sink.v1.OpenRequest
-	8,  // 5: walcast.sink.v1.Sink.Deliver:input_type -> walcast.sink.v1.DeliverRequest
-	10, // 6: walcast.sink.v1.Sink.Close:input_type -> walcast.sink.v1.CloseRequest
-	1,  // 7: walcast.sink.v1.Sink.Describe:output_type -> walcast.sink.v1.DescribeResponse
-	4,  // 8: walcast.sink.v1.Sink.Configure:output_type -> walcast.sink.v1.ConfigureResponse
-	6,  // 9: walcast.sink.v1.Sink.Open:output_type -> walcast.sink.v1.OpenResponse
-	9,  // 10: walcast.sink.v1.Sink.Deliver:output_type -> walcast.sink.v1.DeliverResponse
-	11, // 11: walcast.sink.v1.Sink.Close:output_type -> walcast.sink.v1.CloseResponse
-	7,  // [7:12] is the sub-list for method output_type
-	2,  // [2:7] is the sub-list for method input_type
-	2,  // [2:2] is the sub-list for extension type_name
-	2,  // [2:2] is the sub-list for extension extendee
-	0,  // [0:2] is the sub-list for field type_name
+	12, // 1: walcast.sink.v1.Event.headers:type_name -> walcast.sink.v1.Event.HeadersEntry
+	7,  // 2: walcast.sink.v1.DeliverRequest.events:type_name -> walcast.sink.v1.Event
+	0,  // 3: walcast.sink.v1.Sink.Describe:input_type -> walcast.sink.v1.DescribeRequest
+	3,  // 4: walcast.sink.v1.Sink.Configure:input_type -> walcast.sink.v1.ConfigureRequest
+	5,  // 5: walcast.sink.v1.Sink.Open:input_type -> walcast.sink.v1.OpenRequest
+	8,  // 6: walcast.sink.v1.Sink.Deliver:input_type -> walcast.sink.v1.DeliverRequest
+	10, // 7: walcast.sink.v1.Sink.Close:input_type -> walcast.sink.v1.CloseRequest
+	1,  // 8: walcast.sink.v1.Sink.Describe:output_type -> walcast.sink.v1.DescribeResponse
+	4,  // 9: walcast.sink.v1.Sink.Configure:output_type -> walcast.sink.v1.ConfigureResponse
+	6,  // 10: walcast.sink.v1.Sink.Open:output_type -> walcast.sink.v1.OpenResponse
+	9,  // 11: walcast.sink.v1.Sink.Deliver:output_type -> walcast.sink.v1.DeliverResponse
+	11, // 12: walcast.sink.v1.Sink.Close:output_type -> walcast.sink.v1.CloseResponse
+	8,  // [8:13] is the sub-list for method output_type
+	3,  // [3:8] is the sub-list for method input_type
+	3,  // [3:3] is the sub-list for extension type_name
+	3,  // [3:3] is the sub-list for extension extendee
+	0,  // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_sink_v1_sink_proto_init() }
@@ -871,7 +889,7 @@ func file_sink_v1_sink_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sink_v1_sink_proto_rawDesc), len(file_sink_v1_sink_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"sort"
 	"unsafe"
 
 	"google.golang.org/grpc/mem"
@@ -38,6 +39,11 @@ const (
 	// generated code writes it; a plugin that predates it skips it like
 	// any unknown field.
 	fieldRoute protowire.Number = 7
+	// fieldHeaders (map<string,string>) follows the route: each entry is
+	// a message of its own, key field 1, value field 2.
+	fieldHeaders protowire.Number = 8
+	fieldMapKey  protowire.Number = 1
+	fieldMapVal  protowire.Number = 2
 )
 
 // DeliverBatch is a Deliver request as the host sends it. The codec of
@@ -71,13 +77,14 @@ func (b DeliverBatch) AppendWire(buf []byte) []byte {
 	for i := range b.Events {
 		buf = appendEventHead(buf, &b.Events[i])
 		buf = append(buf, b.Events[i].Payload...)
-		buf = appendStringField(buf, fieldRoute, b.Events[i].Route)
+		buf = appendEventTail(buf, &b.Events[i])
 	}
 	return b.appendTail(buf)
 }
 
 // appendEventHead appends one event of the events field up to, and not
-// including, its payload's bytes; the route, if any, follows them.
+// including, its payload's bytes; the route and headers, if any, follow
+// them (appendEventTail).
 func appendEventHead(buf []byte, e *cdc.Event) []byte {
 	var idBuf [48]byte
 	buf = protowire.AppendTag(buf, fieldEvents, protowire.BytesType)
@@ -143,12 +150,12 @@ func (b DeliverBatch) wireBuffers() mem.BufferSlice {
 		buf = appendEventHead(buf, e)
 		if len(e.Payload) < bigPayload {
 			buf = append(buf, e.Payload...)
-			buf = appendStringField(buf, fieldRoute, e.Route)
+			buf = appendEventTail(buf, e)
 			continue
 		}
 		out = append(out, mem.SliceBuffer(buf[start:len(buf):len(buf)]), mem.SliceBuffer(e.Payload))
 		start = len(buf)
-		buf = appendStringField(buf, fieldRoute, e.Route)
+		buf = appendEventTail(buf, e)
 	}
 	buf = b.appendTail(buf)
 	if start < len(buf) {
@@ -157,11 +164,47 @@ func (b DeliverBatch) wireBuffers() mem.BufferSlice {
 	return out
 }
 
+// appendEventTail appends what follows an event's payload: its route and
+// its headers, in key order so that the same event is always the same
+// bytes.
+func appendEventTail(buf []byte, e *cdc.Event) []byte {
+	buf = appendStringField(buf, fieldRoute, e.Route)
+	if len(e.Headers) == 0 {
+		return buf
+	}
+	keys := make([]string, 0, len(e.Headers))
+	for k := range e.Headers {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v := e.Headers[k]
+		buf = protowire.AppendTag(buf, fieldHeaders, protowire.BytesType)
+		buf = protowire.AppendVarint(buf, uint64(headerEntrySize(k, v)))
+		buf = protowire.AppendTag(buf, fieldMapKey, protowire.BytesType)
+		buf = protowire.AppendString(buf, k)
+		buf = protowire.AppendTag(buf, fieldMapVal, protowire.BytesType)
+		buf = protowire.AppendString(buf, v)
+	}
+	return buf
+}
+
+// headerEntrySize is the size of one map entry message. Unlike other
+// fields, generated code writes a map entry's key and value even when
+// empty.
+func headerEntrySize(k, v string) int {
+	return 2 + protowire.SizeVarint(uint64(len(k))) + len(k) + protowire.SizeVarint(uint64(len(v))) + len(v)
+}
+
 // eventSize is the encoded size of one sink.v1.Event. Like generated
 // proto3 code, empty fields are left out.
 func eventSize(e *cdc.Event) int {
-	return fieldSize(idTextLen(e.ID)) + fieldSize(len(e.Schema)) + fieldSize(len(e.Table)) +
+	n := fieldSize(idTextLen(e.ID)) + fieldSize(len(e.Schema)) + fieldSize(len(e.Table)) +
 		fieldSize(len(e.Op)) + fieldSize(len(e.Key)) + fieldSize(len(e.Route)) + fieldSize(len(e.Payload))
+	for k, v := range e.Headers {
+		n += fieldSize(headerEntrySize(k, v))
+	}
+	return n
 }
 
 // fieldSize is the size of a length-delimited field numbered below 16.
@@ -274,7 +317,7 @@ func (d *eventDecoder) decode(msg []byte) (cdc.Event, error) {
 			return cdc.Event{}, protowire.ParseError(n)
 		}
 		msg = msg[n:]
-		if typ != protowire.BytesType || num < fieldID || num > fieldRoute {
+		if typ != protowire.BytesType || num < fieldID || num > fieldHeaders {
 			m := protowire.ConsumeFieldValue(num, typ, msg)
 			if m < 0 {
 				return cdc.Event{}, protowire.ParseError(m)
@@ -314,12 +357,51 @@ func (d *eventDecoder) decode(msg []byte) (cdc.Event, error) {
 			ev.Payload = clip(v)
 		case fieldRoute:
 			ev.Route = string(v)
+		case fieldHeaders:
+			k, val, err := decodeHeader(v)
+			if err != nil {
+				return cdc.Event{}, fmt.Errorf("headers: %w", err)
+			}
+			if ev.Headers == nil {
+				ev.Headers = map[string]string{}
+			}
+			ev.Headers[k] = val
 		}
 	}
 	if !seenID {
 		return cdc.Event{}, errors.New("no id")
 	}
 	return ev, nil
+}
+
+// decodeHeader decodes one entry of the headers map.
+func decodeHeader(msg []byte) (k, v string, err error) {
+	for len(msg) > 0 {
+		num, typ, n := protowire.ConsumeTag(msg)
+		if n < 0 {
+			return "", "", protowire.ParseError(n)
+		}
+		msg = msg[n:]
+		if typ != protowire.BytesType || (num != fieldMapKey && num != fieldMapVal) {
+			m := protowire.ConsumeFieldValue(num, typ, msg)
+			if m < 0 {
+				return "", "", protowire.ParseError(m)
+			}
+			msg = msg[m:]
+			continue
+		}
+		b, m := protowire.ConsumeBytes(msg)
+		if m < 0 {
+			return "", "", protowire.ParseError(m)
+		}
+		msg = msg[m:]
+		if num == fieldMapKey {
+			k = string(b)
+		} else {
+			v = string(b)
+		}
+	}
+	return k, v, nil
 }
 
 // clip limits v's capacity to its length, so that a sink appending to one

@@ -16,7 +16,7 @@ import (
 func toProto(events []cdc.Event, gap, replay bool, epoch string) *sinkv1.DeliverRequest {
 	req := &sinkv1.DeliverRequest{GapBefore: gap, Replay: replay, Epoch: epoch}
 	for _, e := range events {
-		req.Events = append(req.Events, &sinkv1.Event{Id: e.ID.String(), Schema: e.Schema, Table: e.Table, Op: string(e.Op), Key: e.Key, Payload: e.Payload, Route: e.Route})
+		req.Events = append(req.Events, &sinkv1.Event{Id: e.ID.String(), Schema: e.Schema, Table: e.Table, Op: string(e.Op), Key: e.Key, Payload: e.Payload, Route: e.Route, Headers: e.Headers})
 	}
 	return req
 }
@@ -27,6 +27,10 @@ func sampleBatch() []cdc.Event {
 		{ID: cdc.EventID{CommitLSN: 0x1A2B3C8, Index: 1}, Schema: "public", Table: "orders", Op: cdc.OpUpdate, Key: []byte(`{"id":2}`), Payload: bytes.Repeat([]byte("x"), 300), Route: "orders.eu"},
 		{ID: cdc.EventID{CommitLSN: 0xFFFFFFFF_FFFFFFFF, Index: 1<<64 - 1}, Schema: "s", Table: "t", Op: cdc.OpTruncate, Key: []byte("null"), Payload: []byte("{}")},
 		{ID: cdc.EventID{}, Schema: "", Table: "", Op: cdc.OpDelete}, // empty fields are left out, as proto3 does
+		// An outbox event: headers after the route, in key order; an empty
+		// value is an entry without its value field.
+		{ID: cdc.EventID{CommitLSN: 0x1A2B3C8, Index: 2}, Schema: "public", Table: "outbox", Op: cdc.OpInsert, Key: []byte(`"order-1"`), Payload: []byte(`{"total":3}`),
+			Route: "outbox.event.order", Headers: map[string]string{"type": "OrderCreated", "id": "7", "empty": ""}},
 	}
 }
 

@@ -25,7 +25,8 @@
 //
 // Invariants: two events of the same row (schema.table + key) are never in
 // flight at once and never delivered out of commit order (an update that
-// changes the key belongs to both rows); a truncate of a table, a schema
+// changes the key belongs to both rows; an outbox event's row is its
+// aggregate, Config.Outbox); a truncate of a table, a schema
 // event, a resync marker and a partition's detach event of a table
 // (cdc.Op.TableWide) are barriers
 // for that table: each goes only once every earlier event of the table is

@@ -11,6 +11,7 @@ import (
 	"github.com/walcast/walcast/host/internal/control/parking"
 	"github.com/walcast/walcast/host/internal/delivery/ack"
 	"github.com/walcast/walcast/host/internal/delivery/fanout"
+	"github.com/walcast/walcast/host/internal/delivery/outbox"
 	"github.com/walcast/walcast/host/internal/delivery/rules"
 	"github.com/walcast/walcast/host/internal/delivery/schedule/attempt"
 	"github.com/walcast/walcast/pluginkit/cdc"
@@ -81,6 +82,14 @@ type Config struct {
 	// walcast.parked keeps the captured envelope), so a replay applies
 	// the rules of the file the daemon runs with then.
 	Rules *rules.Rules
+	// Outbox, when set, turns the events of the sink's outbox table into
+	// the events the application inserted there (package outbox) instead
+	// of applying Rules to them: an insert is delivered as its outbox
+	// event, in its aggregate's lane (one aggregate, one row lane:
+	// entry.row is the aggregate, and walcast.parked keeps it); anything
+	// else of the table is resolved without delivery; a row the outbox
+	// cannot read is parked with the error.
+	Outbox *outbox.Router
 	// Parked persists parked events; nil disables parking (events are
 	// retried forever), which library-style callers may want.
 	Parked ParkStore
@@ -472,7 +481,7 @@ func (s *Scheduler) accept(ctx context.Context, it fanout.Item) error {
 	reason := s.parkedBehind(e)
 	if reason == "" && ruleErr != nil {
 		reason = ruleErr.Error()
-		s.log.Error("event parked: an expression of the sink failed on it", "event", ev.ID.String(),
+		s.log.Error("event parked: an expression or the outbox of the sink failed on it", "event", ev.ID.String(),
 			"table", ev.Schema+"."+ev.Table, "err", ruleErr)
 	}
 	if reason != "" {
@@ -494,10 +503,33 @@ func (s *Scheduler) accept(ctx context.Context, it fanout.Item) error {
 // rules. keep is false when the filter rejects the event; err is an
 // expression's failure (e is then to be parked as captured).
 func (s *Scheduler) applyRules(e *entry, oldKey []byte) (keep bool, err error) {
+	if s.cfg.Outbox.Covers(&e.ev) {
+		return s.applyOutbox(e)
+	}
 	if s.cfg.Rules == nil {
 		return true, nil
 	}
 	res, err := s.cfg.Rules.Apply(e.ev, oldKey)
+	if err != nil {
+		return true, err
+	}
+	if !res.Keep {
+		return false, nil
+	}
+	e.out, e.bytes = res.Event, len(res.Event.Payload)
+	return true, nil
+}
+
+// applyOutbox sets what the sink receives of e, an event of the outbox
+// table, and puts a live event in its aggregate's lane. A replayed event
+// keeps the row it was parked under (replay's bookkeeping is by that
+// row); a row parked before its aggregate id was known stays in its own.
+func (s *Scheduler) applyOutbox(e *entry) (keep bool, err error) {
+	res, err := s.cfg.Outbox.Apply(e.ev)
+	if res.Lane != nil && !e.replay {
+		e.row = rowOf(e.ev, res.Lane)
+		e.table = e.row[:len(e.table)]
+	}
 	if err != nil {
 		return true, err
 	}
