@@ -29,18 +29,30 @@ type result struct {
 
 // deliver runs one attempt in its own goroutine.
 func (s *Scheduler) deliver(ctx context.Context, batch []*entry, size int, gen uint64) {
-	b := attempt.Batch{Events: make([]cdc.Event, 0, len(batch)), Replay: batch[0].replay, Epoch: s.cfg.Epoch}
+	buf := s.eventsBuf(len(batch))
+	defer s.putEventsBuf(buf)
+	b := attempt.Batch{Events: *buf, Replay: batch[0].replay, Epoch: s.cfg.Epoch}
 	// sent[i] is the batch index of b.Events[i]: a replayed event the
 	// sink's rules now filter out or fail on is not sent (replayRules).
-	sent := make([]int, 0, len(batch))
+	// nil when every event is sent, as every live batch is.
+	var sent []int
 	for i, e := range batch {
 		b.GapBefore = b.GapBefore || e.gapBefore
 		if e.filtered || e.ruleErr != nil {
+			if sent == nil {
+				sent = make([]int, i, len(batch))
+				for j := range sent {
+					sent[j] = j
+				}
+			}
 			continue
 		}
-		b.Events = append(b.Events, e.out)
-		sent = append(sent, i)
+		b.Events = append(b.Events, *e.sent())
+		if sent != nil {
+			sent = append(sent, i)
+		}
 	}
+	*buf = b.Events
 	// A batch is all replayed events or none (pending.take).
 	start := time.Now()
 	callCtx, cancel := context.WithTimeout(ctx, s.cfg.DeliverTimeout)
@@ -105,11 +117,11 @@ func (s *Scheduler) checkAnswer(callCtx context.Context, b attempt.Batch, res at
 }
 
 // withRuleFailures turns the failures the sink named (indexes into what
-// was sent) into indexes into batch, and adds the replayed events whose
+// was sent; sent nil: the whole batch was) into indexes into batch, and adds the replayed events whose
 // rules failed as permanent failures: they are parked again with the
 // expression's error and their row's replay stops.
 func withRuleFailures(batch []*entry, sent []int, failed []attempt.Failure) []attempt.Failure {
-	if len(sent) == len(batch) {
+	if sent == nil {
 		return failed
 	}
 	out := make([]attempt.Failure, 0, len(failed)+1)
@@ -123,4 +135,25 @@ func withRuleFailures(batch []*entry, sent []int, failed []attempt.Failure) []at
 	}
 	slices.SortFunc(out, func(a, b attempt.Failure) int { return a.Index - b.Index })
 	return out
+}
+
+// eventsBuf returns an empty slice for a batch of n events. The slices
+// are reused from batch to batch: a new one per batch was a sixth of the
+// bytes the host allocated per event on the daemon → stdout benchmark
+// (docs/benchmarks.md, "Where the daemon spends its time"). A Deliverer
+// must not keep Batch.Events once Deliver returns (attempt.Batch).
+func (s *Scheduler) eventsBuf(n int) *[]cdc.Event {
+	if buf, ok := s.eventBufs.Get().(*[]cdc.Event); ok && cap(*buf) >= n {
+		return buf
+	}
+	buf := make([]cdc.Event, 0, n)
+	return &buf
+}
+
+// putEventsBuf clears buf, so that it holds no payload alive, and keeps it
+// for the next batch.
+func (s *Scheduler) putEventsBuf(buf *[]cdc.Event) {
+	clear(*buf)
+	*buf = (*buf)[:0]
+	s.eventBufs.Put(buf)
 }

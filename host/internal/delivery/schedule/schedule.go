@@ -166,6 +166,8 @@ type Scheduler struct {
 	// deliveries counts the delivery goroutines; Run waits for them
 	// before it returns, so no Deliver outlives the scheduler.
 	deliveries sync.WaitGroup
+	// eventBufs holds *[]cdc.Event for deliver to reuse (eventsBuf).
+	eventBufs sync.Pool
 }
 
 // New returns a scheduler; call Run.
@@ -516,7 +518,8 @@ func (s *Scheduler) applyRules(e *entry, oldKey []byte) (keep bool, err error) {
 	if !res.Keep {
 		return false, nil
 	}
-	e.out, e.bytes = res.Event, len(res.Event.Payload)
+	out := res.Event
+	e.out, e.bytes = &out, len(out.Payload)
 	return true, nil
 }
 

@@ -39,7 +39,7 @@ func runTests(m *testing.M) int {
 	return m.Run()
 }
 
-func pluginPath(t *testing.T, sinkType string) string {
+func pluginPath(t testing.TB, sinkType string) string {
 	t.Helper()
 	path, err := Find(sinkType, []string{binDir})
 	if err != nil {

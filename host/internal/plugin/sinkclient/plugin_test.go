@@ -62,7 +62,7 @@ func events(ids ...string) []pluginkit.Event {
 }
 
 // launch starts the named plugin, configures and opens it.
-func launch(t *testing.T, sinkType string, cfg Config, config any) *Plugin {
+func launch(t testing.TB, sinkType string, cfg Config, config any) *Plugin {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()

@@ -10,7 +10,10 @@ import (
 
 // Batch is what one attempt hands the sink.
 type Batch struct {
-	// Events are in id order.
+	// Events are in id order. The slice is the caller's again once
+	// Deliver returns (the scheduler reuses it for its next batch): a sink
+	// that keeps events past its call copies the slice. The events'
+	// bytes (Key, Payload) are never reused and may be kept.
 	Events []cdc.Event
 	// Replay: the events were parked and an operator asked for them
 	// again; the sink must write them even at or below its own
