@@ -539,7 +539,8 @@ func (s *Scheduler) applyOutbox(e *entry) (keep bool, err error) {
 	if !res.Keep {
 		return false, nil
 	}
-	e.out, e.bytes = res.Event, len(res.Event.Payload)
+	out := res.Event
+	e.out, e.bytes = &out, len(out.Payload)
 	return true, nil
 }
 
