@@ -46,9 +46,10 @@ func (e *env) drain(ctx context.Context, p, slot string, run int) (Drain, error)
 	}
 	d := daemonRun{name: fmt.Sprintf("%s_%d", strings.ReplaceAll(p, "-", "_"), run), slot: slot}
 	switch p {
-	case PathStdout, PathStdoutDebezium, PathStdoutSequin, PathStdoutCE:
+	case PathStdout, PathStdoutDebezium, PathStdoutSequin, PathStdoutCE,
+		PathStdoutFilter, PathStdoutTransform, PathStdoutRoute, PathStdoutRules:
 		d.sink = `sink "stdout" "out" {
-` + formatLine(p) + `  config {
+` + formatLine(p) + rulesBlock(p) + `  config {
     path = "/dev/null"
   }
 }`
