@@ -68,7 +68,7 @@ func (r *Rules) Apply(ev cdc.Event, oldKey []byte) (Result, error) {
 		}
 		computed = append(computed, computedField{name: f.name, value: raw})
 	}
-	payload, key, err := r.rewrite(ev.Payload, computed)
+	payload, key, err := r.rewrite(ev.Payload, ev.Key, computed)
 	if err != nil {
 		return Result{}, fmt.Errorf("transform: %w", err)
 	}

@@ -228,7 +228,7 @@ func (c *fastCtx) row(r fastRow) []byte {
 			raw = newAfterKey(&c.ev)
 		}
 		if raw == nil {
-			raw, _ = c.ev.Member(rowNames[r])
+			raw, _ = member(c.ev.Payload, rowNames[r])
 		}
 		if len(raw) > 0 && raw[0] == '{' {
 			c.rows[r] = raw
@@ -240,23 +240,40 @@ func (c *fastCtx) row(r fastRow) []byte {
 // newAfterKey finds the new row without walking the envelope's head:
 // the decoder writes "new" right after "key" and Key is the key's bytes
 // inside the payload (decode.go). What it returns starts with the row
-// and runs on to the payload's end, which cdc.Member ignores. nil when
+// and runs on to the payload's end, which member ignores. nil when
 // the event is not laid out so (a key of its own, another order).
 func newAfterKey(ev *cdc.Event) []byte {
 	const next = `,"new":{`
-	k, p := ev.Key, ev.Payload
-	if len(k) == 0 || len(p) == 0 {
+	at := keyInPayload(ev.Key, ev.Payload)
+	if at < 0 {
 		return nil
 	}
-	kp, pp := uintptr(unsafe.Pointer(unsafe.SliceData(k))), uintptr(unsafe.Pointer(unsafe.SliceData(p)))
-	if kp < pp || kp+uintptr(len(k)) > pp+uintptr(len(p)) {
+	end := at + len(ev.Key)
+	if !bytes.HasPrefix(ev.Payload[end:], []byte(next)) {
 		return nil
 	}
-	end := int(kp-pp) + len(k)
-	if !bytes.HasPrefix(p[end:], []byte(next)) || end < len(`{"key":`) || string(p[end-len(k)-len(`"key":`):end-len(k)]) != `"key":` {
-		return nil
+	return ev.Payload[end+len(next)-1:]
+}
+
+// keyInPayload is where key lies in payload as the envelope's top-level
+// "key" member (the decoder's Key is that slice of its payload): the
+// offset of its value, -1 when it is not so (a key of its own).
+func keyInPayload(key, payload []byte) int {
+	const member = `"key":`
+	if len(key) == 0 || len(payload) == 0 {
+		return -1
 	}
-	return p[end+len(next)-1:]
+	kp, pp := uintptr(unsafe.Pointer(unsafe.SliceData(key))), uintptr(unsafe.Pointer(unsafe.SliceData(payload)))
+	if kp < pp+uintptr(len(member))+1 || kp+uintptr(len(key)) > pp+uintptr(len(payload)) {
+		return -1
+	}
+	at := int(kp - pp)
+	// Preceded by ,"key": the top-level member after the head (a nested
+	// "key" would sit inside a row, after the top-level one).
+	if string(payload[at-len(member)-1:at]) != ","+member {
+		return -1
+	}
+	return at
 }
 
 // column finds name in a row as row.lookup does. found is false when
@@ -267,7 +284,7 @@ func (c *fastCtx) column(r fastRow, name string) (raw []byte, found, ok bool) {
 	if obj == nil {
 		return nil, false, true
 	}
-	if v, found := cdc.Member(obj, name); found {
+	if v, found := member(obj, name); found {
 		return v, true, true
 	}
 	return nil, false, bytes.IndexByte(obj, '\\') < 0
@@ -285,7 +302,7 @@ func (n *node) eval(c *fastCtx) (fval, bool) {
 	case nTable:
 		return fval{k: fString, s: c.ev.Table}, true
 	case nXid:
-		x, _ := c.ev.Member("xid")
+		x, _ := member(c.ev.Payload, "xid")
 		return colValue(x)
 	case nCol:
 		raw, found, ok := c.column(n.row, n.name)

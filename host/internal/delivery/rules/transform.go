@@ -42,19 +42,30 @@ type computedField struct {
 // It writes into a pooled scratch buffer and copies the result into one
 // allocation of its exact size: the payload stays in flight until the
 // sink acknowledges it, the scratch goes back to the pool at once.
-func (r *Rules) rewrite(payload []byte, computed []computedField) (out, key []byte, err error) {
+//
+// key is the event's key: when it lies in payload (the decoder's events)
+// the walk starts there, past the head (id, lsn, xid, time, schema,
+// table, op), which has no row in it.
+func (r *Rules) rewrite(payload, key []byte, computed []computedField) (out, _ []byte, err error) {
 	buf := scratch.Get().(*[]byte)
 	defer scratch.Put(buf)
 	w := rewriter{r: r, out: (*buf)[:0], payload: payload, keyAt: [2]int{-1, -1}, touched: len(computed) > 0}
-	err = cdc.EachMember(payload, func(name, value []byte) error {
+	m := newMembers(payload)
+	if at := keyInPayload(key, payload); at > 0 {
+		m.i, m.n = at-len(`,"key":`), 1 // at the comma before "key"
+	}
+	for {
+		name, value, ok := m.next()
+		if !ok {
+			break
+		}
 		switch string(name) {
 		case "key", "new", "old", "unchanged":
 			w.member(name, value, computed)
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("read the envelope: %w", err)
+	}
+	if m.bad {
+		return nil, nil, fmt.Errorf("read the envelope: %w", cdc.ErrMalformed)
 	}
 	if w.keyAt[0] < 0 {
 		return nil, nil, errors.New("the envelope has no key")
@@ -64,8 +75,7 @@ func (r *Rules) rewrite(payload []byte, computed []computedField) (out, key []by
 		return payload, k, nil
 	}
 	w.out = append(w.out, payload[w.copied:]...)
-	out = make([]byte, len(w.out))
-	copy(out, w.out)
+	out = append([]byte(nil), w.out...) // no zeroing first, as make would
 	if cap(w.out) <= maxScratch {
 		*buf = w.out
 	}
@@ -124,11 +134,16 @@ func (r *Rules) rewriteRow(dst, raw []byte, mode rowMode, computed []computedFie
 	}
 	dst = append(dst, '{')
 	n := 0
-	_ = cdc.EachMember(raw, func(rawName, value []byte) error {
+	m := newMembers(raw)
+	for {
+		rawName, value, ok := m.next()
+		if !ok {
+			break
+		}
 		rule := r.rule(rawName)
 		if rule.drop || (mode != rowKey && r.keep != nil && !rule.keep) || shadowed(rawName, computed) {
 			changed = true
-			return nil
+			continue
 		}
 		if n > 0 {
 			dst = append(dst, ',')
@@ -155,8 +170,7 @@ func (r *Rules) rewriteRow(dst, raw []byte, mode rowMode, computed []computedFie
 		default:
 			dst = append(dst, value...)
 		}
-		return nil
-	})
+	}
 	for _, c := range computed {
 		if n > 0 {
 			dst = append(dst, ',')
@@ -188,20 +202,23 @@ type columnRule struct {
 // rule looks a column up by its raw JSON name without allocating,
 // unless the name is written with escapes: by comparing it with each
 // name the transform has when it has few (cheaper than hashing it),
-// else in the map.
+// else in the map. A raw name equal to one of those is that column: the
+// list holds only names JSON writes without escapes (linearRules).
 func (r *Rules) rule(rawName []byte) columnRule {
+	if r.colNames != nil {
+		for i, name := range r.colNames {
+			if string(rawName) == name {
+				return r.colRules[i]
+			}
+		}
+		if bytes.IndexByte(rawName, '\\') < 0 {
+			return columnRule{}
+		}
+	}
 	if bytes.IndexByte(rawName, '\\') >= 0 {
 		return r.cols[jsonString(rawName)]
 	}
-	if r.colNames == nil {
-		return r.cols[string(rawName)]
-	}
-	for i, name := range r.colNames {
-		if string(rawName) == name {
-			return r.colRules[i]
-		}
-	}
-	return columnRule{}
+	return r.cols[string(rawName)]
 }
 
 // maxLinearRules is how many columns a transform may name for rule to
@@ -215,6 +232,9 @@ func linearRules(m map[string]columnRule) (names []string, rules []columnRule) {
 		return nil, nil
 	}
 	for _, name := range slices.Sorted(maps.Keys(m)) {
+		if q := appendJSONString(nil, name); string(q[1:len(q)-1]) != name {
+			return nil, nil // written with escapes: the map decodes names
+		}
 		names, rules = append(names, name), append(rules, m[name])
 	}
 	return names, rules
