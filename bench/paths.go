@@ -35,8 +35,8 @@ func (e *env) drain(ctx context.Context, p, slot string, run int) (Drain, error)
 	switch p {
 	case PathRecvlogical:
 		return e.drainRecvlogical(ctx, poll, slot)
-	case PathLibrary:
-		return e.drainLibrary(ctx, poll, slot)
+	case PathLibrary, PathLibraryRules:
+		return e.drainLibrary(ctx, poll, slot, p == PathLibraryRules)
 	case PathBackfill, PathBackfillQuiet, PathBackfillKafka:
 		return e.drainBackfill(ctx, poll, p, run)
 	case PathNATS, PathRedis:
@@ -214,9 +214,12 @@ type libraryReport struct {
 	MaxRSSKiB int64   `json:"max_rss_kib"`
 }
 
-func (e *env) drainLibrary(ctx context.Context, poll *pgx.Conn, slot string) (Drain, error) {
+func (e *env) drainLibrary(ctx context.Context, poll *pgx.Conn, slot string, withRules bool) (Drain, error) {
 	args := []string{"library", "-dsn", e.dsn, "-slot", slot, "-publication", publication, "-table", "public.bench",
 		"-n", fmt.Sprint(e.changes)}
+	if withRules {
+		args = append(args, "-rules")
+	}
 	if e.cfg.ProfileDir != "" {
 		args = append(args, "-profile", filepath.Join(e.cfg.ProfileDir, "library-"+slot))
 	}
