@@ -42,7 +42,7 @@ const (
 )
 
 // AllPaths lists every path.
-var AllPaths = []string{PathRecvlogical, PathLibrary, PathStdout, PathConduit, PathStdoutDebezium, PathStdoutSequin, PathStdoutCE, PathWebhook100, PathWebhook1000, PathKafka, PathKafkaDebezium, PathPostgresMirror, PathNATS, PathRedis, PathS3JSONL, PathS3Parquet, PathBackfill, PathBackfillQuiet, PathBackfillKafka, PathIsolate}
+var AllPaths = []string{PathRecvlogical, PathLibrary, PathLibraryRules, PathStdout, PathConduit, PathStdoutDebezium, PathStdoutSequin, PathStdoutCE, PathStdoutFilter, PathStdoutTransform, PathStdoutRoute, PathStdoutRules, PathWebhook100, PathWebhook1000, PathKafka, PathKafkaDebezium, PathPostgresMirror, PathNATS, PathRedis, PathS3JSONL, PathS3Parquet, PathBackfill, PathBackfillQuiet, PathBackfillKafka, PathIsolate}
 
 // Config says what to run. Zero values take the sizes.
 type Config struct {
@@ -653,6 +653,7 @@ func (r *Results) WriteTable(w io.Writer) {
 	}
 	r.writeRatioTable(w)
 	r.writeCostTable(w)
+	r.writeRuleTable(w)
 	for _, p := range r.Paths {
 		if m := p.Median; m.ServerCPU > 0 {
 			fmt.Fprintf(w, "\n%s: the destination server used %.1f s of CPU, %.2f µs/change (not in the table's µs/change)\n", p.Name, m.ServerCPU, m.ServerCPUPerChange)

@@ -22,7 +22,8 @@ import (
 // Library is the library-mode consumer the harness runs as its own
 // process (walcast-bench library ...): it opens the slot with host.Open,
 // takes n events with Next, acks each one and does nothing else, then
-// prints a JSON report (libraryReport) on stdout.
+// prints a JSON report (libraryReport) on stdout. With -rules the stream
+// has the rules paths' filter and transform.
 func Library(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("library", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -32,6 +33,7 @@ func Library(args []string, stdout, stderr io.Writer) error {
 	table := fs.String("table", "public.bench", "captured table")
 	n := fs.Int64("n", 0, "events to take before stopping")
 	profile := fs.String("profile", "", "write <prefix>.cpu.pprof and <prefix>.allocs.pprof")
+	withRules := fs.Bool("rules", false, "with the rules paths' filter and transform (rules.go)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -40,7 +42,11 @@ func Library(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	ctx := context.Background()
-	s, err := host.Open(ctx, host.StreamConfig{DSN: *dsn, Tables: []string{*table}, Slot: *slot, Publication: *pub})
+	cfg := host.StreamConfig{DSN: *dsn, Tables: []string{*table}, Slot: *slot, Publication: *pub}
+	if *withRules {
+		cfg.Filter, cfg.Transform = benchFilter, libraryTransform()
+	}
+	s, err := host.Open(ctx, cfg)
 	if err != nil {
 		return err
 	}

@@ -35,8 +35,8 @@ func (e *env) drain(ctx context.Context, p, slot string, run int) (Drain, error)
 	switch p {
 	case PathRecvlogical:
 		return e.drainRecvlogical(ctx, poll, slot)
-	case PathLibrary:
-		return e.drainLibrary(ctx, poll, slot)
+	case PathLibrary, PathLibraryRules:
+		return e.drainLibrary(ctx, poll, slot, p == PathLibraryRules)
 	case PathBackfill, PathBackfillQuiet, PathBackfillKafka:
 		return e.drainBackfill(ctx, poll, p, run)
 	case PathNATS, PathRedis:
@@ -46,9 +46,10 @@ func (e *env) drain(ctx context.Context, p, slot string, run int) (Drain, error)
 	}
 	d := daemonRun{name: fmt.Sprintf("%s_%d", strings.ReplaceAll(p, "-", "_"), run), slot: slot}
 	switch p {
-	case PathStdout, PathStdoutDebezium, PathStdoutSequin, PathStdoutCE:
+	case PathStdout, PathStdoutDebezium, PathStdoutSequin, PathStdoutCE,
+		PathStdoutFilter, PathStdoutTransform, PathStdoutRoute, PathStdoutRules:
 		d.sink = `sink "stdout" "out" {
-` + formatLine(p) + `  config {
+` + formatLine(p) + rulesBlock(p) + `  config {
     path = "/dev/null"
   }
 }`
@@ -213,9 +214,12 @@ type libraryReport struct {
 	MaxRSSKiB int64   `json:"max_rss_kib"`
 }
 
-func (e *env) drainLibrary(ctx context.Context, poll *pgx.Conn, slot string) (Drain, error) {
+func (e *env) drainLibrary(ctx context.Context, poll *pgx.Conn, slot string, withRules bool) (Drain, error) {
 	args := []string{"library", "-dsn", e.dsn, "-slot", slot, "-publication", publication, "-table", "public.bench",
 		"-n", fmt.Sprint(e.changes)}
+	if withRules {
+		args = append(args, "-rules")
+	}
 	if e.cfg.ProfileDir != "" {
 		args = append(args, "-profile", filepath.Join(e.cfg.ProfileDir, "library-"+slot))
 	}

@@ -3,7 +3,9 @@ package rules
 import (
 	"bytes"
 	"fmt"
+	"strings"
 	"time"
+	"unsafe"
 
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
@@ -29,37 +31,30 @@ type Result struct {
 // envelope; oldKey as change.Event.OldKey). An error names the expression
 // that failed and why; ev is then to be parked as it is.
 func (r *Rules) Apply(ev cdc.Event, oldKey []byte) (Result, error) {
-	vars := newVars(&ev, r.needsChanged)
-	if r.filter != nil {
-		out, _, err := r.filter.Eval(vars)
+	c := fastCtx{ev: ev}
+	if r.filter.prog != nil {
+		keep, err := r.keeps(&c)
 		if err != nil {
-			return Result{}, fmt.Errorf("filter: %w", err)
-		}
-		keep, ok := out.(types.Bool)
-		if !ok {
-			return Result{}, fmt.Errorf("filter: the expression gave %s, not a bool", out.Type().TypeName())
+			return Result{}, err
 		}
 		if !keep {
 			return Result{Keep: false, Event: ev}, nil
 		}
 	}
 	res := Result{Keep: true, Event: ev, OldKey: oldKey}
-	if r.route != nil {
-		out, _, err := r.route.Eval(vars)
+	if r.route.prog != nil {
+		route, err := r.routeOf(&c)
 		if err != nil {
-			return Result{}, fmt.Errorf("route: %w", err)
+			return Result{}, err
 		}
-		s, ok := out.(types.String)
-		if !ok || s == "" {
-			return Result{}, fmt.Errorf("route: the expression gave %s, not a destination name", describe(out))
-		}
-		res.Event.Route = string(s)
+		res.Event.Route = route
 	}
 	if !r.transforms() {
 		return res, nil
 	}
 	computed := make([]computedField, 0, len(r.set))
 	for _, f := range r.set {
+		vars := c.celVars(r.needsChanged)
 		if vars.newRow().raw == nil {
 			break // a delete, a truncate: no new row to add to
 		}
@@ -73,19 +68,80 @@ func (r *Rules) Apply(ev cdc.Event, oldKey []byte) (Result, error) {
 		}
 		computed = append(computed, computedField{name: f.name, value: raw})
 	}
-	payload, key, err := r.rewrite(ev.Payload, computed)
+	payload, key, err := r.rewrite(ev.Payload, ev.Key, computed)
 	if err != nil {
 		return Result{}, fmt.Errorf("transform: %w", err)
 	}
 	res.Event.Payload, res.Event.Key = payload, key
 	if oldKey != nil {
-		ok := r.rewriteRow(nil, oldKey, rowKey, nil)
+		ok, _ := r.rewriteRow(nil, oldKey, rowKey, nil)
 		if bytes.Equal(ok, key) {
 			ok = nil
 		}
 		res.OldKey = ok
 	}
 	return res, nil
+}
+
+// keeps runs the filter: on the fast path when it has one and it gives
+// a bool, else with CEL (which also words every error).
+func (r *Rules) keeps(c *fastCtx) (bool, error) {
+	if r.filter.fast != nil {
+		if v, ok := r.filter.fast.eval(c); ok && v.k == fBool {
+			return v.b, nil
+		}
+	}
+	out, _, err := r.filter.prog.Eval(c.celVars(r.needsChanged))
+	if err != nil {
+		return false, fmt.Errorf("filter: %w", err)
+	}
+	keep, ok := out.(types.Bool)
+	if !ok {
+		return false, fmt.Errorf("filter: the expression gave %s, not a bool", out.Type().TypeName())
+	}
+	return bool(keep), nil
+}
+
+// routeOf runs the route as keeps runs the filter.
+func (r *Rules) routeOf(c *fastCtx) (string, error) {
+	if r.route.fast != nil {
+		if v, ok := r.route.fast.eval(c); ok && v.k == fString && v.s != "" {
+			return ownString(v.s, c.ev.Payload), nil
+		}
+	}
+	out, _, err := r.route.prog.Eval(c.celVars(r.needsChanged))
+	if err != nil {
+		return "", fmt.Errorf("route: %w", err)
+	}
+	s, ok := out.(types.String)
+	if !ok || s == "" {
+		return "", fmt.Errorf("route: the expression gave %s, not a destination name", describe(out))
+	}
+	return string(s), nil
+}
+
+// ownString returns s, copied when it points into payload: a fast-path
+// string read from a column does (fast.go), and the route outlives the
+// evaluation.
+func ownString(s string, payload []byte) string {
+	if len(s) == 0 || cap(payload) == 0 {
+		return s
+	}
+	p := uintptr(unsafe.Pointer(unsafe.StringData(s)))
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(payload[:cap(payload)])))
+	if p >= base && p < base+uintptr(cap(payload)) {
+		return strings.Clone(s)
+	}
+	return s
+}
+
+// celVars is the CEL activation of c's event, made when first needed:
+// an event that the fast path decides entirely never makes one.
+func (c *fastCtx) celVars(wantsChanged bool) *vars {
+	if c.vars == nil {
+		c.vars = &vars{ev: c.ev, wantsChanged: wantsChanged}
+	}
+	return c.vars
 }
 
 func (r *Rules) transforms() bool {
@@ -102,21 +158,19 @@ func describe(v ref.Val) string {
 // vars is the activation of one event: each variable is made when an
 // expression first reads it.
 type vars struct {
-	ev           *cdc.Event
+	// ev is a copy: the activation escapes to CEL (to the heap), the
+	// event Apply was given need not.
+	ev           cdc.Event
 	wantsChanged bool
 	key, nu, old *row
 }
 
 var _ interpreter.Activation = (*vars)(nil)
 
-func newVars(ev *cdc.Event, wantsChanged bool) *vars {
-	return &vars{ev: ev, wantsChanged: wantsChanged}
-}
-
 func (v *vars) Parent() interpreter.Activation { return nil }
 
 func (v *vars) ResolveName(name string) (any, bool) {
-	ev := v.ev
+	ev := &v.ev
 	switch name {
 	case "op":
 		return types.String(ev.Op), true

@@ -86,16 +86,19 @@ type Column struct {
 // Rules is a compiled Spec; safe for concurrent use.
 type Rules struct {
 	spec   Spec
-	filter cel.Program
-	route  cel.Program
+	filter expr
+	route  expr
 	set    []setField
 	drop   map[string]bool
 	keep   map[string]bool
 	mask   map[string]string
 	rename map[string]string
-	// cols is drop, keep, mask and rename by column (transform.go).
-	cols    map[string]columnRule
-	columns []Column
+	// cols is drop, keep, mask and rename by column (transform.go);
+	// colNames and colRules the same as two lists when they are short.
+	cols     map[string]columnRule
+	colNames []string
+	colRules []columnRule
+	columns  []Column
 	// needsChanged: some expression reads changed (computed per event
 	// only then).
 	needsChanged bool
@@ -104,6 +107,13 @@ type Rules struct {
 type setField struct {
 	name string
 	prog cel.Program
+}
+
+// expr is one compiled expression: the CEL program, and the same
+// expression for the fast path (fast.go) when it has one.
+type expr struct {
+	prog cel.Program
+	fast *node
 }
 
 // newEnv declares the variables every expression sees. key, new and old
@@ -135,11 +145,11 @@ func Compile(s Spec) (*Rules, []Problem) {
 	r := &Rules{spec: s, drop: set(s.Transform.Drop), keep: set(s.Transform.Keep),
 		mask: s.Transform.Mask, rename: s.Transform.Rename}
 	var probs []Problem
-	compile := func(where, text string, want *cel.Type) cel.Program {
-		prog, cols, ps := compileOne(env, where, text, want)
+	compile := func(where, text string, want *cel.Type) expr {
+		x, cols, ps := compileOne(env, where, text, want)
 		probs = append(probs, ps...)
 		r.columns = append(r.columns, cols...)
-		return prog
+		return x
 	}
 	if s.Filter != "" {
 		r.filter = compile("filter", s.Filter, cel.BoolType)
@@ -153,10 +163,11 @@ func Compile(s Spec) (*Rules, []Problem) {
 			probs = append(probs, Problem{Where: "set", Message: "a computed column needs a name"})
 			continue
 		}
-		r.set = append(r.set, setField{name: name, prog: compile(where, s.Transform.Set[name], nil)})
+		r.set = append(r.set, setField{name: name, prog: compile(where, s.Transform.Set[name], nil).prog})
 	}
 	probs = append(probs, r.checkTransform()...)
 	r.cols = r.columnRules()
+	r.colNames, r.colRules = linearRules(r.cols)
 	for _, c := range r.columns {
 		if c.Var == "changed" {
 			r.needsChanged = true
@@ -170,24 +181,24 @@ func Compile(s Spec) (*Rules, []Problem) {
 
 // compileOne compiles one expression; want is its required type (nil:
 // any).
-func compileOne(env *cel.Env, where, text string, want *cel.Type) (cel.Program, []Column, []Problem) {
+func compileOne(env *cel.Env, where, text string, want *cel.Type) (expr, []Column, []Problem) {
 	checked, iss := env.Compile(text)
 	if iss != nil && iss.Err() != nil {
 		var probs []Problem
 		for _, e := range iss.Errors() {
 			probs = append(probs, Problem{Where: where, Line: e.Location.Line(), Column: e.Location.Column(), Message: e.Message})
 		}
-		return nil, nil, probs
+		return expr{}, nil, probs
 	}
 	if out := checked.OutputType(); want != nil && !out.IsExactType(want) && !out.IsExactType(cel.DynType) {
-		return nil, nil, []Problem{{Where: where, Line: 1, Column: 0,
+		return expr{}, nil, []Problem{{Where: where, Line: 1, Column: 0,
 			Message: fmt.Sprintf("the expression is of type %s; %s needs %s", out, where, want)}}
 	}
 	prog, err := env.Program(checked, cel.EvalOptions(cel.OptOptimize))
 	if err != nil {
-		return nil, nil, []Problem{{Where: where, Message: err.Error()}}
+		return expr{}, nil, []Problem{{Where: where, Message: err.Error()}}
 	}
-	return prog, columnsOf(checked, where), nil
+	return expr{prog: prog, fast: compileFast(checked.NativeRep().Expr())}, columnsOf(checked, where), nil
 }
 
 // columnsOf lists the columns an expression names by a constant:
@@ -304,7 +315,7 @@ func (s Spec) TransformColumns() []Column {
 }
 
 // HasRoute reports whether the rules set a route.
-func (r *Rules) HasRoute() bool { return r != nil && r.route != nil }
+func (r *Rules) HasRoute() bool { return r != nil && r.route.prog != nil }
 
 func set(names []string) map[string]bool {
 	if len(names) == 0 {

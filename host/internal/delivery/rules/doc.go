@@ -22,5 +22,18 @@
 //     (the scheduler parks that event and goes on).
 //   - Rows are read where they lie in the envelope (no JSON decoding of
 //     the whole event): new.status looks up one member of the raw "new"
-//     object (row.go).
+//     object (row.go, scan.go).
+//   - The fast path changes nothing a sink receives: a filter or route
+//     made only of comparisons, boolean logic, arithmetic, conversions,
+//     columns and op, schema, table, xid is evaluated without CEL
+//     (fast.go), and whenever that evaluation meets anything but a plain
+//     result (an error, a NaN, a map) the event is evaluated with CEL,
+//     which gives every error. Both give the same result (fast_test.go).
+//   - A transform that touches none of an event's columns returns its
+//     payload itself, not a copy.
+//
+// Cost: Apply allocates nothing for a filter or a route on the fast path
+// (one string for a route it builds), and one exact-size payload for a
+// transform that changes the event; make bench's rules paths and the
+// BenchmarkApply* benchmarks measure it (docs/benchmarks.md).
 package rules

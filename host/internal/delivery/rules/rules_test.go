@@ -20,7 +20,6 @@ func event(t testing.TB, payload string) cdc.Event {
 		Schema string `json:"schema"`
 		Table  string `json:"table"`
 		Op     string `json:"op"`
-		Key    json.RawMessage
 	}
 	if err := json.Unmarshal([]byte(payload), &head); err != nil {
 		t.Fatal(err)
@@ -29,7 +28,10 @@ func event(t testing.TB, payload string) cdc.Event {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cdc.Event{ID: id, Schema: head.Schema, Table: head.Table, Op: cdc.Op(head.Op), Key: head.Key, Payload: []byte(payload)}
+	// The key inside the payload, as the decoder hands it over.
+	raw := []byte(payload)
+	key, _ := cdc.Member(raw, "key")
+	return cdc.Event{ID: id, Schema: head.Schema, Table: head.Table, Op: cdc.Op(head.Op), Key: key[:len(key):len(key)], Payload: raw}
 }
 
 func mustCompile(t testing.TB, s Spec) *Rules {
@@ -189,32 +191,5 @@ func TestDeleteAndTruncateRowsAreEmptyMaps(t *testing.T) {
 	res, err := r.Apply(event(t, trunc), nil)
 	if err != nil || !res.Keep {
 		t.Fatalf("truncate: %+v %v", res, err)
-	}
-}
-
-// The cost per change of a typical filter, a transform with three rules
-// and a route (the issue's goal: each under 0.5 µs); bench cost in
-// docs/benchmarks.md.
-func BenchmarkFilter(b *testing.B) {
-	bench(b, Spec{Filter: `new.status == "paid" && double(new.total) > 10.0`})
-}
-
-func BenchmarkTransform3(b *testing.B) {
-	bench(b, Spec{Transform: Transform{Drop: []string{"qty"}, Mask: map[string]string{"email": MaskSHA256},
-		Rename: map[string]string{"status": "state"}}})
-}
-
-func BenchmarkRoute(b *testing.B) {
-	bench(b, Spec{Route: `"orders." + new.country`})
-}
-
-func bench(b *testing.B, s Spec) {
-	r := mustCompile(b, s)
-	ev := event(b, updateEnvelope)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := r.Apply(ev, nil); err != nil {
-			b.Fatal(err)
-		}
 	}
 }

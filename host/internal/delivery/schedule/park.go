@@ -52,10 +52,11 @@ func (s *Scheduler) park(ctx context.Context, es []*entry, reason string, failed
 			delete(s.replayIDs, e.ev.ID)
 		}
 	}
+	var ended []string
 	for r := range rows {
 		s.parked.add(r)
 		if failed && s.replaying[r] {
-			s.endReplay(r)
+			ended = append(ended, r)
 		}
 	}
 	now := time.Now()
@@ -76,6 +77,11 @@ func (s *Scheduler) park(ctx context.Context, es []*entry, reason string, failed
 	}
 	if err := retryStore(ctx, s.log, func(ctx context.Context) error { return s.cfg.Parked.Park(ctx, recs) }); err != nil {
 		return err
+	}
+	// Only now has a replayed row that failed again "left replay, parked
+	// again" (ReplayWait): its waiters read walcast.parked next.
+	for _, r := range ended {
+		s.endReplay(r)
 	}
 	seqs := make([]ack.Seq, 0, len(all))
 	for _, e := range all {
