@@ -42,7 +42,7 @@ const (
 )
 
 // AllPaths lists every path.
-var AllPaths = []string{PathRecvlogical, PathLibrary, PathLibraryRules, PathStdout, PathConduit, PathStdoutDebezium, PathStdoutSequin, PathStdoutCE, PathStdoutFilter, PathStdoutTransform, PathStdoutRoute, PathStdoutRules, PathWebhook100, PathWebhook1000, PathKafka, PathKafkaDebezium, PathPostgresMirror, PathNATS, PathRedis, PathS3JSONL, PathS3Parquet, PathBackfill, PathBackfillQuiet, PathBackfillKafka, PathIsolate}
+var AllPaths = []string{PathRecvlogical, PathLibrary, PathLibraryRules, PathStdout, PathConduit, PathStdoutDebezium, PathStdoutSequin, PathStdoutCE, PathStdoutFilter, PathStdoutTransform, PathWebhook100, PathWebhook1000, PathWebhookRoute, PathWebhookRules, PathKafka, PathKafkaDebezium, PathPostgresMirror, PathNATS, PathRedis, PathS3JSONL, PathS3Parquet, PathBackfill, PathBackfillQuiet, PathBackfillKafka, PathIsolate}
 
 // Config says what to run. Zero values take the sizes.
 type Config struct {

@@ -47,13 +47,13 @@ func (e *env) drain(ctx context.Context, p, slot string, run int) (Drain, error)
 	d := daemonRun{name: fmt.Sprintf("%s_%d", strings.ReplaceAll(p, "-", "_"), run), slot: slot}
 	switch p {
 	case PathStdout, PathStdoutDebezium, PathStdoutSequin, PathStdoutCE,
-		PathStdoutFilter, PathStdoutTransform, PathStdoutRoute, PathStdoutRules:
+		PathStdoutFilter, PathStdoutTransform:
 		d.sink = `sink "stdout" "out" {
 ` + formatLine(p) + rulesBlock(p) + `  config {
     path = "/dev/null"
   }
 }`
-	case PathWebhook100, PathWebhook1000:
+	case PathWebhook100, PathWebhook1000, PathWebhookRoute, PathWebhookRules:
 		rcv, err := startReceiver(false)
 		if err != nil {
 			return Drain{}, err
@@ -103,14 +103,14 @@ func (e *env) drain(ctx context.Context, p, slot string, run int) (Drain, error)
 }
 
 // webhookSink is the sink block of a webhook path: batches of 100 or
-// 1000 to the bench's receiver.
+// 1000 to the bench's receiver, with the rules of a rules path.
 func webhookSink(p, url string) string {
 	batch := 100
-	if p == PathWebhook1000 {
+	if p != PathWebhook100 {
 		batch = 1000
 	}
 	return fmt.Sprintf(`sink "webhook" "hook" {
-  delivery {
+`+rulesBlock(p)+`  delivery {
     batch_size = %d
   }
   config {
