@@ -106,6 +106,12 @@ type Config struct {
 	// PartitionDetachEvents: a partition detached gives one detach event
 	// instead of its rows' deletes (source on_detach = "event").
 	PartitionDetachEvents bool
+	// BeforeCreateSlot, when set, is called by Prepare right before it
+	// creates the slot (never when it adopts one), with the walcast
+	// schema migrated: what must be on record as of a point no later
+	// than the slot's start is recorded there (the daemon's baseline of
+	// the captured tables' partitions). An error fails the start.
+	BeforeCreateSlot func(context.Context) error
 	// Timeouts, when set, counts the streams ended by ReceiveTimeout;
 	// captures that follow one another (a sink's catch-up streams) share
 	// one. New makes one when it is nil.
