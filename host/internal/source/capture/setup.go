@@ -394,7 +394,7 @@ func inspect(ctx context.Context, db Querier, records Records, cfg Config) (stat
 		if err != nil {
 			return st, err
 		}
-		if st.gap, err = checkRecreated(ctx, db, cfg, recorded, checkpointList(checkpoints)); err != nil || st.gap != nil {
+		if st.gap, err = checkRecreated(ctx, db, cfg, recorded, checkpointList(checkpoints), false); err != nil || st.gap != nil {
 			return st, err
 		}
 		if len(recorded) > 0 {
