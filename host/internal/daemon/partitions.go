@@ -215,7 +215,11 @@ func (w *partitionWatch) act(ctx context.Context, tx pgx.Tx, root string, seen, 
 func (w *partitionWatch) resync(ctx context.Context, tx pgx.Tx, root string, why []string) error {
 	t, err := backfill.Inspect(ctx, tx, root)
 	if errors.Is(err, backfill.ErrKeyless) {
-		w.log.Warn("partition watch: rows left a table without a key, which cannot be resynced; its destinations keep them", "table", root, "partitions", why)
+		// The triggers write no deletes for a table without any key
+		// and leave its partition on the record for this: said at run
+		// time, never passed over (docs/events.md, Partitions).
+		w.log.Warn("partition watch: rows left a table without a key (no primary key or replica identity index): walcast can neither write their deletes nor resync the table, so its destinations keep them (with on_detach = \"event\" and ddl_events, a DETACH gave a detach event); give the table a primary key to have such rows removed",
+			"table", root, "partitions", why, "on_detach", w.p.Source.OnDetach)
 		return nil
 	}
 	if err != nil {
