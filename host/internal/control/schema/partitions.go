@@ -172,7 +172,7 @@ SET search_path = pg_catalog, pg_temp SET TimeZone = 'UTC' SET DateStyle = 'ISO'
 AS $f$
 DECLARE
 	ident "char";
-	full boolean := false;
+	whole boolean := false;
 	rs text; rt text; cols json; keyidx json; sel text; keys json;
 BEGIN
 	SELECT c.relreplident, n.nspname, c.relname INTO ident, rs, rt
@@ -194,7 +194,7 @@ BEGIN
 		SELECT json_agg(json_build_object('name', attname, 'type', atttypid::int8, 'typmod', atttypmod) ORDER BY idx),
 		       json_agg(idx ORDER BY idx), string_agg(format('%I::text', attname), ', ' ORDER BY idx)
 		INTO cols, keyidx, sel FROM k;
-		full := true;
+		whole := true;
 	END IF;
 	IF sel IS NULL THEN
 		-- No key to delete by: the number of rows only, for a detach.
@@ -217,7 +217,7 @@ BEGIN
 	PERFORM pg_logical_emit_message(true, 'walcast.partition', json_build_object(
 		'pipeline', _pipeline, 'schema', rs, 'table', rt, 'columns', cols, 'key', keyidx, 'rows', keys,
 		'partition', (SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = _part),
-		'command', _command, 'full', full)::text);
+		'command', _command, 'full', whole)::text);
 	RETURN true;
 END $f$;
 
