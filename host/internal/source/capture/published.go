@@ -246,18 +246,16 @@ func checkPublished(cfg Config, recorded, now map[string]string, names map[int64
 // (Prepared.Published).
 func PublicationWatch(db Querier, cfg Config, recorded map[string]string) func(context.Context) error {
 	return func(ctx context.Context) error {
-		// A publication dropped and created again gives its tables new
-		// membership rows too: named for what it is, first.
-		gap, err := checkRecreated(ctx, db, cfg, recorded, "see walcast status", true)
-		if err != nil {
-			return nil // the database may be restarting; the stream reports that
-		}
-		if gap != nil {
-			return gap
-		}
 		now, names, err := membership(ctx, db, cfg)
 		if err != nil {
 			return nil // the database may be restarting; the stream reports that
+		}
+		// A publication dropped and created again leaves its tables
+		// published by another oid, or (read in the middle of it) not at
+		// all: named for what it is. Looked up after the membership, so
+		// that a re-creation the membership saw is seen here too.
+		if gap, err := checkRecreated(ctx, db, cfg, recorded, "see walcast status", true); err == nil && gap != nil {
+			return gap
 		}
 		if gap := checkPublished(cfg, recorded, now, names, "see walcast status", true); gap != nil {
 			gap.AnnouncedAt = announceVanished(ctx, db, cfg, gap.Vanished)
