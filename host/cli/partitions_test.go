@@ -441,5 +441,9 @@ func TestPartitionDetachKeyless(t *testing.T) {
 	exec1(t, db, `ALTER TABLE tags DETACH PARTITION tags_p1`)
 	proc.waitLog(t, "rows left a table without a key")
 	wantAll(t, proc.logText(), "public.tags", "detached or dropped public.tags_p1", "its destinations keep them")
+	// The check that said so ends (records the tree) before the stop.
+	waitFor(t, "the check to record tags without tags_p1", time.Minute, func() bool {
+		return queryInt(t, db, `SELECT count(*) FROM walcast.partitions WHERE pipeline = 'keylessdetach' AND partition = 'public.tags_p1'`) == 0
+	})
 	proc.stop()
 }

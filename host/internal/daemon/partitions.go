@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -65,13 +66,24 @@ const (
 	truncateTriggerAfter  = "walcast_partition_truncate_after"
 )
 
+// partitionCheckTimeout bounds one check of the partitions, which a stop
+// does not cut short.
+const partitionCheckTimeout = 10 * time.Second
+
 // check looks at the trees once. Like the slot watch it never stops the
 // stream: a failure is logged and the next check tries again.
 func (w *partitionWatch) check(ctx context.Context) {
 	if w.p.Source.OnAttach == config.OnAttachIgnore && w.p.Source.OnDetach == config.OnDetachIgnore {
 		return
 	}
-	if err := w.checkOnce(ctx); err != nil && ctx.Err() == nil {
+	// A check runs on the leadership's session (w.db is fenced): cut
+	// off mid-statement by a stop, that connection is closed, and with
+	// it the lease, so a SIGTERM during a check ended walcast with
+	// "leadership lost" (exit 1). A check ends whole instead; its lock
+	// waits are bounded (lock_timeout), and so is it.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), partitionCheckTimeout)
+	defer cancel()
+	if err := w.checkOnce(cctx); err != nil && ctx.Err() == nil {
 		w.log.Warn("partition watch: could not compare the captured tables' partitions with the last check; trying again at the next", "err", err)
 	}
 }
