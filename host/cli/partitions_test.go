@@ -314,3 +314,129 @@ func TestPartitionDetachEvent(t *testing.T) {
 	}
 	t.Logf("detach event %s: %s; %d events before it, %d after (%s)", d.ID, d.Raw, before, after, opCounts(evs))
 }
+
+// TestPartitionAttachBeforeFirstCheck: a partition holding rows ATTACHed
+// after the pipeline's slot is created and before the partition watch's
+// first check (the window held open by holding the partition lock the
+// check takes, so the first checks give way) is backfilled: its rows
+// arrive as read events. Before the baseline was recorded ahead of the
+// slot, the first check took the attached partition for part of the
+// baseline, and its rows, which no change in the stream carries, never
+// arrived.
+func TestPartitionAttachBeforeFirstCheck(t *testing.T) {
+	parallel(t)
+	const n = 500
+	dsn, db := newSource(t, partitionedItems(n)...)
+	rcv := newReceiver(t)
+	pipeline := writePipeline(t, "attachwin", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 200})
+	holder := connect(t, dsn)
+	exec1(t, holder, `SELECT pg_advisory_lock(hashtext('walcast.partitions:' || $1))`, "attachwin")
+	proc := startCapturing(t, db, pipeline, "--slot-check-interval=200ms")
+	// The slot exists; the watch's checks wait for the lock and give way.
+	exec1(t, db, `ALTER TABLE items ATTACH PARTITION items_p4 FOR VALUES FROM (400000) TO (500000)`)
+	exec1(t, holder, `SELECT pg_advisory_unlock(hashtext('walcast.partitions:' || $1))`, "attachwin")
+	waitFor(t, "a check of the partitions that sees items_p4", time.Minute, func() bool {
+		var k int
+		db.QueryRow(context.Background(), `SELECT count(*) FROM walcast.partitions WHERE pipeline = 'attachwin' AND partition = 'public.items_p4'`).Scan(&k)
+		return k == 1
+	})
+	if k := queryInt(t, db, `SELECT count(*) FROM walcast.backfills WHERE pipeline = 'attachwin' AND partition_oid = 'items_p4'::regclass::oid::bigint`); k != 1 {
+		t.Fatalf("the check that first saw items_p4 (attached after the slot's start) queued %d backfills of it, want 1: its %d rows never arrive", k, n)
+	}
+	waitFor(t, "the attached partition's rows as read events", time.Minute, func() bool { return rcv.countOp("read") >= n })
+	proc.stop()
+	keys := map[string]bool{}
+	for _, e := range rcv.events() {
+		if e.Op == "read" {
+			keys[e.Key] = true
+		}
+	}
+	if len(keys) != n {
+		t.Fatalf("%d distinct rows read, want the %d rows of items_p4", len(keys), n)
+	}
+}
+
+// TestPartitionDetachKeyless: a DETACH (with ddl_events = true and the
+// default on_detach = "delete") of a partition of a table without a
+// primary key takes the partition's rows out of the table without
+// PostgreSQL publishing a delete. For a table with REPLICA IDENTITY
+// FULL, whose live deletes are keyed on every column, each detached row
+// arrives as a delete with the same key and old row a live DELETE of it
+// gives (a NULL included); for a table with no replica identity at all
+// (allow_keyless: its deletes are never captured), walcast says at run
+// time that the rows stay in the destinations, naming the table. Before,
+// both partitions went off walcast's record with nothing written and
+// nothing said.
+func TestPartitionDetachKeyless(t *testing.T) {
+	parallel(t)
+	const n = 50
+	dsn, db := newSource(t,
+		`CREATE TABLE logs (at int NOT NULL, v text) PARTITION BY RANGE (at)`,
+		`CREATE TABLE logs_p0 PARTITION OF logs FOR VALUES FROM (0) TO (1000)`,
+		`CREATE TABLE logs_p1 PARTITION OF logs FOR VALUES FROM (1000) TO (2000)`,
+		`ALTER TABLE logs REPLICA IDENTITY FULL`, `ALTER TABLE logs_p0 REPLICA IDENTITY FULL`, `ALTER TABLE logs_p1 REPLICA IDENTITY FULL`,
+		`CREATE TABLE tags (at int NOT NULL, v text) PARTITION BY RANGE (at)`,
+		`CREATE TABLE tags_p0 PARTITION OF tags FOR VALUES FROM (0) TO (1000)`,
+		`CREATE TABLE tags_p1 PARTITION OF tags FOR VALUES FROM (1000) TO (2000)`,
+		`ALTER TABLE tags REPLICA IDENTITY NOTHING`, `ALTER TABLE tags_p0 REPLICA IDENTITY NOTHING`, `ALTER TABLE tags_p1 REPLICA IDENTITY NOTHING`,
+		fmt.Sprintf(`INSERT INTO logs SELECT g, CASE WHEN g = 1000 THEN NULL ELSE 'r' || g END FROM generate_series(1000, %d) g`, 999+n),
+		fmt.Sprintf(`INSERT INTO tags SELECT g, 't' FROM generate_series(1000, %d) g`, 999+n))
+	rcv := newReceiver(t)
+	pipeline := writePipeline(t, "keylessdetach", dsn, []string{"public.logs", "public.tags"}, sinkSpec{ID: "hook", URL: rcv.URL, Batch: 200})
+	setSourceAttr(t, pipeline, `ddl_events = true`)
+	setSourceAttr(t, pipeline, `allow_keyless = true`)
+	proc := startCapturing(t, db, pipeline, "--slot-check-interval=200ms")
+	waitFor(t, "the first check of the partitions", time.Minute, func() bool {
+		var k int
+		db.QueryRow(context.Background(), `SELECT count(*) FROM walcast.partitions WHERE pipeline = 'keylessdetach'`).Scan(&k)
+		return k == 6 // two tables, two partitions each
+	})
+	// A live delete of a row like the detached ones, for the shape.
+	exec1(t, db, `INSERT INTO logs VALUES (1, NULL)`)
+	exec1(t, db, `DELETE FROM logs WHERE at = 1`)
+	exec1(t, db, `ALTER TABLE logs DETACH PARTITION logs_p1`)
+	deletes := func() []received {
+		var out []received
+		for _, e := range rcv.events() {
+			if e.Op == "delete" && e.Table == "logs" {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	waitFor(t, "a delete of each detached row of logs", time.Minute, func() bool { return len(deletes()) >= 1+n })
+	type shape struct {
+		Key json.RawMessage `json:"key"`
+		Old json.RawMessage `json:"old"`
+	}
+	want := map[string]bool{`{"at":1,"v":null}`: true} // the live delete: every column, whole
+	for g := 1000; g < 1000+n; g++ {
+		v := fmt.Sprintf(`"r%d"`, g)
+		if g == 1000 {
+			v = "null"
+		}
+		want[fmt.Sprintf(`{"at":%d,"v":%s}`, g, v)] = true
+	}
+	for _, e := range deletes() {
+		var s shape
+		if err := json.Unmarshal(e.Raw, &s); err != nil {
+			t.Fatal(err)
+		}
+		if !want[string(s.Key)] || string(s.Old) != string(s.Key) {
+			t.Fatalf("delete with key %s and old %s, want the live one or one of the detached rows, whole, as the live one", s.Key, s.Old)
+		}
+		delete(want, string(s.Key))
+	}
+	if len(want) > 0 {
+		t.Fatalf("%d rows of logs without their delete: %v", len(want), want)
+	}
+
+	exec1(t, db, `ALTER TABLE tags DETACH PARTITION tags_p1`)
+	proc.waitLog(t, "rows left a table without a key")
+	wantAll(t, proc.logText(), "public.tags", "detached or dropped public.tags_p1", "its destinations keep them")
+	// The check that said so ends (records the tree) before the stop.
+	waitFor(t, "the check to record tags without tags_p1", time.Minute, func() bool {
+		return queryInt(t, db, `SELECT count(*) FROM walcast.partitions WHERE pipeline = 'keylessdetach' AND partition = 'public.tags_p1'`) == 0
+	})
+	proc.stop()
+}

@@ -146,6 +146,7 @@ func planSource(ctx context.Context, pl *plan, p *config.Pipeline) (created []st
 	for _, f := range sp.Findings {
 		pl.refuse(f.Object, f.String())
 	}
+	planServerVersion(pl, p, sp.Server)
 	if g := sp.Refusal; g != nil {
 		pl.refuse("replication slot "+g.Slot, fmt.Sprintf("walcast run refuses to start (%s): %s", g.Kind, g.Error()))
 	}
@@ -156,6 +157,15 @@ func planSource(ctx context.Context, pl *plan, p *config.Pipeline) (created []st
 		return created, err
 	}
 	return created, nil
+}
+
+// planServerVersion marks the server's line with what the pipeline asks
+// of a server of version serverVersion that it cannot do (a messages block
+// on PostgreSQL 13: daemon.NeedsNewerServer, the check walcast run makes).
+func planServerVersion(pl *plan, p *config.Pipeline, serverVersion string) {
+	for _, why := range daemon.NeedsNewerServer(p, serverVersion) {
+		pl.refuse("server", why)
+	}
 }
 
 // readOnlyPool connects to dsn in sessions whose transactions are all

@@ -53,3 +53,47 @@ func TestPublicationRecreatedWhileStopped(t *testing.T) {
 	// The start after the accepted one streams on without a word of a gap.
 	streamItems(t, db, p, "walcast_pubrecreate", rcv, 21, 3)
 }
+
+// TestPublicationRecreatedWhileRunning: the pipeline's publication is
+// dropped and created again by hand while walcast streams. The running
+// walcast stops at once (exit 1) naming what happened — re-created, the
+// gap's kind, and the ways out (--accept-gap, on_gap = "resync") — rather
+// than a generic "dropped" or "published differently", in both ways it
+// finds out: the stream fails on a change decoded between the DROP and
+// the CREATE (here in the same transaction, so the publication exists
+// again when the failure is explained), or the watch of the publication
+// (every --slot-check-interval) sees its tables lost, or published by a
+// new oid; whichever comes first.
+func TestPublicationRecreatedWhileRunning(t *testing.T) {
+	parallel(t)
+	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY)`)
+	rcv := newReceiver(t)
+	p := writePipeline(t, "pubrerun", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
+	want := []string{"publication walcast_pubrerun was dropped (DROP PUBLICATION) and re-created while walcast ran",
+		`gap "publication recreated"`, "--accept-gap", `on_gap = "resync"`}
+
+	w := startCapturing(t, db, p, "--slot-check-interval=200ms")
+	w.waitLog(t, "streaming from slot")
+	insertItems(t, db, 1, 3)
+	waitFor(t, "deliveries", time.Minute, func() bool { return rcv.distinct() >= 3 })
+	exec1(t, db, `BEGIN; DROP PUBLICATION walcast_pubrerun; INSERT INTO items VALUES (4);
+		CREATE PUBLICATION walcast_pubrerun FOR TABLE items WITH (publish_via_partition_root = true); COMMIT`)
+	w.waitExit1(t, time.Minute, "its publication was re-created with a change in between")
+	if strings.Contains(w.logText(), "no longer published") || strings.Contains(w.logText(), "published differently") {
+		t.Errorf("the re-created publication was called a changed one:\n%s", tail(w.logText(), 3))
+	}
+	t.Logf("stream: %s", tail(w.logText(), 1))
+	wantAll(t, w.logText(), want...)
+
+	streamItems(t, db, p, "walcast_pubrerun", rcv, 10, 3, "--accept-gap")
+	w = startCapturing(t, db, p, "--slot-check-interval=200ms")
+	w.waitLog(t, "streaming from slot")
+	exec1(t, db, `BEGIN; DROP PUBLICATION walcast_pubrerun;
+		CREATE PUBLICATION walcast_pubrerun FOR TABLE items WITH (publish_via_partition_root = true); COMMIT`)
+	w.waitExit1(t, time.Minute, "its publication was re-created")
+	t.Logf("watch: %s", tail(w.logText(), 1))
+	wantAll(t, w.logText(), want...)
+	if strings.Contains(w.logText(), "published differently") {
+		t.Errorf("the watch called the re-created publication a changed one:\n%s", tail(w.logText(), 3))
+	}
+}

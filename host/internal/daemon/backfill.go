@@ -12,6 +12,26 @@ import (
 	"github.com/walcast/walcast/host/internal/source/capture"
 )
 
+// NeedsNewerServer lists what the pipeline's source block asks of a server
+// of version serverVersion (server_version, e.g. "13.11") that it cannot
+// do, each as the reason walcast run refuses to start: pgoutput streams
+// logical decoding messages from PostgreSQL 14 on, and backfill_new_tables
+// and the messages block need them. walcast run (prepareBackfills) and
+// walcast validate --source both ask it, so they refuse alike.
+func NeedsNewerServer(p *config.Pipeline, serverVersion string) []string {
+	if capture.SupportsMessages(serverVersion) {
+		return nil
+	}
+	var why []string
+	if p.Source.BackfillNewTables {
+		why = append(why, fmt.Sprintf("backfill_new_tables needs PostgreSQL 14 or later (the source runs %s): remove it from the source block", serverVersion))
+	}
+	if len(p.Source.Messages.Prefixes) > 0 {
+		why = append(why, fmt.Sprintf("the source's messages block needs PostgreSQL 14 or later, whose pgoutput streams logical decoding messages (the source runs %s): remove the block", serverVersion))
+	}
+	return why
+}
+
 // prepareBackfills creates the backfill tables, refuses backfill_new_tables
 // and the messages block on a server that cannot stream logical decoding
 // messages, and queues a backfill of
@@ -26,11 +46,8 @@ func prepareBackfills(ctx context.Context, db controlDB, p *config.Pipeline, log
 	if err := db.QueryRow(ctx, "SHOW server_version").Scan(&version); err != nil {
 		return fmt.Errorf("read server_version: %w", err)
 	}
-	if p.Source.BackfillNewTables && !capture.SupportsMessages(version) {
-		return fmt.Errorf("backfill_new_tables needs PostgreSQL 14 or later (the source runs %s): remove it from the source block", version)
-	}
-	if len(p.Source.Messages.Prefixes) > 0 && !capture.SupportsMessages(version) {
-		return fmt.Errorf("the source's messages block needs PostgreSQL 14 or later, whose pgoutput streams logical decoding messages (the source runs %s): remove the block", version)
+	if why := NeedsNewerServer(p, version); len(why) > 0 {
+		return errors.New(why[0])
 	}
 	tx, err := db.Begin(ctx)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -35,7 +36,11 @@ import (
 //     can (see capture's partition triggers); they record the tree as
 //     they leave it, so the check finds nothing left to do then.
 //
-// The first sight of a table's tree is its baseline: nothing is done.
+// The first sight of a table's tree is its baseline: nothing is done. A
+// pipeline's baseline is recorded before its slot is created (baseline),
+// never after: a partition ATTACHed between the slot's start and the
+// first check would otherwise be part of the baseline, and its rows,
+// which no change in the stream carries, would never be read.
 type partitionWatch struct {
 	db  controlDB
 	p   *config.Pipeline
@@ -61,15 +66,68 @@ const (
 	truncateTriggerAfter  = "walcast_partition_truncate_after"
 )
 
+// partitionCheckTimeout bounds one check of the partitions, which a stop
+// does not cut short.
+const partitionCheckTimeout = 10 * time.Second
+
 // check looks at the trees once. Like the slot watch it never stops the
 // stream: a failure is logged and the next check tries again.
 func (w *partitionWatch) check(ctx context.Context) {
 	if w.p.Source.OnAttach == config.OnAttachIgnore && w.p.Source.OnDetach == config.OnDetachIgnore {
 		return
 	}
-	if err := w.checkOnce(ctx); err != nil && ctx.Err() == nil {
+	// A check runs on the leadership's session (w.db is fenced): cut
+	// off mid-statement by a stop, that connection is closed, and with
+	// it the lease, so a SIGTERM during a check ended walcast with
+	// "leadership lost" (exit 1). A check ends whole instead; its lock
+	// waits are bounded (lock_timeout), and so is it.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), partitionCheckTimeout)
+	defer cancel()
+	if err := w.checkOnce(cctx); err != nil && ctx.Err() == nil {
 		w.log.Warn("partition watch: could not compare the captured tables' partitions with the last check; trying again at the next", "err", err)
 	}
+}
+
+// baseline records the tree of each captured partitioned table that has
+// none on record, as it is now: called right before the pipeline's slot is
+// created (capture.Config.BeforeCreateSlot), so that the tree on record
+// is never later than the slot's start. A change of a tree between this
+// and the slot's start is then acted on by the first check as if it came
+// after (a partition's rows read, or the table resynced, once more than
+// needed), which is safe; one after the slot's start taken for part of the
+// baseline would be a gap. It takes no partition lock: the triggers and
+// the checks act only on recorded tables, and no check runs before the
+// slot exists. Recorded tables keep their record (a slot re-created after
+// an accepted gap compares with what the last run saw).
+func (w *partitionWatch) baseline(ctx context.Context) error {
+	if w.p.Source.OnAttach == config.OnAttachIgnore && w.p.Source.OnDetach == config.OnDetachIgnore {
+		return nil
+	}
+	tx, err := w.db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("record the partitions before creating the slot: begin: %w", err)
+	}
+	defer tx.Rollback(context.Background())
+	now, err := partitionTrees(ctx, tx, w.p.Source.Tables)
+	if err != nil {
+		return err
+	}
+	before, err := recordedTrees(ctx, tx, w.p.Name)
+	if err != nil {
+		return err
+	}
+	for root, tree := range now {
+		if _, ok := before[root]; ok {
+			continue
+		}
+		if err := recordTree(ctx, tx, w.p.Name, root, tree); err != nil {
+			return err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("record the partitions before creating the slot: commit: %w", err)
+	}
+	return nil
 }
 
 func (w *partitionWatch) checkOnce(ctx context.Context) error {
@@ -169,7 +227,11 @@ func (w *partitionWatch) act(ctx context.Context, tx pgx.Tx, root string, seen, 
 func (w *partitionWatch) resync(ctx context.Context, tx pgx.Tx, root string, why []string) error {
 	t, err := backfill.Inspect(ctx, tx, root)
 	if errors.Is(err, backfill.ErrKeyless) {
-		w.log.Warn("partition watch: rows left a table without a key, which cannot be resynced; its destinations keep them", "table", root, "partitions", why)
+		// The triggers write no deletes for a table without any key
+		// and leave its partition on the record for this: said at run
+		// time, never passed over (docs/events.md, Partitions).
+		w.log.Warn("partition watch: rows left a table without a key (no primary key or replica identity index): walcast can neither write their deletes nor resync the table, so its destinations keep them (with on_detach = \"event\" and ddl_events, a DETACH gave a detach event); give the table a primary key to have such rows removed",
+			"table", root, "partitions", why, "on_detach", w.p.Source.OnDetach)
 		return nil
 	}
 	if err != nil {

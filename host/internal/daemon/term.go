@@ -158,6 +158,7 @@ func (t *term) checkSource(ctx context.Context) error {
 	t.lineage = lineage.New(t.db, p.Name)
 	t.parked = parking.New(t.db, p.Name)
 	t.reports = reports.New(t.db, p.Name)
+	t.parts = &partitionWatch{db: t.db, p: p, log: t.log, untriggered: map[int64]bool{}}
 	t.captureCfg = t.newCaptureConfig()
 	if t.captureCfg.Formats, t.formatOf, err = sinkFormats(p); err != nil {
 		return err
@@ -189,6 +190,10 @@ func (t *term) newCaptureConfig() capture.Config {
 		PartitionDeletes:      p.Source.OnDetach == config.OnDetachDelete || p.Source.OnDetach == config.OnDetachEvent,
 		PartitionDetachEvents: p.Source.OnDetach == config.OnDetachEvent,
 		MessagePrefixes:       p.Source.Messages.Prefixes,
+		// The partitions' baseline is on record before the slot starts,
+		// so that no ATTACH, DETACH or TRUNCATE of a partition after the
+		// slot's start can be taken for part of it (partitions.go).
+		BeforeCreateSlot: t.parts.baseline,
 	}
 	if t.lease != nil {
 		// A process that was frozen past its lease confirms nothing until
@@ -386,9 +391,9 @@ func (t *term) newScheduler(r *sinkRun, q *fanout.Queue, tr *ack.Tracker, index 
 func (t *term) buildRunner(ctx context.Context, prep capture.Prepared, slots *isolate.Slots, resume map[string]string) error {
 	p := t.opts.Pipeline
 	t.buildCapture(prep)
-	// The partitions' first check before streaming: at a pipeline's first
-	// start, the tree recorded is the baseline, as close to the new
-	// slot's start as can be.
+	// The partitions' first check before streaming: what changed since
+	// the last check, or since the baseline recorded before a new slot
+	// was created (BeforeCreateSlot), is acted on now.
 	t.parts.check(ctx)
 	t.isolateSinks(resume, slots, prep.ConfirmedFlush)
 	t.filler = newFiller(p, prep.KeylessPublication, t.tracker, t.lease, t.log)
@@ -420,7 +425,6 @@ func (t *term) buildCapture(prep capture.Prepared) {
 	// publication's tables (one removed by hand stops the pipeline, rather
 	// than its changes silently ceasing).
 	t.watch = newSlotWatch(t.pool, t.opts.Pipeline.Name, t.captureCfg.Slot, t.opts.WarnRetainedWAL, t.log)
-	t.parts = &partitionWatch{db: t.db, p: t.opts.Pipeline, log: t.log, untriggered: map[int64]bool{}}
 	published := capture.PublicationWatch(t.pool, t.captureCfg, prep.Published)
 	t.captureCfg.Watch = func(ctx context.Context) error {
 		t.watch.check(ctx)

@@ -39,6 +39,7 @@ var migrations = []migration{
 	{13, "resyncs: backfills bracketed by resync_begin and resync_end markers", resyncDDL},
 	{14, "the shape of each captured table at each change of it (schema events)", shapesDDL},
 	{15, "the partitions of each captured partitioned table as walcast last saw them; backfills of one partition", partitionsDDL},
+	{16, "partition functions: the rows of a partition of a table without a primary key are written or left on the record, never dropped unsaid", partitionsKeylessDDL},
 }
 
 // Version is the newest walcast schema this binary knows.

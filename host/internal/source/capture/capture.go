@@ -16,6 +16,7 @@ import (
 	"github.com/walcast/walcast/host/internal/source/pgoutput"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -106,6 +107,12 @@ type Config struct {
 	// PartitionDetachEvents: a partition detached gives one detach event
 	// instead of its rows' deletes (source on_detach = "event").
 	PartitionDetachEvents bool
+	// BeforeCreateSlot, when set, is called by Prepare right before it
+	// creates the slot (never when it adopts one), with the walcast
+	// schema migrated: what must be on record as of a point no later
+	// than the slot's start is recorded there (the daemon's baseline of
+	// the captured tables' partitions). An error fails the start.
+	BeforeCreateSlot func(context.Context) error
 	// Timeouts, when set, counts the streams ended by ReceiveTimeout;
 	// captures that follow one another (a sink's catch-up streams) share
 	// one. New makes one when it is nil.
@@ -524,7 +531,7 @@ func (c *Capture) startReplication(ctx context.Context) error {
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) {
-			if f := c.fatalServerError(pgErr); f != nil {
+			if f := c.fatalServerError(ctx, pgErr); f != nil {
 				return f
 			}
 		}
@@ -581,7 +588,7 @@ func (c *Capture) receive(ctx context.Context, w *silenceWatch) error {
 			}
 		case *pgproto3.ErrorResponse:
 			pgErr := pgconn.ErrorResponseToPgError(msg)
-			if f := c.fatalServerError(pgErr); f != nil {
+			if f := c.fatalServerError(ctx, pgErr); f != nil {
 				return f
 			}
 			return fmt.Errorf("replication stream: %w", pgErr)
@@ -841,13 +848,16 @@ func (c *Capture) sendStatus(reply bool) error {
 
 // fatalServerError explains the server errors that reconnecting cannot
 // fix, quoting PostgreSQL's reason; nil for the others.
-func (c *Capture) fatalServerError(pgErr *pgconn.PgError) error {
+func (c *Capture) fatalServerError(ctx context.Context, pgErr *pgconn.PgError) error {
 	reason := pgErr.Message
 	if pgErr.Detail != "" {
 		reason += ": " + pgErr.Detail
 	}
 	switch {
 	case pgErr.Code == "42704" && strings.Contains(pgErr.Message, "publication"):
+		if gap := c.recreatedPublication(ctx, pgErr.Message); gap != nil {
+			return fatalError{fmt.Errorf("replication from slot %s stopped: PostgreSQL says %q (SQLSTATE %s): %w", c.cfg.Slot, reason, pgErr.Code, gap)}
+		}
 		return fatalError{fmt.Errorf("replication from slot %s stopped: PostgreSQL says %q (SQLSTATE %s): publication %s was dropped while walcast ran. PostgreSQL reads the publication as it was at each change's position in the slot, so creating it again does not help for the changes the slot holds; the next walcast run refuses to start and explains how to accept the gap (walcast run --accept-gap)",
 			c.cfg.Slot, reason, pgErr.Code, c.cfg.Publication)}
 	case pgErr.Code == "42704":
@@ -872,6 +882,32 @@ func SupportsMessages(serverVersion string) bool {
 		major = major*10 + int(r-'0')
 	}
 	return major >= 14
+}
+
+// recreatedPublication returns the gap a publication of the pipeline
+// dropped and created again under the same name while walcast streamed
+// left, when the stream ended on "publication … does not exist" (msg) and
+// the publication exists again by now: the slot cannot stream on, and
+// saying "dropped" would send the user to re-create what exists already.
+// nil when it does not exist (yet), or cannot be looked up: the caller
+// says it was dropped, and the next start names what it finds.
+func (c *Capture) recreatedPublication(ctx context.Context, msg string) *GapError {
+	pub := c.cfg.Publication
+	if k := KeylessPublication(pub); strings.Contains(msg, `"`+k+`"`) {
+		pub = k
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, c.cfg.DSN)
+	if err != nil {
+		return nil
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, pub).Scan(&exists); err != nil || !exists {
+		return nil
+	}
+	return recreatedGap(c.cfg, pub, "see walcast status", true)
 }
 
 // fatalError marks errors that reconnecting cannot fix.

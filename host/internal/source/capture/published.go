@@ -250,6 +250,13 @@ func PublicationWatch(db Querier, cfg Config, recorded map[string]string) func(c
 		if err != nil {
 			return nil // the database may be restarting; the stream reports that
 		}
+		// A publication dropped and created again leaves its tables
+		// published by another oid, or (read in the middle of it) not at
+		// all: named for what it is. Looked up after the membership, so
+		// that a re-creation the membership saw is seen here too.
+		if gap, err := checkRecreated(ctx, db, cfg, recorded, "see walcast status", true); err == nil && gap != nil {
+			return gap
+		}
 		if gap := checkPublished(cfg, recorded, now, names, "see walcast status", true); gap != nil {
 			gap.AnnouncedAt = announceVanished(ctx, db, cfg, gap.Vanished)
 			return gap
@@ -311,7 +318,7 @@ const watchEvery = 10 * time.Second
 // The new publication has a new oid; the oid each publication had when
 // walcast last recorded the membership (recorded, see membership) tells
 // it apart from one merely altered, which keeps its oid.
-func checkRecreated(ctx context.Context, db Querier, cfg Config, recorded map[string]string, cps string) (*GapError, error) {
+func checkRecreated(ctx context.Context, db Querier, cfg Config, recorded map[string]string, cps string, running bool) (*GapError, error) {
 	was := map[string]int64{}
 	for _, token := range recorded {
 		for pub, p := range parseParts(token) {
@@ -329,20 +336,35 @@ func checkRecreated(ctx context.Context, db Querier, cfg Config, recorded map[st
 		if err != nil {
 			return nil, fmt.Errorf("look up publication %s: %w", pub, err)
 		}
-		if now != oid {
+		if now != oid && (now != 0 || !running) {
+			// While streaming, a publication that is gone is the
+			// stream's to report (dropped); one back under a new oid
+			// is this.
 			recreated = append(recreated, pub)
 		}
 	}
 	if len(recreated) == 0 {
 		return nil, nil
 	}
-	names := strings.Join(recreated, ", ")
-	return &GapError{
+	return recreatedGap(cfg, strings.Join(recreated, ", "), cps, running), nil
+}
+
+// recreatedGap is the gap of kind "publication recreated": publication
+// pub (one name, or several joined) dropped and created again under the
+// same name, while walcast streamed (running) or while it did not.
+func recreatedGap(cfg Config, pub, cps string, running bool) *GapError {
+	first, _, _ := strings.Cut(pub, ", ")
+	g := &GapError{
 		Slot: cfg.Slot, Publication: cfg.Publication, Checkpoints: cps,
 		Kind: "publication recreated",
 		What: fmt.Sprintf("publication %s is not the one replication slot %s streams with: it was dropped (DROP PUBLICATION) and created again, or is about to be, while walcast was not streaming. PostgreSQL reads a publication as it was at each change's position in the slot, where the new one does not exist yet, so every change still in the slot would fail with \"publication %s does not exist\": the slot cannot stream on, and the changes of every table of pipeline %s committed since the checkpoints below cannot be delivered",
-			names, cfg.Slot, recreated[0], cfg.Pipeline),
+			pub, cfg.Slot, first, cfg.Pipeline),
 		Restore: "restore the database from a backup taken before the publication was dropped",
 		Replace: "drops the slot, creates a new one",
-	}, nil
+	}
+	if running {
+		g.What = fmt.Sprintf("publication %s was dropped (DROP PUBLICATION) and re-created while walcast ran: gap \"publication recreated\". PostgreSQL reads a publication as it was at each change's position in the slot, where the new one does not exist yet, so every change still in the slot would fail with \"publication %s does not exist\": the slot cannot stream on, and the changes of every table of pipeline %s committed since the checkpoints below cannot be delivered",
+			pub, first, cfg.Pipeline)
+	}
+	return g
 }

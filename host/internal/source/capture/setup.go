@@ -217,6 +217,11 @@ func (s *Setup) ensureSlot(ctx context.Context, p *Prepared, rec Record, slot sl
 	if err := l.SetConfirmLimit(ctx, 0); err != nil {
 		return err
 	}
+	if s.cfg.BeforeCreateSlot != nil {
+		if err := s.cfg.BeforeCreateSlot(ctx); err != nil {
+			return err
+		}
+	}
 	var err error
 	if p.ConfirmedFlush, err = createSlot(ctx, s.db, name); err != nil {
 		return err
@@ -389,7 +394,7 @@ func inspect(ctx context.Context, db Querier, records Records, cfg Config) (stat
 		if err != nil {
 			return st, err
 		}
-		if st.gap, err = checkRecreated(ctx, db, cfg, recorded, checkpointList(checkpoints)); err != nil || st.gap != nil {
+		if st.gap, err = checkRecreated(ctx, db, cfg, recorded, checkpointList(checkpoints), false); err != nil || st.gap != nil {
 			return st, err
 		}
 		if len(recorded) > 0 {

@@ -32,6 +32,10 @@ type PartitionRows struct {
 	// its rows: "detach" or "truncate".
 	Partition string `json:"partition"`
 	Command   string `json:"command"`
+	// Full: the table has REPLICA IDENTITY FULL and no primary key, so
+	// the rows are whole (every column the key), as PostgreSQL's old
+	// tuple of a delete of it is.
+	Full bool `json:"full,omitempty"`
 }
 
 // The values of PartitionRows.Command.
@@ -63,6 +67,13 @@ func (d *Decoder) partitionRows(m *pglogrepl.LogicalDecodingMessage, emit func(c
 	if p.Command == PartitionDetach && d.opts.PartitionDetachEvents {
 		return d.detachEvent(&p, emit)
 	}
+	if len(p.Columns) == 0 {
+		// A table without a key (REPLICA IDENTITY NOTHING, or DEFAULT
+		// without a primary key): the message only counts the rows, for
+		// a detach event; there is nothing to delete by. The trigger
+		// left the partition on record, so the watch loop says so.
+		return nil
+	}
 	rel, err := chunkRelation(&p.BackfillChunk)
 	if err != nil {
 		return fmt.Errorf("decode the rows of partition %s of %s.%s (%s): %w", p.Partition, p.Schema, p.Table, p.Command, err)
@@ -84,8 +95,14 @@ func (d *Decoder) partitionRows(m *pglogrepl.LogicalDecodingMessage, emit func(c
 			}
 		}
 		// As PostgreSQL sends a delete under the default replica
-		// identity: the key's columns as the old tuple.
-		if err := d.change(rel, cdc.OpDelete, nil, tuple, pglogrepl.DeleteMessageTupleTypeKey, emit); err != nil {
+		// identity: the key's columns as the old tuple; or, for REPLICA
+		// IDENTITY FULL without a primary key (Full), the old row whole,
+		// where 'n' is a NULL and not "not in the key".
+		kind := uint8(pglogrepl.DeleteMessageTupleTypeKey)
+		if p.Full {
+			kind = pglogrepl.DeleteMessageTupleTypeOld
+		}
+		if err := d.change(rel, cdc.OpDelete, nil, tuple, kind, emit); err != nil {
 			return err
 		}
 	}
