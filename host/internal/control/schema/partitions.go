@@ -45,7 +45,8 @@ CREATE TABLE IF NOT EXISTS walcast.partitions (
 );
 ALTER TABLE walcast.backfills ADD COLUMN IF NOT EXISTS partition_oid bigint;
 
-CREATE OR REPLACE FUNCTION walcast.partition_rows_message(_pipeline text, _root regclass, _part regclass, _command text, _only boolean)
+DROP FUNCTION IF EXISTS walcast.partition_rows_message(text, regclass, regclass, text, boolean);
+CREATE FUNCTION walcast.partition_rows_message(_pipeline text, _root regclass, _part regclass, _command text, _only boolean)
 RETURNS void LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp SET TimeZone = 'UTC' SET DateStyle = 'ISO' SET IntervalStyle = 'postgres' SET extra_float_digits = 3
 AS $f$
