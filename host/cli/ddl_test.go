@@ -19,7 +19,6 @@ import (
 // columns the row had at its commit, and a consumer applying the stream
 // ends equal to the table.
 func TestDDLMidStream(t *testing.T) {
-	parallel(t)
 	dsn, db := newSource(t,
 		`CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, note text)`,
 		`INSERT INTO items SELECT g, 0, 'n' FROM generate_series(1, 200) g`,
@@ -111,7 +110,6 @@ func TestDDLMidStream(t *testing.T) {
 // list. walcast stops and says so rather than dropping its changes as
 // another table's.
 func TestTableRenamedMidStream(t *testing.T) {
-	parallel(t)
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY)`)
 	rcv := newReceiver(t)
 	p := writePipeline(t, "rename", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})

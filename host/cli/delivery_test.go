@@ -15,7 +15,6 @@ import (
 // one gets everything, and the one that was ahead gets nothing again: it
 // skips every replayed event at or below its checkpoint.
 func TestSinkAheadIsNotRedelivered(t *testing.T) {
-	parallel(t)
 	ctx := context.Background()
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	fast, slow := newReceiver(t), newReceiver(t)
@@ -145,7 +144,6 @@ func TestSlotWaitsForStuckSink(t *testing.T) {
 // TestPluginCrashIsRedelivered SIGKILLs the webhook plugin process while it
 // delivers; the host restarts it and delivers its batch again.
 func TestPluginCrashIsRedelivered(t *testing.T) {
-	parallel(t)
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	truthSlot(t, dsn, db, "truth_plugin")
 	rcv := newReceiver(t)

@@ -58,7 +58,6 @@ func (s *landingServer) requests() []string {
 // nothing may reach the Location, and `walcast replay` then delivers every
 // change: nothing lost.
 func TestWebhookRedirectIsParkedNotLost(t *testing.T) {
-	parallel(t)
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	truthSlot(t, dsn, db, "truth_redirect")
 	rcv := newReceiver(t)
@@ -168,7 +167,6 @@ func assertNoURLSecret(t *testing.T, what, text string) bool {
 // errors show scheme and host. A URL that does not parse is rejected by `walcast
 // validate` without repeating it either.
 func TestWebhookURLSecretsNeverShown(t *testing.T) {
-	parallel(t)
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	failing := newReceiver(t)
 	failing.setMode(modeFail)

@@ -148,7 +148,6 @@ func TestKafkaCrashLoopDebezium(t *testing.T) {
 // __debezium.oldkey), so a consumer that knows only c, r, u and d
 // (kcat reading the records) rebuilds the table.
 func TestKafkaDebeziumKeyChange(t *testing.T) {
-	parallel(t)
 	needKcat(t)
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	addr := startKafka(t)

@@ -26,7 +26,6 @@ import (
 // high) and delivered them once it recovered. PostgreSQL's own
 // test_decoding is the reference for what was committed.
 func TestGRPCSinkDeliversEveryChange(t *testing.T) {
-	parallel(t)
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, note text)`)
 	truthSlot(t, dsn, db, "truth_grpcsink")
 	rcv := newGRPCReceiver(t, "grpcsink", "rcv")

@@ -14,7 +14,6 @@ import (
 // scheduler replays it once it takes over, and the request's row in
 // walcast.replay_requests goes only once the replay ended.
 func TestReplayAcrossDetach(t *testing.T) {
-	parallel(t)
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	fast, slow := newReceiver(t), newReceiver(t)
 	reject := slow.rejectRow(`{"id":13}`, http.StatusInternalServerError)

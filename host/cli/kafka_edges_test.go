@@ -15,7 +15,6 @@ import (
 // sees Debezium-style tombstones after a delete and a delete plus
 // tombstone for the old key of an update that changed the key.
 func TestKafkaTombstonesAndTopicNames(t *testing.T) {
-	parallel(t)
 	needKcat(t)
 	addr := startKafka(t)
 	dsn, db := newSource(t,

@@ -14,7 +14,6 @@ import (
 // read_committed librdkafka consumer (kcat) sees every committed change
 // exactly once, row order kept.
 func TestKafkaReplayOfParkedEvent(t *testing.T) {
-	parallel(t)
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	truthSlot(t, dsn, db, "truth_kreplay")
 	addr := startKafka(t)

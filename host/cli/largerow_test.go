@@ -9,7 +9,6 @@ import (
 // TestLargeRows: rows of 3 MB go through the queue, the scheduler's byte
 // bounds and 16 MiB batches to the webhook, every one of them, whole.
 func TestLargeRows(t *testing.T) {
-	parallel(t)
 	dsn, db := newSource(t, `CREATE TABLE docs (id int PRIMARY KEY, body text NOT NULL)`)
 	exec1(t, db, `ALTER TABLE docs ALTER COLUMN body SET STORAGE EXTERNAL`) // no compression: 3 MB in the WAL
 	rcv := newReceiver(t)

@@ -22,7 +22,6 @@ import (
 var checkpointRe = regexp.MustCompile(`hook [0-9A-F]+/[0-9A-F]+:\d+`)
 
 func TestSlotDroppedWhileStoppedRefusesUntilGapAccepted(t *testing.T) {
-	parallel(t)
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY)`)
 	truthSlot(t, dsn, db, "truth_lost")
 	rcv := newReceiver(t)
@@ -76,7 +75,6 @@ func TestSlotDroppedWhileStoppedRefusesUntilGapAccepted(t *testing.T) {
 }
 
 func TestSlotDroppedWhileRunningStopsAndRestartRefuses(t *testing.T) {
-	parallel(t)
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY)`)
 	rcv := newReceiver(t)
 	p := writePipeline(t, "droprun", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
@@ -121,7 +119,6 @@ func pgDumpRestore(t *testing.T, from *pgtest.Cluster, srcDSN string, to *pgtest
 }
 
 func TestRestoredIntoAnotherClusterRefusesForeignCheckpoints(t *testing.T) {
-	parallel(t)
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY)`)
 	rcv := newReceiver(t)
 	p := writePipeline(t, "moved", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})
@@ -164,7 +161,6 @@ func TestRestoredIntoAnotherClusterRefusesForeignCheckpoints(t *testing.T) {
 }
 
 func TestPublicationDroppedWhileRunning(t *testing.T) {
-	parallel(t)
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY)`)
 	truthSlot(t, dsn, db, "truth_pubdrop")
 	rcv := newReceiver(t)
@@ -205,7 +201,6 @@ func TestPublicationDroppedWhileRunning(t *testing.T) {
 }
 
 func TestFailedStartLeavesNoSlot(t *testing.T) {
-	parallel(t)
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY)`)
 	t.Run("missing plugin", func(t *testing.T) {
 		p := writePipeline(t, "noslot1", dsn, []string{"public.items"}, sinkSpec{ID: "x", SinkType: "nosuch", Config: " "})
@@ -239,7 +234,6 @@ func TestFailedStartLeavesNoSlot(t *testing.T) {
 }
 
 func TestInvalidatedSlotIsFatalAndExplained(t *testing.T) {
-	parallel(t)
 	// 1 MiB WAL segments and a 2 MiB max_slot_wal_keep_size: a few MiB of
 	// WAL while a paused sink holds the slot back invalidates it for real.
 	own := pgtest.New(t, pgtest.Options{
@@ -302,7 +296,6 @@ func TestInvalidatedSlotIsFatalAndExplained(t *testing.T) {
 // alone (batches in flight finish, final checkpoints, exit 0, no plugin
 // restart), so that the next start redelivers nothing.
 func TestGroupStopIsClean(t *testing.T) {
-	parallel(t)
 	for _, how := range []string{"process group", "every process"} {
 		t.Run(how, func(t *testing.T) {
 			dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY)`)
@@ -391,7 +384,6 @@ func TestSystemdUnitExample(t *testing.T) {
 // exists and looks healthy, but it starts past changes no sink received:
 // walcast must refuse, not stream on over the hole.
 func TestSlotRecreatedOrAdvancedByHandRefuses(t *testing.T) {
-	parallel(t)
 	for _, c := range []struct{ name, move string }{
 		{"recreated", `SELECT pg_drop_replication_slot('walcast_%[1]s'), pg_create_logical_replication_slot('walcast_%[1]s', 'pgoutput')`},
 		{"advanced", `SELECT pg_replication_slot_advance('walcast_%[1]s', pg_current_wal_lsn())`},
@@ -441,7 +433,6 @@ func TestSlotRecreatedOrAdvancedByHandRefuses(t *testing.T) {
 // are gone from the stream: walcast must stop and say so, not re-add the
 // table and go on.
 func TestTableRemovedFromPublicationRefuses(t *testing.T) {
-	parallel(t)
 	for _, c := range []struct {
 		name    string
 		running bool

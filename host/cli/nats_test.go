@@ -191,7 +191,6 @@ func TestNATSCrashLoopExactlyOnce(t *testing.T) {
 // deliveries fail (retried, naming the servers) until it is up, then the
 // stream is created and every change lands once.
 func TestNATSServerDownAtStart(t *testing.T) {
-	parallel(t)
 	srv := startNATSServer(t, "")
 	srv.stop(syscall.SIGKILL)
 	var js jetstream.JetStream
@@ -205,7 +204,6 @@ func TestNATSServerDownAtStart(t *testing.T) {
 // TestNATSAuthRefused: credentials the server refuses stop walcast at
 // start, naming the user and what to check, never the password.
 func TestNATSAuthRefused(t *testing.T) {
-	parallel(t)
 	srv := startNATSServer(t, `authorization { users = [ { user: "walcast", password: "right-one" } ] }`)
 	refusedAtStart(t, "nauth", sinkSpec{ID: "nats", SinkType: "nats", Config: natsConfig("nats://"+srv.addr, `username = "walcast"`, `password = "wrong-one"`)}, "wrong-one",
 		`NATS refused authentication (as user "walcast")`, "check username and password")
@@ -214,7 +212,6 @@ func TestNATSAuthRefused(t *testing.T) {
 // TestNATSWindowTooShort: a stream whose duplicate window is shorter than
 // min_duplicate_window stops walcast at start, saying what to change.
 func TestNATSWindowTooShort(t *testing.T) {
-	parallel(t)
 	srv := startNATSServer(t, "")
 	js := natsClient(t, srv)
 	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "WALCAST", Subjects: []string{"walcast.>"}, Duplicates: 20 * time.Second}); err != nil {
@@ -227,7 +224,6 @@ func TestNATSWindowTooShort(t *testing.T) {
 // TestNATSTooLargeParked: an event larger than the server's max_payload
 // is parked at once, naming the limit; the rest is stored once.
 func TestNATSTooLargeParked(t *testing.T) {
-	parallel(t)
 	srv := startNATSServer(t, "max_payload: 65536")
 	want := tooLargeParked(t, "nlarge", sinkSpec{ID: "nats", SinkType: "nats", Config: natsConfig("nats://" + srv.addr)}, 100<<10, "max_payload")
 	if dups := verify(t, want, readNATS(t, srv, "WALCAST")); dups != 0 {
@@ -242,7 +238,6 @@ func TestNATSTooLargeParked(t *testing.T) {
 // — and every one of them lies after what walcast.checkpoints held when
 // it was killed: only what walcast had not recorded comes again.
 func TestNATSPastDuplicateWindow(t *testing.T) {
-	parallel(t)
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	truthSlot(t, dsn, db, "truth_npast")
 	srv := startNATSServer(t, "")

@@ -12,7 +12,6 @@ import (
 // survives a restart of the daemon, and `walcast resume` delivers every
 // held event in per-row order. Pausing the whole pipeline stops both sinks.
 func TestPauseResume(t *testing.T) {
-	parallel(t)
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	a, b := newReceiver(t), newReceiver(t)
 	pipeline := writePipeline(t, "pause", dsn, []string{"public.items"},

@@ -16,7 +16,6 @@ import (
 // `walcast status`, /healthz and walcast_leader say so. A third instance
 // allowed two leads those two; then every pipeline delivers.
 func TestMaxPipelinesCapsEachInstance(t *testing.T) {
-	parallel(t)
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	rcvs := []*receiver{newReceiver(t), newReceiver(t), newReceiver(t), newReceiver(t)}
 	dir, files := pipelineDir(t, dsn, "capped", rcvs)
@@ -122,7 +121,6 @@ func TestMaxPipelinesCapsEachInstance(t *testing.T) {
 // go on delivering, and /healthz (503, naming it) and
 // walcast_pipeline_failed show it.
 func TestFailedPipelineStopsAlone(t *testing.T) {
-	parallel(t)
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	rcvs := []*receiver{newReceiver(t), newReceiver(t), newReceiver(t)}
 	dir, _ := pipelineDir(t, dsn, "alone", rcvs)

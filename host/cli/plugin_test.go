@@ -84,7 +84,6 @@ func writeBatchfilesPipeline(t *testing.T, dsn string, tables []string) string {
 // a binary and from a package directory, list, a binary replaced after
 // install refused by validate and run, and remove.
 func TestPluginInstall(t *testing.T) {
-	parallel(t)
 	tmp := t.TempDir()
 	built := buildCustomSink(t, tmp, "batchfiles-example")
 
@@ -472,7 +471,6 @@ func goEnv(t *testing.T, name string) string {
 // then checks a pipeline's config in `walcast validate` and delivers in
 // `walcast run`.
 func TestPluginInstallModule(t *testing.T) {
-	parallel(t)
 	tmp := t.TempDir()
 	proxy := goProxy{t: t, dir: filepath.Join(tmp, "proxy")}
 	realCache := filepath.Join(goEnv(t, "GOMODCACHE"), "cache", "download")

@@ -144,7 +144,6 @@ func TestRedisCrashLoopExactlyOnce(t *testing.T) {
 // deliveries fail (retried, naming the address) until it is up, then
 // every change lands once.
 func TestRedisServerDownAtStart(t *testing.T) {
-	parallel(t)
 	srv := startRedisServer(t)
 	srv.stop(syscall.SIGKILL)
 	c := redis.NewClient(&redis.Options{Addr: srv.addr, Protocol: 2, DisableIdentity: true})
@@ -159,7 +158,6 @@ func TestRedisServerDownAtStart(t *testing.T) {
 // TestRedisAuthRefused: a password the server refuses stops walcast at
 // start, naming the user and what to check, never the password.
 func TestRedisAuthRefused(t *testing.T) {
-	parallel(t)
 	srv := startRedisServer(t, "--requirepass", "right-one")
 	refusedAtStart(t, "rauth", sinkSpec{ID: "redis", SinkType: "redis", Config: redisConfig(srv.addr, `password = "wrong-one"`)}, "wrong-one",
 		`refused authentication as user "default"`, "check username and password")
@@ -169,7 +167,6 @@ func TestRedisAuthRefused(t *testing.T) {
 // proto-max-bulk-len is parked at once, naming the limit; the rest is
 // written once.
 func TestRedisTooLargeParked(t *testing.T) {
-	parallel(t)
 	srv := startRedisServer(t, "--proto-max-bulk-len", "1mb")
 	want := tooLargeParked(t, "rlarge", sinkSpec{ID: "redis", SinkType: "redis", Config: redisConfig(srv.addr)}, 2<<20, "proto-max-bulk-len")
 	if dups := verify(t, want, readRedisStream(t, srv, redisItems)); dups != 0 {

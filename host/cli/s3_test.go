@@ -200,7 +200,6 @@ func duplicateRuns(evs []s3Stored) map[string]int {
 // pauses the sink without counting attempts; a network error is retried;
 // either way every change arrives and nothing is parked.
 func TestS3Errors(t *testing.T) {
-	parallel(t)
 	needS3Clients(t)
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL DEFAULT 0)`)
 	srv := startS3(t)
@@ -257,7 +256,6 @@ func TestS3Errors(t *testing.T) {
 // the types docs/sinks.md gives and the values of the JSON envelope of the
 // same event, and each event is in exactly one row.
 func TestS3ParquetMatchesJSON(t *testing.T) {
-	parallel(t)
 	needS3Clients(t)
 	const name = "s3pq"
 	dsn, db := newSource(t, `CREATE TABLE typed (id int PRIMARY KEY, big bigint, f float8, n numeric, t text,

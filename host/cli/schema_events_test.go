@@ -376,7 +376,6 @@ func reshape(rows map[string]map[string]any, e schemaEvent) {
 // table's earlier changes: rename_table with the new name and the columns,
 // or drop_table with no columns; "before" is the shape last known.
 func TestTableVanishedMidStream(t *testing.T) {
-	parallel(t)
 	for _, tc := range []struct {
 		name, ddl, change, exit string
 	}{
@@ -445,7 +444,6 @@ func TestTableVanishedMidStream(t *testing.T) {
 // command that changes no shape (SET DEFAULT) brings none; teardown
 // removes the event trigger.
 func TestDDLEventsWithoutWrite(t *testing.T) {
-	parallel(t)
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v text)`)
 	rcv := newReceiver(t)
 	p := writePipeline(t, "ddlev", dsn, []string{"public.items"}, sinkSpec{ID: "hook", URL: rcv.URL})

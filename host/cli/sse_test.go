@@ -66,7 +66,6 @@ func sseSubscribe(t *testing.T, url, lastEventID string) <-chan sseFrame {
 // right after that event; and a client that stops reading holds back
 // neither the webhook sink nor the slot (sse is not durable).
 func TestSSE(t *testing.T) {
-	parallel(t)
 	dsn, db := newSource(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)`)
 	rcv := newReceiver(t)
 	addr := freeAddr(t)

@@ -22,7 +22,6 @@ import (
 // applying the stream in arrival order ends with exactly the source
 // tables: no row change overtakes or trails a truncate of its table.
 func TestTruncateOrderedWithItsRows(t *testing.T) {
-	parallel(t)
 	dsn, db := newSource(t,
 		`CREATE TABLE a (id int PRIMARY KEY, v int NOT NULL)`,
 		`CREATE TABLE b (id int PRIMARY KEY, v int NOT NULL)`,
@@ -155,7 +154,6 @@ func rootTruth(cs []change, root string, leaves ...string) []change {
 // small batches, 8 in flight; a consumer applying the stream in order
 // rebuilds the table. A sink filter naming a partition is a config error.
 func TestPartitionedTableUnderRootName(t *testing.T) {
-	parallel(t)
 	dsn, db := newSource(t,
 		`CREATE TABLE p (id int PRIMARY KEY, v int NOT NULL) PARTITION BY RANGE (id)`,
 		`CREATE TABLE p_lo PARTITION OF p FOR VALUES FROM (0) TO (1000000)`,
@@ -164,7 +162,7 @@ func TestPartitionedTableUnderRootName(t *testing.T) {
 		`CREATE SEQUENCE ids`,
 	)
 	rcv := newReceiver(t)
-	pipeline := writePipeline(t, "rootparts", dsn, []string{"public.p", "public.other"},
+	pipeline := writePipeline(t, "parts", dsn, []string{"public.p", "public.other"},
 		sinkSpec{ID: "hook", URL: rcv.URL, Batch: 5, Extra: "    max_in_flight = 8\n"})
 	editPipeline(t, pipeline, "  delivery {", "  tables = [\"public.p\"]\n  delivery {")
 
@@ -300,7 +298,6 @@ func readFile(t testing.TB, path string) string {
 // reach the sink, the others are dropped and counted, and the start says
 // which tables are dropped.
 func TestOnlyListedTables(t *testing.T) {
-	parallel(t)
 	dsn, db := newSource(t)
 	for _, tb := range []string{"a", "b", "extra"} {
 		exec1(t, db, `CREATE TABLE `+tb+` (id int PRIMARY KEY, v int NOT NULL)`)
@@ -400,7 +397,6 @@ func TestKeylessTableNeverBlocksTheApplication(t *testing.T) {
 // events after its partitions; walcast run refuses it and says how to fix
 // it.
 func TestForeignPublicationOfPartitionsRefused(t *testing.T) {
-	parallel(t)
 	dsn, db := newSource(t,
 		`CREATE TABLE p (id int PRIMARY KEY, v int NOT NULL) PARTITION BY RANGE (id)`,
 		`CREATE TABLE p_lo PARTITION OF p FOR VALUES FROM (0) TO (1000000)`,
