@@ -246,6 +246,13 @@ func checkPublished(cfg Config, recorded, now map[string]string, names map[int64
 // (Prepared.Published).
 func PublicationWatch(db Querier, cfg Config, recorded map[string]string) func(context.Context) error {
 	return func(ctx context.Context) error {
+		// db may be the leadership's session: a stop that cut a query
+		// short would close that connection, and with it the lease, so
+		// the stopping leader could not release the pipeline and its
+		// successor waited out the lease. A check ends whole instead,
+		// bounded.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
 		now, names, err := membership(ctx, db, cfg)
 		if err != nil {
 			return nil // the database may be restarting; the stream reports that
